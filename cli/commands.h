@@ -1,0 +1,16 @@
+// Each subcommand registers itself on the CLI11 app; its callback does the work and throws
+// qeval::Error on failure (main prints one line and exits non-zero).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace qeval::cli {
+
+// Exit status a command wants main() to return (check uses 1 for violations, 2 for bad input).
+extern int exit_status;
+
+void add_eval_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_data_dir_command(CLI::App& app);
+
+}  // namespace qeval::cli

@@ -1,0 +1,37 @@
+// qeval: how much does a checkpoint lose under basic quantisation, and why?
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "common/build_info.h"
+#include "common/error.h"
+
+namespace qeval::cli {
+int exit_status = 0;
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"qeval: perplexity and outlier statistics of language models under int8 / 4-bit quantisation"};
+  app.set_version_flag("--version", "qeval " + qeval::version() + " (" + qeval::git_commit() + ")");
+  app.require_subcommand(1);
+  qeval::cli::add_eval_command(app);
+  qeval::cli::add_inspect_command(app);
+  qeval::cli::add_data_dir_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const qeval::Error& e) {
+    std::fprintf(stderr, "qeval: error: %s\n", e.what());
+    return 2;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "qeval: error: %s\n", e.what_without_backtrace());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qeval: error: %s\n", e.what());
+    return 2;
+  }
+  return qeval::cli::exit_status;
+}

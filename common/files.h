@@ -1,0 +1,34 @@
+// File helpers shared by every reader and writer: whole-file reads with clear errors,
+// atomic writes (temp file + rename, so a result is complete or absent), and the data folder.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace qeval {
+
+// Reads the whole file; throws naming the path when it cannot be opened or read.
+std::string read_file(const std::filesystem::path& path);
+
+// Size of a regular file in bytes; throws naming the path when it is missing.
+std::uint64_t file_size(const std::filesystem::path& path);
+
+// Writes `content` to `path` atomically: a temporary file in the same folder is written,
+// flushed and renamed over `path`. On any failure the temporary file is removed and `path`
+// is left as it was.
+void write_file_atomic(const std::filesystem::path& path, const std::string& content);
+
+// The folder with the shared models, tokenizers and text (../shared/data).
+// Order: `explicit_dir` (a --data-dir option) if given, else $QEVAL_DATA_DIR, else
+// <repository root>/../shared/data. Throws with what was tried when the folder is missing.
+std::filesystem::path resolve_data_dir(const std::optional<std::string>& explicit_dir = std::nullopt);
+
+// Resolves `path` against the data folder when it does not exist as given and is relative:
+// lets users write `models/stories260K/stories260K.bin` from anywhere.
+std::filesystem::path resolve_input_path(const std::string& path,
+                                         const std::optional<std::string>& data_dir = std::nullopt);
+
+}  // namespace qeval

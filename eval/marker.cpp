@@ -1,0 +1,1 @@
+namespace qeval { int eval_marker = 0; }

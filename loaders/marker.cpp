@@ -1,0 +1,1 @@
+namespace qeval { int loaders_marker = 0; }

@@ -1,0 +1,37 @@
+// Tokenizer: text <-> token ids. Encoding equals the reference tokenizer token for token
+// (GPT-2 byte-level BPE, SentencePiece via libsentencepiece, llama2.c tokenizer.bin).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qeval {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Ids of `text` with no BOS/EOS added. SentencePiece-style tokenizers add their dummy
+  // prefix (a leading space) as the reference does.
+  virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
+  virtual std::int64_t vocab_size() const = 0;
+  virtual std::optional<std::int32_t> bos_id() const = 0;
+  virtual std::optional<std::int32_t> eos_id() const = 0;
+  // The token that separates documents when a protocol joins them: GPT-2 <|endoftext|>,
+  // BOS for Llama-style tokenizers (llama2.c trains on BOS + story).
+  virtual std::optional<std::int32_t> document_separator() const = 0;
+  // "gpt2-bpe", "sentencepiece", "llama2c"
+  virtual std::string kind() const = 0;
+};
+
+// Detects the format: a folder (tokenizer.json, or vocab.json+merges.txt, or encoder.json+
+// vocab.bpe, or tokenizer.model), encoder.json / vocab.json (merges beside it), *.model
+// (SentencePiece), *.bin (llama2.c). Throws naming the file and what was expected.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
+
+}  // namespace qeval

@@ -1,0 +1,146 @@
+#include "model/config.h"
+
+#include <array>
+#include <utility>
+
+#include "common/error.h"
+
+namespace qeval {
+namespace {
+
+template <typename E, std::size_t N>
+std::string enum_name(E v, const std::array<std::pair<E, const char*>, N>& table) {
+  for (const auto& [value, name] : table)
+    if (value == v) return name;
+  return "?";
+}
+
+template <typename E, std::size_t N>
+E enum_parse(const std::string& s, const std::array<std::pair<E, const char*>, N>& table, const char* what) {
+  std::string valid;
+  for (const auto& [value, name] : table) {
+    if (s == name) return value;
+    valid += valid.empty() ? name : std::string(", ") + name;
+  }
+  fail("unknown {} '{}': expected one of {}", what, s, valid);
+}
+
+const std::array<std::pair<NormKind, const char*>, 3> kNorms{
+    {{NormKind::layernorm, "layernorm"}, {NormKind::rmsnorm, "rmsnorm"}, {NormKind::rmsnorm_single, "rmsnorm_single"}}};
+const std::array<std::pair<PositionKind, const char*>, 3> kPositions{
+    {{PositionKind::learned, "learned"}, {PositionKind::rope, "rope"}, {PositionKind::none, "none"}}};
+const std::array<std::pair<RopePairing, const char*>, 2> kPairings{
+    {{RopePairing::interleaved, "interleaved"}, {RopePairing::half, "half"}}};
+const std::array<std::pair<SoftmaxKind, const char*>, 2> kSoftmaxes{
+    {{SoftmaxKind::softmax, "softmax"}, {SoftmaxKind::softmax1, "softmax1"}}};
+const std::array<std::pair<MlpKind, const char*>, 2> kMlps{{{MlpKind::gelu, "gelu"}, {MlpKind::swiglu, "swiglu"}}};
+
+}  // namespace
+
+std::string to_string(NormKind v) { return enum_name(v, kNorms); }
+std::string to_string(PositionKind v) { return enum_name(v, kPositions); }
+std::string to_string(RopePairing v) { return enum_name(v, kPairings); }
+std::string to_string(SoftmaxKind v) { return enum_name(v, kSoftmaxes); }
+std::string to_string(MlpKind v) { return enum_name(v, kMlps); }
+NormKind parse_norm(const std::string& s) { return enum_parse(s, kNorms, "norm"); }
+PositionKind parse_position(const std::string& s) { return enum_parse(s, kPositions, "position"); }
+RopePairing parse_rope_pairing(const std::string& s) { return enum_parse(s, kPairings, "rope pairing"); }
+SoftmaxKind parse_softmax(const std::string& s) { return enum_parse(s, kSoftmaxes, "attention softmax"); }
+MlpKind parse_mlp(const std::string& s) { return enum_parse(s, kMlps, "mlp"); }
+
+void ModelConfig::validate(const std::string& source) const {
+  auto positive = [&](std::int64_t v, const char* name) {
+    QEVAL_CHECK(v > 0, "{}: model config field {} must be positive, found {}", source, name, v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(d_model, "d_model");
+  positive(d_ff, "d_ff");
+  positive(n_layers, "n_layers");
+  positive(n_heads, "n_heads");
+  positive(n_kv_heads, "n_kv_heads");
+  QEVAL_CHECK(d_model % n_heads == 0, "{}: d_model {} is not a multiple of n_heads {}", source, d_model, n_heads);
+  QEVAL_CHECK(n_heads % n_kv_heads == 0, "{}: n_heads {} is not a multiple of n_kv_heads {}", source, n_heads,
+              n_kv_heads);
+  QEVAL_CHECK(!(fused_qkv && n_kv_heads != n_heads), "{}: a fused qkv projection needs n_kv_heads == n_heads", source);
+  if (position == PositionKind::learned) positive(max_seq_len, "max_seq_len (learned positions)");
+  if (position == PositionKind::rope)
+    QEVAL_CHECK(head_dim() % 2 == 0, "{}: rotary positions need an even head_dim, found {}", source, head_dim());
+  QEVAL_CHECK(norm_eps > 0, "{}: norm_eps must be positive, found {}", source, norm_eps);
+  for (auto [id, name] : {std::pair{bos_id, "bos_id"}, std::pair{eos_id, "eos_id"}})
+    if (id) QEVAL_CHECK(*id >= 0 && *id < vocab_size, "{}: {} {} outside vocabulary of {}", source, name, *id, vocab_size);
+}
+
+std::int64_t ModelConfig::parameter_count() const {
+  const std::int64_t hd = head_dim();
+  std::int64_t attn = d_model * hd * (n_heads + 2 * n_kv_heads) + d_model * d_model;
+  std::int64_t mlp_params = (mlp == MlpKind::swiglu ? 3 : 2) * d_model * d_ff;
+  std::int64_t emb = vocab_size * d_model * (tied_embeddings ? 1 : 2);
+  if (position == PositionKind::learned) emb += max_seq_len * d_model;
+  return n_layers * (attn + mlp_params) + emb;
+}
+
+nlohmann::json config_to_json(const ModelConfig& c) {
+  nlohmann::json j = {
+      {"format", "qeval"},
+      {"architecture", c.architecture},
+      {"vocab_size", c.vocab_size},
+      {"d_model", c.d_model},
+      {"d_ff", c.d_ff},
+      {"n_layers", c.n_layers},
+      {"n_heads", c.n_heads},
+      {"n_kv_heads", c.n_kv_heads},
+      {"max_seq_len", c.max_seq_len},
+      {"norm", to_string(c.norm)},
+      {"norm_eps", c.norm_eps},
+      {"position", to_string(c.position)},
+      {"rope_pairing", to_string(c.rope_pairing)},
+      {"rope_theta", c.rope_theta},
+      {"attention_softmax", to_string(c.attention_softmax)},
+      {"mlp", to_string(c.mlp)},
+      {"attention_bias", c.attention_bias},
+      {"mlp_bias", c.mlp_bias},
+      {"tied_embeddings", c.tied_embeddings},
+      {"fused_qkv", c.fused_qkv},
+  };
+  if (c.bos_id) j["bos_id"] = *c.bos_id;
+  if (c.eos_id) j["eos_id"] = *c.eos_id;
+  if (c.optimizer) j["optimizer"] = *c.optimizer;
+  return j;
+}
+
+ModelConfig config_from_json(const nlohmann::json& j, const std::string& source) {
+  ModelConfig c;
+  try {
+    QEVAL_CHECK(j.is_object(), "expected a JSON object, found {}", j.type_name());
+    c.architecture = j.value("architecture", std::string("custom"));
+    c.vocab_size = j.at("vocab_size").get<std::int64_t>();
+    c.d_model = j.at("d_model").get<std::int64_t>();
+    c.d_ff = j.at("d_ff").get<std::int64_t>();
+    c.n_layers = j.at("n_layers").get<std::int64_t>();
+    c.n_heads = j.at("n_heads").get<std::int64_t>();
+    c.n_kv_heads = j.value("n_kv_heads", c.n_heads);
+    c.max_seq_len = j.value("max_seq_len", std::int64_t{0});
+    c.norm = parse_norm(j.at("norm").get<std::string>());
+    c.norm_eps = j.value("norm_eps", 1e-5);
+    c.position = parse_position(j.at("position").get<std::string>());
+    c.rope_pairing = parse_rope_pairing(j.value("rope_pairing", std::string("interleaved")));
+    c.rope_theta = j.value("rope_theta", 10000.0);
+    c.attention_softmax = parse_softmax(j.value("attention_softmax", std::string("softmax")));
+    c.mlp = parse_mlp(j.at("mlp").get<std::string>());
+    c.attention_bias = j.value("attention_bias", false);
+    c.mlp_bias = j.value("mlp_bias", false);
+    c.tied_embeddings = j.value("tied_embeddings", false);
+    c.fused_qkv = j.value("fused_qkv", false);
+    if (j.contains("bos_id") && !j["bos_id"].is_null()) c.bos_id = j["bos_id"].get<std::int64_t>();
+    if (j.contains("eos_id") && !j["eos_id"].is_null()) c.eos_id = j["eos_id"].get<std::int64_t>();
+    if (j.contains("optimizer") && j["optimizer"].is_string()) c.optimizer = j["optimizer"].get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid qeval model config: {}", source, e.what());
+  } catch (const Error& e) {
+    fail("{}: invalid qeval model config: {}", source, e.what());
+  }
+  c.validate(source);
+  return c;
+}
+
+}  // namespace qeval

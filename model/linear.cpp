@@ -1,0 +1,27 @@
+#include "model/linear.h"
+
+#include "common/error.h"
+
+namespace qeval {
+
+FloatLinear::FloatLinear(at::Tensor weight, at::Tensor bias) : weight_(std::move(weight)), bias_(std::move(bias)) {
+  QEVAL_CHECK(weight_.defined() && weight_.dim() == 2, "FloatLinear: weight must be 2-D [out, in]");
+  QEVAL_CHECK(!bias_.defined() || (bias_.dim() == 1 && bias_.size(0) == weight_.size(0)),
+              "FloatLinear: bias must be [{}]", weight_.size(0));
+}
+
+at::Tensor FloatLinear::forward(const at::Tensor& x) const {
+  TORCH_CHECK(x.size(-1) == weight_.size(1), "FloatLinear: input has ", x.size(-1), " features, weight expects ",
+              weight_.size(1));
+  return bias_.defined() ? at::linear(x, weight_, bias_) : at::linear(x, weight_);
+}
+
+std::int64_t FloatLinear::weight_bytes() const {
+  std::int64_t bytes = weight_.numel() * static_cast<std::int64_t>(weight_.element_size());
+  if (bias_.defined()) bytes += bias_.numel() * static_cast<std::int64_t>(bias_.element_size());
+  return bytes;
+}
+
+std::string FloatLinear::describe() const { return std::string(c10::toString(weight_.scalar_type())); }
+
+}  // namespace qeval

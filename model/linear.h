@@ -1,0 +1,44 @@
+// Linear: the unit quantisation rewrites. The transformer calls every projection through this
+// interface, so quant/ can swap a FloatLinear for a quantised one without touching the model.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace qeval {
+
+class Linear {
+ public:
+  virtual ~Linear() = default;
+  // x: [B, L, in] float → [B, L, out]. Axis 0 is the sequence axis: implementations with
+  // dynamic activation scales compute them per sequence, so results do not depend on B.
+  virtual at::Tensor forward(const at::Tensor& x) const = 0;
+  virtual std::int64_t in_features() const = 0;
+  virtual std::int64_t out_features() const = 0;
+  // Bytes held by the weights (and scales/zeros) as stored for execution.
+  virtual std::int64_t weight_bytes() const = 0;
+  // Short description for records: "fp32", "int8 w:channel a:tensor, kernel onednn", ...
+  virtual std::string describe() const = 0;
+};
+
+// y = x Wᵀ + b in the weights' float dtype.
+class FloatLinear final : public Linear {
+ public:
+  FloatLinear(at::Tensor weight /*[out, in]*/, at::Tensor bias /*[out] or undefined*/);
+  at::Tensor forward(const at::Tensor& x) const override;
+  std::int64_t in_features() const override { return weight_.size(1); }
+  std::int64_t out_features() const override { return weight_.size(0); }
+  std::int64_t weight_bytes() const override;
+  std::string describe() const override;
+  const at::Tensor& weight() const { return weight_; }
+  const at::Tensor& bias() const { return bias_; }
+
+ private:
+  at::Tensor weight_;
+  at::Tensor bias_;
+};
+
+}  // namespace qeval

@@ -1,0 +1,158 @@
+#include "model/transformer.h"
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace qeval {
+
+at::Tensor softmax1(const at::Tensor& scores) {
+  at::Tensor m = scores.amax(-1, /*keepdim=*/true).clamp_min(0);
+  at::Tensor e = (scores - m).exp();
+  return e / ((-m).exp() + e.sum(-1, /*keepdim=*/true));
+}
+
+Transformer::Transformer(ModelConfig config, ModelWeights weights, const std::string& source)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  config_.validate(source);
+  validate_weights(weights_, config_, source);
+  auto add = [&](const std::string& name, const LinearWeights& w) {
+    linears_.push_back({name, std::make_shared<FloatLinear>(w.weight, w.bias)});
+    return static_cast<int>(linears_.size() - 1);
+  };
+  for (std::int64_t i = 0; i < config_.n_layers; ++i) {
+    const auto& b = weights_.blocks[static_cast<std::size_t>(i)];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    BlockLinears idx;
+    if (config_.fused_qkv) {
+      idx.qkv = add(p + "attn.qkv", b.qkv);
+    } else {
+      idx.q = add(p + "attn.q", b.q);
+      idx.k = add(p + "attn.k", b.k);
+      idx.v = add(p + "attn.v", b.v);
+    }
+    idx.o = add(p + "attn.o", b.o);
+    if (config_.mlp == MlpKind::swiglu) idx.gate = add(p + "mlp.gate", b.gate);
+    idx.up = add(p + "mlp.up", b.up);
+    idx.down = add(p + "mlp.down", b.down);
+    blocks_.push_back(idx);
+  }
+  lm_head_ = add("lm_head", LinearWeights{weights_.lm_head, at::Tensor()});
+}
+
+void Transformer::replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement) {
+  QEVAL_CHECK(replacement != nullptr, "replace_linear: null replacement for {}", name);
+  std::string valid;
+  for (auto& named : linears_) {
+    if (named.name == name) {
+      QEVAL_CHECK(replacement->in_features() == named.linear->in_features() &&
+                      replacement->out_features() == named.linear->out_features(),
+                  "replace_linear: {} is [{} -> {}], replacement is [{} -> {}]", name, named.linear->in_features(),
+                  named.linear->out_features(), replacement->in_features(), replacement->out_features());
+      named.linear = std::move(replacement);
+      return;
+    }
+    valid += (valid.empty() ? "" : ", ") + named.name;
+  }
+  fail("replace_linear: no linear named '{}'; the model has {}", name, valid);
+}
+
+std::int64_t Transformer::linear_weight_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& named : linears_) total += named.linear->weight_bytes();
+  return total;
+}
+
+at::Tensor Transformer::norm(const at::Tensor& x, const NormWeights& w) const {
+  if (config_.norm == NormKind::layernorm)
+    return at::layer_norm(x, {config_.d_model}, w.weight, w.bias, config_.norm_eps);
+  // rmsnorm (per-channel gain [D]) and rmsnorm_single (one gain [1]) differ only in broadcast.
+  at::Tensor inv_rms = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps);
+  return x * inv_rms * w.weight;
+}
+
+at::Tensor Transformer::apply_rope(const at::Tensor& x) const {
+  const std::int64_t L = x.size(2), hd = x.size(3), half = hd / 2;
+  // Angles in double, then cos/sin rounded once to the compute dtype.
+  auto opts = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor inv_freq = at::pow(config_.rope_theta, -at::arange(0, hd, 2, opts) / static_cast<double>(hd));  // [hd/2]
+  at::Tensor angles = at::outer(at::arange(L, opts), inv_freq);                                               // [L, hd/2]
+  at::Tensor cos = angles.cos().to(x.scalar_type()).to(x.device());
+  at::Tensor sin = angles.sin().to(x.scalar_type()).to(x.device());
+  at::Tensor a, b;  // the two members of each rotated pair, [B, H, L, hd/2]
+  if (config_.rope_pairing == RopePairing::interleaved) {
+    at::Tensor pairs = x.reshape({x.size(0), x.size(1), L, half, 2});
+    a = pairs.select(-1, 0);
+    b = pairs.select(-1, 1);
+    return at::stack({a * cos - b * sin, a * sin + b * cos}, -1).reshape(x.sizes());
+  }
+  a = x.narrow(-1, 0, half);
+  b = x.narrow(-1, half, half);
+  return at::cat({a * cos - b * sin, a * sin + b * cos}, -1);
+}
+
+at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, ForwardObserver* observer) const {
+  const auto& idx = blocks_[static_cast<std::size_t>(layer)];
+  const std::int64_t B = h.size(0), L = h.size(1), H = config_.n_heads, Hkv = config_.n_kv_heads;
+  const std::int64_t hd = config_.head_dim();
+  at::Tensor q, k, v;
+  if (idx.qkv >= 0) {
+    at::Tensor qkv = linear(idx.qkv).forward(h);  // [B, L, (H + 2 Hkv) hd]
+    auto parts = qkv.split_with_sizes({H * hd, Hkv * hd, Hkv * hd}, -1);
+    q = parts[0], k = parts[1], v = parts[2];
+  } else {
+    q = linear(idx.q).forward(h);
+    k = linear(idx.k).forward(h);
+    v = linear(idx.v).forward(h);
+  }
+  q = q.reshape({B, L, H, hd}).transpose(1, 2);  // [B, H, L, hd]
+  k = k.reshape({B, L, Hkv, hd}).transpose(1, 2);
+  v = v.reshape({B, L, Hkv, hd}).transpose(1, 2);
+  if (config_.position == PositionKind::rope) {
+    q = apply_rope(q);
+    k = apply_rope(k);
+  }
+  if (Hkv != H) {  // grouped-query: query head i reads kv head i / (H / Hkv)
+    k = k.repeat_interleave(H / Hkv, 1);
+    v = v.repeat_interleave(H / Hkv, 1);
+  }
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));  // [B, H, L, L]
+  at::Tensor future = at::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(h.device())).triu(1);
+  scores.masked_fill_(future, -std::numeric_limits<double>::infinity());
+  at::Tensor probs =
+      config_.attention_softmax == SoftmaxKind::softmax1 ? softmax1(scores) : at::softmax(scores, -1);
+  if (observer && observer->wants_attention(layer)) observer->on_attention(layer, probs);
+  at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({B, L, H * hd});
+  return linear(idx.o).forward(out);
+}
+
+at::Tensor Transformer::mlp(std::int64_t layer, const at::Tensor& h) const {
+  const auto& idx = blocks_[static_cast<std::size_t>(layer)];
+  if (config_.mlp == MlpKind::swiglu)
+    return linear(idx.down).forward(at::silu(linear(idx.gate).forward(h)) * linear(idx.up).forward(h));
+  return linear(idx.down).forward(at::gelu(linear(idx.up).forward(h), "tanh"));
+}
+
+at::Tensor Transformer::forward(const at::Tensor& tokens, ForwardObserver* observer) const {
+  TORCH_CHECK(tokens.dim() == 2, "Transformer::forward: tokens must be [B, L], got ", tokens.dim(), " dims");
+  const std::int64_t L = tokens.size(1);
+  if (config_.position == PositionKind::learned)
+    QEVAL_CHECK(L <= config_.max_seq_len, "Transformer::forward: window of {} tokens exceeds the model's {} learned positions",
+                L, config_.max_seq_len);
+  if (tokens.numel() > 0) {
+    std::int64_t lo = tokens.min().item<std::int64_t>(), hi = tokens.max().item<std::int64_t>();
+    QEVAL_CHECK(lo >= 0 && hi < config_.vocab_size, "Transformer::forward: token id {} outside the vocabulary of {}",
+                lo < 0 ? lo : hi, config_.vocab_size);
+  }
+  at::Tensor x = weights_.token_embedding.index_select(0, tokens.reshape({-1})).reshape({tokens.size(0), L, -1});
+  if (config_.position == PositionKind::learned) x = x + weights_.position_embedding.narrow(0, 0, L);
+  for (std::int64_t i = 0; i < config_.n_layers; ++i) {
+    const auto& b = weights_.blocks[static_cast<std::size_t>(i)];
+    x = x + attention(i, norm(x, b.attn_norm), observer);
+    x = x + mlp(i, norm(x, b.mlp_norm));
+    if (observer) observer->on_block_output(i, x);
+  }
+  return linear(lm_head_).forward(norm(x, weights_.final_norm));
+}
+
+}  // namespace qeval

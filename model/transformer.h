@@ -1,0 +1,65 @@
+// Transformer: one forward pass for the GPT-2 and Llama families, driven by ModelConfig's
+// switches. Every projection runs through a Linear, named canonically, so quant/ can rewrite
+// them; an optional ForwardObserver sees hidden states and (when it asks) attention.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/linear.h"
+#include "model/observer.h"
+#include "model/weights.h"
+
+namespace qeval {
+
+struct NamedLinear {
+  std::string name;  // layers.{i}.attn.{qkv|q|k|v|o}, layers.{i}.mlp.{up|gate|down}, lm_head
+  std::shared_ptr<const Linear> linear;
+};
+
+class Transformer {
+ public:
+  // Validates the weights against the config (throws naming `source`) and wraps every linear
+  // weight in a FloatLinear. Copies are cheap and share all tensors.
+  Transformer(ModelConfig config, ModelWeights weights, const std::string& source = "model");
+
+  // tokens: [B, L] int64 with positions 0..L-1 → logits [B, L, V] in the weights' dtype.
+  at::Tensor forward(const at::Tensor& tokens, ForwardObserver* observer = nullptr) const;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+
+  // Every linear in execution order (blocks first, lm_head last).
+  const std::vector<NamedLinear>& linears() const { return linears_; }
+  // Routes the named projection through `replacement` (same in/out features); throws with
+  // the valid names when `name` is unknown.
+  void replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement);
+  // Bytes of all linear weights as stored for execution (blocks + lm_head).
+  std::int64_t linear_weight_bytes() const;
+
+ private:
+  struct BlockLinears {
+    int qkv = -1, q = -1, k = -1, v = -1, o = -1, up = -1, gate = -1, down = -1;  // indices into linears_
+  };
+  at::Tensor attention(std::int64_t layer, const at::Tensor& h, ForwardObserver* observer) const;
+  at::Tensor mlp(std::int64_t layer, const at::Tensor& h) const;
+  at::Tensor norm(const at::Tensor& x, const NormWeights& w) const;
+  at::Tensor apply_rope(const at::Tensor& x /*[B, H, L, hd]*/) const;
+  const Linear& linear(int index) const { return *linears_[static_cast<std::size_t>(index)].linear; }
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::vector<NamedLinear> linears_;
+  std::vector<BlockLinears> blocks_;
+  int lm_head_ = -1;
+};
+
+// Softmax-1 over the last axis: exp(x_i) / (1 + Σ_j exp(x_j)), computed with
+// m = max(0, max_j x_j) so neither term overflows. Entries of -inf contribute nothing.
+at::Tensor softmax1(const at::Tensor& scores);
+
+}  // namespace qeval

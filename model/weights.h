@@ -1,0 +1,49 @@
+// ModelWeights: the one internal weight layout every loader produces (fp32, contiguous).
+// Linear weights are [out_features, in_features] (PyTorch nn.Linear convention).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace qeval {
+
+struct LinearWeights {
+  at::Tensor weight;  // [out, in] float32
+  at::Tensor bias;    // [out] float32, or undefined when the layer has no bias
+};
+
+struct NormWeights {
+  at::Tensor weight;  // [D] (layernorm, rmsnorm) or [1] (rmsnorm_single)
+  at::Tensor bias;    // [D] for layernorm, undefined otherwise
+};
+
+struct BlockWeights {
+  NormWeights attn_norm;
+  // Attention input projection: fused (GPT-2 c_attn, rows = [q; k; v]) when config.fused_qkv,
+  // else separate q [H*hd, D], k [Hkv*hd, D], v [Hkv*hd, D].
+  LinearWeights qkv;
+  LinearWeights q, k, v;
+  LinearWeights o;  // [D, H*hd]
+  NormWeights mlp_norm;
+  LinearWeights up;    // [F, D] (GPT-2 c_fc; Llama up_proj / llama2.c w3)
+  LinearWeights gate;  // [F, D] swiglu only (Llama gate_proj / llama2.c w1)
+  LinearWeights down;  // [D, F] (GPT-2 c_proj of the MLP; Llama down_proj / llama2.c w2)
+};
+
+struct ModelWeights {
+  at::Tensor token_embedding;     // [V, D]
+  at::Tensor position_embedding;  // [max_seq_len, D] for learned positions, undefined otherwise
+  std::vector<BlockWeights> blocks;
+  NormWeights final_norm;
+  at::Tensor lm_head;  // [V, D]; the same tensor as token_embedding when tied
+};
+
+// Checks every shape, dtype and presence against `config`; throws naming `source`, the
+// tensor, the expected and the found shape.
+void validate_weights(const ModelWeights& weights, const ModelConfig& config, const std::string& source);
+
+}  // namespace qeval

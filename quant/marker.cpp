@@ -1,0 +1,1 @@
+namespace qeval { int quant_marker = 0; }

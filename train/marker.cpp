@@ -1,0 +1,1 @@
+namespace qeval { int train_marker = 0; }
