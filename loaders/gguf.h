@@ -1,0 +1,75 @@
+// GGUF (llama.cpp's model file), versions 2 and 3, little-endian:
+//   "GGUF" u32 version, u64 n_tensors, u64 n_kv,
+//   n_kv × (string key, u32 value type, value)        strings are u64 length + bytes,
+//   n_tensors × (string name, u32 n_dims, u64 ne[n_dims], u32 ggml type, u64 offset),
+//   padding to `general.alignment` (default 32), then the data area; offsets are relative to it.
+// Dimensions are listed fastest-first: ne[0] is the number of columns, so an [out, in] matrix
+// is stored with ne = {in, out}; shape() returns the row-major (PyTorch) order, ne reversed.
+//
+// Everything is validated on open: counts, string and array lengths bounded by the bytes left
+// in the file (before allocating), value types, duplicate keys and names, dimensions, tensor
+// spans inside the data area, aligned and not overlapping. Tensor data is read on demand.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace qeval {
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<std::uint64_t> ne;  // fastest-first, as stored
+  std::uint32_t type = 0;         // ggml type id (0 F32, 1 F16, 30 BF16, ...)
+  std::uint64_t offset = 0;       // inside the data area
+  std::uint64_t bytes = 0;        // size of the data
+  std::vector<std::int64_t> shape() const;  // row-major: ne reversed
+};
+
+class GgufFile {
+ public:
+  // Parses and validates the header; throws qeval::Error naming the file, what was expected
+  // and what was found (including where the file ends too early).
+  explicit GgufFile(std::filesystem::path path);
+
+  const std::filesystem::path& path() const { return path_; }
+  std::uint32_t version() const { return version_; }
+  std::uint64_t alignment() const { return alignment_; }
+  std::uint64_t data_offset() const { return data_offset_; }
+
+  // Metadata values as JSON (integers, floats, bools, strings as their raw bytes, arrays as
+  // arrays; dump with nlohmann::json::error_handler_t::replace, token strings may not be UTF-8).
+  const nlohmann::json& metadata() const { return metadata_; }
+  bool has(const std::string& key) const { return metadata_.contains(key); }
+  // GGUF value type of a key (0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string,
+  // 9 array, 10 u64, 11 i64, 12 f64).
+  std::uint32_t value_type(const std::string& key) const;
+
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  bool has_tensor(const std::string& name) const { return index_.count(name) != 0; }
+  const GgufTensorInfo& tensor(const std::string& name) const;  // throws naming the file when missing
+
+  // F32, F16 or BF16 data as an owned float32 tensor of shape(); any other type (quantised
+  // or integer) is refused with an error naming the tensor and its type.
+  at::Tensor read_float32(const std::string& name) const;
+
+ private:
+  std::filesystem::path path_;
+  std::uint32_t version_ = 0;
+  std::uint64_t alignment_ = 32;
+  std::uint64_t data_offset_ = 0;
+  nlohmann::json metadata_ = nlohmann::json::object();
+  std::map<std::string, std::uint32_t> value_types_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, std::size_t> index_;
+};
+
+// "F32", "Q4_K", ... or "type N" for ids this build does not know.
+std::string ggml_type_name(std::uint32_t type);
+
+}  // namespace qeval

@@ -1,1 +1,0 @@
-namespace qeval { int loaders_marker = 0; }

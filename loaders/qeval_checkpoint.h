@@ -1,0 +1,48 @@
+// qeval's own checkpoints (what `qeval train` writes): a folder with
+//   config.json        config_to_json(config) ("format": "qeval", every switch explicit) plus
+//                      "metadata": the caller's extra facts (step, tokens seen, data, ...);
+//   model.safetensors  the weights under the canonical names below, in their own dtype
+//                      (float32, or F16/BF16/F64, which load as float32).
+//
+// Canonical tensor names (the same names Transformer gives its linears and validate_weights
+// uses in messages), D = d_model, F = d_ff, hd = head_dim, H / Hkv = n_heads / n_kv_heads:
+//   token_embedding                         [V, D]
+//   position_embedding                      [max_seq_len, D]       learned positions only
+//   layers.{i}.attn_norm.weight             [D] ([1] for rmsnorm_single)
+//   layers.{i}.attn_norm.bias               [D]                    layernorm only
+//   layers.{i}.attn.qkv.weight              [(H + 2 Hkv) hd, D]    fused_qkv (rows q; k; v)
+//   layers.{i}.attn.{q,k,v}.weight          [H hd | Hkv hd, D]     otherwise
+//   layers.{i}.attn.o.weight                [D, H hd]
+//   layers.{i}.mlp_norm.{weight,bias}       as attn_norm
+//   layers.{i}.mlp.up.weight                [F, D]
+//   layers.{i}.mlp.gate.weight              [F, D]                 swiglu only
+//   layers.{i}.mlp.down.weight              [D, F]
+//   <linear>.bias                           [out]                  attention_bias / mlp_bias
+//   final_norm.{weight,bias}                as attn_norm
+//   lm_head.weight                          [V, D]                 absent when tied_embeddings
+// Loading is strict: every expected tensor present with its shape, no tensor left over.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace qeval {
+
+// The weights under their canonical names (tensors shared, not copied). Validates first.
+std::map<std::string, at::Tensor> qeval_named_tensors(const ModelConfig& config, const ModelWeights& weights);
+
+// Writes a qeval checkpoint into `dir` (created if missing): model.safetensors first, then
+// config.json, each atomically, so a folder with a config.json always has complete weights.
+// `extra_metadata` (a JSON object) is stored under "metadata" in config.json and comes back
+// in LoadedCheckpoint::notes["metadata"].
+void save_qeval_checkpoint(const std::filesystem::path& dir, const ModelConfig& config, const ModelWeights& weights,
+                           const nlohmann::json& extra_metadata = nlohmann::json::object());
+
+}  // namespace qeval

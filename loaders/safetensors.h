@@ -1,0 +1,70 @@
+// safetensors (the Hugging Face tensor file): 8-byte little-endian header length N, N bytes of
+// JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
+// then the data area; offsets are relative to the start of the data area.
+//
+// The reader validates the whole header before any tensor is used: N inside the file and at
+// most 100 MB (the reference implementation's limit), a JSON object, every dtype known, shape ×
+// dtype size == byte span, every span inside the data area, no two spans overlapping. Tensors
+// are then read on demand from the file (no whole-file buffer) into owned CPU tensors.
+// Assumes a little-endian host, as the format's data is little-endian.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace qeval {
+
+struct SafetensorsTensorInfo {
+  std::string dtype;                // "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL"
+  at::ScalarType scalar_type;       // the matching LibTorch dtype
+  std::vector<std::int64_t> shape;  // row-major, outermost first
+  std::uint64_t begin = 0;          // byte span [begin, end) inside the data area
+  std::uint64_t end = 0;
+};
+
+class SafetensorsFile {
+ public:
+  // Reads and validates the header; throws qeval::Error naming the file, the tensor, what was
+  // expected and what was found.
+  explicit SafetensorsFile(std::filesystem::path path);
+
+  const std::filesystem::path& path() const { return path_; }
+  // The "__metadata__" entry (empty when the file has none).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Tensor names in the order of their data (ascending offsets).
+  const std::vector<std::string>& names() const { return names_; }
+  bool contains(const std::string& name) const { return infos_.count(name) != 0; }
+  // Throws naming the file when `name` is absent.
+  const SafetensorsTensorInfo& info(const std::string& name) const;
+
+  // The tensor in its stored dtype: owned, contiguous, on the CPU.
+  at::Tensor read(const std::string& name) const;
+  // The tensor as float32 (F16, BF16 and F64 are converted); integer and bool dtypes are refused.
+  at::Tensor read_float32(const std::string& name) const;
+  // As read_float32, and checks the stored shape first (the error names both shapes).
+  at::Tensor read_float32(const std::string& name, const std::vector<std::int64_t>& expected_shape) const;
+
+ private:
+  std::filesystem::path path_;
+  std::uint64_t data_start_ = 0;  // file offset of the data area
+  std::map<std::string, SafetensorsTensorInfo> infos_;
+  std::vector<std::string> names_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Every tensor of the file in its stored dtype, or as float32 when `to_float32` (then only
+// floating-point tensors are accepted).
+std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& path, bool to_float32 = false);
+
+// Writes the tensors (any of the dtypes above; CPU or not, contiguous or not) atomically
+// (temp file + rename): data in name order, header padded with spaces to a multiple of 8
+// bytes, as the reference implementation does. Throws naming the tensor on an unsupported dtype.
+void write_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace qeval
