@@ -4,10 +4,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 namespace qeval::cli {
 
 // Exit status a command wants main() to return (check uses 1 for violations, 2 for bad input).
 extern int exit_status;
+// argv as given, for result records.
+extern std::vector<std::string> command_line;
 
 void add_eval_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);

@@ -1,8 +1,172 @@
+// `qeval eval`: model + data + schemes → perplexity per scheme, Δ vs full precision, KL,
+// statistics; a Markdown table on stdout, progress on stderr, the record with --out.
+#include <ATen/Parallel.h>
+#include <fmt/core.h>
+
 #include "cli/commands.h"
+#include "cli/json_config.h"
 #include "common/error.h"
+#include "common/files.h"
+#include "common/hash.h"
+#include "eval/evaluator.h"
+#include "eval/record.h"
+#include "eval/schemes.h"
+#include "eval/table.h"
+#include "loaders/checkpoint.h"
+#include "loaders/documents.h"
+#include "loaders/protocol.h"
+#include "loaders/tokenizer.h"
+#include "loaders/tokenizer_discovery.h"
+
 namespace qeval::cli {
-void add_eval_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("eval", "perplexity of a model on validation text (not yet implemented)");
-  cmd->callback([] { fail("eval: not implemented yet"); });
+namespace {
+
+struct EvalArgs {
+  std::string model = "models/stories260K/stories260K.bin";
+  std::string tokenizer;  // default: found beside the model
+  std::string data = "text/tinystories/validation-head.txt";
+  std::string data_dir;
+  std::string schemes = "full";
+  std::string protocol = "windows";
+  std::int64_t seq_len = 512;
+  std::int64_t max_windows = 0;
+  std::int64_t seed = -1;
+  bool bos_per_window = false;
+  std::string separator = "auto";
+  std::string text_split = "paragraph";
+  std::string json_field = "text";
+  std::int64_t batch_size = 1;
+  int threads = 0;
+  std::string out;
+  bool quiet = false;
+  std::vector<std::string> argv;
+};
+
+std::optional<std::string> opt(const std::string& s) { return s.empty() ? std::nullopt : std::optional<std::string>(s); }
+
+void run_eval(const EvalArgs& a) {
+  if (a.threads > 0) at::set_num_threads(a.threads);
+  const auto data_dir = opt(a.data_dir);
+  const auto model_path = resolve_input_path(a.model, data_dir);
+  const auto data_path = resolve_input_path(a.data, data_dir);
+  if (!a.out.empty()) {
+    // Fail before hours of work, not after, when the record cannot be written.
+    std::filesystem::path out(a.out);
+    auto dir = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
+    QEVAL_CHECK(std::filesystem::is_directory(dir), "--out {}: folder {} does not exist", a.out, dir.string());
+  }
+
+  LoadedCheckpoint checkpoint = load_checkpoint(model_path);
+  std::filesystem::path tokenizer_path;
+  if (!a.tokenizer.empty()) {
+    tokenizer_path = resolve_input_path(a.tokenizer, data_dir);
+  } else {
+    auto found = find_tokenizer_beside(model_path);
+    QEVAL_CHECK(found.has_value(), "no tokenizer found beside {}; pass --tokenizer", model_path.string());
+    tokenizer_path = *found;
+  }
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_path);
+  QEVAL_CHECK(tokenizer->vocab_size() <= checkpoint.config.vocab_size,
+              "tokenizer {} has {} tokens but model {} has a vocabulary of {}: they do not belong together",
+              tokenizer_path.string(), tokenizer->vocab_size(), model_path.string(), checkpoint.config.vocab_size);
+
+  ProtocolSpec protocol;
+  protocol.name = a.protocol;
+  protocol.seq_len = a.seq_len;
+  protocol.max_windows = a.max_windows;
+  protocol.bos_per_window = a.bos_per_window;
+  protocol.separator = parse_separator(a.separator);
+  if (a.seed >= 0) protocol.sample_seed = static_cast<std::uint64_t>(a.seed);
+  protocol = ProtocolSpec::from_json(protocol.to_json(), "command line");  // validates
+  if (checkpoint.config.position == PositionKind::learned)
+    QEVAL_CHECK(protocol.seq_len <= checkpoint.config.max_seq_len,
+                "--seq-len {} exceeds the {} learned positions of {}", protocol.seq_len, checkpoint.config.max_seq_len,
+                model_path.string());
+
+  DocumentOptions doc_options;
+  doc_options.text_split = parse_text_split(a.text_split);
+  doc_options.json_field = a.json_field;
+  auto documents = open_documents(data_path, doc_options);
+  const std::string data_format = documents->format();
+
+  Transformer full(checkpoint.config, checkpoint.weights, model_path.string());
+  std::vector<EvalScheme> schemes = make_schemes(full, parse_scheme_list(a.schemes));
+
+  WindowStream windows(std::move(documents), *tokenizer, protocol);
+  EvalOptions options;
+  options.batch_size = a.batch_size;
+  options.progress = !a.quiet;
+  options.expected_windows = protocol.max_windows;
+  EvalResult result = evaluate(schemes, windows, options);
+
+  RecordContext context;
+  context.command = a.argv;
+  context.model = {{"path", model_path.string()},
+                   {"format", checkpoint.format},
+                   {"weights_hash", checkpoint.weights_hash},
+                   {"config", config_to_json(checkpoint.config)},
+                   {"parameters", checkpoint.config.parameter_count()},
+                   {"notes", checkpoint.notes}};
+  context.tokenizer = {{"path", tokenizer_path.string()},
+                       {"kind", tokenizer->kind()},
+                       {"vocab_size", tokenizer->vocab_size()}};
+  context.data = {{"path", data_path.string()},
+                  {"format", data_format},
+                  {"hash", hash_file(data_path)},
+                  {"text_split", to_string(doc_options.text_split)},
+                  {"json_field", doc_options.json_field},
+                  {"documents_read", windows.documents_read()},
+                  {"stream_tokens_read", windows.stream_tokens()}};
+  context.protocol = protocol.to_json();
+  context.protocol["separator_id"] =
+      windows.separator_id() ? nlohmann::json(*windows.separator_id()) : nlohmann::json(nullptr);
+  context.precision = {{"dtype", "fp32"}, {"device", "cpu"}};
+  context.options = {{"batch_size", a.batch_size}, {"threads", at::get_num_threads()}};
+  std::vector<nlohmann::json> statistics(schemes.size(), nullptr);
+  nlohmann::json record = build_record(context, schemes, result, statistics);
+
+  fmt::print("{} on {} ({} windows of {} tokens, {} scored)\n\n", model_path.filename().string(),
+             data_path.filename().string(), result.windows, protocol.seq_len, result.scored_tokens);
+  fmt::print("{}\n{}", scheme_table_markdown(record), schemes.size() > 1 ? "\n" + penalty_row_markdown(record) : "");
+  if (!a.out.empty()) {
+    write_record(a.out, record);
+    fmt::print(stderr, "record written to {}\n", a.out);
+  }
 }
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  auto args = std::make_shared<EvalArgs>();
+  auto* cmd = app.add_subcommand("eval", "perplexity per scheme against full precision, with statistics");
+  add_json_config(cmd);
+  cmd->add_option("--model,-m", args->model, "checkpoint: HF folder, llama2.c .bin, .gguf or qeval folder (relative paths also tried under the data folder)")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer,-t", args->tokenizer, "tokenizer file or folder (default: found beside the model)");
+  cmd->add_option("--data,-d", args->data, "validation text: .txt, .jsonl, .json.gz, .jsonl.zst")->capture_default_str();
+  cmd->add_option("--data-dir", args->data_dir, "shared data folder (default: $QEVAL_DATA_DIR, else ../shared/data)");
+  cmd->add_option("--schemes,-s", args->schemes, "comma-separated scheme presets or JSON spec files; full precision always runs first")
+      ->capture_default_str();
+  cmd->add_option("--protocol", args->protocol, "evaluation protocol")->capture_default_str()->check(CLI::IsMember({"windows"}));
+  cmd->add_option("--seq-len", args->seq_len, "window length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--max-windows", args->max_windows, "number of windows (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", args->seed, "with --max-windows: sample windows with this seed instead of taking the first (-1: off)")
+      ->capture_default_str();
+  cmd->add_flag("--bos-per-window", args->bos_per_window, "start every window with BOS");
+  cmd->add_option("--separator", args->separator, "token joining documents: auto (tokenizer's), eos, bos, none")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "eos", "bos", "none"}));
+  cmd->add_option("--text-split", args->text_split, "plain-text documents: paragraph, line or file")
+      ->capture_default_str()->check(CLI::IsMember({"paragraph", "line", "file"}));
+  cmd->add_option("--json-field", args->json_field, "JSON-lines field holding the text")->capture_default_str();
+  cmd->add_option("--batch-size,-b", args->batch_size, "windows per forward pass (results do not depend on it)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", args->threads, "CPU threads (0: LibTorch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically");
+  cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
+  cmd->callback([args] {
+    args->argv = command_line;
+    run_eval(*args);
+  });
+}
+
 }  // namespace qeval::cli

@@ -10,9 +10,11 @@
 
 namespace qeval::cli {
 int exit_status = 0;
+std::vector<std::string> command_line;
 }
 
 int main(int argc, char** argv) {
+  qeval::cli::command_line.assign(argv, argv + argc);
   CLI::App app{"qeval: perplexity and outlier statistics of language models under int8 / 4-bit quantisation"};
   app.set_version_flag("--version", "qeval " + qeval::version() + " (" + qeval::git_commit() + ")");
   app.require_subcommand(1);

@@ -13,7 +13,17 @@ FloatLinear::FloatLinear(at::Tensor weight, at::Tensor bias) : weight_(std::move
 at::Tensor FloatLinear::forward(const at::Tensor& x) const {
   TORCH_CHECK(x.size(-1) == weight_.size(1), "FloatLinear: input has ", x.size(-1), " features, weight expects ",
               weight_.size(1));
-  return bias_.defined() ? at::linear(x, weight_, bias_) : at::linear(x, weight_);
+  // One GEMM per sequence: a GEMM's rounding can depend on M, so sharing one GEMM across the
+  // batch would make a window's logits depend on its neighbours. Per sequence, results are
+  // bit-identical for every batch size.
+  auto one = [&](const at::Tensor& rows) {
+    return bias_.defined() ? at::linear(rows, weight_, bias_) : at::linear(rows, weight_);
+  };
+  if (x.dim() != 3 || x.size(0) == 1) return one(x);
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(static_cast<std::size_t>(x.size(0)));
+  for (std::int64_t b = 0; b < x.size(0); ++b) outputs.push_back(one(x[b]));
+  return at::stack(outputs);
 }
 
 std::int64_t FloatLinear::weight_bytes() const {

@@ -24,7 +24,7 @@ class Linear {
   virtual std::string describe() const = 0;
 };
 
-// y = x Wᵀ + b in the weights' float dtype.
+// y = x Wᵀ + b in the weights' float dtype, one GEMM per sequence (batch-size independent).
 class FloatLinear final : public Linear {
  public:
   FloatLinear(at::Tensor weight /*[out, in]*/, at::Tensor bias /*[out] or undefined*/);

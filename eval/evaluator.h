@@ -1,0 +1,57 @@
+// Evaluator: runs every scheme on each window, window-major, against that window's
+// full-precision logits (DESIGN.md §4–§6), and keeps per-window rows so that shards and
+// resumed runs reduce to exactly the same totals.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "eval/token_scores.h"
+#include "loaders/protocol.h"
+#include "model/observer.h"
+#include "model/transformer.h"
+
+namespace qeval {
+
+// One model variant to evaluate. The first scheme must be full precision ("full"): the others
+// are compared against it.
+struct EvalScheme {
+  std::string name;
+  Transformer model;
+  nlohmann::json description = nlohmann::json::object();  // resolved spec + execution report
+  // Optional: sees this scheme's forward pass (statistics). Its begin_batch is the caller's.
+  std::shared_ptr<ForwardObserver> observer;
+  // Called before each batch with the global window indices of its rows.
+  std::function<void(const std::vector<std::int64_t>&)> begin_batch;
+};
+
+struct EvalOptions {
+  std::int64_t batch_size = 1;
+  bool progress = true;              // ETA and running PPL on stderr
+  std::int64_t expected_windows = 0;  // for the ETA; 0 when unknown
+};
+
+struct SchemeResult {
+  std::map<std::int64_t, WindowScores> rows;  // by window index
+  double forward_seconds = 0;
+  SchemeSummary summary() const { return summarize(rows); }
+};
+
+struct EvalResult {
+  std::vector<SchemeResult> schemes;  // in the order given
+  std::map<std::int64_t, std::uint64_t> window_hashes;  // XXH3 of each window's tokens + first scored
+  std::int64_t windows = 0, scored_tokens = 0, processed_tokens = 0;
+  double seconds = 0;
+  // XXH3 over the per-window hashes in ascending window order: identical for shards merged.
+  std::string token_stream_hash() const;
+};
+
+// Consumes the stream. Throws (leaving no partial output anywhere) on any error.
+EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowStream& windows, const EvalOptions& options);
+
+}  // namespace qeval

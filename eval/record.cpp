@@ -1,0 +1,92 @@
+#include "eval/record.h"
+
+#include <ctime>
+
+#include "common/build_info.h"
+#include "common/error.h"
+#include "common/files.h"
+
+namespace qeval {
+namespace {
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json build_record(const RecordContext& context, const std::vector<EvalScheme>& schemes,
+                            const EvalResult& result, const std::vector<nlohmann::json>& statistics) {
+  nlohmann::json record;
+  record["schema_version"] = kRecordSchemaVersion;
+  record["qeval"] = {{"version", version()}, {"git_commit", git_commit()}};
+  record["created"] = utc_now();
+  record["command"] = context.command;
+  record["host"] = host_info();
+  record["model"] = context.model;
+  record["tokenizer"] = context.tokenizer;
+  record["data"] = context.data;
+  nlohmann::json protocol = context.protocol;
+  protocol["windows"] = result.windows;
+  protocol["scored_tokens"] = result.scored_tokens;
+  protocol["token_stream_hash"] = result.token_stream_hash();
+  record["protocol"] = protocol;
+  record["precision"] = context.precision;
+  record["options"] = context.options;
+
+  const SchemeSummary full = result.schemes.front().summary();
+  nlohmann::json list = nlohmann::json::array();
+  for (std::size_t i = 0; i < schemes.size(); ++i) {
+    const SchemeResult& r = result.schemes[i];
+    const SchemeSummary s = r.summary();
+    nlohmann::json entry;
+    entry["name"] = schemes[i].name;
+    entry["description"] = schemes[i].description;
+    entry["linear_weight_bytes"] = schemes[i].model.linear_weight_bytes();
+    entry["perplexity"] = s.to_json();
+    entry["vs_full"] = {{"dppl", s.ppl - full.ppl},
+                        {"dppl_rel", full.ppl > 0 ? (s.ppl - full.ppl) / full.ppl : 0.0},
+                        {"paired_dnll_mean", s.diff_mean},
+                        {"paired_dnll_se", s.diff_se},
+                        {"kl_mean", s.kl_mean},
+                        {"top1_agreement", s.top1_agreement},
+                        {"dp_correct_mean", s.dp_mean}};
+    entry["statistics"] = i < statistics.size() ? statistics[i] : nlohmann::json(nullptr);
+    // Throughput counts every token run through the model (scored or not).
+    entry["timing"] = {{"forward_seconds", r.forward_seconds},
+                       {"tokens_per_second", r.forward_seconds > 0
+                                                 ? static_cast<double>(result.processed_tokens) / r.forward_seconds
+                                                 : 0.0}};
+    nlohmann::json rows = nlohmann::json::object();
+    for (const auto& [index, row] : r.rows) rows[std::to_string(index)] = row.to_json();
+    entry["per_window"] = rows;
+    list.push_back(entry);
+  }
+  record["schemes"] = list;
+  record["timing"] = {{"total_seconds", result.seconds}};
+  return record;
+}
+
+void write_record(const std::filesystem::path& path, const nlohmann::json& record) {
+  write_file_atomic(path, record.dump(2) + "\n");
+}
+
+nlohmann::json read_record(const std::filesystem::path& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not a qeval result record (invalid JSON: {})", path.string(), e.what());
+  }
+  QEVAL_CHECK(j.is_object() && j.contains("schema_version"), "{}: not a qeval result record (no schema_version)",
+              path.string());
+  int v = j["schema_version"].get<int>();
+  QEVAL_CHECK(v == kRecordSchemaVersion, "{}: record schema_version {} is not supported (expected {})", path.string(), v,
+              kRecordSchemaVersion);
+  return j;
+}
+
+}  // namespace qeval

@@ -1,0 +1,36 @@
+// Result records (DESIGN.md §9): one JSON document per `qeval eval`, carrying the build, the
+// host, the model, the data, the protocol and, per scheme, the resolved spec, execution path,
+// perplexity with its error, the comparison with full precision, statistics and timings.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "eval/evaluator.h"
+
+namespace qeval {
+
+inline constexpr int kRecordSchemaVersion = 1;
+
+struct RecordContext {
+  std::vector<std::string> command;  // argv
+  nlohmann::json model;              // path, format, weights_hash, config, parameters, notes
+  nlohmann::json tokenizer;          // path, kind, vocab_size
+  nlohmann::json data;               // path, format, hash, text_split, documents
+  nlohmann::json protocol;           // ProtocolSpec::to_json() (+ filled in: windows, tokens, hash)
+  nlohmann::json precision;          // {"dtype": "fp32", "device": "cpu"}
+  nlohmann::json options;            // batch size, threads, ...
+};
+
+// `statistics[i]` (may be null) is scheme i's statistics summary.
+nlohmann::json build_record(const RecordContext& context, const std::vector<EvalScheme>& schemes,
+                            const EvalResult& result, const std::vector<nlohmann::json>& statistics);
+
+// Writes atomically (temp file + rename): the record is complete or absent.
+void write_record(const std::filesystem::path& path, const nlohmann::json& record);
+// Reads and checks schema_version; throws naming the file.
+nlohmann::json read_record(const std::filesystem::path& path);
+
+}  // namespace qeval

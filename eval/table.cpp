@@ -1,0 +1,59 @@
+#include "eval/table.h"
+
+#include <fmt/format.h>
+
+namespace qeval {
+namespace {
+
+const nlohmann::json* find_scheme(const nlohmann::json& record, const std::string& name) {
+  for (const auto& s : record.at("schemes"))
+    if (s.at("name") == name) return &s;
+  return nullptr;
+}
+
+std::string execution_of(const nlohmann::json& scheme) {
+  const auto& d = scheme.at("description");
+  if (d.is_object() && d.contains("execution") && d["execution"].is_string()) return d["execution"].get<std::string>();
+  return "fp";
+}
+
+}  // namespace
+
+std::string scheme_table_markdown(const nlohmann::json& record) {
+  std::string out =
+      "| scheme | execution | PPL | ± | ΔPPL | ΔPPL % | paired ΔNLL ± se | KL(full‖q) | top-1 agree | Δp(correct) | tok/s |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& s : record.at("schemes")) {
+    const auto& p = s.at("perplexity");
+    const auto& v = s.at("vs_full");
+    bool is_full = &s == &record.at("schemes").front();
+    out += fmt::format("| {} | {} | {:.4f} | {:.4f} | {} | {} | {} | {} | {} | {} | {:.0f} |\n", s.at("name").get<std::string>(),
+                       execution_of(s), p.at("ppl").get<double>(), p.at("ppl_pm").get<double>(),
+                       is_full ? "—" : fmt::format("{:+.4f}", v.at("dppl").get<double>()),
+                       is_full ? "—" : fmt::format("{:+.2f}", 100 * v.at("dppl_rel").get<double>()),
+                       is_full ? "—"
+                               : fmt::format("{:+.5f} ± {:.5f}", v.at("paired_dnll_mean").get<double>(),
+                                             v.at("paired_dnll_se").get<double>()),
+                       is_full ? "—" : fmt::format("{:.5f}", v.at("kl_mean").get<double>()),
+                       is_full ? "—" : fmt::format("{:.2f}%", 100 * v.at("top1_agreement").get<double>()),
+                       is_full ? "—" : fmt::format("{:+.5f}", v.at("dp_correct_mean").get<double>()),
+                       s.at("timing").at("tokens_per_second").get<double>());
+  }
+  return out;
+}
+
+std::string penalty_row_markdown(const nlohmann::json& record) {
+  const nlohmann::json* full = find_scheme(record, "full");
+  if (!full) full = &record.at("schemes").front();
+  auto delta = [&](const char* name) -> std::string {
+    const nlohmann::json* s = find_scheme(record, name);
+    if (!s) return "—";
+    return fmt::format("{:+.4f}", s->at("vs_full").at("dppl").get<double>());
+  };
+  std::string out = "| PPL full | coarse Δ | moderate Δ | fine Δ | 4-bit Δ |\n|---:|---:|---:|---:|---:|\n";
+  out += fmt::format("| {:.4f} | {} | {} | {} | {} |\n", full->at("perplexity").at("ppl").get<double>(),
+                     delta("int8-coarse"), delta("int8-moderate"), delta("int8-fine"), delta("w4-zeropoint"));
+  return out;
+}
+
+}  // namespace qeval

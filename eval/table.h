@@ -1,0 +1,16 @@
+// Human-readable tables made from result records (so `eval` and `compare` print the same way).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace qeval {
+
+// One row per scheme: PPL ± error, ΔPPL, paired ΔNLL ± se, KL, top-1 agreement, Δp, speed.
+std::string scheme_table_markdown(const nlohmann::json& record);
+
+// The paper's Table 3 layout for one record: PPL full, coarse Δ, moderate Δ, fine Δ, 4-bit Δ
+// (columns of schemes the record lacks are shown as "—").
+std::string penalty_row_markdown(const nlohmann::json& record);
+
+}  // namespace qeval

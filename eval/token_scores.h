@@ -1,0 +1,50 @@
+// Per-window scores of one scheme, and how they combine into perplexity, its standard error
+// and the paired comparison with full precision (DESIGN.md §4, §6).
+//
+// Every window contributes one WindowScores row of float64 sums over its scored tokens. Rows
+// are reduced in ascending window index order only, so a run split into shards, or resumed
+// after a kill, gives bit-identical totals to one uninterrupted run.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace qeval {
+
+struct WindowScores {
+  std::int64_t tokens = 0;
+  double nll_sum = 0, nll_sq_sum = 0;  // per-token negative log-likelihood (nats)
+  // Against full precision (zero for the full-precision scheme itself):
+  double diff_sum = 0, diff_sq_sum = 0;  // d = nll_scheme − nll_full per token
+  double kl_sum = 0;                     // KL(P_full ‖ P_scheme) per token, nats
+  std::int64_t top1_agree = 0;           // argmax equal
+  double dp_sum = 0;                     // p_scheme(correct) − p_full(correct)
+
+  nlohmann::json to_json() const;
+  static WindowScores from_json(const nlohmann::json& j);
+};
+
+// Scores one batch. log_probs: [B, L, V] log-softmax of the scheme's logits (float32);
+// full_log_probs: the same for full precision (may be the same tensor); targets: [B, L] ids;
+// first_scored[b]: first scored position of row b. Position p's distribution predicts token p.
+// Returns one row per batch element. Sums run sequentially in float64 in position order, so
+// the result does not depend on the thread count or the batch size.
+std::vector<WindowScores> score_batch(const at::Tensor& log_probs, const at::Tensor& full_log_probs,
+                                      const at::Tensor& targets, const std::vector<std::int64_t>& first_scored);
+
+struct SchemeSummary {
+  std::int64_t windows = 0, tokens = 0;
+  double nll_mean = 0, nll_se = 0;  // standard error of the mean per-token NLL
+  double ppl = 0, ppl_low = 0, ppl_high = 0;  // exp(mean), exp(mean ∓ 1.96·se)
+  double diff_mean = 0, diff_se = 0;          // paired ΔNLL vs full
+  double kl_mean = 0, top1_agreement = 0, dp_mean = 0;
+  nlohmann::json to_json() const;
+};
+
+// Reduces rows keyed by window index, in ascending index order.
+SchemeSummary summarize(const std::map<std::int64_t, WindowScores>& rows);
+
+}  // namespace qeval

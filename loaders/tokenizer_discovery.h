@@ -1,0 +1,14 @@
+// Finding the tokenizer that belongs to a checkpoint when --tokenizer is not given.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+
+namespace qeval {
+
+// Looks in the checkpoint's folder (or the folder it is in) for, in order: tokenizer.json,
+// vocab.json (+ merges.txt), encoder.json (+ vocab.bpe), tokenizer.model, a single other
+// *.model, tokenizer.bin, a single tok*.bin. Returns nullopt when none or several candidates.
+std::optional<std::filesystem::path> find_tokenizer_beside(const std::filesystem::path& checkpoint);
+
+}  // namespace qeval
