@@ -1,0 +1,25 @@
+// CPU backends of kernels/int8_gemm.h. Operands are already checked by the dispatch:
+// a [M, K] int8 and b [N, K] int8, both contiguous on the CPU; results are [M, N] float32
+// holding the exact int32 sums Σ_k a[m, k] · b[n, k], each rounded once to float32.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+namespace qeval::kernels::cpu {
+
+// Readable reference: one int32 dot product per output (kernels/cpu/int8_gemm_reference.cpp).
+at::Tensor int8_matmul_acc_reference(const at::Tensor& a, const at::Tensor& b);
+
+// oneDNN matmul s8 × s8 → f32 (s32 accumulation), primitives cached by shape (kernels/cpu/int8_gemm_onednn.cpp).
+at::Tensor int8_matmul_acc_onednn(const at::Tensor& a, const at::Tensor& b);
+
+// oneDNN's name for the implementation it uses at this shape ("brg:avx512_core_amx", ...).
+std::string onednn_int8_impl(std::int64_t M, std::int64_t K, std::int64_t N);
+
+// Whether oneDNN has an int8 matmul implementation on this CPU (checked once).
+bool onednn_int8_available();
+
+}  // namespace qeval::kernels::cpu

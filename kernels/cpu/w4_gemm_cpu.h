@@ -1,0 +1,25 @@
+// CPU backends of kernels/w4_gemm.h. Operands are already checked by the dispatch and are
+// contiguous: x [M, K] f32, qweight [N, ceil(K/2)] u8, scales and zeros [N, G] f32, bias [N] f32
+// or undefined. Results are [M, N] float32.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace qeval::kernels::cpu {
+
+// Readable definition: y[m, n] = Σ_k x[m, k] · Ŵ[n, k] + bias[n], summed in k order.
+at::Tensor w4_gemm_reference(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
+                             const at::Tensor& zeros, std::int64_t group_size, const at::Tensor& bias);
+
+// Dequantises blocks of output channels on the fly and multiplies them with every row of x.
+// allow_avx512 = false forces the portable loops (so tests cover both variants on one CPU).
+at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
+                              const at::Tensor& zeros, std::int64_t group_size, const at::Tensor& bias,
+                              bool allow_avx512 = true);
+
+// Whether w4_gemm_vectorized runs its AVX-512 variant on this CPU (checked once at run time).
+bool w4_gemm_avx512_available();
+
+}  // namespace qeval::kernels::cpu

@@ -1,0 +1,201 @@
+// Vectorised 4-bit weight GEMM for small M (decoding and short windows), where the GEMM is
+// bound by reading weights: reading 4-bit codes instead of float32 moves 8× fewer bytes.
+// Work is split over output channels with at::parallel_for. Each task dequantises a tile of
+// kTileN channels into a float buffer ((q − zero) · scale, bit-identical to w4_dequantize) and
+// multiplies it with every row of x, kTileM rows at a time, so each weight is unpacked once per
+// call and each loaded weight vector feeds kTileM FMAs.
+// Two variants of the same loops: AVX-512F intrinsics, chosen at run time when the CPU has them
+// (GCC's target attribute, no global -mavx512f), and a portable variant with 8 independent lanes
+// that compilers vectorise for any x86-64 or other target. Sums run in 16 (or 8) lanes and are
+// reduced at the end, so results differ from k-order summation by float rounding only.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 warns inside its own AVX-512 conversion intrinsics (_mm512_undefined_* self-initialises).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#define QEVAL_W4_HAS_AVX512_VARIANT 1
+#endif
+
+#include "kernels/cpu/w4_gemm_cpu.h"
+
+namespace qeval::kernels::cpu {
+namespace {
+
+constexpr std::int64_t kTileN = 4;  // output channels dequantised together
+constexpr std::int64_t kTileM = 4;  // rows of x that share each weight vector
+
+struct Problem {
+  const float* x;  // [M, K]
+  const std::uint8_t* q;  // [N, Kb]
+  const float* scales;  // [N, G]
+  const float* zeros;  // [N, G]
+  const float* bias;  // [N] or null
+  float* y;  // [M, N]
+  std::int64_t M, K, N, Kb, G, group_size;
+  std::int64_t ldw;  // buffer row stride: K rounded up to 16, the padding held at 0
+};
+
+// ---- portable variant ----------------------------------------------------------------------
+
+void dequantize_tile_portable(const Problem& p, std::int64_t n0, float* buf) {
+  for (std::int64_t r = 0; r < kTileN; ++r) {
+    float* row = buf + r * p.ldw;
+    const std::int64_t n = n0 + r;
+    std::fill(row, row + p.ldw, 0.0f);
+    if (n >= p.N) continue;
+    const std::uint8_t* codes = p.q + n * p.Kb;
+    for (std::int64_t k = 0; k < p.K; ++k)
+      row[k] = static_cast<float>((k % 2 == 0) ? (codes[k / 2] & 0x0F) : (codes[k / 2] >> 4));
+    for (std::int64_t g = 0; g < p.G; ++g) {
+      const float z = p.zeros[n * p.G + g], s = p.scales[n * p.G + g];
+      const std::int64_t k1 = std::min(p.K, (g + 1) * p.group_size);
+      for (std::int64_t k = g * p.group_size; k < k1; ++k) row[k] = (row[k] - z) * s;
+    }
+  }
+}
+
+void tile_portable(const Problem& p, std::int64_t n0, std::int64_t m0, const float* buf) {
+  constexpr int kLanes = 8;
+  const float* xr[kTileM];
+  for (std::int64_t i = 0; i < kTileM; ++i) xr[i] = p.x + std::min(m0 + i, p.M - 1) * p.K;
+  float acc[kTileM][kTileN][kLanes] = {};
+  const std::int64_t k_full = p.K / kLanes * kLanes;
+  for (std::int64_t k = 0; k < k_full; k += kLanes)
+    for (std::int64_t i = 0; i < kTileM; ++i)
+      for (std::int64_t j = 0; j < kTileN; ++j)
+        for (int l = 0; l < kLanes; ++l) acc[i][j][l] += xr[i][k + l] * buf[j * p.ldw + k + l];
+  for (std::int64_t k = k_full; k < p.K; ++k)
+    for (std::int64_t i = 0; i < kTileM; ++i)
+      for (std::int64_t j = 0; j < kTileN; ++j) acc[i][j][0] += xr[i][k] * buf[j * p.ldw + k];
+  for (std::int64_t i = 0; i < kTileM && m0 + i < p.M; ++i)
+    for (std::int64_t j = 0; j < kTileN && n0 + j < p.N; ++j) {
+      float sum = 0.0f;
+      for (int l = 0; l < kLanes; ++l) sum += acc[i][j][l];
+      p.y[(m0 + i) * p.N + n0 + j] = p.bias ? sum + p.bias[n0 + j] : sum;
+    }
+}
+
+// ---- AVX-512F variant ----------------------------------------------------------------------
+
+#ifdef QEVAL_W4_HAS_AVX512_VARIANT
+__attribute__((target("avx512f"))) void dequantize_tile_avx512(const Problem& p, std::int64_t n0, float* buf) {
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (std::int64_t r = 0; r < kTileN; ++r) {
+    float* row = buf + r * p.ldw;
+    const std::int64_t n = n0 + r;
+    std::fill(row, row + p.ldw, 0.0f);
+    if (n >= p.N) continue;
+    const std::uint8_t* codes = p.q + n * p.Kb;
+    // 16 bytes = 32 codes per step: split nibbles, interleave back into k order, widen to float.
+    std::int64_t b = 0;
+    for (; b + 16 <= p.K / 2; b += 16) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + b));
+      const __m128i lo = _mm_and_si128(bytes, low4);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+      _mm512_storeu_ps(row + 2 * b, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))));
+      _mm512_storeu_ps(row + 2 * b + 16, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi))));
+    }
+    for (std::int64_t k = 2 * b; k < p.K; ++k)
+      row[k] = static_cast<float>((k % 2 == 0) ? (codes[k / 2] & 0x0F) : (codes[k / 2] >> 4));
+    for (std::int64_t g = 0; g < p.G; ++g) {
+      const __m512 z = _mm512_set1_ps(p.zeros[n * p.G + g]), s = _mm512_set1_ps(p.scales[n * p.G + g]);
+      const std::int64_t k1 = std::min(p.K, (g + 1) * p.group_size);
+      std::int64_t k = g * p.group_size;
+      for (; k + 16 <= k1; k += 16)
+        _mm512_storeu_ps(row + k, _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(row + k), z), s));
+      if (k < k1) {
+        const __mmask16 mask = static_cast<__mmask16>((1u << (k1 - k)) - 1u);
+        const __m512 v = _mm512_maskz_loadu_ps(mask, row + k);
+        _mm512_mask_storeu_ps(row + k, mask, _mm512_mul_ps(_mm512_sub_ps(v, z), s));
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void tile_avx512(const Problem& p, std::int64_t n0, std::int64_t m0,
+                                                    const float* buf) {
+  const float* xr[kTileM];
+  for (std::int64_t i = 0; i < kTileM; ++i) xr[i] = p.x + std::min(m0 + i, p.M - 1) * p.K;
+  __m512 acc[kTileM][kTileN];
+  for (auto& a : acc)
+    for (auto& v : a) v = _mm512_setzero_ps();
+  std::int64_t k = 0;
+  for (; k + 16 <= p.K; k += 16) {
+    __m512 w[kTileN];
+    for (std::int64_t j = 0; j < kTileN; ++j) w[j] = _mm512_loadu_ps(buf + j * p.ldw + k);
+    for (std::int64_t i = 0; i < kTileM; ++i) {
+      const __m512 xv = _mm512_loadu_ps(xr[i] + k);
+      for (std::int64_t j = 0; j < kTileN; ++j) acc[i][j] = _mm512_fmadd_ps(xv, w[j], acc[i][j]);
+    }
+  }
+  if (k < p.K) {  // x is not padded: masked loads never touch memory past row end
+    const __mmask16 mask = static_cast<__mmask16>((1u << (p.K - k)) - 1u);
+    __m512 w[kTileN];
+    for (std::int64_t j = 0; j < kTileN; ++j) w[j] = _mm512_loadu_ps(buf + j * p.ldw + k);
+    for (std::int64_t i = 0; i < kTileM; ++i) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, xr[i] + k);
+      for (std::int64_t j = 0; j < kTileN; ++j) acc[i][j] = _mm512_fmadd_ps(xv, w[j], acc[i][j]);
+    }
+  }
+  for (std::int64_t i = 0; i < kTileM && m0 + i < p.M; ++i)
+    for (std::int64_t j = 0; j < kTileN && n0 + j < p.N; ++j) {
+      const float sum = _mm512_reduce_add_ps(acc[i][j]);
+      p.y[(m0 + i) * p.N + n0 + j] = p.bias ? sum + p.bias[n0 + j] : sum;
+    }
+}
+#endif
+
+bool cpu_has_avx512f() {
+#ifdef QEVAL_W4_HAS_AVX512_VARIANT
+  static const bool has = __builtin_cpu_supports("avx512f");  // libgcc also checks the OS saves ZMM state
+  return has;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool w4_gemm_avx512_available() { return cpu_has_avx512f(); }
+
+at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
+                              const at::Tensor& zeros, std::int64_t group_size, const at::Tensor& bias,
+                              bool allow_avx512) {
+  Problem p{};
+  p.M = x.size(0), p.K = x.size(1), p.N = qweight.size(0), p.Kb = qweight.size(1), p.G = scales.size(1);
+  p.group_size = group_size;
+  p.ldw = (p.K + 15) / 16 * 16;
+  at::Tensor y = at::empty({p.M, p.N}, x.options());  // [M, N]
+  if (p.M == 0 || p.N == 0) return y;
+  p.x = x.data_ptr<float>();
+  p.q = qweight.data_ptr<std::uint8_t>();
+  p.scales = scales.data_ptr<float>();
+  p.zeros = zeros.data_ptr<float>();
+  p.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  p.y = y.data_ptr<float>();
+  const bool avx512 = allow_avx512 && cpu_has_avx512f();
+  const std::int64_t tiles = (p.N + kTileN - 1) / kTileN;
+  at::parallel_for(0, tiles, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> buf(static_cast<std::size_t>(kTileN * p.ldw));  // [kTileN, ldw]
+    for (std::int64_t t = begin; t < end; ++t) {
+      const std::int64_t n0 = t * kTileN;
+#ifdef QEVAL_W4_HAS_AVX512_VARIANT
+      if (avx512) {
+        dequantize_tile_avx512(p, n0, buf.data());
+        for (std::int64_t m0 = 0; m0 < p.M; m0 += kTileM) tile_avx512(p, n0, m0, buf.data());
+        continue;
+      }
+#endif
+      dequantize_tile_portable(p, n0, buf.data());
+      for (std::int64_t m0 = 0; m0 < p.M; m0 += kTileM) tile_portable(p, n0, m0, buf.data());
+    }
+  });
+  return y;
+}
+
+}  // namespace qeval::kernels::cpu

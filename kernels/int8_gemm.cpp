@@ -1,0 +1,126 @@
+// Checks and dispatch for int8_gemm (declared in kernels/int8_gemm.h). The backends compute the
+// exact int32 products (handed over as float32); the scales and bias are applied here, in one
+// place, in the order the header states, so every integer backend gives bit-identical results.
+#include "kernels/int8_gemm.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cpu/int8_gemm_cpu.h"
+
+namespace qeval::kernels {
+namespace {
+
+constexpr std::int64_t kMaxExactK = 133143;  // 127 · 127 · K < 2³¹
+
+void check_operands(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.defined() && b.defined(), "int8_gemm: operands must be defined");
+  TORCH_CHECK(a.scalar_type() == at::kChar && b.scalar_type() == at::kChar, "int8_gemm: expected int8 operands, got a ",
+              a.scalar_type(), " and b ", b.scalar_type());
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "int8_gemm: expected a [M, K] and b [N, K], got a with ", a.dim(),
+              " dims and b with ", b.dim());
+  TORCH_CHECK(a.size(1) == b.size(1), "int8_gemm: K mismatch, a has ", a.size(1), ", b has ", b.size(1));
+  TORCH_CHECK(a.size(1) <= kMaxExactK, "int8_gemm: K = ", a.size(1), " could overflow the int32 accumulator (limit ",
+              kMaxExactK, ")");
+  TORCH_CHECK(a.device() == b.device(), "int8_gemm: operands on different devices, a on ", a.device(), ", b on ",
+              b.device());
+  // CUDA backends (kernels/cuda/) hook in here; until then a CUDA operand is refused, never copied.
+  TORCH_CHECK(a.is_cpu(), "int8_gemm: no backend for device ", a.device(), " in this build");
+}
+
+void check_scale(const at::Tensor& s, std::int64_t n, const char* name, const char* what) {
+  TORCH_CHECK(s.defined() && s.scalar_type() == at::kFloat && s.dim() == 1 && (s.size(0) == n || s.size(0) == 1),
+              "int8_gemm: ", name, " must be float32 [", n, "] (", what, ") or [1] (per tensor), got ",
+              s.defined() ? std::string(c10::toString(s.scalar_type())) : std::string("undefined"), " ",
+              s.defined() ? s.sizes() : at::IntArrayRef{});
+}
+
+// y[m, n] = (acc[m, n] * a_scale[m]) * b_scale[n] + bias[n], acc already float(Σ a·b)
+at::Tensor apply_scales(const at::Tensor& acc, const at::Tensor& a_scale, const at::Tensor& b_scale,
+                        const at::Tensor& bias) {
+  const std::int64_t M = acc.size(0), N = acc.size(1);
+  at::Tensor y = at::empty({M, N}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor sa = a_scale.contiguous(), sb = b_scale.contiguous();
+  at::Tensor bb = bias.defined() ? bias.contiguous() : bias;
+  const float* pacc = acc.data_ptr<float>();
+  const float* psa = sa.data_ptr<float>();
+  const float* psb = sb.data_ptr<float>();
+  const float* pbias = bb.defined() ? bb.data_ptr<float>() : nullptr;
+  const bool row_each = sa.numel() != 1, col_each = sb.numel() != 1;
+  float* py = y.data_ptr<float>();
+  at::parallel_for(0, M, 16, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t m = begin; m < end; ++m) {
+      const float ra = psa[row_each ? m : 0];
+      const float* row = pacc + m * N;
+      float* out = py + m * N;
+      for (std::int64_t n = 0; n < N; ++n) {
+        float v = (row[n] * ra) * psb[col_each ? n : 0];
+        out[n] = pbias ? v + pbias[n] : v;
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace
+
+std::string to_string(Int8GemmBackend backend) {
+  switch (backend) {
+    case Int8GemmBackend::automatic: return "automatic";
+    case Int8GemmBackend::reference: return "reference";
+    case Int8GemmBackend::onednn: return "onednn";
+    case Int8GemmBackend::dequantize_fallback: return "dequantize_fallback";
+  }
+  return "unknown";
+}
+
+Int8GemmBackend parse_int8_gemm_backend(const std::string& name) {
+  for (auto b : {Int8GemmBackend::automatic, Int8GemmBackend::reference, Int8GemmBackend::onednn,
+                 Int8GemmBackend::dequantize_fallback})
+    if (to_string(b) == name) return b;
+  TORCH_CHECK(false, "int8_gemm: unknown backend '", name,
+              "'; valid: automatic, reference, onednn, dequantize_fallback");
+}
+
+Int8GemmBackend int8_gemm_backend_for(const at::Tensor& a, const at::Tensor& b) {
+  check_operands(a, b);
+  return cpu::onednn_int8_available() ? Int8GemmBackend::onednn : Int8GemmBackend::dequantize_fallback;
+}
+
+at::Tensor int8_matmul_acc(const at::Tensor& a_in, const at::Tensor& b_in, Int8GemmBackend backend) {
+  check_operands(a_in, b_in);
+  if (backend == Int8GemmBackend::automatic)
+    backend = cpu::onednn_int8_available() ? Int8GemmBackend::onednn : Int8GemmBackend::reference;
+  at::Tensor a = a_in.contiguous(), b = b_in.contiguous();
+  switch (backend) {
+    case Int8GemmBackend::reference: return cpu::int8_matmul_acc_reference(a, b);
+    case Int8GemmBackend::onednn:
+      TORCH_CHECK(cpu::onednn_int8_available(), "int8_matmul_acc: oneDNN has no int8 matmul for this CPU");
+      return cpu::int8_matmul_acc_onednn(a, b);
+    default: break;
+  }
+  TORCH_CHECK(false, "int8_matmul_acc: backend ", to_string(backend), " does not compute integer products");
+}
+
+at::Tensor int8_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
+                     const at::Tensor& bias, Int8GemmBackend backend) {
+  check_operands(a, b);
+  const std::int64_t M = a.size(0), N = b.size(0);
+  check_scale(a_scale, M, "a_scale", "per row");
+  check_scale(b_scale, N, "b_scale", "per output channel");
+  TORCH_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.dim() == 1 && bias.size(0) == N),
+              "int8_gemm: bias must be float32 [", N, "]");
+  if (backend == Int8GemmBackend::automatic) backend = int8_gemm_backend_for(a, b);
+  if (backend == Int8GemmBackend::dequantize_fallback) {
+    // Same scale order as apply_scales, but the sum runs in float: equal to float rounding only.
+    at::Tensor a_deq = a.to(at::kFloat) * (a_scale.numel() == 1 ? a_scale : a_scale.unsqueeze(1));  // [M, K]
+    at::Tensor b_deq = b.to(at::kFloat) * (b_scale.numel() == 1 ? b_scale : b_scale.unsqueeze(1));  // [N, K]
+    return bias.defined() ? at::linear(a_deq, b_deq, bias) : at::linear(a_deq, b_deq);
+  }
+  return apply_scales(int8_matmul_acc(a, b, backend), a_scale, b_scale, bias);
+}
+
+}  // namespace qeval::kernels

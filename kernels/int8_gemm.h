@@ -1,0 +1,47 @@
+// int8 GEMM: y = (a · bᵀ accumulated exactly in int32) * a_scale ⊗ b_scale + bias, in float32.
+// The operation the int8 absmax schemes compute on (DESIGN.md §5, §7). One entry point; the
+// dispatch in int8_gemm.cpp picks a backend by device and shape and can always fall back to
+// dequantise-then-float-GEMM. No build flags in this header: CUDA backends hook into the dispatch.
+//
+// Layouts (row-major, contiguous):
+//   a:       [M, K] int8     quantised activations, one token per row
+//   b:       [N, K] int8     quantised weights, one output channel per row (nn.Linear layout)
+//   a_scale: [M] or [1] f32  per-token (or per-row-group) scales, or one per-tensor scale
+//   b_scale: [N] or [1] f32  per-channel scales, or one per-tensor scale
+//   bias:    [N] f32 or undefined
+//   result:  [M, N] f32,  y[m, n] = (float(acc[m, n]) * a_scale[m]) * b_scale[n] + bias[n]
+// acc[m, n] = Σ_k a[m, k] · b[n, k] is exact in int32 for K ≤ 133,143 (127² · K < 2³¹; larger K
+// is refused) and float() rounds it once to nearest float32. oneDNN hands its int32 accumulator
+// out through float32 even for an s32 destination (off by one above 2²⁴), so float32 acc is the
+// exact contract every integer backend meets bit for bit.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace qeval::kernels {
+
+enum class Int8GemmBackend {
+  automatic,            // the dispatch chooses (see int8_gemm_backend_for)
+  reference,            // readable triple loop, s8 × s8 → s32 (kernels/cpu/int8_gemm_reference.cpp)
+  onednn,               // oneDNN matmul s8 × s8 → s32 (kernels/cpu/int8_gemm_onednn.cpp)
+  dequantize_fallback,  // dequantise both operands to float, then at::matmul (not exact in int32)
+};
+
+std::string to_string(Int8GemmBackend backend);
+Int8GemmBackend parse_int8_gemm_backend(const std::string& name);  // throws listing the valid names
+
+// The scaled product above, as [M, N] float32.
+at::Tensor int8_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale, const at::Tensor& b_scale,
+                     const at::Tensor& bias = at::Tensor(), Int8GemmBackend backend = Int8GemmBackend::automatic);
+
+// The unscaled products float(acc) as [M, N] float32: what integer backends agree on exactly.
+// dequantize_fallback is not an integer backend and is refused here.
+at::Tensor int8_matmul_acc(const at::Tensor& a, const at::Tensor& b,
+                           Int8GemmBackend backend = Int8GemmBackend::automatic);
+
+// What `automatic` resolves to for these operands (callers record it).
+Int8GemmBackend int8_gemm_backend_for(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace qeval::kernels

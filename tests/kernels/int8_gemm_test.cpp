@@ -1,0 +1,128 @@
+// int8 GEMM backends against exact products computed in int64 by ATen (bit for bit, after the
+// one rounding to float32 the header states), and the scaled result against a double-precision
+// evaluation of the header's formula.
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/int8_gemm_cpu.h"
+#include "kernels/int8_gemm.h"
+#include "tests/support/test_data.h"
+
+namespace qeval::kernels {
+namespace {
+
+at::Tensor random_int8(std::int64_t rows, std::int64_t cols, int lo = -127, int hi = 128) {
+  return at::randint(lo, hi, {rows, cols}, at::TensorOptions().dtype(at::kChar));
+}
+
+// Σ_k a[m,k] b[n,k] in int64 through ATen, independent of every backend under test: [M, N] int64.
+at::Tensor exact_products(const at::Tensor& a, const at::Tensor& b) {
+  return at::matmul(a.to(at::kLong), b.to(at::kLong).t());
+}
+
+struct Shape {
+  std::int64_t M, K, N;
+};
+
+class Int8GemmShapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Int8GemmShapes, ReferenceAndOnednnEqualExactProducts) {
+  const Shape s = GetParam();
+  at::manual_seed(s.M * 1000003 + s.K * 101 + s.N);
+  at::Tensor a = random_int8(s.M, s.K), b = random_int8(s.N, s.K);
+  at::Tensor expected = exact_products(a, b);
+  // These sums stay below 2^24 in magnitude, so float32 holds them exactly.
+  ASSERT_LT(expected.abs().max().item<std::int64_t>(), std::int64_t{1} << 24);
+  expected = expected.to(at::kFloat);
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
+  ASSERT_TRUE(cpu::onednn_int8_available()) << "oneDNN has no JIT int8 matmul on this CPU";
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected))
+      << "oneDNN implementation " << cpu::onednn_int8_impl(s.M, s.K, s.N);
+}
+
+// M = 1 (one token), K not a multiple of 4 or 16, odd N, and a layer-sized case.
+INSTANTIATE_TEST_SUITE_P(Shapes, Int8GemmShapes,
+                         ::testing::Values(Shape{1, 64, 64}, Shape{1, 67, 33}, Shape{3, 5, 7}, Shape{7, 13, 1},
+                                           Shape{16, 30, 17}, Shape{17, 129, 31}, Shape{64, 255, 129},
+                                           Shape{130, 768, 96}, Shape{5, 1001, 513}, Shape{2, 1, 3}),
+                         [](const auto& info) {
+                           return "M" + std::to_string(info.param.M) + "_K" + std::to_string(info.param.K) + "_N" +
+                                  std::to_string(info.param.N);
+                         });
+
+TEST(Int8Gemm, LargeSumsAreExactBeforeTheOneRoundingToFloat) {
+  // ±127·±127 over a long K, plus an odd offset so the sums are not multiples of a power of two:
+  // beyond 2^24 the backends must still agree with round-to-nearest of the exact int64 sum.
+  const std::int64_t K = 4099;
+  at::Tensor a = at::full({2, K}, 127, at::TensorOptions().dtype(at::kChar));
+  a[1].fill_(-127);
+  a[0][0] = 1;
+  at::Tensor b = at::full({3, K}, -127, at::TensorOptions().dtype(at::kChar));
+  b[2][5] = 3;
+  at::Tensor exact = exact_products(a, b);
+  EXPECT_EQ(exact[1][1].item<std::int64_t>(), 127LL * 127 * K);
+  EXPECT_GT(exact.abs().max().item<std::int64_t>(), std::int64_t{1} << 25);
+  at::Tensor expected = exact.to(at::kFloat);  // int64 -> float32 rounds to nearest, once
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected));
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
+}
+
+TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
+  at::manual_seed(7);
+  const std::int64_t M = 9, K = 45, N = 11;
+  at::Tensor a = random_int8(M, K), b = random_int8(N, K);
+  at::Tensor bias = at::randn({N});
+  for (bool per_row : {true, false}) {
+    for (bool per_col : {true, false}) {
+      at::Tensor sa = per_row ? at::rand({M}) + 0.01 : at::full({1}, 0.37f);
+      at::Tensor sb = per_col ? at::rand({N}) + 0.01 : at::full({1}, 0.011f);
+      at::Tensor expected = exact_products(a, b).to(at::kDouble) * sa.to(at::kDouble).reshape({-1, 1}) *
+                                sb.to(at::kDouble).reshape({1, -1}) +
+                            bias.to(at::kDouble);
+      for (auto backend : {Int8GemmBackend::reference, Int8GemmBackend::onednn, Int8GemmBackend::automatic}) {
+        at::Tensor got = int8_gemm(a, b, sa, sb, bias, backend);
+        // Two float multiplies and an add after an exact sum: a few float32 ulps.
+        EXPECT_TRUE(test::tensors_close(got, expected, 1e-6, 1e-6)) << to_string(backend);
+      }
+      // Integer backends apply the scales identically: bit-equal floats.
+      EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::onednn),
+                                      int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::reference)));
+      // The fallback sums in float: equal to float rounding (K = 45 terms).
+      EXPECT_TRUE(test::tensors_close(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::dequantize_fallback), expected,
+                                      1e-5 * expected.abs().max().item<double>(), 1e-5));
+    }
+  }
+  EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, at::ones({M}), at::ones({N})),
+                                  exact_products(a, b).to(at::kFloat)));
+  EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, at::full({1}, 2.0f), at::full({1}, 0.5f)),
+                                  exact_products(a, b).to(at::kFloat)));
+}
+
+TEST(Int8Gemm, AutomaticDispatchPicksOnednnAndTheFallbackIsAvailable) {
+  at::Tensor a = random_int8(4, 8), b = random_int8(5, 8);
+  EXPECT_EQ(int8_gemm_backend_for(a, b), Int8GemmBackend::onednn);
+  EXPECT_THROW(int8_matmul_acc(a, b, Int8GemmBackend::dequantize_fallback), c10::Error);
+  EXPECT_EQ(parse_int8_gemm_backend("dequantize_fallback"), Int8GemmBackend::dequantize_fallback);
+  try {
+    parse_int8_gemm_backend("mkl");
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("automatic, reference, onednn, dequantize_fallback"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Int8Gemm, RejectsMismatchedOperandsWithTheShapes) {
+  at::Tensor a = random_int8(4, 8), b = random_int8(5, 9);
+  try {
+    int8_matmul_acc(a, b);
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("K mismatch, a has 8, b has 9"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(int8_matmul_acc(a.to(at::kFloat), random_int8(5, 8)), c10::Error);
+  EXPECT_THROW(int8_gemm(a, random_int8(5, 8), at::ones({3}), at::ones({5})), c10::Error);
+  EXPECT_THROW(int8_gemm(a, random_int8(5, 8), at::ones({4}), at::ones({5}), at::ones({4})), c10::Error);
+}
+
+}  // namespace
+}  // namespace qeval::kernels
