@@ -1,0 +1,97 @@
+// fp32 forward throughput (issue 2): tokens/s on stories260K and on a GPT-2-small-shaped model
+// (random weights, 124M parameters, seq 1024), with the achieved FLOP rate as a fraction of
+// this machine's fp32 GEMM rate measured in the same run. Prints; never passes or fails.
+//
+//   build/bench/forward_bench [--data-dir DIR] [--windows N] [--threads T]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "common/files.h"
+#include "loaders/checkpoint.h"
+#include "model/init.h"
+#include "model/transformer.h"
+
+using namespace qeval;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+template <typename F>
+double best_seconds(int repeats, F&& f) {
+  f();  // warm-up: first-touch allocation, OpenBLAS thread start
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// FLOPs of one forward over L tokens as this implementation computes it: every linear
+// (2·in·out per token), the full L×L score and value products per head (masking happens after
+// the product), and the LM head.
+double forward_flops(const Transformer& m, std::int64_t L) {
+  double flops = 0;
+  for (const auto& l : m.linears())
+    flops += 2.0 * static_cast<double>(l.linear->in_features() * l.linear->out_features()) * static_cast<double>(L);
+  const auto& c = m.config();
+  flops += static_cast<double>(c.n_layers) * 2 * 2.0 * static_cast<double>(L * L * c.n_heads * c.head_dim());
+  return flops;
+}
+
+void report(const char* name, const Transformer& m, std::int64_t L, int windows, double gemm_gflops) {
+  at::Tensor tokens = at::randint(m.config().vocab_size, {1, L}, at::kLong);
+  double s = best_seconds(windows, [&] { (void)m.forward(tokens); });
+  double gflops = forward_flops(m, L) / s / 1e9;
+  fmt::print("| {} | {} | {:.1f} M | {:.0f} | {:.1f} | {:.0f}% |\n", name, L,
+             static_cast<double>(m.config().parameter_count()) / 1e6, static_cast<double>(L) / s, gflops,
+             100 * gflops / gemm_gflops);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::optional<std::string> data_dir;
+  int windows = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--data-dir")) data_dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--windows")) windows = std::stoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--threads")) at::set_num_threads(std::stoi(argv[i + 1]));
+  }
+  at::manual_seed(0);
+  // Baseline: the fp32 GEMM rate of this machine, now, with these threads.
+  const std::int64_t n = 2048;
+  at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  double gemm_s = best_seconds(5, [&] { (void)at::matmul(a, b); });
+  double gemm_gflops = 2.0 * n * n * n / gemm_s / 1e9;
+  // The GPT-2 MLP shape at seq 1024, for reference.
+  at::Tensor x = at::randn({1024, 768}), w = at::randn({3072, 768});
+  double mlp_s = best_seconds(5, [&] { (void)at::linear(x, w); });
+  fmt::print("threads: {}\nfp32 GEMM 2048³: {:.1f} GFLOP/s (baseline); GPT-2 c_fc 1024×768×3072: {:.1f} GFLOP/s\n\n",
+             at::get_num_threads(), gemm_gflops, 2.0 * 1024 * 768 * 3072 / mlp_s / 1e9);
+
+  fmt::print("| model | seq | params | tokens/s | GFLOP/s | of GEMM baseline |\n|---|---:|---:|---:|---:|---:|\n");
+  LoadedCheckpoint stories = load_checkpoint(resolve_data_dir(data_dir) / "models/stories260K/stories260K.bin");
+  report("stories260K", Transformer(stories.config, stories.weights), 512, windows * 3, gemm_gflops);
+
+  ModelConfig gpt2;
+  gpt2.architecture = "gpt2";
+  gpt2.vocab_size = 50257;
+  gpt2.d_model = 768;
+  gpt2.d_ff = 3072;
+  gpt2.n_layers = 12;
+  gpt2.n_heads = gpt2.n_kv_heads = 12;
+  gpt2.max_seq_len = 1024;
+  gpt2.norm = NormKind::layernorm;
+  gpt2.position = PositionKind::learned;
+  gpt2.mlp = MlpKind::gelu;
+  gpt2.attention_bias = gpt2.mlp_bias = gpt2.tied_embeddings = gpt2.fused_qkv = true;
+  report("GPT-2 small (random)", Transformer(gpt2, init_weights(gpt2, 0)), 1024, windows, gemm_gflops);
+  return 0;
+}

@@ -1,0 +1,48 @@
+#include "model/init.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+namespace qeval {
+
+ModelWeights init_weights(const ModelConfig& c, std::uint64_t seed, double std) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  auto normal = [&](std::vector<std::int64_t> shape, double s) {
+    return at::normal(0.0, s, shape, gen, at::TensorOptions().dtype(at::kFloat));
+  };
+  const std::int64_t D = c.d_model, hd = c.head_dim();
+  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(c.n_layers));
+  auto linear = [&](std::int64_t out, std::int64_t in, bool bias, double s) {
+    return LinearWeights{normal({out, in}, s), bias ? at::zeros({out}) : at::Tensor()};
+  };
+  auto norm = [&] {
+    std::int64_t width = c.norm == NormKind::rmsnorm_single ? 1 : D;
+    return NormWeights{at::ones({width}), c.norm == NormKind::layernorm ? at::zeros({D}) : at::Tensor()};
+  };
+  ModelWeights w;
+  w.token_embedding = normal({c.vocab_size, D}, std);
+  if (c.position == PositionKind::learned) w.position_embedding = normal({c.max_seq_len, D}, std / 2);
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    BlockWeights b;
+    b.attn_norm = norm();
+    if (c.fused_qkv) {
+      b.qkv = linear((c.n_heads + 2 * c.n_kv_heads) * hd, D, c.attention_bias, std);
+    } else {
+      b.q = linear(c.n_heads * hd, D, c.attention_bias, std);
+      b.k = linear(c.n_kv_heads * hd, D, c.attention_bias, std);
+      b.v = linear(c.n_kv_heads * hd, D, c.attention_bias, std);
+    }
+    b.o = linear(D, c.n_heads * hd, c.attention_bias, residual_std);
+    b.mlp_norm = norm();
+    b.up = linear(c.d_ff, D, c.mlp_bias, std);
+    if (c.mlp == MlpKind::swiglu) b.gate = linear(c.d_ff, D, c.mlp_bias, std);
+    b.down = linear(D, c.d_ff, c.mlp_bias, residual_std);
+    w.blocks.push_back(std::move(b));
+  }
+  w.final_norm = norm();
+  w.lm_head = c.tied_embeddings ? w.token_embedding : normal({c.vocab_size, D}, std);
+  return w;
+}
+
+}  // namespace qeval
