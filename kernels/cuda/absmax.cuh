@@ -1,0 +1,94 @@
+// Device helpers shared by the absmax quantiser and the int8 epilogue (internal, CUDA only):
+// vector loads that widen to float, the reference rounding, block max reductions, and the
+// launcher of the per-group scale pass.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/device.h"
+
+namespace qeval::kernels::cuda::detail {
+
+// Elements per 16-byte access: 4 floats or 8 halves.
+template <typename T>
+constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+// v[0..VEC) = float(p[0..VEC)); p aligned to VEC * sizeof(T) bytes when VEC > 1.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_as_float(const T* p, float (&v)[VEC]) {
+  if constexpr (VEC == 1) {
+    if constexpr (sizeof(T) == 2)
+      v[0] = __half2float(*p);
+    else
+      v[0] = *p;
+  } else if constexpr (sizeof(T) == 4) {
+    static_assert(VEC == 4, "float vectors are 16 bytes");
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else {
+    static_assert(VEC == 8, "half vectors are 16 bytes");
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// Stores float values as T with round-to-nearest-even (what a CPU float → half cast does).
+template <typename T, int VEC>
+__device__ __forceinline__ void store_from_float(T* p, const float (&v)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    if constexpr (sizeof(T) == 2)
+      p[i] = __float2half_rn(v[i]);
+    else
+      p[i] = v[i];
+  }
+}
+
+// The reference scale: max|x| / 127 with IEEE division, 1 for an all-zero group.
+__device__ __forceinline__ float absmax_scale(float amax) { return amax > 0.0f ? __fdiv_rn(amax, 127.0f) : 1.0f; }
+
+// The reference rounding: clamp(rint(x / s), −127, 127). __fdiv_rn keeps the division IEEE
+// even under --use_fast_math; rintf rounds half to even.
+__device__ __forceinline__ float absmax_round(float x, float s) {
+  return fminf(fmaxf(rintf(__fdiv_rn(x, s)), -127.0f), 127.0f);
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Max of non-negative values over the block; every thread gets it. blockDim.x a multiple of 32.
+__device__ __forceinline__ float block_max_nonneg(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  __syncthreads();  // partial may still be read from a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.0f;
+  return warp_max(v);
+}
+
+// scales[g] = absmax_scale(max |x| over rows [g·rows_per_scale, (g+1)·rows_per_scale) of x [rows, cols]).
+// Three stream-ordered steps: zero the maxima, block-reduced atomic max (the float bits of a
+// non-negative float order like unsigned integers), max → scale in place.
+void launch_group_absmax_scales(const void* x, FloatType x_type, std::int64_t rows, std::int64_t cols,
+                                std::int64_t rows_per_scale, float* scales, Stream stream);
+
+// Whether p is aligned for 16-byte accesses.
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+}  // namespace qeval::kernels::cuda::detail

@@ -1,0 +1,34 @@
+// Tensor adapter: the CUDA kernels behind the same contracts as the CPU ops (kernels/int8_gemm.h,
+// the 4-bit weight GEMM), taking at::Tensors on a CUDA device and running on the current stream.
+// Defined only when LibTorch has CUDA (kernels/cuda/adapter_torch.cpp, built when cmake sets
+// QEVAL_TORCH_HAS_CUDA); dispatch code calls it under `#ifdef QEVAL_TORCH_HAS_CUDA` in its .cpp.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <tuple>
+
+namespace qeval::kernels::cuda {
+
+// a [M, K] int8, b [N, K] int8 → [M, N] int32, exact. K or N off a multiple of 4 is zero-padded
+// (padded terms are 0 · 0, so still exact).
+at::Tensor int8_matmul_s32_cuda(const at::Tensor& a, const at::Tensor& b);
+
+// kernels::int8_gemm on CUDA: (float(a · bᵀ) · a_scale[m]) · b_scale[n] + bias[n] as out_dtype
+// (float or half); a_scale [M] or [1], b_scale [N] or [1], bias [N] float or undefined.
+// out_rows_per_scale > 0 adds the per-tensor output quantise–dequantise (coarse), one scale per
+// group of that many rows.
+at::Tensor int8_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
+                          const at::Tensor& b_scale, const at::Tensor& bias, at::ScalarType out_dtype = at::kFloat,
+                          std::int64_t out_rows_per_scale = 0);
+
+// x [M, K] float or half → {q [M, K] int8, scales [ceil(M / rows_per_scale)] float}.
+std::tuple<at::Tensor, at::Tensor> absmax_quantize_cuda(const at::Tensor& x, std::int64_t rows_per_scale);
+
+// x [M, K] half, qweight [N, ceil(K/2)] uint8, scales and zeros [N, G] float, bias [N] float or
+// undefined → [M, N] half (kernels/cuda/w4a16_gemm.h).
+at::Tensor w4a16_gemm_cuda(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
+                           const at::Tensor& zeros, std::int64_t group_size, const at::Tensor& bias);
+
+}  // namespace qeval::kernels::cuda

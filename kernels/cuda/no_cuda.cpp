@@ -1,0 +1,53 @@
+// The CUDA entry points in a build without nvcc (QEVAL_WITH_CUDA=OFF, or auto with no toolkit):
+// the probe reports no device and every device operation throws, so CPU code and the GPU tests
+// build and run unchanged everywhere, and the tests report skipped. Compiled instead of the .cu
+// files, never with them (cmake/cuda.cmake).
+#include <string>
+
+#include "kernels/cuda/absmax_quantize.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm_cublaslt.h"
+#include "kernels/cuda/int8_epilogue.h"
+#include "kernels/cuda/w4a16_gemm.h"
+
+namespace qeval::kernels::cuda {
+namespace {
+
+[[noreturn]] void unavailable(const char* what) {
+  throw CudaError(std::string(what) + ": qeval was built without CUDA kernels (no nvcc at configure time, or "
+                                      "QEVAL_WITH_CUDA=OFF)");
+}
+
+}  // namespace
+
+bool kernels_built() noexcept { return false; }
+int device_count() noexcept { return 0; }
+std::string no_device_reason() { return "qeval was built without CUDA kernels"; }
+std::string device_description(int) { unavailable("device_description"); }
+
+void* malloc_device(std::size_t) { unavailable("malloc_device"); }
+void free_device(void*) noexcept {}
+void copy_to_device(void*, const void*, std::size_t) { unavailable("copy_to_device"); }
+void copy_to_host(void*, const void*, std::size_t) { unavailable("copy_to_host"); }
+void copy_on_device(void*, const void*, std::size_t, Stream) { unavailable("copy_on_device"); }
+void fill_bytes(void*, int, std::size_t, Stream) { unavailable("fill_bytes"); }
+void synchronize() { unavailable("synchronize"); }
+std::vector<float> time_runs_ms(const std::function<void(int)>&, int, int, Stream) { unavailable("time_runs_ms"); }
+
+void int8_gemm_s32(const std::int8_t*, const std::int8_t*, std::int32_t*, std::int64_t, std::int64_t, std::int64_t,
+                   Stream) {
+  unavailable("int8_gemm_s32");
+}
+void fp16_gemm(const void*, const void*, void*, std::int64_t, std::int64_t, std::int64_t, Stream) {
+  unavailable("fp16_gemm");
+}
+std::size_t cublaslt_plans_cached() { return 0; }
+
+void absmax_quantize_int8(const void*, FloatType, std::int64_t, std::int64_t, std::int64_t, std::int8_t*, float*,
+                          Stream) {
+  unavailable("absmax_quantize_int8");
+}
+void int8_dequantize_epilogue(const Int8EpilogueArgs&, Stream) { unavailable("int8_dequantize_epilogue"); }
+void w4a16_gemm(const W4A16Args&, W4A16Kernel, Stream) { unavailable("w4a16_gemm"); }
+
+}  // namespace qeval::kernels::cuda
