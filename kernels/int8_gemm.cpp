@@ -85,9 +85,13 @@ Int8GemmBackend parse_int8_gemm_backend(const std::string& name) {
               "'; valid: automatic, reference, onednn, dequantize_fallback");
 }
 
+Int8GemmBackend int8_gemm_cpu_backend() {
+  return cpu::onednn_int8_available() ? Int8GemmBackend::onednn : Int8GemmBackend::dequantize_fallback;
+}
+
 Int8GemmBackend int8_gemm_backend_for(const at::Tensor& a, const at::Tensor& b) {
   check_operands(a, b);
-  return cpu::onednn_int8_available() ? Int8GemmBackend::onednn : Int8GemmBackend::dequantize_fallback;
+  return int8_gemm_cpu_backend();
 }
 
 at::Tensor int8_matmul_acc(const at::Tensor& a_in, const at::Tensor& b_in, Int8GemmBackend backend) {

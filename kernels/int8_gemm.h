@@ -43,5 +43,8 @@ at::Tensor int8_matmul_acc(const at::Tensor& a, const at::Tensor& b,
 
 // What `automatic` resolves to for these operands (callers record it).
 Int8GemmBackend int8_gemm_backend_for(const at::Tensor& a, const at::Tensor& b);
+// What `automatic` resolves to for CPU operands on this machine: onednn when oneDNN has a JIT
+// int8 matmul for this CPU, else dequantize_fallback.
+Int8GemmBackend int8_gemm_cpu_backend();
 
 }  // namespace qeval::kernels

@@ -1,0 +1,134 @@
+// Fused absmax int8 quantisation of activation rows on the CPU: one pass for each row's
+// max |x|, then one pass that divides, rounds half to even, clamps and narrows to int8, both
+// split over rows with at::parallel_for. Replaces five ATen passes (abs, amax, div, round,
+// clamp + cast) with two reads of x. AVX-512F variant chosen at run time (GCC target attribute),
+// portable variant otherwise; both produce exactly quant/quantize.h's codes and scales.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 warns inside its own AVX-512 intrinsics (_mm512_undefined_* self-initialises).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#define QEVAL_QUANT_HAS_AVX512_VARIANT 1
+#endif
+
+#include "kernels/cpu/int8_quantize_cpu.h"
+
+namespace qeval::kernels::cpu {
+namespace {
+
+float row_absmax_portable(const float* x, std::int64_t K) {
+  float m = 0.0f;
+  for (std::int64_t k = 0; k < K; ++k) m = std::max(m, std::fabs(x[k]));
+  return m;
+}
+
+void quantize_row_portable(const float* x, std::int64_t K, float s, std::int8_t* q) {
+  for (std::int64_t k = 0; k < K; ++k) {
+    const float r = std::nearbyint(x[k] / s);  // default rounding mode: half to even
+    q[k] = static_cast<std::int8_t>(std::min(127.0f, std::max(-127.0f, r)));
+  }
+}
+
+#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
+__attribute__((target("avx512f"))) float row_absmax_avx512(const float* x, std::int64_t K) {
+  __m512 m = _mm512_setzero_ps();
+  std::int64_t k = 0;
+  for (; k + 16 <= K; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+  if (k < K) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1u);
+    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, x + k)));
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
+// 16 floats → 16 int8 codes: divide, round half to even, clamp, narrow (values are integral
+// and within ±127 by then, so the conversions are exact).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m128i codes16(__m512 v, __m512 s) {
+  const __m512 r = _mm512_roundscale_ps(_mm512_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 c = _mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-127.0f), r));
+  return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(c));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_row_avx512(const float* x, std::int64_t K,
+                                                                            float s, std::int8_t* q) {
+  const __m512 sv = _mm512_set1_ps(s);
+  std::int64_t k = 0;
+  for (; k + 16 <= K; k += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), codes16(_mm512_loadu_ps(x + k), sv));
+  if (k < K) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1u);
+    _mm_mask_storeu_epi8(q + k, mask, codes16(_mm512_maskz_loadu_ps(mask, x + k), sv));
+  }
+}
+#endif
+
+bool cpu_has_avx512f() {
+#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+#else
+  return false;
+#endif
+}
+
+Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, bool avx512) {
+  const std::int64_t M = x.size(0), K = x.size(1);
+  const std::int64_t groups = (M + rows_per_scale - 1) / rows_per_scale;
+  Int8Rows out{at::empty({M, K}, at::TensorOptions().dtype(at::kChar)),
+               at::empty({groups}, at::TensorOptions().dtype(at::kFloat))};
+  std::vector<float> row_max(static_cast<std::size_t>(M));
+  const float* px = x.data_ptr<float>();
+  std::int8_t* pq = out.q.data_ptr<std::int8_t>();
+  float* ps = out.scales.data_ptr<float>();
+  at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t m = begin; m < end; ++m) {
+#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
+      if (avx512) {
+        row_max[static_cast<std::size_t>(m)] = row_absmax_avx512(px + m * K, K);
+        continue;
+      }
+#endif
+      row_max[static_cast<std::size_t>(m)] = row_absmax_portable(px + m * K, K);
+    }
+  });
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::int64_t r1 = std::min(M, (g + 1) * rows_per_scale);
+    float amax = 0.0f;
+    for (std::int64_t r = g * rows_per_scale; r < r1; ++r) amax = std::max(amax, row_max[static_cast<std::size_t>(r)]);
+    ps[g] = amax == 0.0f ? 1.0f : amax / 127.0f;
+  }
+  at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t m = begin; m < end; ++m) {
+      const float s = ps[m / rows_per_scale];
+#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
+      if (avx512) {
+        quantize_row_avx512(px + m * K, K, s, pq + m * K);
+        continue;
+      }
+#endif
+      quantize_row_portable(px + m * K, K, s, pq + m * K);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+bool int8_quantize_uses_avx512() { return cpu_has_avx512f(); }
+
+Int8Rows quantize_int8_rows_cpu(const at::Tensor& x, std::int64_t rows_per_scale) {
+  return run(x, rows_per_scale, cpu_has_avx512f());
+}
+
+Int8Rows quantize_int8_rows_portable(const at::Tensor& x, std::int64_t rows_per_scale) {
+  return run(x, rows_per_scale, false);
+}
+
+}  // namespace qeval::kernels::cpu

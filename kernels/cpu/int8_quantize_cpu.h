@@ -1,0 +1,16 @@
+// CPU backend of kernels/int8_quantize.h; x is checked and contiguous [M, K] float32.
+#pragma once
+
+#include "kernels/int8_quantize.h"
+
+namespace qeval::kernels::cpu {
+
+Int8Rows quantize_int8_rows_cpu(const at::Tensor& x, std::int64_t rows_per_scale);
+
+// Whether the AVX-512 variant runs on this CPU (else the portable loops).
+bool int8_quantize_uses_avx512();
+
+// The portable loops alone, so tests cover both variants on one CPU.
+Int8Rows quantize_int8_rows_portable(const at::Tensor& x, std::int64_t rows_per_scale);
+
+}  // namespace qeval::kernels::cpu

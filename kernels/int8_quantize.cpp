@@ -1,0 +1,27 @@
+// Checks and dispatch for quantize_int8_rows (kernels/int8_quantize.h).
+#include "kernels/int8_quantize.h"
+
+#include <c10/util/Exception.h>
+
+#include "kernels/cpu/int8_quantize_cpu.h"
+
+namespace qeval::kernels {
+
+Int8Rows quantize_int8_rows(const at::Tensor& x, std::int64_t rows_per_scale) {
+  TORCH_CHECK(x.defined() && x.scalar_type() == at::kFloat && x.dim() == 2,
+              "quantize_int8_rows: expected float32 [M, K], got ",
+              x.defined() ? std::string(c10::toString(x.scalar_type())) : std::string("undefined"), " with ",
+              x.defined() ? x.dim() : 0, " dims");
+  TORCH_CHECK(rows_per_scale >= 1, "quantize_int8_rows: rows_per_scale must be at least 1, got ", rows_per_scale);
+  // CUDA backends (kernels/cuda/) hook in here; until then a CUDA tensor is refused, never copied.
+  TORCH_CHECK(x.is_cpu(), "quantize_int8_rows: no backend for device ", x.device(), " in this build");
+  return cpu::quantize_int8_rows_cpu(x.contiguous(), rows_per_scale);
+}
+
+at::Tensor scales_per_row(const Int8Rows& rows, std::int64_t rows_per_scale) {
+  const std::int64_t M = rows.q.size(0);
+  if (rows_per_scale == 1) return rows.scales;
+  return rows.scales.repeat_interleave(rows_per_scale).narrow(0, 0, M);
+}
+
+}  // namespace qeval::kernels

@@ -1,0 +1,28 @@
+// Absmax int8 quantisation of activation rows: the step before int8_gemm (DESIGN.md §5, §7).
+// Same maths as quant/quantize.h, bit for bit (tested):
+//   s = max_{x ∈ group} |x| / 127   (a group of zeros gets s = 1)
+//   q = clamp(round_half_even(x / s), −127, 127)   (IEEE division, not a reciprocal multiply)
+// Groups are runs of `rows_per_scale` consecutive rows:
+//   rows_per_scale = 1  per token;   = L  per tensor for each sequence of L tokens (scales are
+//   per sequence, DESIGN.md §5);   = M  one scale for the whole matrix.
+// Layouts: x [M, K] float32 → q [M, K] int8, scales [ceil(M / rows_per_scale)] float32.
+// NaN or infinite inputs give unspecified codes. No build flags in this header.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace qeval::kernels {
+
+struct Int8Rows {
+  at::Tensor q;       // [M, K] int8
+  at::Tensor scales;  // [ceil(M / rows_per_scale)] float32
+};
+
+Int8Rows quantize_int8_rows(const at::Tensor& x, std::int64_t rows_per_scale);
+
+// One scale per row of q, [M] (what int8_gemm takes as a_scale), from a group-wise result.
+at::Tensor scales_per_row(const Int8Rows& rows, std::int64_t rows_per_scale);
+
+}  // namespace qeval::kernels

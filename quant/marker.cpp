@@ -1,1 +1,0 @@
-namespace qeval { int quant_marker = 0; }

@@ -1,0 +1,110 @@
+#include "quant/packed_weights.h"
+
+#include "common/error.h"
+#include "kernels/w4_gemm.h"
+#include "quant/quantize.h"
+
+namespace qeval {
+namespace {
+
+void check_weight(const at::Tensor& w, const std::string& name) {
+  QEVAL_CHECK(w.defined() && w.dim() == 2 && w.scalar_type() == at::kFloat,
+              "quantise {}: expected a float32 [out, in] weight", name);
+  QEVAL_CHECK(w.size(0) > 0 && w.size(1) > 0, "quantise {}: empty weight [{}, {}]", name, w.size(0), w.size(1));
+  QEVAL_CHECK(at::isfinite(w).all().item<bool>(), "quantise {}: the weight holds NaN or infinite values", name);
+}
+
+// Group size along K for a weight granularity (tensor handled by the callers).
+std::int64_t group_size_for(const QuantSpec& spec, std::int64_t K) {
+  return spec.granularity == Granularity::group ? std::min(spec.group_size, K) : K;
+}
+
+// [N, G, g] view of w for per-(row, group) statistics. The last group is padded to g by
+// repeating the row's last value, which changes neither max |x| nor min nor max.
+at::Tensor grouped(const at::Tensor& w, std::int64_t g) {
+  const std::int64_t N = w.size(0), K = w.size(1), G = (K + g - 1) / g;
+  at::Tensor padded = G * g == K ? w : at::cat({w, w.narrow(1, K - 1, 1).expand({N, G * g - K})}, 1);
+  return padded.reshape({N, G, g});
+}
+
+// [N, G] per-group values → [N, K].
+at::Tensor expand_groups(const at::Tensor& per_group, std::int64_t K, std::int64_t g) {
+  at::Tensor group_of_k = at::div(at::arange(K, at::TensorOptions().dtype(at::kLong)), g, "floor");
+  return per_group.index_select(1, group_of_k);
+}
+
+}  // namespace
+
+at::Tensor Int8Weight::dequantize() const {
+  if (group_size > 0) return int8_dequantize(q, expand_groups(scales, q.size(1), group_size));
+  return int8_dequantize(q, scales.numel() == 1 ? scales : scales.unsqueeze(1));
+}
+
+std::int64_t Int8Weight::bytes() const { return q.numel() + scales.numel() * 4; }
+
+at::Tensor W4Weight::dequantize() const { return kernels::w4_dequantize(qweight, scales, zeros, K, group_size); }
+
+std::int64_t W4Weight::bytes() const { return qweight.numel() + scales.numel() * 4 + zeros.numel() * 4; }
+
+Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
+  check_weight(w, name);
+  QEVAL_CHECK(spec.kind == QuantKind::int8_absmax, "quantise {}: expected an int8_absmax spec", name);
+  const std::int64_t N = w.size(0), K = w.size(1);
+  Int8Weight out;
+  switch (spec.granularity) {
+    case Granularity::tensor: {
+      at::Tensor s = int8_absmax_scale(w, {0, 1});  // [1, 1]
+      out.q = int8_quantize(w, s);
+      out.scales = s.reshape({1});
+      break;
+    }
+    case Granularity::channel: {
+      at::Tensor s = int8_absmax_scale(w, {1});  // [N, 1]
+      out.q = int8_quantize(w, s);
+      out.scales = s.reshape({N});
+      break;
+    }
+    case Granularity::group: {
+      out.group_size = group_size_for(spec, K);
+      at::Tensor s = int8_absmax_scale(grouped(w, out.group_size), {2}).squeeze(2);  // [N, G]
+      out.q = int8_quantize(w, expand_groups(s, K, out.group_size));
+      out.scales = s.contiguous();
+      break;
+    }
+    default: fail("quantise {}: weight granularity {} is not tensor, channel or group", name, spec.granularity_name());
+  }
+  out.q = out.q.contiguous();
+  return out;
+}
+
+W4Weight quantize_w4_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
+  check_weight(w, name);
+  QEVAL_CHECK(spec.kind == QuantKind::int4_zeropoint, "quantise {}: expected an int4_zeropoint spec", name);
+  const std::int64_t N = w.size(0), K = w.size(1);
+  W4Weight out;
+  out.K = K;
+  ZeroPointParams p;  // [N, G]
+  switch (spec.granularity) {
+    case Granularity::tensor: {
+      out.group_size = K;
+      ZeroPointParams one = zeropoint4_params(w, {0, 1});  // [1, 1]
+      p = {one.scale.expand({N, 1}).contiguous(), one.zero.expand({N, 1}).contiguous()};
+      break;
+    }
+    case Granularity::channel:
+    case Granularity::group: {
+      out.group_size = group_size_for(spec, K);
+      ZeroPointParams g = zeropoint4_params(grouped(w, out.group_size), {2});  // [N, G, 1]
+      p = {g.scale.squeeze(2).contiguous(), g.zero.squeeze(2).contiguous()};
+      break;
+    }
+    default: fail("quantise {}: weight granularity {} is not tensor, channel or group", name, spec.granularity_name());
+  }
+  ZeroPointParams expanded{expand_groups(p.scale, K, out.group_size), expand_groups(p.zero, K, out.group_size)};
+  out.qweight = kernels::pack_u4(zeropoint4_quantize(w, expanded));
+  out.scales = p.scale;
+  out.zeros = p.zero;
+  return out;
+}
+
+}  // namespace qeval

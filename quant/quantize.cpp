@@ -1,0 +1,57 @@
+#include "quant/quantize.h"
+
+#include "common/error.h"
+
+namespace qeval {
+
+at::Tensor int8_absmax_scale(const at::Tensor& x, at::IntArrayRef reduce_dims) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "int8_absmax_scale: expected float32, got ", x.scalar_type());
+  at::Tensor amax = x.abs().amax(reduce_dims, /*keepdim=*/true);
+  return at::where(amax == 0, at::ones_like(amax), amax / 127.0f);
+}
+
+at::Tensor int8_quantize(const at::Tensor& x, const at::Tensor& scale) {
+  return at::round(x / scale).clamp_(-127, 127).to(at::kChar);
+}
+
+at::Tensor int8_dequantize(const at::Tensor& q, const at::Tensor& scale) { return q.to(at::kFloat) * scale; }
+
+ZeroPointParams zeropoint4_params(const at::Tensor& x, at::IntArrayRef reduce_dims) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "zeropoint4_params: expected float32, got ", x.scalar_type());
+  at::Tensor mn = x.amin(reduce_dims, /*keepdim=*/true), mx = x.amax(reduce_dims, /*keepdim=*/true);
+  at::Tensor constant = mx == mn;
+  at::Tensor s = (mx - mn) / 15.0f;
+  // Constant groups: s = |c| (1 for c = 0), z = 1 for c < 0 else 0, so x̂ = c exactly.
+  at::Tensor c_scale = at::where(mn == 0, at::ones_like(mn), mn.abs());
+  s = at::where(constant, c_scale, s);
+  at::Tensor z = at::where(constant, (mn < 0).to(at::kFloat), at::round(-mn / s));
+  return {s, z + 0.0f};  // + 0 turns a −0 zero point (from min = 0) into +0
+}
+
+at::Tensor zeropoint4_quantize(const at::Tensor& x, const ZeroPointParams& p) {
+  return (at::round(x / p.scale) + p.zero).clamp_(0, 15).to(at::kByte);
+}
+
+at::Tensor zeropoint4_dequantize(const at::Tensor& q, const ZeroPointParams& p) {
+  return (q.to(at::kFloat) - p.zero) * p.scale;
+}
+
+at::Tensor fake_quantize_activations(const at::Tensor& x, const QuantSpec& spec) {
+  if (!spec.enabled()) return x;
+  TORCH_CHECK(x.dim() == 3, "fake_quantize_activations: expected [B, L, K], got ", x.dim(), " dims");
+  std::vector<std::int64_t> dims;
+  switch (spec.granularity) {
+    case Granularity::tensor: dims = {1, 2}; break;   // one scale per sequence
+    case Granularity::token: dims = {2}; break;       // one per position
+    case Granularity::feature: dims = {1}; break;     // one per channel of each sequence
+    default: fail("fake_quantize_activations: granularity {} does not apply to activations", spec.granularity_name());
+  }
+  if (spec.kind == QuantKind::int8_absmax) {
+    at::Tensor s = int8_absmax_scale(x, dims);
+    return int8_dequantize(int8_quantize(x, s), s);
+  }
+  ZeroPointParams p = zeropoint4_params(x, dims);
+  return zeropoint4_dequantize(zeropoint4_quantize(x, p), p);
+}
+
+}  // namespace qeval

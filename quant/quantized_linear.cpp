@@ -1,0 +1,113 @@
+#include "quant/quantized_linear.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "kernels/int8_gemm.h"
+#include "kernels/int8_quantize.h"
+#include "kernels/w4_gemm.h"
+#include "quant/quantize.h"
+
+namespace qeval {
+
+std::string to_string(ExecutionPath p) { return p == ExecutionPath::kernel ? "kernel" : "reference"; }
+
+std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
+  const QuantSpec& w = spec.weights;
+  const QuantSpec& a = spec.input_activations;
+  switch (w.kind) {
+    case QuantKind::none: return "the weights are not quantised, so there is no integer or packed GEMM to run";
+    case QuantKind::int4_zeropoint: return "";  // w4_gemm takes float (or fake-quantised) activations
+    case QuantKind::int8_absmax: break;
+  }
+  if (w.granularity == Granularity::group)
+    return "per-group int8 weight scales along the input dimension cannot be factored out of an integer GEMM";
+  switch (a.kind) {
+    case QuantKind::none: return "int8 weights with unquantised activations have no integer GEMM";
+    case QuantKind::int4_zeropoint: return "4-bit zero-point activations have no integer GEMM here";
+    case QuantKind::int8_absmax: break;
+  }
+  if (a.granularity == Granularity::feature)
+    return "per-feature activation scales cannot be factored out of an integer GEMM";
+  return "";
+}
+
+QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weight, const at::Tensor& bias,
+                                 const SchemeSpec& spec, ExecutionPath path)
+    : name_(name),
+      weights_(spec.weights),
+      inputs_(spec.input_activations),
+      outputs_(spec.output_activations),
+      path_(path),
+      bias_(bias) {
+  QEVAL_CHECK(weight.defined() && weight.dim() == 2 && weight.scalar_type() == at::kFloat,
+              "QuantizedLinear {}: expected a float32 [out, in] weight", name);
+  out_ = weight.size(0);
+  in_ = weight.size(1);
+  QEVAL_CHECK(!bias_.defined() || (bias_.dim() == 1 && bias_.size(0) == out_ && bias_.scalar_type() == at::kFloat),
+              "QuantizedLinear {}: bias must be float32 [{}]", name, out_);
+  if (path == ExecutionPath::kernel) {
+    const std::string why = kernel_path_unavailable_reason(spec);
+    QEVAL_CHECK(why.empty(), "QuantizedLinear {}: scheme {} cannot run on the kernel path: {}", name, spec.name, why);
+  }
+  switch (weights_.kind) {
+    case QuantKind::int8_absmax: int8_ = quantize_int8_weight(weight.contiguous(), weights_, name); break;
+    case QuantKind::int4_zeropoint: w4_ = quantize_w4_weight(weight.contiguous(), weights_, name); break;
+    case QuantKind::none: float_weight_ = weight; break;
+  }
+}
+
+std::int64_t QuantizedLinear::weight_bytes() const {
+  std::int64_t bytes = bias_.defined() ? bias_.numel() * 4 : 0;
+  if (int8_) return bytes + int8_->bytes();
+  if (w4_) return bytes + w4_->bytes();
+  return bytes + float_weight_.numel() * static_cast<std::int64_t>(float_weight_.element_size());
+}
+
+std::string QuantizedLinear::describe() const {
+  auto part = [](const char* what, const QuantSpec& q) {
+    return q.enabled() ? fmt::format(" {}:{}/{}", what, to_string(q.kind), q.granularity_name()) : std::string();
+  };
+  std::string engine;
+  if (path_ == ExecutionPath::kernel)
+    engine = int8_ ? "int8_gemm" : "w4_gemm";
+  else
+    engine = "dequantise + at::linear";
+  return fmt::format("quantised{}{}{}, {} path ({})", part("w", weights_), part("in", inputs_), part("out", outputs_),
+                     to_string(path_), engine);
+}
+
+at::Tensor QuantizedLinear::dequantized_weight() const {
+  if (int8_) return int8_->dequantize();
+  if (w4_) return w4_->dequantize();
+  return float_weight_;
+}
+
+at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == in_ && x.scalar_type() == at::kFloat, "QuantizedLinear ", name_,
+              ": expected float32 [B, L, ", in_, "], got ", x.scalar_type(), " ", x.sizes());
+  at::Tensor y = path_ == ExecutionPath::kernel ? forward_kernel(x) : forward_reference(x);  // [B, L, out]
+  return fake_quantize_activations(y, outputs_);
+}
+
+at::Tensor QuantizedLinear::forward_reference(const at::Tensor& x) const {
+  at::Tensor xq = fake_quantize_activations(x, inputs_);
+  at::Tensor w = dequantized_weight();
+  return bias_.defined() ? at::linear(xq, w, bias_) : at::linear(xq, w);
+}
+
+at::Tensor QuantizedLinear::forward_kernel(const at::Tensor& x) const {
+  const std::int64_t B = x.size(0), L = x.size(1);
+  if (w4_) {
+    at::Tensor xq = fake_quantize_activations(x, inputs_).reshape({B * L, in_});
+    at::Tensor y = kernels::w4_gemm(xq, w4_->qweight, w4_->scales, w4_->zeros, w4_->group_size, bias_);
+    return y.reshape({B, L, out_});
+  }
+  // int8 × int8: per-token scales, or one scale per sequence of L rows.
+  const std::int64_t rows_per_scale = inputs_.granularity == Granularity::token ? 1 : std::max<std::int64_t>(L, 1);
+  kernels::Int8Rows a = kernels::quantize_int8_rows(x.reshape({B * L, in_}), rows_per_scale);
+  at::Tensor y = kernels::int8_gemm(a.q, int8_->q, kernels::scales_per_row(a, rows_per_scale), int8_->scales, bias_);
+  return y.reshape({B, L, out_});
+}
+
+}  // namespace qeval

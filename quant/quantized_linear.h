@@ -1,0 +1,66 @@
+// QuantizedLinear: a Linear whose weights are quantised once at construction and stored packed,
+// with dynamic activation quantisation computed per sequence (axis 0 of x), so outputs never
+// depend on the batch size (DESIGN.md §5).
+//
+// Two execution paths, equal to float rounding (tests/quant):
+//   reference  activations quantised and dequantised in float, weights dequantised, at::linear.
+//   kernel     int8 weights × int8 activations (per-tensor or per-token scales): activations
+//              quantised by kernels/int8_quantize, then kernels/int8_gemm (int32 sums, scales
+//              after); 4-bit weights: kernels/w4_gemm on float activations (quantised and
+//              dequantised first when the scheme quantises them).
+// Output-activation quantisation (coarse) is applied to the output, bias included, per sequence,
+// identically on both paths.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+
+#include "model/linear.h"
+#include "quant/packed_weights.h"
+#include "quant/scheme.h"
+
+namespace qeval {
+
+enum class ExecutionPath { reference, kernel };
+std::string to_string(ExecutionPath p);
+
+// Empty when `spec` can run on the kernel path; otherwise why not, in words for records, e.g.
+// "per-feature activation scales cannot be factored out of an integer GEMM".
+std::string kernel_path_unavailable_reason(const SchemeSpec& spec);
+
+class QuantizedLinear final : public Linear {
+ public:
+  // weight [out, in] float32, bias [out] float32 or undefined. Throws when `path` is kernel and
+  // kernel_path_unavailable_reason(spec) is not empty. `name` is the canonical linear name.
+  QuantizedLinear(const std::string& name, const at::Tensor& weight, const at::Tensor& bias, const SchemeSpec& spec,
+                  ExecutionPath path);
+
+  at::Tensor forward(const at::Tensor& x /*[B, L, in]*/) const override;  // → [B, L, out]
+  std::int64_t in_features() const override { return in_; }
+  std::int64_t out_features() const override { return out_; }
+  std::int64_t weight_bytes() const override;  // packed codes + scales (+ zeros) + bias
+  std::string describe() const override;
+
+  ExecutionPath path() const { return path_; }
+  // The weights as the reference path uses them: [out, in] float32.
+  at::Tensor dequantized_weight() const;
+  const std::optional<Int8Weight>& int8_weight() const { return int8_; }
+  const std::optional<W4Weight>& w4_weight() const { return w4_; }
+
+ private:
+  at::Tensor forward_reference(const at::Tensor& x) const;
+  at::Tensor forward_kernel(const at::Tensor& x) const;
+
+  std::string name_;
+  QuantSpec weights_, inputs_, outputs_;
+  ExecutionPath path_;
+  std::int64_t in_ = 0, out_ = 0;
+  std::optional<Int8Weight> int8_;  // exactly one of int8_, w4_, float_weight_ holds the weight
+  std::optional<W4Weight> w4_;
+  at::Tensor float_weight_;         // weights not quantised (activation-only schemes)
+  at::Tensor bias_;                 // [out] float32 or undefined, kept in full precision
+};
+
+}  // namespace qeval

@@ -1,0 +1,34 @@
+// Model rewrite: every linear a scheme selects becomes a QuantizedLinear (weights quantised once,
+// stored packed); everything else is shared with the full-precision model (DESIGN.md §5).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "model/transformer.h"
+#include "quant/scheme.h"
+
+namespace qeval {
+
+struct QuantizedModel {
+  Transformer model;  // a copy of `full` sharing all tensors, selected linears replaced
+  // What a result record stores about the rewrite:
+  //   scheme                the fully resolved spec (scheme_to_json)
+  //   execution_path        "kernel", "reference", "reference (<why the kernel path cannot run>)",
+  //                         or "none (full precision)" when the scheme quantises nothing
+  //   kernel_path_available bool, and kernel_path_unavailable_reason (string, empty if available)
+  //   kernels               the backends the kernel path dispatches to on this machine
+  //   layers                [{name, in_features, out_features, quantized, describe, weight_bytes,
+  //                           fp32_weight_bytes}] in execution order, unquantised ones included
+  //   quantized_layers      count
+  //   quantized_weight_bytes / fp32_weight_bytes / weight_bytes_ratio   over the quantised layers
+  //                         (packed codes + scales + zeros + bias, against fp32 weight + bias)
+  //   model_linear_bytes / model_linear_bytes_fp32                       over all linears
+  nlohmann::json report;
+};
+
+// Throws qeval::Error when the scheme asks for the kernel path and it cannot run, when an
+// include/exclude pattern matches no linear of this model (listing the model's linears), or when
+// a linear of `full` is not a float linear.
+QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec);
+
+}  // namespace qeval

@@ -1,0 +1,299 @@
+#include "quant/scheme.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "quant/presets_embedded.h"
+
+namespace qeval {
+namespace {
+
+constexpr QuantKind kKinds[] = {QuantKind::none, QuantKind::int8_absmax, QuantKind::int4_zeropoint};
+constexpr ExecutionPreference kExecutions[] = {ExecutionPreference::automatic, ExecutionPreference::reference,
+                                               ExecutionPreference::kernel};
+
+enum class Role { weights, input_activations, output_activations };
+
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::weights: return "weights";
+    case Role::input_activations: return "input_activations";
+    case Role::output_activations: return "output_activations";
+  }
+  return "?";
+}
+
+// Valid granularities per role, as written in JSON.
+std::vector<std::string> granularity_choices(Role r) {
+  switch (r) {
+    case Role::weights: return {"tensor", "channel", "group:<g>"};
+    case Role::input_activations: return {"tensor", "token", "feature"};
+    case Role::output_activations: return {"tensor", "token"};
+  }
+  return {};
+}
+
+bool granularity_allowed(Role r, Granularity g) {
+  switch (r) {
+    case Role::weights: return g == Granularity::tensor || g == Granularity::channel || g == Granularity::group;
+    case Role::input_activations:
+      return g == Granularity::tensor || g == Granularity::token || g == Granularity::feature;
+    case Role::output_activations: return g == Granularity::tensor || g == Granularity::token;
+  }
+  return false;
+}
+
+QuantKind parse_kind(const std::string& s, const std::string& where) {
+  for (auto k : kKinds)
+    if (to_string(k) == s) return k;
+  fail("{}: unknown kind '{}'; valid: none, int8_absmax, int4_zeropoint", where, s);
+}
+
+QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string& source) {
+  const std::string where = fmt::format("{}: {}", source, role_name(role));
+  QEVAL_CHECK(j.is_object(), "{}: expected an object like {{\"kind\": \"int8_absmax\", \"granularity\": \"{}\"}}, got {}",
+              where, granularity_choices(role)[0], j.dump());
+  for (auto it = j.begin(); it != j.end(); ++it)
+    QEVAL_CHECK(it.key() == "kind" || it.key() == "granularity" || it.key() == "bits",
+                "{}: unknown key '{}'; valid keys: kind, granularity, bits", where, it.key());
+  QEVAL_CHECK(j.contains("kind"), "{}: missing \"kind\"; valid kinds: none, int8_absmax, int4_zeropoint", where);
+  QuantSpec q;
+  try {
+    q.kind = parse_kind(j.at("kind").get<std::string>(), where);
+    if (q.enabled()) {
+      QEVAL_CHECK(j.contains("granularity"), "{}: kind {} needs a granularity; valid: {}", where, to_string(q.kind),
+                  fmt::join(granularity_choices(role), ", "));
+      const std::string g = j.at("granularity").get<std::string>();
+      bool found = false;
+      for (auto cand : {Granularity::tensor, Granularity::channel, Granularity::token, Granularity::feature}) {
+        if (g == to_string(cand)) q.granularity = cand, found = true;
+      }
+      if (!found && g.rfind("group:", 0) == 0) {
+        const std::string digits = g.substr(6);
+        const bool number =
+            !digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos;
+        QEVAL_CHECK(number && std::stoll(digits) > 0,
+                    "{}: granularity '{}' needs a positive group size, e.g. group:128 (valid: {})", where, g,
+                    fmt::join(granularity_choices(role), ", "));
+        q.granularity = Granularity::group;
+        q.group_size = std::stoll(digits);
+        found = true;
+      }
+      QEVAL_CHECK(found && granularity_allowed(role, q.granularity), "{}: granularity '{}' is not valid here; valid: {}",
+                  where, g, fmt::join(granularity_choices(role), ", "));
+    }
+    if (j.contains("bits"))
+      QEVAL_CHECK(j.at("bits").get<int>() == q.bits(), "{}: bits {} disagrees with kind {} ({} bits)", where,
+                  j.at("bits").get<int>(), to_string(q.kind), q.bits());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: {}", where, e.what());
+  }
+  return q;
+}
+
+nlohmann::json quant_to_json(const QuantSpec& q) {
+  if (!q.enabled()) return {{"kind", "none"}, {"bits", 32}};
+  return {{"kind", to_string(q.kind)}, {"bits", q.bits()}, {"granularity", q.granularity_name()}};
+}
+
+std::vector<std::string> string_list(const nlohmann::json& j, const std::string& where) {
+  QEVAL_CHECK(j.is_array(), "{}: expected a list of name patterns, got {}", where, j.dump());
+  std::vector<std::string> out;
+  for (const auto& e : j) {
+    QEVAL_CHECK(e.is_string() && !e.get<std::string>().empty(), "{}: expected non-empty strings, got {}", where,
+                e.dump());
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+int QuantSpec::bits() const {
+  switch (kind) {
+    case QuantKind::none: return 32;
+    case QuantKind::int8_absmax: return 8;
+    case QuantKind::int4_zeropoint: return 4;
+  }
+  return 32;
+}
+
+std::string QuantSpec::granularity_name() const {
+  if (granularity == Granularity::group) return fmt::format("group:{}", group_size);
+  return to_string(granularity);
+}
+
+bool SchemeSpec::quantizes_anything() const {
+  return weights.enabled() || input_activations.enabled() || output_activations.enabled();
+}
+
+bool SchemeSpec::selects(const std::string& name) const {
+  if (!quantizes_anything()) return false;
+  const bool in_blocks = name.rfind("layers.", 0) == 0;
+  if (!(in_blocks || (name == "lm_head" && quantize_lm_head))) return false;
+  if (!include.empty()) {
+    bool any = false;
+    for (const auto& p : include) any = any || glob_match(p, name);
+    if (!any) return false;
+  }
+  for (const auto& p : exclude)
+    if (glob_match(p, name)) return false;
+  return true;
+}
+
+std::string to_string(QuantKind v) {
+  switch (v) {
+    case QuantKind::none: return "none";
+    case QuantKind::int8_absmax: return "int8_absmax";
+    case QuantKind::int4_zeropoint: return "int4_zeropoint";
+  }
+  return "?";
+}
+
+std::string to_string(Granularity v) {
+  switch (v) {
+    case Granularity::tensor: return "tensor";
+    case Granularity::channel: return "channel";
+    case Granularity::group: return "group";
+    case Granularity::token: return "token";
+    case Granularity::feature: return "feature";
+  }
+  return "?";
+}
+
+std::string to_string(ExecutionPreference v) {
+  switch (v) {
+    case ExecutionPreference::automatic: return "auto";
+    case ExecutionPreference::reference: return "reference";
+    case ExecutionPreference::kernel: return "kernel";
+  }
+  return "?";
+}
+
+void validate_scheme(const SchemeSpec& s, const std::string& source) {
+  const std::pair<const QuantSpec*, Role> roles[] = {{&s.weights, Role::weights},
+                                                     {&s.input_activations, Role::input_activations},
+                                                     {&s.output_activations, Role::output_activations}};
+  for (const auto& [q, role] : roles) {
+    if (!q->enabled()) continue;
+    QEVAL_CHECK(granularity_allowed(role, q->granularity), "{}: {} granularity '{}' is not valid; valid: {}", source,
+                role_name(role), q->granularity_name(), fmt::join(granularity_choices(role), ", "));
+    QEVAL_CHECK(q->granularity != Granularity::group || q->group_size >= 1, "{}: {} group size must be positive, got {}",
+                source, role_name(role), q->group_size);
+  }
+  for (const auto* list : {&s.include, &s.exclude})
+    for (const auto& p : *list) QEVAL_CHECK(!p.empty(), "{}: empty name pattern in include/exclude", source);
+}
+
+nlohmann::json scheme_to_json(const SchemeSpec& s) {
+  return {{"name", s.name},
+          {"description", s.description},
+          {"weights", quant_to_json(s.weights)},
+          {"input_activations", quant_to_json(s.input_activations)},
+          {"output_activations", quant_to_json(s.output_activations)},
+          {"quantize_lm_head", s.quantize_lm_head},
+          {"include", s.include},
+          {"exclude", s.exclude},
+          {"execution", to_string(s.execution)}};
+}
+
+SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) {
+  static const std::vector<std::string> keys = {"name",    "description", "weights",   "input_activations",
+                                                "output_activations", "quantize_lm_head", "include", "exclude",
+                                                "execution"};
+  QEVAL_CHECK(j.is_object(), "{}: a scheme spec must be a JSON object, got {}", source, j.type_name());
+  for (auto it = j.begin(); it != j.end(); ++it)
+    QEVAL_CHECK(std::find(keys.begin(), keys.end(), it.key()) != keys.end(), "{}: unknown key '{}'; valid keys: {}",
+                source, it.key(), fmt::join(keys, ", "));
+  SchemeSpec s;
+  try {
+    if (j.contains("name")) s.name = j.at("name").get<std::string>();
+    if (j.contains("description")) s.description = j.at("description").get<std::string>();
+    if (j.contains("weights")) s.weights = quant_from_json(j.at("weights"), Role::weights, source);
+    if (j.contains("input_activations"))
+      s.input_activations = quant_from_json(j.at("input_activations"), Role::input_activations, source);
+    if (j.contains("output_activations"))
+      s.output_activations = quant_from_json(j.at("output_activations"), Role::output_activations, source);
+    if (j.contains("quantize_lm_head")) s.quantize_lm_head = j.at("quantize_lm_head").get<bool>();
+    if (j.contains("include")) s.include = string_list(j.at("include"), source + ": include");
+    if (j.contains("exclude")) s.exclude = string_list(j.at("exclude"), source + ": exclude");
+    if (j.contains("execution")) {
+      const std::string e = j.at("execution").get<std::string>();
+      bool found = false;
+      for (auto cand : kExecutions)
+        if (to_string(cand) == e) s.execution = cand, found = true;
+      QEVAL_CHECK(found, "{}: unknown execution '{}'; valid: auto, reference, kernel", source, e);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: {}", source, e.what());
+  }
+  validate_scheme(s, source);
+  return s;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : detail::embedded_presets()) names.push_back(p.name);
+  return names;
+}
+
+const std::string& preset_json_text(const std::string& name) {
+  for (const auto& p : detail::embedded_presets())
+    if (p.name == name) return p.json;
+  fail("unknown scheme preset '{}'; presets: {}", name, fmt::join(preset_names(), ", "));
+}
+
+SchemeSpec preset_scheme(const std::string& name) {
+  const std::string source = fmt::format("scheme preset {} (configs/schemes/{}.json)", name, name);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(preset_json_text(name));
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: invalid JSON: {}", source, e.what());
+  }
+  return scheme_from_json(j, source);
+}
+
+SchemeSpec resolve_scheme(const std::string& name_or_path) {
+  for (const auto& p : detail::embedded_presets())
+    if (p.name == name_or_path) return preset_scheme(name_or_path);
+  const std::filesystem::path path(name_or_path);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    fail("unknown scheme '{}': neither a preset name (presets: {}) nor a path to a JSON scheme file", name_or_path,
+         fmt::join(preset_names(), ", "));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("scheme file {}: invalid JSON: {}", path.string(), e.what());
+  }
+  SchemeSpec s = scheme_from_json(j, "scheme file " + path.string());
+  if (!j.contains("name")) s.name = path.stem().string();
+  return s;
+}
+
+bool glob_match(const std::string& pattern, const std::string& text) {
+  // Iterative wildcard match with backtracking to the last '*'.
+  std::size_t p = 0, t = 0, star = std::string::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p, ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++, mark = t;
+    } else if (star != std::string::npos) {
+      p = star + 1, t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+}  // namespace qeval

@@ -1,0 +1,97 @@
+// Quantisation schemes (DESIGN.md §5): what is quantised (weights, input activations, output
+// activations), how (int8 absmax or 4-bit zero-point, at which granularity), which linear layers,
+// and on which execution path. Presets live as JSON in configs/schemes/ and are compiled into the
+// library (quant/presets.cmake), so any working directory finds them; a path to a JSON file gives
+// any other combination.
+//
+// JSON form (every key optional except where noted; unknown keys are errors):
+//   {
+//     "name": "int8-fine",                        informational; the preset or file name
+//     "description": "...",
+//     "weights":            {"kind": "int8_absmax", "granularity": "channel"},
+//     "input_activations":  {"kind": "int8_absmax", "granularity": "feature"},
+//     "output_activations": {"kind": "none"},
+//     "quantize_lm_head": false,
+//     "include": ["layers.*"], "exclude": ["layers.0.*"],
+//     "execution": "auto"                          auto | reference | kernel
+//   }
+// kind: none | int8_absmax | int4_zeropoint ("bits" may be given too and must agree).
+// granularity: weights tensor | channel | group:<g>; input activations tensor | token | feature;
+// output activations tensor | token. Activation scales are dynamic and per sequence: "tensor"
+// means one scale per sequence, "token" one per position, "feature" one per channel of a sequence.
+//
+// Which linears: every linear inside the blocks (layers.<i>.attn.{qkv|q|k|v|o},
+// layers.<i>.mlp.{up|gate|down}), plus lm_head when quantize_lm_head is true; then, when include
+// is non-empty, only names matching one of its patterns; then minus names matching exclude.
+// Patterns are globs over the canonical names ('*' any run of characters, '?' one character).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace qeval {
+
+enum class QuantKind { none, int8_absmax, int4_zeropoint };
+enum class Granularity { tensor, channel, group, token, feature };
+enum class ExecutionPreference { automatic, reference, kernel };
+
+struct QuantSpec {
+  QuantKind kind = QuantKind::none;
+  Granularity granularity = Granularity::tensor;
+  std::int64_t group_size = 0;  // > 0 only for Granularity::group
+
+  bool enabled() const { return kind != QuantKind::none; }
+  int bits() const;  // 8, 4, or 32 for none
+  std::string granularity_name() const;  // "tensor", "channel", "group:128", ...
+  bool operator==(const QuantSpec& o) const {
+    return kind == o.kind && granularity == o.granularity && group_size == o.group_size;
+  }
+};
+
+struct SchemeSpec {
+  std::string name = "custom";
+  std::string description;
+  QuantSpec weights;
+  QuantSpec input_activations;
+  QuantSpec output_activations;
+  bool quantize_lm_head = false;
+  std::vector<std::string> include;
+  std::vector<std::string> exclude;
+  ExecutionPreference execution = ExecutionPreference::automatic;
+
+  // False for the full-precision scheme: nothing to rewrite.
+  bool quantizes_anything() const;
+  // Whether the linear called `name` (canonical) is quantised under this scheme.
+  bool selects(const std::string& name) const;
+};
+
+std::string to_string(QuantKind v);
+std::string to_string(Granularity v);
+std::string to_string(ExecutionPreference v);
+
+// Throws qeval::Error naming `source` and listing the valid values when a field is out of range.
+void validate_scheme(const SchemeSpec& spec, const std::string& source);
+
+// The fully resolved spec (every key written), as result records store it.
+nlohmann::json scheme_to_json(const SchemeSpec& spec);
+// Parses and validates; `source` names the file (or preset) in errors.
+SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source);
+
+// Preset names in a fixed order: full, int8-fine, int8-moderate, int8-coarse, int8-vectorwise,
+// w4-zeropoint, w4-zeropoint-g128.
+std::vector<std::string> preset_names();
+// The built-in preset (throws listing the presets for an unknown name).
+SchemeSpec preset_scheme(const std::string& name);
+// The preset's JSON text exactly as compiled in from configs/schemes/<name>.json.
+const std::string& preset_json_text(const std::string& name);
+
+// A preset name, or a path to a JSON spec file. An unknown name that is not a readable file
+// fails listing the presets; an invalid file fails naming the file and the bad field.
+SchemeSpec resolve_scheme(const std::string& name_or_path);
+
+// Glob match over canonical linear names: '*' any run of characters (dots included), '?' one.
+bool glob_match(const std::string& pattern, const std::string& text);
+
+}  // namespace qeval

@@ -1,0 +1,71 @@
+// The fused activation quantiser (both variants) against the reference maths of quant/quantize.h:
+// codes and scales bit for bit, including values that land exactly on .5 after division.
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/int8_quantize_cpu.h"
+#include "kernels/int8_quantize.h"
+#include "quant/quantize.h"
+#include "tests/support/test_data.h"
+
+namespace qeval::kernels {
+namespace {
+
+// Reference: scales over groups of `rows` consecutive rows through quant/quantize.h.
+Int8Rows reference(const at::Tensor& x, std::int64_t rows) {
+  const std::int64_t M = x.size(0);
+  std::vector<at::Tensor> qs, ss;
+  for (std::int64_t r0 = 0; r0 < M; r0 += rows) {
+    at::Tensor part = x.narrow(0, r0, std::min(rows, M - r0));
+    at::Tensor s = int8_absmax_scale(part, {0, 1});  // [1, 1]
+    qs.push_back(int8_quantize(part, s));
+    ss.push_back(s.reshape({1}));
+  }
+  return {at::cat(qs, 0), at::cat(ss, 0)};
+}
+
+TEST(Int8QuantizeRows, EqualsTheReferenceBitForBit) {
+  at::manual_seed(21);
+  for (std::int64_t K : {1, 15, 16, 17, 100, 768}) {
+    at::Tensor x = at::randn({10, K}) * 3;
+    x[3].zero_();                   // an all-zero row (its own group when per token)
+    x[7] *= 1000;                   // a loud row
+    for (std::int64_t rows : {1, 3, 10, 11}) {
+      Int8Rows want = reference(x, rows);
+      for (bool portable : {false, true}) {
+        Int8Rows got = portable ? cpu::quantize_int8_rows_portable(x, rows) : quantize_int8_rows(x, rows);
+        EXPECT_TRUE(test::tensors_equal(got.scales, want.scales)) << "K " << K << " rows " << rows << " portable " << portable;
+        EXPECT_TRUE(test::tensors_equal(got.q, want.q)) << "K " << K << " rows " << rows << " portable " << portable;
+      }
+    }
+  }
+}
+
+TEST(Int8QuantizeRows, HalfwayValuesRoundToEven) {
+  // max |x| = 63.5 → s = 0.5, so every x / s below is exact and most sit on a .5:
+  // 0.5 → 0, 1.5 → 2, 2.5 → 2, −2.5 → −2, 6.5 → 6, 7.5 → 8, ..., 23.5 → 24; ±63.5 → ±127.
+  at::Tensor x = at::tensor({0.25f, 0.75f, 1.25f, -1.25f, 63.5f, 0.0f, -0.25f, 3.25f, 3.75f, -63.5f, 5.25f, 6.25f,
+                             7.25f, 8.25f, 9.75f, 10.25f, 11.75f},
+                            at::kFloat)
+                     .reshape({1, 17});
+  Int8Rows got = quantize_int8_rows(x, 1);
+  std::vector<int> want = {0, 2, 2, -2, 127, 0, 0, 6, 8, -127, 10, 12, 14, 16, 20, 20, 24};
+  at::Tensor expected = at::tensor(want, at::kInt).to(at::kChar).reshape({1, 17});
+  EXPECT_TRUE(test::tensors_equal(got.q, expected));
+  EXPECT_EQ(got.scales.item<float>(), 0.5f);
+  EXPECT_TRUE(test::tensors_equal(cpu::quantize_int8_rows_portable(x, 1).q, expected));
+}
+
+TEST(Int8QuantizeRows, ScalesPerRowRepeatEachGroupScale) {
+  at::Tensor x = at::randn({5, 4});
+  Int8Rows r = quantize_int8_rows(x, 2);
+  ASSERT_EQ(r.scales.size(0), 3);
+  at::Tensor per_row = scales_per_row(r, 2);
+  ASSERT_EQ(per_row.size(0), 5);
+  EXPECT_EQ(per_row[1].item<float>(), r.scales[0].item<float>());
+  EXPECT_EQ(per_row[4].item<float>(), r.scales[2].item<float>());
+  EXPECT_THROW(quantize_int8_rows(x, 0), c10::Error);
+  EXPECT_THROW(quantize_int8_rows(x.to(at::kDouble), 1), c10::Error);
+}
+
+}  // namespace
+}  // namespace qeval::kernels

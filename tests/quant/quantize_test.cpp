@@ -1,0 +1,165 @@
+// The reference quantisers on cases computed by hand from DESIGN.md §5's formulas (values chosen
+// so every x / s is exact in float32, making the expected codes unambiguous).
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "quant/packed_weights.h"
+#include "quant/quantize.h"
+#include "tests/support/test_data.h"
+
+namespace qeval {
+namespace {
+
+at::Tensor f32(std::vector<float> v) { return at::tensor(v, at::TensorOptions().dtype(at::kFloat)); }
+at::Tensor i8(std::vector<int> v) { return at::tensor(v, at::TensorOptions().dtype(at::kInt)).to(at::kChar); }
+at::Tensor u8(std::vector<int> v) { return at::tensor(v, at::TensorOptions().dtype(at::kInt)).to(at::kByte); }
+
+TEST(Int8Absmax, RoundsHalfToEven) {
+  // max |x| = 63.5 → s = 0.5; x / s = 127, 0.5, 1.5, -0.5, 2.5, -3.5, -127.
+  at::Tensor x = f32({63.5f, 0.25f, 0.75f, -0.25f, 1.25f, -1.75f, -63.5f});
+  at::Tensor s = int8_absmax_scale(x, {0});
+  EXPECT_EQ(s.item<float>(), 0.5f);
+  at::Tensor q = int8_quantize(x, s);
+  EXPECT_TRUE(test::tensors_equal(q, i8({127, 0, 2, 0, 2, -4, -127})));
+  EXPECT_TRUE(test::tensors_equal(int8_dequantize(q, s), f32({63.5f, 0.0f, 1.0f, 0.0f, 1.0f, -2.0f, -63.5f})));
+}
+
+TEST(Int8Absmax, ClampsAtPlusMinus127AndTheMaximumMapsTo127) {
+  // With a given scale of 1, values beyond ±127 clamp (never -128).
+  EXPECT_TRUE(test::tensors_equal(int8_quantize(f32({300.0f, -300.0f, -127.6f, 10.0f}), f32({1.0f})),
+                                  i8({127, -127, -127, 10})));
+  // With the absmax scale the largest magnitude lands on ±127 even when x / s is inexact.
+  at::Tensor x = f32({0.3f, 0.1f, -0.7f});
+  at::Tensor q = int8_quantize(x, int8_absmax_scale(x, {0}));
+  EXPECT_EQ(q[2].item<std::int8_t>(), -127);
+  EXPECT_EQ(q[1].item<std::int8_t>(), 18);  // 0.1 / (0.7/127) = 18.14
+}
+
+TEST(Int8Absmax, AllZeroGroupsGetScaleOne) {
+  at::Tensor x = at::zeros({2, 3});
+  x[1][2] = 2.54f;
+  at::Tensor s = int8_absmax_scale(x, {1});  // per row
+  EXPECT_EQ(s[0][0].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(s[1][0].item<float>(), 2.54f / 127);
+  at::Tensor xhat = int8_dequantize(int8_quantize(x, s), s);
+  EXPECT_FALSE(xhat.isnan().any().item<bool>());
+  EXPECT_TRUE(test::tensors_equal(xhat[0], at::zeros({3})));
+}
+
+TEST(ZeroPoint4, MixedSignGroup) {
+  // min −16, max 14 → s = 2, z = round(8) = 8; x / s = −8, −1.25, 0, 3.5, 7 → round −8, −1, 0, 4, 7.
+  at::Tensor x = f32({-16.0f, -2.5f, 0.0f, 7.0f, 14.0f});
+  ZeroPointParams p = zeropoint4_params(x, {0});
+  EXPECT_EQ(p.scale.item<float>(), 2.0f);
+  EXPECT_EQ(p.zero.item<float>(), 8.0f);
+  at::Tensor q = zeropoint4_quantize(x, p);
+  EXPECT_TRUE(test::tensors_equal(q, u8({0, 7, 8, 12, 15})));
+  EXPECT_TRUE(test::tensors_equal(zeropoint4_dequantize(q, p), f32({-16.0f, -2.0f, 0.0f, 8.0f, 14.0f})));
+}
+
+TEST(ZeroPoint4, NegativeOnlyGroupHasItsZeroAboveFifteen) {
+  // min −16, max −1 → s = 1, z = 16 (outside [0, 15]); −8.5 rounds half to even to −8.
+  at::Tensor x = f32({-16.0f, -8.5f, -1.0f});
+  ZeroPointParams p = zeropoint4_params(x, {0});
+  EXPECT_EQ(p.scale.item<float>(), 1.0f);
+  EXPECT_EQ(p.zero.item<float>(), 16.0f);
+  at::Tensor q = zeropoint4_quantize(x, p);
+  EXPECT_TRUE(test::tensors_equal(q, u8({0, 8, 15})));
+  EXPECT_TRUE(test::tensors_equal(zeropoint4_dequantize(q, p), f32({-16.0f, -8.0f, -1.0f})));
+}
+
+TEST(ZeroPoint4, PositiveOnlyGroupHasANegativeZero) {
+  // min 2, max 17 → s = 1, z = −2; 3.5 rounds to 4.
+  at::Tensor x = f32({2.0f, 3.5f, 17.0f});
+  ZeroPointParams p = zeropoint4_params(x, {0});
+  EXPECT_EQ(p.zero.item<float>(), -2.0f);
+  at::Tensor q = zeropoint4_quantize(x, p);
+  EXPECT_TRUE(test::tensors_equal(q, u8({0, 2, 15})));
+  EXPECT_TRUE(test::tensors_equal(zeropoint4_dequantize(q, p), f32({2.0f, 4.0f, 17.0f})));
+}
+
+TEST(ZeroPoint4, ConstantGroupsComeBackExactly) {
+  // Rows: positive, negative, zero, and a value that is not a power of two.
+  at::Tensor x = f32({0.3f, 0.3f, 0.3f, -2.7f, -2.7f, -2.7f, 0.0f, 0.0f, 0.0f, 1e-30f, 1e-30f, 1e-30f}).reshape({4, 3});
+  ZeroPointParams p = zeropoint4_params(x, {1});
+  EXPECT_TRUE(test::tensors_equal(p.scale, f32({0.3f, 2.7f, 1.0f, 1e-30f}).reshape({4, 1})));
+  EXPECT_TRUE(test::tensors_equal(p.zero, f32({0.0f, 1.0f, 0.0f, 0.0f}).reshape({4, 1})));
+  at::Tensor q = zeropoint4_quantize(x, p);
+  EXPECT_TRUE(test::tensors_equal(q, u8({1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1}).reshape({4, 3})));
+  EXPECT_TRUE(test::tensors_equal(zeropoint4_dequantize(q, p), x));
+}
+
+TEST(PackedWeights, Int8GranularitiesStoreTheDocumentedScales) {
+  at::Tensor w = f32({1.0f, -2.0f, 4.0f, 0.5f, 0.0f, 0.0f, 0.0f, -63.5f}).reshape({2, 4});
+  QuantSpec spec{QuantKind::int8_absmax, Granularity::tensor, 0};
+  Int8Weight t = quantize_int8_weight(w, spec, "t");
+  EXPECT_TRUE(test::tensors_equal(t.scales, f32({0.5f})));
+  EXPECT_TRUE(test::tensors_equal(t.q, i8({2, -4, 8, 1, 0, 0, 0, -127}).reshape({2, 4})));
+  spec.granularity = Granularity::channel;
+  Int8Weight c = quantize_int8_weight(w, spec, "c");
+  EXPECT_TRUE(test::tensors_equal(c.scales, f32({4.0f / 127, 0.5f})));
+  EXPECT_EQ(c.q[0][2].item<std::int8_t>(), 127);
+  spec.granularity = Granularity::group;
+  spec.group_size = 3;  // K = 4 → groups [0, 3) and [3, 4)
+  Int8Weight g = quantize_int8_weight(w, spec, "g");
+  EXPECT_TRUE(test::tensors_equal(g.scales, f32({4.0f / 127, 0.5f / 127, 1.0f, 0.5f}).reshape({2, 2})));
+  EXPECT_TRUE(test::tensors_equal(g.q, i8({32, -64, 127, 127, 0, 0, 0, -127}).reshape({2, 4})));
+  EXPECT_EQ(g.bytes(), 8 + 4 * 4);
+}
+
+TEST(PackedWeights, W4OddKGroupsPackAndDequantizeLikeTheReference) {
+  // K = 5 with groups of 2: the last group holds one value (a constant group, exact).
+  at::manual_seed(11);
+  at::Tensor w = at::randn({3, 5});
+  QuantSpec spec{QuantKind::int4_zeropoint, Granularity::group, 2};
+  W4Weight q = quantize_w4_weight(w, spec, "w");
+  ASSERT_EQ(q.qweight.sizes(), (std::vector<std::int64_t>{3, 3}));
+  ASSERT_EQ(q.scales.sizes(), (std::vector<std::int64_t>{3, 3}));
+  EXPECT_TRUE(test::tensors_equal(at::bitwise_right_shift(q.qweight.select(1, 2), 4), at::zeros({3}, at::kByte)));
+  at::Tensor expected = at::empty_like(w);
+  for (std::int64_t g = 0; g < 3; ++g) {
+    at::Tensor part = w.narrow(1, 2 * g, std::min<std::int64_t>(2, 5 - 2 * g));
+    ZeroPointParams p = zeropoint4_params(part, {1});
+    expected.narrow(1, 2 * g, part.size(1)).copy_(zeropoint4_dequantize(zeropoint4_quantize(part, p), p));
+  }
+  EXPECT_TRUE(test::tensors_equal(q.dequantize(), expected));
+  EXPECT_TRUE(test::tensors_equal(q.dequantize().select(1, 4), w.select(1, 4)));  // constant group
+  EXPECT_EQ(q.bytes(), 3 * 3 + 2 * 3 * 3 * 4);
+}
+
+TEST(PackedWeights, W4PerChannelAndPerTensor) {
+  at::manual_seed(12);
+  at::Tensor w = at::randn({4, 7});
+  W4Weight c = quantize_w4_weight(w, {QuantKind::int4_zeropoint, Granularity::channel, 0}, "c");
+  EXPECT_EQ(c.group_size, 7);
+  ZeroPointParams p = zeropoint4_params(w, {1});
+  EXPECT_TRUE(test::tensors_equal(c.dequantize(), zeropoint4_dequantize(zeropoint4_quantize(w, p), p)));
+  W4Weight t = quantize_w4_weight(w, {QuantKind::int4_zeropoint, Granularity::tensor, 0}, "t");
+  ZeroPointParams one = zeropoint4_params(w, {0, 1});
+  EXPECT_TRUE(test::tensors_equal(t.dequantize(), zeropoint4_dequantize(zeropoint4_quantize(w, one), one)));
+  at::Tensor bad = w.clone();
+  bad[0][0] = NAN;
+  EXPECT_THROW(quantize_w4_weight(bad, {QuantKind::int4_zeropoint, Granularity::channel, 0}, "n"), Error);
+}
+
+TEST(FakeQuantizeActivations, ScalesArePerSequenceAndNeverShared) {
+  at::manual_seed(13);
+  at::Tensor x = at::randn({3, 5, 8});
+  x[1] *= 100;  // a loud sequence must not change the others' scales
+  for (auto g : {Granularity::tensor, Granularity::token, Granularity::feature}) {
+    QuantSpec spec{QuantKind::int8_absmax, g, 0};
+    at::Tensor batch = fake_quantize_activations(x, spec);
+    for (std::int64_t b = 0; b < 3; ++b)
+      EXPECT_TRUE(test::tensors_equal(batch[b], fake_quantize_activations(x.narrow(0, b, 1), spec)[0]))
+          << "granularity " << to_string(g) << ", sequence " << b;
+  }
+  // Per tensor: sequence 0's largest value is its own, on ±127 steps of max/127.
+  QuantSpec tensor{QuantKind::int8_absmax, Granularity::tensor, 0};
+  at::Tensor s0 = x[0].abs().max() / 127;
+  at::Tensor codes = fake_quantize_activations(x, tensor)[0] / s0;
+  EXPECT_TRUE(test::tensors_close(codes, at::round(codes), 1e-4));
+  EXPECT_TRUE(test::tensors_equal(fake_quantize_activations(x, QuantSpec{}), x));
+}
+
+}  // namespace
+}  // namespace qeval

@@ -1,0 +1,194 @@
+// Scheme specs: the presets against DESIGN.md §5's table (written out here independently of the
+// JSON files), the compiled-in presets against configs/schemes/, JSON round trips, layer
+// selection, and the errors for invalid specs and unknown names.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "quant/quantized_linear.h"
+#include "quant/scheme.h"
+#include "tests/support/test_data.h"
+
+namespace qeval {
+namespace {
+
+const std::filesystem::path kRepo = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+
+QuantSpec q(QuantKind k, Granularity g, std::int64_t group = 0) { return {k, g, group}; }
+const QuantSpec kNone{};
+
+// Expects `fn` to throw qeval::Error whose message contains every one of `parts`.
+template <typename Fn>
+void expect_error(Fn fn, std::vector<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error mentioning " << parts[0];
+  } catch (const Error& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+TEST(SchemePresets, MatchTheDesignTable) {
+  using K = QuantKind;
+  using G = Granularity;
+  struct Row {
+    const char* name;
+    QuantSpec w, in, out;
+  };
+  const Row table[] = {
+      {"full", kNone, kNone, kNone},
+      {"int8-fine", q(K::int8_absmax, G::channel), q(K::int8_absmax, G::feature), kNone},
+      {"int8-moderate", q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), kNone},
+      {"int8-coarse", q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor)},
+      {"int8-vectorwise", q(K::int8_absmax, G::channel), q(K::int8_absmax, G::token), kNone},
+      {"w4-zeropoint", q(K::int4_zeropoint, G::channel), kNone, kNone},
+      {"w4-zeropoint-g128", q(K::int4_zeropoint, G::group, 128), kNone, kNone},
+  };
+  std::vector<std::string> names;
+  for (const auto& row : table) {
+    names.push_back(row.name);
+    SchemeSpec s = resolve_scheme(row.name);
+    EXPECT_EQ(s.name, row.name);
+    EXPECT_TRUE(s.weights == row.w) << row.name;
+    EXPECT_TRUE(s.input_activations == row.in) << row.name;
+    EXPECT_TRUE(s.output_activations == row.out) << row.name;
+    EXPECT_FALSE(s.quantize_lm_head) << row.name;
+    EXPECT_TRUE(s.include.empty() && s.exclude.empty()) << row.name;
+    EXPECT_EQ(s.execution, ExecutionPreference::automatic) << row.name;
+  }
+  EXPECT_EQ(preset_names(), names);
+}
+
+TEST(SchemePresets, CompiledInTextEqualsTheFilesInConfigs) {
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kRepo / "configs" / "schemes")) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    const std::string name = entry.path().stem().string();
+    EXPECT_EQ(preset_json_text(name), read_file(entry.path())) << name << ": rebuild so the binary embeds the file";
+  }
+  EXPECT_EQ(files, preset_names().size());
+}
+
+TEST(SchemePresets, ResolveFromAnyWorkingDirectory) {
+  test::TempDir dir;
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  SchemeSpec s = resolve_scheme("int8-coarse");
+  std::filesystem::current_path(cwd);
+  EXPECT_TRUE(s.output_activations.enabled());
+}
+
+TEST(SchemeSpec, JsonRoundTripsEveryField) {
+  SchemeSpec s;
+  s.name = "mine";
+  s.description = "w4 g64, per-token int8 inputs, quantised head, MLP only";
+  s.weights = q(QuantKind::int4_zeropoint, Granularity::group, 64);
+  s.input_activations = q(QuantKind::int8_absmax, Granularity::token);
+  s.output_activations = q(QuantKind::int8_absmax, Granularity::token);
+  s.quantize_lm_head = true;
+  s.include = {"layers.*.mlp.*", "lm_head"};
+  s.exclude = {"layers.0.*"};
+  s.execution = ExecutionPreference::reference;
+  nlohmann::json j = scheme_to_json(s);
+  EXPECT_EQ(j.at("weights").at("granularity"), "group:64");
+  EXPECT_EQ(j.at("weights").at("bits"), 4);
+  EXPECT_EQ(j.at("execution"), "reference");
+  SchemeSpec back = scheme_from_json(j, "test");
+  EXPECT_EQ(scheme_to_json(back), j);
+  for (const auto& name : preset_names()) {
+    SchemeSpec p = preset_scheme(name);
+    EXPECT_EQ(scheme_to_json(scheme_from_json(scheme_to_json(p), name)), scheme_to_json(p)) << name;
+  }
+}
+
+TEST(SchemeSpec, ResolvesAJsonFileAndNamesItAfterTheFileByDefault) {
+  test::TempDir dir;
+  std::ofstream(dir / "w8a8-token.json") << R"({"weights": {"kind": "int8_absmax", "granularity": "channel"},
+    "input_activations": {"kind": "int8_absmax", "granularity": "token", "bits": 8}})";
+  SchemeSpec s = resolve_scheme((dir / "w8a8-token.json").string());
+  EXPECT_EQ(s.name, "w8a8-token");
+  EXPECT_EQ(s.input_activations.granularity, Granularity::token);
+  EXPECT_FALSE(s.output_activations.enabled());
+  EXPECT_EQ(kernel_path_unavailable_reason(s), "");
+}
+
+TEST(SchemeSpec, InvalidSpecsFailListingTheValidValues) {
+  auto parse = [](const char* text) { return [text] { scheme_from_json(nlohmann::json::parse(text), "spec.json"); }; };
+  expect_error(parse(R"({"weights": {"kind": "int3"}})"), {"spec.json", "int3", "none, int8_absmax, int4_zeropoint"});
+  expect_error(parse(R"({"weights": {"kind": "int8_absmax", "granularity": "token"}})"),
+               {"spec.json: weights", "'token'", "tensor, channel, group:<g>"});
+  expect_error(parse(R"({"input_activations": {"kind": "int8_absmax", "granularity": "channel"}})"),
+               {"input_activations", "tensor, token, feature"});
+  expect_error(parse(R"({"output_activations": {"kind": "int8_absmax", "granularity": "feature"}})"),
+               {"output_activations", "tensor, token"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "group:0"}})"), {"group:<g>"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "group:abc"}})"), {"group:128"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint"}})"), {"needs a granularity", "tensor, channel"});
+  expect_error(parse(R"({"weights": {"granularity": "tensor"}})"), {"missing \"kind\"", "int8_absmax"});
+  expect_error(parse(R"({"weights": {"kind": "int8_absmax", "granularity": "tensor", "bits": 4}})"),
+               {"bits 4 disagrees"});
+  expect_error(parse(R"({"weight": {"kind": "none"}})"), {"unknown key 'weight'", "weights, input_activations"});
+  expect_error(parse(R"({"weights": {"kind": "none", "scale": 1}})"), {"unknown key 'scale'", "kind, granularity, bits"});
+  expect_error(parse(R"({"execution": "gpu"})"), {"'gpu'", "auto, reference, kernel"});
+  expect_error(parse(R"({"include": "layers.*"})"), {"list of name patterns"});
+  expect_error(parse(R"([1, 2])"), {"must be a JSON object"});
+}
+
+TEST(SchemeSpec, UnknownNamesAndBadFilesFailListingThePresets) {
+  expect_error([] { resolve_scheme("int8-medium"); },
+               {"'int8-medium'", "full, int8-fine, int8-moderate, int8-coarse, int8-vectorwise, w4-zeropoint, "
+                                 "w4-zeropoint-g128"});
+  expect_error([] { preset_scheme("nope"); }, {"unknown scheme preset 'nope'", "int8-fine"});
+  test::TempDir dir;
+  std::ofstream(dir / "broken.json") << "{\"weights\": ";
+  expect_error([&] { resolve_scheme((dir / "broken.json").string()); }, {"broken.json", "invalid JSON"});
+}
+
+TEST(SchemeSpec, SelectsBlockLinearsAndTheHeadOnlyWhenAsked) {
+  SchemeSpec s = preset_scheme("int8-moderate");
+  EXPECT_TRUE(s.selects("layers.0.attn.qkv"));
+  EXPECT_TRUE(s.selects("layers.11.mlp.down"));
+  EXPECT_FALSE(s.selects("lm_head"));
+  s.quantize_lm_head = true;
+  EXPECT_TRUE(s.selects("lm_head"));
+  s.include = {"layers.*.mlp.*"};
+  EXPECT_TRUE(s.selects("layers.3.mlp.up"));
+  EXPECT_FALSE(s.selects("layers.3.attn.o"));
+  EXPECT_FALSE(s.selects("lm_head"));  // include filters the head too
+  s.include.clear();
+  s.exclude = {"layers.0.*", "*.down"};
+  EXPECT_FALSE(s.selects("layers.0.attn.q"));
+  EXPECT_FALSE(s.selects("layers.2.mlp.down"));
+  EXPECT_TRUE(s.selects("layers.10.attn.q"));
+  EXPECT_FALSE(preset_scheme("full").selects("layers.0.attn.q"));
+}
+
+TEST(SchemeSpec, GlobMatch) {
+  EXPECT_TRUE(glob_match("layers.*.attn.?", "layers.12.attn.q"));
+  EXPECT_FALSE(glob_match("layers.*.attn.?", "layers.12.attn.qkv"));
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_TRUE(glob_match("layers.1*", "layers.10.mlp.up"));
+  EXPECT_FALSE(glob_match("layers.1", "layers.10"));
+  EXPECT_TRUE(glob_match("*mlp*down", "layers.3.mlp.down"));
+}
+
+TEST(SchemeSpec, KernelPathAvailabilityFollowsTheMaths) {
+  EXPECT_EQ(kernel_path_unavailable_reason(preset_scheme("int8-fine")),
+            "per-feature activation scales cannot be factored out of an integer GEMM");
+  for (const char* name : {"int8-moderate", "int8-coarse", "int8-vectorwise", "w4-zeropoint", "w4-zeropoint-g128"})
+    EXPECT_EQ(kernel_path_unavailable_reason(preset_scheme(name)), "") << name;
+  SchemeSpec s = preset_scheme("int8-vectorwise");
+  s.weights = q(QuantKind::int8_absmax, Granularity::group, 64);
+  EXPECT_NE(kernel_path_unavailable_reason(s).find("per-group int8 weight scales"), std::string::npos);
+  s = preset_scheme("int8-vectorwise");
+  s.input_activations = kNone;
+  EXPECT_NE(kernel_path_unavailable_reason(s), "");
+  EXPECT_NE(kernel_path_unavailable_reason(preset_scheme("full")), "");
+}
+
+}  // namespace
+}  // namespace qeval
