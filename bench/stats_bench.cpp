@@ -1,0 +1,150 @@
+// Statistics overhead: a GPT-2-small-shaped Transformer (12 layers, d 768, 12 heads, d_ff 3072,
+// vocab 50257, random weights) runs the same windows with no observer, with the collector on
+// hidden states only, and with hidden states and attention. The three are interleaved per
+// window (so load from other processes hits them alike) and compared by the median time:
+// wall clock, and process CPU time (std::clock, all threads), which other processes on a
+// shared machine disturb less.
+// The target (issue 4) is at most 25% over the plain forward pass.
+//
+// usage: stats_bench [seq_len = 256] [windows = 4] [threads = LibTorch default]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "eval/statistics.h"
+#include "model/transformer.h"
+
+namespace {
+
+using namespace qeval;
+
+ModelConfig gpt2_small_config() {
+  ModelConfig c;
+  c.architecture = "gpt2";
+  c.vocab_size = 50257, c.d_model = 768, c.d_ff = 3072, c.n_layers = 12, c.n_heads = 12, c.n_kv_heads = 12;
+  c.max_seq_len = 1024;
+  c.norm = NormKind::layernorm, c.position = PositionKind::learned, c.mlp = MlpKind::gelu;
+  c.attention_bias = c.mlp_bias = c.tied_embeddings = c.fused_qkv = true;
+  return c;
+}
+
+// GPT-2's initialisation: N(0, 0.02) weights, zero biases, unit norm gains.
+ModelWeights random_weights(const ModelConfig& c) {
+  auto normal = [](std::vector<std::int64_t> shape) { return at::randn(shape) * 0.02; };
+  auto linear = [&](std::int64_t out, std::int64_t in) { return LinearWeights{normal({out, in}), at::zeros({out})}; };
+  auto norm = [&] { return NormWeights{at::ones({c.d_model}), at::zeros({c.d_model})}; };
+  ModelWeights w;
+  w.token_embedding = normal({c.vocab_size, c.d_model});
+  w.position_embedding = normal({c.max_seq_len, c.d_model});
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    BlockWeights b;
+    b.attn_norm = norm(), b.mlp_norm = norm();
+    b.qkv = linear(3 * c.d_model, c.d_model);
+    b.o = linear(c.d_model, c.d_model);
+    b.up = linear(c.d_ff, c.d_model);
+    b.down = linear(c.d_model, c.d_ff);
+    w.blocks.push_back(b);
+  }
+  w.final_norm = norm();
+  w.lm_head = w.token_embedding;
+  return w;
+}
+
+// Forwards to the collector and adds up the process CPU time spent inside its callbacks: the
+// collector's own cost, measured apart from the forward pass it rides on.
+class TimedObserver : public ForwardObserver {
+ public:
+  explicit TimedObserver(StatisticsCollector& c) : collector_(c) {}
+  void on_block_output(std::int64_t layer, const at::Tensor& hidden) override {
+    const std::clock_t start = std::clock();
+    collector_.on_block_output(layer, hidden);
+    seconds += static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+  }
+  bool wants_attention(std::int64_t layer) const override { return collector_.wants_attention(layer); }
+  void on_attention(std::int64_t layer, const at::Tensor& probs) override {
+    const std::clock_t start = std::clock();
+    collector_.on_attention(layer, probs);
+    seconds += static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+  }
+  double seconds = 0;  // since the last reset
+
+ private:
+  StatisticsCollector& collector_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::int64_t seq = argc > 1 ? std::atoll(argv[1]) : 256;
+  const std::int64_t windows = argc > 2 ? std::atoll(argv[2]) : 4;
+  if (argc > 3) at::set_num_threads(std::atoi(argv[3]));
+  if (seq < 2 || seq > 1024 || windows < 1) {
+    fmt::print(stderr, "stats_bench: want 2 <= seq_len <= 1024 and windows >= 1, got {} and {}\n", seq, windows);
+    return 2;
+  }
+  c10::InferenceMode inference;
+  at::manual_seed(0);
+  const ModelConfig config = gpt2_small_config();
+  const Transformer model(config, random_weights(config), "random gpt2-small");
+  at::Tensor tokens = at::randint(0, config.vocab_size, {windows + 1, seq}, at::kLong);
+  fmt::print("stats_bench: GPT-2-small shape (12 x 768, 12 heads, vocab 50257), random weights, fp32 CPU\n");
+  fmt::print("seq_len {}, batch 1, {} timed windows (+1 warm-up), {} threads\n", seq, windows, at::get_num_threads());
+
+  enum Mode { plain, hidden_only, with_attention };
+  const char* names[] = {"forward, no observer", "+ hidden statistics", "+ hidden + attention statistics"};
+  std::vector<double> wall[3], cpu[3], inside[3];
+  StatisticsCollector hidden_collector(StatisticsOptions{/*attention=*/false}), full_collector;
+  TimedObserver hidden_observer(hidden_collector), full_observer(full_collector);
+  for (std::int64_t w = 0; w <= windows; ++w) {
+    at::Tensor window = tokens.narrow(0, w, 1);  // [1, seq]
+    for (int k = 0; k < 3; ++k) {
+      const Mode mode = static_cast<Mode>((k + w) % 3);  // rotate the order per window
+      StatisticsCollector* collector =
+          mode == plain ? nullptr : mode == hidden_only ? &hidden_collector : &full_collector;
+      TimedObserver* observer = mode == plain ? nullptr : mode == hidden_only ? &hidden_observer : &full_observer;
+      if (observer) observer->seconds = 0;
+      const auto start = std::chrono::steady_clock::now();
+      const std::clock_t cpu_start = std::clock();
+      if (collector) collector->begin_batch({w});
+      at::Tensor logits = model.forward(window, observer);
+      const double cpu_s = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+      const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (w > 0) {  // window 0 warms caches and allocators
+        wall[mode].push_back(wall_s), cpu[mode].push_back(cpu_s);
+        inside[mode].push_back(observer ? observer->seconds : 0.0);
+      }
+    }
+  }
+  const double wall_base = median(wall[plain]), cpu_base = median(cpu[plain]);
+  fmt::print("{:34s} {:>8s} {:>6s} {:>8s} {:>6s} {:>14s}\n", "median per window", "wall s", "ratio", "cpu s", "ratio",
+             "in collector");
+  for (int mode = 0; mode < 3; ++mode) {
+    const double w = median(wall[mode]), c = median(cpu[mode]), in = median(inside[mode]);
+    fmt::print("{:34s} {:8.3f} {:6.3f} {:8.3f} {:6.3f} {:7.3f} s {:4.1f}%\n", names[mode], w, w / wall_base, c,
+               c / cpu_base, in, 100 * in / cpu_base);
+  }
+  fmt::print("ratio: against the plain forward; in collector: CPU time inside the collector's callbacks,\n"
+             "and as a share of the plain forward's CPU time\n");
+  auto start = std::chrono::steady_clock::now();
+  const auto s = full_collector.summary();
+  const double summary_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("summary() over {} windows: {:.3f} ms (once per run)\n", s["windows"].get<int>(), 1e3 * summary_s);
+  fmt::print("(collected over {} windows: kurtosis first {:.3g} rest {:.3g}, %first-attn {:.3g})\n",
+             s["windows"].get<int>(), s["hidden"]["kurtosis"]["first"].get<double>(),
+             s["hidden"]["kurtosis"]["rest"].get<double>(), s["attention"]["first_attn_pct"].get<double>());
+  return 0;
+}

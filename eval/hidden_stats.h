@@ -1,0 +1,40 @@
+// Hidden-state outlier statistics of one block output, one result per sequence (DESIGN.md §6).
+//
+// X[m, l, d] is the output of block m (after its second residual add, before the final norm) at
+// position l (l = 1 is the window's first token) and channel d. For one sequence and one layer:
+//   kurtosis   κ[l] = E_d[(X − μ)^4] / (E_d[(X − μ)^2])^2, μ = E_d[X], population moments over the
+//              D channels, computed in float64 (a Gaussian gives 3, a uniform 1.8, a one-hot
+//              vector (D² − 3D + 3)/(D − 1) ≈ D). A constant vector has 0/0: NaN, reported as such.
+//   max_abs    a[l] = max_d |X[l, d]|.
+//   inf_over_l2 r[l] = max_d |X[l, d]| / sqrt(Σ_d X[l, d]^2) (in (1/√D, 1]; NaN for a zero vector).
+// Each is reported for the first token (l = 1) and as the mean over the rest (l = 2..L) within
+// the sequence; the rest is NaN when L = 1. Averaging over sequences and layers is the
+// collector's job (eval/statistics.h).
+//
+// Cost: whole-tensor ATen reductions along D only; the per-position values ([B, L] doubles)
+// come to the CPU and are reduced over positions in a fixed loop, so every sequence's result
+// is the same whatever batch it was computed in.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace qeval {
+
+struct HiddenLayerStats {
+  double kurtosis_first = 0, kurtosis_rest = 0;
+  double max_abs_first = 0, max_abs_rest = 0;
+  double inf_over_l2_first = 0, inf_over_l2_rest = 0;
+  // The element of largest |X| over all positions and channels of this sequence: its signed
+  // value, channel d and position l, both 0-based. Ties go to the earliest position, then to
+  // the lowest channel (ATen's max(dim) returns the first maximal index).
+  double largest_value = 0;
+  std::int64_t largest_channel = 0, largest_position = 0;
+};
+
+// hidden: [B, L, D] floating point, any device → one entry per batch row (sequence).
+std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden);
+
+}  // namespace qeval

@@ -1,1 +1,0 @@
-namespace qeval { int eval_marker = 0; }

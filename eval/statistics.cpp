@@ -1,0 +1,256 @@
+#include "eval/statistics.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <set>
+
+#include "common/error.h"
+
+namespace qeval {
+namespace {
+
+using nlohmann::json;
+
+// JSON has no NaN or infinity; the state spells them as strings so they read back exactly.
+json number_to_json(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+double number_from_json(const json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  }
+  fail("expected a number, \"nan\", \"inf\" or \"-inf\", found {}", j.dump());
+}
+
+constexpr const char* kStateFormat = "qeval-statistics-state";
+constexpr int kStateVersion = 1;
+
+}  // namespace
+
+StatisticsCollector::StatisticsCollector(StatisticsOptions options) : options_(options) {
+  QEVAL_CHECK(options_.sink_T >= 1, "StatisticsCollector: sink T must be at least 1, got {}", options_.sink_T);
+  QEVAL_CHECK(std::isfinite(options_.sink_eps), "StatisticsCollector: sink epsilon must be finite, got {}",
+              options_.sink_eps);
+}
+
+void StatisticsCollector::begin_batch(std::vector<std::int64_t> window_indices) {
+  std::set<std::int64_t> seen;
+  for (std::int64_t w : window_indices) {
+    QEVAL_CHECK(w >= 0, "StatisticsCollector::begin_batch: window index {} is negative", w);
+    QEVAL_CHECK(seen.insert(w).second, "StatisticsCollector::begin_batch: window {} appears twice in one batch", w);
+    QEVAL_CHECK(windows_.count(w) == 0, "StatisticsCollector::begin_batch: window {} was already observed", w);
+  }
+  for (std::int64_t w : window_indices) windows_[w] = WindowRecord{};
+  batch_ = std::move(window_indices);
+}
+
+StatisticsCollector::WindowRecord& StatisticsCollector::batch_row(std::size_t row) { return windows_.at(batch_[row]); }
+
+void StatisticsCollector::on_block_output(std::int64_t layer, const at::Tensor& hidden) {
+  QEVAL_CHECK(hidden.dim() == 3 && hidden.size(0) == static_cast<std::int64_t>(batch_.size()),
+              "StatisticsCollector: hidden state of layer {} must be [B, L, D] with B = {} (begin_batch), got {} dims "
+              "and B = {}",
+              layer, batch_.size(), hidden.dim(), hidden.dim() > 0 ? hidden.size(0) : 0);
+  std::vector<HiddenLayerStats> stats = hidden_layer_stats(hidden);
+  for (std::size_t row = 0; row < batch_.size(); ++row) {
+    WindowRecord& rec = batch_row(row);
+    QEVAL_CHECK(layer == static_cast<std::int64_t>(rec.hidden.size()),
+                "StatisticsCollector: window {} expected the hidden state of layer {} next, got layer {}", batch_[row],
+                rec.hidden.size(), layer);
+    if (rec.length == 0) rec.length = hidden.size(1);
+    QEVAL_CHECK(rec.length == hidden.size(1), "StatisticsCollector: window {} has length {}, layer {} has {} positions",
+                batch_[row], rec.length, layer, hidden.size(1));
+    rec.hidden.push_back(stats[row]);
+  }
+}
+
+void StatisticsCollector::on_attention(std::int64_t layer, const at::Tensor& probs) {
+  QEVAL_CHECK(options_.attention, "StatisticsCollector: attention of layer {} handed over, but attention statistics are off",
+              layer);
+  QEVAL_CHECK(probs.dim() == 4 && probs.size(0) == static_cast<std::int64_t>(batch_.size()),
+              "StatisticsCollector: attention of layer {} must be [B, H, L, L] with B = {} (begin_batch), got {} dims "
+              "and B = {}",
+              layer, batch_.size(), probs.dim(), probs.dim() > 0 ? probs.size(0) : 0);
+  std::vector<AttentionLayerStats> stats = attention_layer_stats(probs, options_.sink_T, options_.sink_eps);
+  for (std::size_t row = 0; row < batch_.size(); ++row) {
+    WindowRecord& rec = batch_row(row);
+    QEVAL_CHECK(layer == static_cast<std::int64_t>(rec.attention.size()),
+                "StatisticsCollector: window {} expected the attention of layer {} next, got layer {}", batch_[row],
+                rec.attention.size(), layer);
+    if (rec.length == 0) rec.length = probs.size(2);
+    QEVAL_CHECK(rec.length == probs.size(2), "StatisticsCollector: window {} has length {}, attention of layer {} has {}",
+                batch_[row], rec.length, layer, probs.size(2));
+    rec.attention.push_back(stats[row]);
+  }
+}
+
+void StatisticsCollector::merge(const StatisticsCollector& other) {
+  QEVAL_CHECK(options_.attention == other.options_.attention && options_.sink_T == other.options_.sink_T &&
+                  options_.sink_eps == other.options_.sink_eps,
+              "StatisticsCollector::merge: options differ (attention {} vs {}, sink T {} vs {}, sink eps {} vs {})",
+              options_.attention, other.options_.attention, options_.sink_T, other.options_.sink_T, options_.sink_eps,
+              other.options_.sink_eps);
+  for (const auto& entry : other.windows_)
+    QEVAL_CHECK(windows_.count(entry.first) == 0, "StatisticsCollector::merge: window {} is in both collectors",
+                entry.first);
+  for (const auto& entry : other.windows_) windows_.insert(entry);
+}
+
+json StatisticsCollector::summary() const {
+  QEVAL_CHECK(!windows_.empty(), "StatisticsCollector::summary: no window was observed");
+  const std::size_t M = windows_.begin()->second.hidden.size();
+  QEVAL_CHECK(M > 0, "StatisticsCollector::summary: window {} has no hidden states", windows_.begin()->first);
+  std::size_t n_rest = 0;
+  std::int64_t min_length = std::numeric_limits<std::int64_t>::max();
+  for (const auto& [index, rec] : windows_) {
+    QEVAL_CHECK(rec.hidden.size() == M, "StatisticsCollector::summary: window {} has {} layers of hidden states, window {} has {}",
+                index, rec.hidden.size(), windows_.begin()->first, M);
+    QEVAL_CHECK(rec.attention.size() == (options_.attention ? M : 0),
+                "StatisticsCollector::summary: window {} has attention for {} of {} layers", index, rec.attention.size(), M);
+    if (rec.length >= 2) ++n_rest;
+    min_length = std::min(min_length, rec.length);
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+
+  // Mean over windows (ascending index) per layer, then the mean of those over layers.
+  struct Averaged {
+    std::vector<double> per_layer;
+    double overall;
+  };
+  auto average = [&](bool rest_only, const std::function<double(const WindowRecord&, std::size_t)>& value, double scale) {
+    Averaged out{std::vector<double>(M, nan), nan};
+    const std::size_t n = rest_only ? n_rest : windows_.size();
+    if (n == 0) return out;
+    double over_layers = 0;
+    for (std::size_t m = 0; m < M; ++m) {
+      double sum = 0;
+      for (const auto& entry : windows_)
+        if (!rest_only || entry.second.length >= 2) sum += value(entry.second, m);
+      out.per_layer[m] = scale * (sum / static_cast<double>(n));
+      over_layers += out.per_layer[m];
+    }
+    out.overall = over_layers / static_cast<double>(M);
+    return out;
+  };
+  auto first_rest = [&](double HiddenLayerStats::*first, double HiddenLayerStats::*rest) {
+    Averaged f = average(false, [&](const WindowRecord& r, std::size_t m) { return r.hidden[m].*first; }, 1.0);
+    Averaged s = average(true, [&](const WindowRecord& r, std::size_t m) { return r.hidden[m].*rest; }, 1.0);
+    return json{{"first", f.overall}, {"rest", s.overall}, {"per_layer", {{"first", f.per_layer}, {"rest", s.per_layer}}}};
+  };
+
+  json hidden;
+  hidden["kurtosis"] = first_rest(&HiddenLayerStats::kurtosis_first, &HiddenLayerStats::kurtosis_rest);
+  hidden["max_abs"] = first_rest(&HiddenLayerStats::max_abs_first, &HiddenLayerStats::max_abs_rest);
+  hidden["inf_over_l2"] = first_rest(&HiddenLayerStats::inf_over_l2_first, &HiddenLayerStats::inf_over_l2_rest);
+  json largest = json::array();
+  for (std::size_t m = 0; m < M; ++m) {
+    const HiddenLayerStats* best = nullptr;
+    std::int64_t best_window = -1;
+    for (const auto& [index, rec] : windows_)
+      if (best == nullptr || std::abs(rec.hidden[m].largest_value) > std::abs(best->largest_value)) {
+        best = &rec.hidden[m];
+        best_window = index;
+      }
+    largest.push_back({{"value", best->largest_value},
+                       {"abs", std::abs(best->largest_value)},
+                       {"channel", best->largest_channel},
+                       {"window", best_window},
+                       {"position", best->largest_position}});
+  }
+  hidden["largest_per_layer"] = largest;
+
+  json out{{"windows", windows_.size()}, {"layers", M}, {"hidden", hidden}};
+  if (options_.attention) {
+    Averaged first_attn =
+        average(true, [](const WindowRecord& r, std::size_t m) { return r.attention[m].first_attn; }, 100.0);
+    Averaged share = average(true, [](const WindowRecord& r, std::size_t m) { return r.attention[m].first_share; }, 1.0);
+    Averaged sink = average(false, [](const WindowRecord& r, std::size_t m) { return r.attention[m].sink_fraction; }, 100.0);
+    Averaged entropy = average(false, [](const WindowRecord& r, std::size_t m) { return r.attention[m].entropy; }, 1.0);
+    out["attention"] = {
+        {"first_attn_pct", first_attn.overall},
+        {"first_token_share", share.overall},
+        {"sink_rate_pct", sink.overall},
+        {"sink_T", std::min(options_.sink_T, min_length)},
+        {"sink_T_requested", options_.sink_T},
+        {"sink_eps", options_.sink_eps},
+        {"entropy", entropy.overall},
+        {"entropy_per_layer", entropy.per_layer},
+        {"per_layer",
+         {{"first_attn_pct", first_attn.per_layer},
+          {"first_token_share", share.per_layer},
+          {"sink_rate_pct", sink.per_layer}}},
+        {"first_attn_ties", "split"},
+        {"weights", "as produced; softmax-1 rows sum to less than 1"},
+    };
+  }
+  return out;
+}
+
+json StatisticsCollector::state_to_json() const {
+  json windows = json::array();
+  for (const auto& [index, rec] : windows_) {
+    json hidden = json::array(), attention = json::array();
+    for (const HiddenLayerStats& s : rec.hidden)
+      hidden.push_back({number_to_json(s.kurtosis_first), number_to_json(s.kurtosis_rest), number_to_json(s.max_abs_first),
+                        number_to_json(s.max_abs_rest), number_to_json(s.inf_over_l2_first),
+                        number_to_json(s.inf_over_l2_rest), number_to_json(s.largest_value), s.largest_channel,
+                        s.largest_position});
+    for (const AttentionLayerStats& s : rec.attention)
+      attention.push_back({number_to_json(s.first_attn), number_to_json(s.first_share), number_to_json(s.sink_fraction),
+                           number_to_json(s.entropy)});
+    windows.push_back({{"index", index}, {"length", rec.length}, {"hidden", hidden}, {"attention", attention}});
+  }
+  return {{"format", kStateFormat},
+          {"version", kStateVersion},
+          {"options", {{"attention", options_.attention}, {"sink_T", options_.sink_T}, {"sink_eps", options_.sink_eps}}},
+          {"hidden_fields",
+           {"kurtosis_first", "kurtosis_rest", "max_abs_first", "max_abs_rest", "inf_over_l2_first", "inf_over_l2_rest",
+            "largest_value", "largest_channel", "largest_position"}},
+          {"attention_fields", {"first_attn", "first_share", "sink_fraction", "entropy"}},
+          {"windows", windows}};
+}
+
+StatisticsCollector StatisticsCollector::state_from_json(const json& state, const std::string& source) {
+  try {
+    QEVAL_CHECK(state.at("format") == kStateFormat, "format is {}, expected \"{}\"", state.at("format").dump(), kStateFormat);
+    QEVAL_CHECK(state.at("version") == kStateVersion, "version is {}, expected {}", state.at("version").dump(), kStateVersion);
+    const json& o = state.at("options");
+    StatisticsCollector c(StatisticsOptions{o.at("attention").get<bool>(), o.at("sink_T").get<std::int64_t>(),
+                                            o.at("sink_eps").get<double>()});
+    for (const json& w : state.at("windows")) {
+      const std::int64_t index = w.at("index").get<std::int64_t>();
+      QEVAL_CHECK(index >= 0 && c.windows_.count(index) == 0, "window index {} is negative or repeated", index);
+      WindowRecord rec;
+      rec.length = w.at("length").get<std::int64_t>();
+      QEVAL_CHECK(rec.length >= 0, "window {} has length {}", index, rec.length);
+      for (const json& h : w.at("hidden")) {
+        QEVAL_CHECK(h.is_array() && h.size() == 9, "window {}: a hidden entry must hold 9 values, found {}", index, h.dump());
+        rec.hidden.push_back({number_from_json(h[0]), number_from_json(h[1]), number_from_json(h[2]), number_from_json(h[3]),
+                              number_from_json(h[4]), number_from_json(h[5]), number_from_json(h[6]),
+                              h[7].get<std::int64_t>(), h[8].get<std::int64_t>()});
+      }
+      for (const json& a : w.at("attention")) {
+        QEVAL_CHECK(a.is_array() && a.size() == 4, "window {}: an attention entry must hold 4 values, found {}", index,
+                    a.dump());
+        rec.attention.push_back(
+            {number_from_json(a[0]), number_from_json(a[1]), number_from_json(a[2]), number_from_json(a[3])});
+      }
+      c.windows_.emplace(index, std::move(rec));
+    }
+    return c;
+  } catch (const json::exception& e) {
+    fail("{}: statistics state is malformed: {}", source, e.what());
+  } catch (const Error& e) {
+    fail("{}: statistics state: {}", source, e.what());
+  }
+}
+
+}  // namespace qeval

@@ -1,0 +1,105 @@
+// StatisticsCollector: outlier and attention statistics streamed through the forward pass
+// (DESIGN.md §6), deterministic and mergeable across batches, shards and resumed runs.
+//
+// Protocol: before each forward the caller names the global window index of every batch row
+// (begin_batch); the model then calls on_block_output for layers 0, 1, ... in order and, when
+// attention statistics are on, on_attention. The collector keeps a handful of doubles per
+// (window, layer) — never activations — and reduces them only when summary() is asked, in
+// ascending window-index order. Hence:
+//   - the numbers do not depend on the batch size or on the order windows were seen;
+//   - collectors over disjoint windows merge() into exactly (bit for bit) what one collector
+//     over all of them gives;
+//   - state_to_json()/state_from_json() round-trip exactly (doubles are written with the
+//     shortest representation that reads back to the same bits), so a killed run resumes.
+//
+// Definitions (per sequence and layer: eval/hidden_stats.h and eval/attention_stats.h):
+// every per-layer value is the mean over sequences (windows) of the per-sequence value; every
+// headline value is the mean over layers of the per-layer values. "first" is position l = 1,
+// "rest" the mean over l = 2..L within a sequence; rest, first_attn and first_token_share use
+// only windows with L ≥ 2 (null when there are none). NaN (e.g. the kurtosis of a constant
+// vector) propagates into the means and prints as null.
+//
+// summary() (all indices 0-based: layer, channel, window, position):
+// {
+//   "windows": n, "layers": M,
+//   "hidden": {
+//     "kurtosis":    {"first": E_m[κ_first], "rest": E_m[κ_rest],
+//                     "per_layer": {"first": [M], "rest": [M]}},
+//     "max_abs":     {... same layout: max_d |X|},
+//     "inf_over_l2": {... same layout: ‖X‖∞ / ‖X‖₂},
+//     "largest_per_layer": [M × {"value": signed X, "abs": |X|, "channel": d,
+//                                "window": global window index, "position": l − 1}]
+//                    (the largest |X| over all windows, positions and channels of that layer;
+//                     ties go to the lowest window index)
+//   },
+//   "attention": {                      (absent when attention statistics are off)
+//     "first_attn_pct": %, "first_token_share": fraction in [0, 1], "sink_rate_pct": %,
+//     "sink_T": T' used (the smallest over windows: min(T, L)), "sink_T_requested": T,
+//     "sink_eps": ε, "entropy": mean over layers (nats), "entropy_per_layer": [M],
+//     "per_layer": {"first_attn_pct": [M], "first_token_share": [M], "sink_rate_pct": [M]},
+//     "first_attn_ties": "split", "weights": "as produced; softmax-1 rows sum to less than 1"
+//   }
+// }
+// sink_rate_pct is the percentage of (layer, head) pairs with α₁ > ε, averaged over windows.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "eval/attention_stats.h"
+#include "eval/hidden_stats.h"
+#include "model/observer.h"
+
+namespace qeval {
+
+struct StatisticsOptions {
+  bool attention = true;      // off: wants_attention() is false and the model hands nothing over
+  std::int64_t sink_T = 64;   // Sink₁^ε looks at the first min(T, L) queries
+  double sink_eps = 0.3;      // Sink₁^ε threshold on α₁
+};
+
+class StatisticsCollector : public ForwardObserver {
+ public:
+  explicit StatisticsCollector(StatisticsOptions options = {});
+
+  // Global window index of each row of the next forward's [B, L] batch: distinct, ≥ 0, and not
+  // seen before by this collector.
+  void begin_batch(std::vector<std::int64_t> window_indices);
+
+  void on_block_output(std::int64_t layer, const at::Tensor& hidden) override;  // [B, L, D]
+  bool wants_attention(std::int64_t layer) const override { return options_.attention; }
+  void on_attention(std::int64_t layer, const at::Tensor& probs) override;     // [B, H, L, L]
+
+  // Adds `other`'s windows; throws when the options differ or a window is in both.
+  void merge(const StatisticsCollector& other);
+
+  std::int64_t window_count() const { return static_cast<std::int64_t>(windows_.size()); }
+  const StatisticsOptions& options() const { return options_; }
+
+  // The structure above; throws when no window was observed or windows disagree on the layer count.
+  nlohmann::json summary() const;
+
+  // Everything needed to continue or merge: options and the per-window, per-layer values.
+  nlohmann::json state_to_json() const;
+  // `source` names the file (or stream) in errors.
+  static StatisticsCollector state_from_json(const nlohmann::json& state, const std::string& source);
+
+ private:
+  struct WindowRecord {
+    std::int64_t length = 0;  // L; 0 until the first layer arrives
+    std::vector<HiddenLayerStats> hidden;        // [layer]
+    std::vector<AttentionLayerStats> attention;  // [layer], empty when attention is off
+  };
+  WindowRecord& batch_row(std::size_t row);
+
+  StatisticsOptions options_;
+  std::map<std::int64_t, WindowRecord> windows_;  // ordered: reductions run in ascending index
+  std::vector<std::int64_t> batch_;              // window index of each row of the current batch
+};
+
+}  // namespace qeval
