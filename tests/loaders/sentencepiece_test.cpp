@@ -16,9 +16,9 @@
 namespace qeval {
 namespace {
 
-// Strings where the encoders could disagree: space runs (SentencePiece keeps them, no
-// whitespace cleanup in these models), leading/trailing spaces, digits (split_digits), newlines
-// and characters outside the vocabulary (byte fallback <0xNN>, 4 bytes for the emoji).
+// Strings where the encoders could disagree: space runs and leading/trailing spaces (Llama-2's
+// model keeps them, tok512's normalises them away), digits (split_digits), newlines and
+// characters outside the vocabulary (byte fallback <0xNN>, 4 bytes for the emoji).
 const std::vector<std::string> kHardStrings = {
     "Hello world",
     "  two leading spaces",
