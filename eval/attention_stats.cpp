@@ -7,7 +7,8 @@
 
 namespace qeval {
 
-std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, std::int64_t sink_T, double sink_eps) {
+std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, std::int64_t sink_T, double sink_eps,
+                                                       std::int64_t chunk_elements) {
   QEVAL_CHECK(probs.dim() == 4 && probs.size(2) == probs.size(3),
               "attention_layer_stats: probabilities must be [B, H, L, L], got {} dims", probs.dim());
   QEVAL_CHECK(at::isFloatingType(probs.scalar_type()), "attention_layer_stats: probabilities must be floating point, got {}",
@@ -16,39 +17,46 @@ std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, 
   const std::int64_t B = probs.size(0), H = probs.size(1), L = probs.size(2);
   QEVAL_CHECK(H > 0 && L > 0, "attention_layer_stats: empty attention [{}, {}, {}, {}]", B, H, L, L);
 
-  // Half precision (GPU) is widened once; float and double are used as they are.
-  at::Tensor p = probs.detach();
-  if (p.scalar_type() != at::kFloat && p.scalar_type() != at::kDouble) p = p.to(at::kFloat);
-  at::Tensor key1 = p.select(-1, 0);  // [B, H, L]: A[h, i, 1] for every query i
-  at::Tensor row_max = p.amax(-1);    // [B, H, L]
-  at::Tensor key1_is_max = key1 >= row_max;
+  // Rows [N = B·H·L, L] (one per query) go through in chunks so the temporaries stay small;
+  // every reduction runs along the keys, so a row's result does not depend on the chunking.
+  const std::int64_t N = B * H * L, chunk = std::max<std::int64_t>(1, chunk_elements / L);
+  at::Tensor rows = probs.detach().reshape({N, L});
+  // Half precision (GPU) is widened chunk by chunk; float and double are used as they are.
+  const bool widen = rows.scalar_type() != at::kFloat && rows.scalar_type() != at::kDouble;
+  const double tiny = rows.scalar_type() == at::kDouble ? std::numeric_limits<double>::min()
+                                                         : static_cast<double>(std::numeric_limits<float>::min());
+  at::Tensor values = at::zeros({3, N}, rows.options().dtype(at::kDouble));  // A[i, 1], first-attn credit, entropy
+  for (std::int64_t start = 0; start < N; start += chunk) {
+    const std::int64_t n = std::min(chunk, N - start);
+    at::Tensor p = rows.narrow(0, start, n);  // [n, L]
+    if (widen) p = p.to(at::kFloat);
+    at::Tensor key1 = p.select(-1, 0);      // [n]
+    at::Tensor row_max = p.amax(-1);        // [n]
+    at::Tensor out = values.narrow(1, start, n);
+    out[0].copy_(key1);
 
-  // Ties matter only on the rows where key 1 holds the maximum, so only those are compared
-  // (few rows without a sink; a full pass over [B, H, L, L] would cost as much as the log).
-  at::Tensor credit = at::zeros_like(key1, key1.options().dtype(at::kDouble));  // [B, H, L]
-  at::Tensor rows = key1_is_max.reshape({-1}).nonzero().squeeze(-1);           // flat (b, h, i)
-  if (rows.numel() > 0) {
-    at::Tensor candidates = p.reshape({-1, L}).index_select(0, rows);          // [R, L]
-    at::Tensor top = row_max.reshape({-1}).index_select(0, rows);              // [R]
-    at::Tensor n_tied = (candidates == top.unsqueeze(-1)).sum(-1);             // [R]
-    // Weights are ≥ 0 and masked keys exactly 0, so masked keys tie only when the whole causal
-    // row is 0; then exactly the i causal keys of query i (1-based) tie.
-    at::Tensor query = rows.remainder(L) + 1;
-    n_tied = at::where(top > 0, n_tied, query);
-    credit.reshape({-1}).index_copy_(0, rows, 1.0 / n_tied.to(at::kDouble));
+    // Ties matter only on the rows where key 1 holds the maximum, so only those are compared
+    // (few rows without a sink; a full pass would cost as much as the log below).
+    at::Tensor picked = (key1 >= row_max).nonzero().squeeze(-1);  // [R]
+    if (picked.numel() > 0) {
+      at::Tensor top = row_max.index_select(0, picked);                                     // [R]
+      at::Tensor n_tied = (p.index_select(0, picked) == top.unsqueeze(-1)).sum(-1);         // [R]
+      // Weights are ≥ 0 and masked keys exactly 0, so masked keys tie only when the whole
+      // causal row is 0; then exactly the i causal keys of query i (1-based) tie.
+      at::Tensor query = (picked + start).remainder(L) + 1;
+      n_tied = at::where(top > 0, n_tied, query);
+      out[1].index_copy_(0, picked, 1.0 / n_tied.to(at::kDouble));
+    }
+
+    // Entropy with 0·log 0 = 0: clamping at the smallest normal number keeps the zeros' terms
+    // at 0 and moves a subnormal weight's term by less than 1e-36. Sums over keys in the
+    // weights' dtype (pairwise), ample for rows of a few thousand terms.
+    at::Tensor plogp = p.clamp_min(tiny);
+    plogp.log_();
+    plogp.mul_(p);
+    out[2].copy_(-plogp.sum(-1));
   }
-
-  // Entropy with 0·log 0 = 0: clamping at the smallest normal number leaves the zeros' product
-  // at 0 and changes a subnormal weight's term by less than 1e-36. Sums over keys in the
-  // weights' dtype (pairwise), which is ample for rows of a few thousand terms.
-  const double tiny = p.scalar_type() == at::kDouble ? std::numeric_limits<double>::min()
-                                                      : static_cast<double>(std::numeric_limits<float>::min());
-  at::Tensor plogp = p.clamp_min(tiny);
-  plogp.log_();
-  plogp.mul_(p);
-  at::Tensor entropy = -plogp.sum(-1).to(at::kDouble);  // [B, H, L]
-
-  at::Tensor values = at::stack({key1.to(at::kDouble), credit, entropy}).cpu().contiguous();  // [3, B, H, L]
+  values = values.reshape({3, B, H, L}).cpu().contiguous();
   auto v = values.accessor<double, 4>();
   const std::int64_t T = std::min(sink_T, L);
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -1,33 +1,47 @@
 #include "eval/hidden_stats.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "common/error.h"
 
 namespace qeval {
 
-std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden) {
+std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden, std::int64_t chunk_elements) {
   QEVAL_CHECK(hidden.dim() == 3, "hidden_layer_stats: hidden state must be [B, L, D], got {} dims", hidden.dim());
   QEVAL_CHECK(at::isFloatingType(hidden.scalar_type()), "hidden_layer_stats: hidden state must be floating point, got {}",
               std::string(c10::toString(hidden.scalar_type())));
   const std::int64_t B = hidden.size(0), L = hidden.size(1), D = hidden.size(2);
   QEVAL_CHECK(L > 0 && D > 0, "hidden_layer_stats: empty hidden state [{}, {}, {}]", B, L, D);
 
-  // Every reduction runs along D (the last axis) on the whole batch at once.
-  at::Tensor x = hidden.detach().to(at::kDouble).contiguous();  // [B, L, D]
-  at::Tensor centred = x - x.mean(-1, /*keepdim=*/true);
-  at::Tensor c2 = centred * centred;
-  at::Tensor m2 = c2.mean(-1);                                   // [B, L]
-  at::Tensor m4 = (c2 * c2).mean(-1);                            // [B, L]
-  at::Tensor kurtosis = m4 / (m2 * m2);                          // [B, L]
-  auto max_result = x.abs().max(-1);                             // first maximal channel on ties
-  at::Tensor max_abs = std::get<0>(max_result);                  // [B, L]
-  at::Tensor channel = std::get<1>(max_result);                  // [B, L] int64
-  at::Tensor l2 = (x * x).sum(-1).sqrt();                        // [B, L]
-  at::Tensor signed_max = x.gather(-1, channel.unsqueeze(-1)).squeeze(-1);  // [B, L]
-
-  at::Tensor values = at::stack({kurtosis, max_abs, max_abs / l2, signed_max}).cpu().contiguous();  // [4, B, L]
-  at::Tensor channels = channel.cpu().contiguous();
+  // Rows [N = B·L, D] go through in chunks so the float64 temporaries stay small; every
+  // reduction runs along D, so a row's result does not depend on the chunking or the batch.
+  const std::int64_t N = B * L, chunk = std::max<std::int64_t>(1, chunk_elements / D);
+  at::Tensor rows = hidden.detach().reshape({N, D});
+  auto dopts = rows.options().dtype(at::kDouble);
+  at::Tensor values = at::empty({4, N}, dopts);  // kurtosis, max |x|, ‖x‖∞/‖x‖₂, signed max
+  at::Tensor channel = at::empty({N}, rows.options().dtype(at::kLong));
+  for (std::int64_t start = 0; start < N; start += chunk) {
+    const std::int64_t n = std::min(chunk, N - start);
+    at::Tensor h = rows.narrow(0, start, n);                           // [n, D]
+    auto max_result = h.abs().max(-1);                                 // exact in any dtype; first maximal channel
+    at::Tensor ch = std::get<1>(max_result);                           // [n]
+    at::Tensor max_abs = std::get<0>(max_result).to(at::kDouble);      // [n]
+    at::Tensor x = h.to(dopts, /*non_blocking=*/false, /*copy=*/true);  // [n, D], owned: modified in place below
+    at::Tensor signed_max = x.gather(-1, ch.unsqueeze(-1)).squeeze(-1);
+    at::Tensor l2 = x.square().sum(-1).sqrt();
+    x.sub_(x.mean(-1, /*keepdim=*/true)).square_();                    // (x − μ)²
+    at::Tensor m2 = x.mean(-1);
+    at::Tensor m4 = x.square_().mean(-1);                              // (x − μ)⁴
+    at::Tensor out = values.narrow(1, start, n);
+    out[0].copy_(m4 / (m2 * m2));
+    out[1].copy_(max_abs);
+    out[2].copy_(max_abs / l2);
+    out[3].copy_(signed_max);
+    channel.narrow(0, start, n).copy_(ch);
+  }
+  values = values.reshape({4, B, L}).cpu().contiguous();
+  at::Tensor channels = channel.reshape({B, L}).cpu().contiguous();
   auto v = values.accessor<double, 3>();
   auto ch = channels.accessor<std::int64_t, 2>();
 

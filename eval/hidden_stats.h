@@ -11,9 +11,9 @@
 // the sequence; the rest is NaN when L = 1. Averaging over sequences and layers is the
 // collector's job (eval/statistics.h).
 //
-// Cost: whole-tensor ATen reductions along D only; the per-position values ([B, L] doubles)
-// come to the CPU and are reduced over positions in a fixed loop, so every sequence's result
-// is the same whatever batch it was computed in.
+// Cost: ATen reductions along D only, on chunks of rows that bound the float64 temporaries;
+// the per-position values ([B, L] doubles) come to the CPU and are reduced over positions in a
+// fixed loop, so every sequence's result is the same whatever batch it was computed in.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -35,6 +35,7 @@ struct HiddenLayerStats {
 };
 
 // hidden: [B, L, D] floating point, any device → one entry per batch row (sequence).
-std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden);
+// chunk_elements bounds each float64 temporary (rows of D per chunk); results do not depend on it.
+std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden, std::int64_t chunk_elements = std::int64_t{1} << 21);
 
 }  // namespace qeval

@@ -12,8 +12,19 @@
 //   - state_to_json()/state_from_json() round-trip exactly (doubles are written with the
 //     shortest representation that reads back to the same bits), so a killed run resumes.
 //
-// Definitions (per sequence and layer: eval/hidden_stats.h and eval/attention_stats.h):
-// every per-layer value is the mean over sequences (windows) of the per-sequence value; every
+// Definitions, per sequence and layer (details and edge cases in eval/hidden_stats.h and
+// eval/attention_stats.h). X[m, l, d]: output of block m after its second residual add, before
+// the final norm; A[i, j]: attention weight of query i on key j (1-based), used as produced.
+//   kurtosis     κ[m,l] = E_d[(X−μ)^4] / (E_d[(X−μ)^2])^2, μ = E_d[X], population moments, float64
+//   max_abs      max_d |X[m,l,d]|
+//   inf_over_l2  ‖X[m,l,:]‖∞ / ‖X[m,l,:]‖₂
+//   %first-attn  over heads and queries i ≥ 2: fraction whose largest weight is on key 1 (a
+//                maximum shared by k causal keys including key 1 counts 1/k)
+//   first-token share  mean A[i,1] over the same (head, query)
+//   Sink₁^ε      α₁ = (1/T') Σ_{i=1..T'} A[i,1] per head, T' = min(T, L); fraction of heads with α₁ > ε
+//   entropy      −Σ_j A[i,j] log A[i,j] (0·log 0 = 0, nats), mean over heads and all queries
+// For softmax-1 the rows sum to less than 1 and are not renormalised.
+// Every per-layer value is the mean over sequences (windows) of the per-sequence value; every
 // headline value is the mean over layers of the per-layer values. "first" is position l = 1,
 // "rest" the mean over l = 2..L within a sequence; rest, first_attn and first_token_share use
 // only windows with L ≥ 2 (null when there are none). NaN (e.g. the kurtosis of a constant
@@ -85,6 +96,8 @@ class StatisticsCollector : public ForwardObserver {
   nlohmann::json summary() const;
 
   // Everything needed to continue or merge: options and the per-window, per-layer values.
+  // Save between batches: a window whose forward was cut short has too few layers, and
+  // summary() refuses it by name.
   nlohmann::json state_to_json() const;
   // `source` names the file (or stream) in errors.
   static StatisticsCollector state_from_json(const nlohmann::json& state, const std::string& source);

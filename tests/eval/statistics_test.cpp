@@ -422,6 +422,32 @@ TEST(StatisticsDeterminism, StateRoundTripIsExact) {
   }
 }
 
+// Chunking bounds memory only: tiny chunks (3 or 7 rows, splitting sequences and heads)
+// give the same bits as one chunk. The attention has all-zero rows, whose tie count depends
+// on the query position within the chunk.
+TEST(StatisticsDeterminism, ChunkingDoesNotChangeResults) {
+  RandomBatch r = random_batch();
+  const at::Tensor& hidden = r.hidden[0];  // [8, 64, 768]
+  at::Tensor attention = r.attention[1].clone();
+  attention.narrow(2, 5, 9).zero_();  // queries 6..14 of every head: all-zero rows
+  attention.select(2, 20).narrow(-1, 0, 3).fill_(0.25);  // query 21: a three-way tie on keys 1..3
+  attention.select(2, 20).narrow(-1, 3, 18).zero_();
+  auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+  auto h_one = hidden_layer_stats(hidden, std::int64_t{1} << 30), h_small = hidden_layer_stats(hidden, 3 * 768);
+  auto a_one = attention_layer_stats(attention, 64, 0.3, std::int64_t{1} << 30),
+       a_small = attention_layer_stats(attention, 64, 0.3, 7 * 64);
+  for (std::size_t b = 0; b < 8; ++b) {
+    EXPECT_TRUE(same(h_one[b].kurtosis_rest, h_small[b].kurtosis_rest)) << b;
+    EXPECT_TRUE(same(h_one[b].inf_over_l2_rest, h_small[b].inf_over_l2_rest)) << b;
+    EXPECT_TRUE(same(h_one[b].largest_value, h_small[b].largest_value)) << b;
+    EXPECT_EQ(h_one[b].largest_channel, h_small[b].largest_channel) << b;
+    EXPECT_TRUE(same(a_one[b].first_attn, a_small[b].first_attn)) << b;
+    EXPECT_TRUE(same(a_one[b].first_share, a_small[b].first_share)) << b;
+    EXPECT_TRUE(same(a_one[b].entropy, a_small[b].entropy)) << b;
+    EXPECT_TRUE(same(a_one[b].sink_fraction, a_small[b].sink_fraction)) << b;
+  }
+}
+
 TEST(StatisticsCollector, RejectsMisuse) {
   StatisticsCollector c;
   EXPECT_THROW(c.summary(), Error);                 // nothing observed
