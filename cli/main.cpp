@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "cli/json_config.h"
 #include "common/build_info.h"
 #include "common/error.h"
 
@@ -15,14 +16,24 @@ std::vector<std::string> command_line;
 
 int main(int argc, char** argv) {
   qeval::cli::command_line.assign(argv, argv + argc);
+  std::vector<std::string> args;
+  try {
+    args = qeval::cli::expand_json_config(qeval::cli::command_line);
+  } catch (const qeval::Error& e) {
+    std::fprintf(stderr, "qeval: error: %s\n", e.what());
+    return 2;
+  }
   CLI::App app{"qeval: perplexity and outlier statistics of language models under int8 / 4-bit quantisation"};
   app.set_version_flag("--version", "qeval " + qeval::version() + " (" + qeval::git_commit() + ")");
   app.require_subcommand(1);
+  // A later value overrides an earlier one: --config values come first, typed flags after.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   qeval::cli::add_eval_command(app);
   qeval::cli::add_inspect_command(app);
   qeval::cli::add_data_dir_command(app);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them reversed, without argv[0]
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const qeval::Error& e) {

@@ -1,0 +1,117 @@
+// The qeval executable end to end: exit codes, one-line errors naming the file, and no partial
+// record on failure. The binary's path comes from ctest (QEVAL_BINARY).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "tests/support/test_data.h"
+
+namespace qeval {
+namespace {
+
+struct CommandResult {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+CommandResult qeval(const std::string& args) {
+  const char* bin = std::getenv("QEVAL_BINARY");
+  if (!bin) {
+    ADD_FAILURE() << "QEVAL_BINARY is not set (run through ctest)";
+    return {-1, ""};
+  }
+  std::string cmd = std::string(bin) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(Cli, EvalWritesRecordAndTable) {
+  test::TempDir dir;
+  auto out = dir / "r.json";
+  CommandResult r = qeval("eval -q --seq-len 128 --max-windows 4 --out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "| full |")) << r.output;
+  auto record = nlohmann::json::parse(read_file(out));
+  EXPECT_EQ(record.at("schema_version"), 1);
+  EXPECT_EQ(record.at("protocol").at("windows"), 4);
+  EXPECT_EQ(record.at("protocol").at("scored_tokens"), 4 * 127);
+  EXPECT_EQ(record.at("model").at("format"), "llama2c");
+  EXPECT_EQ(record.at("precision").at("dtype"), "fp32");
+  double ppl = record.at("schemes").at(0).at("perplexity").at("ppl");
+  EXPECT_GT(ppl, 1.0);
+  EXPECT_LT(ppl, 20.0);  // a trained model on its own kind of text, far below the vocabulary (512)
+}
+
+TEST(Cli, ConfigFileSuppliesOptionsAndFlagsOverride) {
+  test::TempDir dir;
+  test::write_bytes(dir / "c.json", R"({"seq-len": 64, "max-windows": 3, "quiet": true})");
+  CommandResult r = qeval("eval --config " + (dir / "c.json").string() + " --max-windows 2 --out " + (dir / "r.json").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto record = nlohmann::json::parse(read_file(dir / "r.json"));
+  EXPECT_EQ(record.at("protocol").at("seq_len"), 64);
+  EXPECT_EQ(record.at("protocol").at("windows"), 2);
+}
+
+TEST(Cli, MissingModelFailsNamingItAndWritesNothing) {
+  test::TempDir dir;
+  CommandResult r = qeval("eval -q --model /nonexistent/model.bin --out " + (dir / "r.json").string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.output, "/nonexistent/model.bin")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
+}
+
+TEST(Cli, TokenizerModelVocabularyMismatchIsAnError) {
+  test::TempDir dir;
+  CommandResult r = qeval("eval -q --tokenizer tokenizers/gpt2/encoder.json --out " + (dir / "r.json").string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.output, "50257")) << r.output;
+  EXPECT_TRUE(contains(r.output, "512")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
+}
+
+TEST(Cli, CorruptDataFailsWithoutPartialRecord) {
+  test::TempDir dir;
+  test::write_bytes(dir / "bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": broken\n");
+  CommandResult r = qeval("eval -q --data " + (dir / "bad.jsonl").string() + " --out " + (dir / "r.json").string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.output, "bad.jsonl")) << r.output;
+  EXPECT_TRUE(contains(r.output, "line 2")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
+}
+
+TEST(Cli, OutputFolderMustExistBeforeWork) {
+  CommandResult r = qeval("eval -q --max-windows 1 --out /nonexistent-folder/r.json");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.output, "/nonexistent-folder")) << r.output;
+}
+
+TEST(Cli, UnknownOptionAndHelp) {
+  CommandResult bad = qeval("eval --no-such-option");
+  EXPECT_NE(bad.status, 0);
+  CommandResult help = qeval("eval --help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_TRUE(contains(help.output, "--seq-len")) << help.output;
+  EXPECT_TRUE(contains(help.output, "512")) << "defaults are shown: " << help.output;
+}
+
+TEST(Cli, InspectDescribesCheckpointAsJson) {
+  CommandResult r = qeval("inspect --json models/stories260K/stories260K-tok512-f32.gguf");
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("model").at("format"), "gguf");
+  EXPECT_EQ(j.at("model").at("config").at("n_layers"), 5);
+  EXPECT_EQ(j.at("model").at("config").at("n_kv_heads"), 4);
+}
+
+}  // namespace
+}  // namespace qeval
