@@ -26,7 +26,12 @@ struct EvalArgs {
   std::string tokenizer;  // default: found beside the model
   std::string data = "text/tinystories/validation-head.txt";
   std::string data_dir;
-  std::string schemes = "full";
+  std::string schemes = "full,int8-coarse,int8-moderate,int8-fine,int8-vectorwise,w4-zeropoint,w4-zeropoint-g128";
+  std::string stats_for = "full";
+  bool no_attention_stats = false;
+  std::int64_t sink_T = 64;
+  double sink_eps = 0.3;
+  bool quantize_lm_head = false;
   std::string protocol = "windows";
   std::int64_t seq_len = 512;
   std::int64_t max_windows = 0;
@@ -90,7 +95,14 @@ void run_eval(const EvalArgs& a) {
   const std::string data_format = documents->format();
 
   Transformer full(checkpoint.config, checkpoint.weights, model_path.string());
-  std::vector<EvalScheme> schemes = make_schemes(full, parse_scheme_list(a.schemes));
+  SchemeOptions scheme_options;
+  scheme_options.stats_for = parse_stats_for(a.stats_for);
+  scheme_options.statistics.attention = !a.no_attention_stats;
+  scheme_options.statistics.sink_T = a.sink_T;
+  scheme_options.statistics.sink_eps = a.sink_eps;
+  scheme_options.quantize_lm_head = a.quantize_lm_head;
+  PreparedSchemes prepared = make_schemes(full, parse_scheme_list(a.schemes), scheme_options);
+  std::vector<EvalScheme>& schemes = prepared.schemes;
 
   WindowStream windows(std::move(documents), *tokenizer, protocol);
   EvalOptions options;
@@ -121,13 +133,18 @@ void run_eval(const EvalArgs& a) {
   context.protocol["separator_id"] =
       windows.separator_id() ? nlohmann::json(*windows.separator_id()) : nlohmann::json(nullptr);
   context.precision = {{"dtype", "fp32"}, {"device", "cpu"}};
-  context.options = {{"batch_size", a.batch_size}, {"threads", at::get_num_threads()}};
-  std::vector<nlohmann::json> statistics(schemes.size(), nullptr);
-  nlohmann::json record = build_record(context, schemes, result, statistics);
+  context.options = {{"batch_size", a.batch_size},
+                     {"threads", at::get_num_threads()},
+                     {"stats_for", a.stats_for},
+                     {"attention_statistics", !a.no_attention_stats},
+                     {"quantize_lm_head", a.quantize_lm_head}};
+  nlohmann::json record = build_record(context, schemes, result, prepared.statistics_summaries());
 
   fmt::print("{} on {} ({} windows of {} tokens, {} scored)\n\n", model_path.filename().string(),
              data_path.filename().string(), result.windows, protocol.seq_len, result.scored_tokens);
   fmt::print("{}\n{}", scheme_table_markdown(record), schemes.size() > 1 ? "\n" + penalty_row_markdown(record) : "");
+  std::string stats = statistics_table_markdown(record);
+  if (!stats.empty()) fmt::print("\n{}", stats);
   if (!a.out.empty()) {
     write_record(a.out, record);
     fmt::print(stderr, "record written to {}\n", a.out);
@@ -147,6 +164,12 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--data-dir", args->data_dir, "shared data folder (default: $QEVAL_DATA_DIR, else ../shared/data)");
   cmd->add_option("--schemes,-s", args->schemes, "comma-separated scheme presets or JSON spec files; full precision always runs first")
       ->capture_default_str();
+  cmd->add_option("--stats-for", args->stats_for, "which schemes collect outlier/attention statistics: none, full, all")
+      ->capture_default_str()->check(CLI::IsMember({"none", "full", "all"}));
+  cmd->add_flag("--no-attention-stats", args->no_attention_stats, "skip attention statistics (hidden-state ones only)");
+  cmd->add_option("--sink-T", args->sink_T, "Sink₁^ε: first T queries")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--sink-eps", args->sink_eps, "Sink₁^ε: threshold ε on the mean attention to key 1")->capture_default_str();
+  cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "quantise the LM head too (every scheme)");
   cmd->add_option("--protocol", args->protocol, "evaluation protocol")->capture_default_str()->check(CLI::IsMember({"windows"}));
   cmd->add_option("--seq-len", args->seq_len, "window length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   cmd->add_option("--max-windows", args->max_windows, "number of windows (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);

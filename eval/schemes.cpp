@@ -1,8 +1,28 @@
 #include "eval/schemes.h"
 
+#include <algorithm>
+
 #include "common/error.h"
+#include "quant/rewrite.h"
+#include "quant/scheme.h"
 
 namespace qeval {
+
+StatsFor parse_stats_for(const std::string& s) {
+  if (s == "none") return StatsFor::none;
+  if (s == "full") return StatsFor::full;
+  if (s == "all") return StatsFor::all;
+  fail("unknown --stats-for '{}': expected one of none, full, all", s);
+}
+
+std::string to_string(StatsFor s) {
+  switch (s) {
+    case StatsFor::none: return "none";
+    case StatsFor::full: return "full";
+    case StatsFor::all: return "all";
+  }
+  return "?";
+}
 
 std::vector<std::string> parse_scheme_list(const std::string& list) {
   std::vector<std::string> names;
@@ -25,14 +45,42 @@ std::vector<std::string> parse_scheme_list(const std::string& list) {
   return names;
 }
 
-std::vector<EvalScheme> make_schemes(const Transformer& full, const std::vector<std::string>& names) {
-  std::vector<EvalScheme> schemes;
-  for (const auto& name : names) {
-    QEVAL_CHECK(name == "full", "unknown scheme '{}': quantisation schemes are not built into this qeval yet", name);
-    EvalScheme s{name, full, {{"execution", "fp32"}}, nullptr, {}};
-    schemes.push_back(std::move(s));
+std::vector<nlohmann::json> PreparedSchemes::statistics_summaries() const {
+  std::vector<nlohmann::json> out;
+  for (const auto& s : statistics) out.push_back(s ? s->summary() : nlohmann::json(nullptr));
+  return out;
+}
+
+PreparedSchemes make_schemes(const Transformer& full, const std::vector<std::string>& names,
+                             const SchemeOptions& options) {
+  PreparedSchemes prepared;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    EvalScheme scheme{name, full, nlohmann::json::object(), nullptr, {}};
+    if (name == "full") {
+      QEVAL_CHECK(i == 0, "make_schemes: full precision must come first");
+      scheme.description = {{"execution", "fp32"}, {"scheme", scheme_to_json(preset_scheme("full"))}};
+    } else {
+      QEVAL_CHECK(i > 0, "make_schemes: the first scheme must be full precision, found '{}'", name);
+      SchemeSpec spec = resolve_scheme(name);
+      if (options.quantize_lm_head) spec.quantize_lm_head = true;
+      QuantizedModel q = quantize_model(full, spec);
+      scheme.model = std::move(q.model);
+      scheme.description = q.report;
+      scheme.description["execution"] = q.report.at("execution_path");
+    }
+    std::shared_ptr<StatisticsCollector> stats;
+    if (options.stats_for == StatsFor::all || (options.stats_for == StatsFor::full && i == 0)) {
+      stats = std::make_shared<StatisticsCollector>(options.statistics);
+      scheme.observer = stats;
+      scheme.begin_batch = [collector = stats.get()](const std::vector<std::int64_t>& windows) {
+        collector->begin_batch(windows);
+      };
+    }
+    prepared.statistics.push_back(stats);
+    prepared.schemes.push_back(std::move(scheme));
   }
-  return schemes;
+  return prepared;
 }
 
 }  // namespace qeval

@@ -56,4 +56,30 @@ std::string penalty_row_markdown(const nlohmann::json& record) {
   return out;
 }
 
+std::string table_number(const nlohmann::json& value, int decimals) {
+  if (!value.is_number()) return "—";
+  return fmt::format("{:.{}f}", value.get<double>(), decimals);
+}
+
+std::string statistics_table_markdown(const nlohmann::json& record) {
+  std::string rows;
+  for (const auto& s : record.at("schemes")) {
+    const auto& st = s.at("statistics");
+    if (!st.is_object()) continue;
+    const auto& h = st.at("hidden");
+    const nlohmann::json none;
+    const auto& a = st.contains("attention") ? st.at("attention") : none;
+    auto att = [&](const char* key, int decimals) { return a.is_object() ? table_number(a.at(key), decimals) : "—"; };
+    rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", s.at("name").get<std::string>(),
+                        table_number(h.at("kurtosis").at("first"), 1), table_number(h.at("kurtosis").at("rest"), 2),
+                        table_number(h.at("max_abs").at("first"), 1), table_number(h.at("max_abs").at("rest"), 2),
+                        att("first_attn_pct", 1), att("first_token_share", 3), att("sink_rate_pct", 1),
+                        att("entropy", 3));
+  }
+  if (rows.empty()) return "";
+  return "| scheme | kurtosis first | kurtosis rest | max abs first | max abs rest | %first-attn | first-token share | "
+         "sink rate % | attn entropy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+         rows;
+}
+
 }  // namespace qeval

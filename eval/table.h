@@ -13,4 +13,12 @@ std::string scheme_table_markdown(const nlohmann::json& record);
 // (columns of schemes the record lacks are shown as "—").
 std::string penalty_row_markdown(const nlohmann::json& record);
 
+// Outlier and attention statistics per scheme that collected them (the paper's Table 2
+// columns): kurtosis first/rest, max |activation| first/rest, %first-attn, first-token share,
+// Sink₁^ε rate, attention entropy. Empty when no scheme has statistics.
+std::string statistics_table_markdown(const nlohmann::json& record);
+
+// Formats a number for tables; null (NaN, not collected) prints as "—".
+std::string table_number(const nlohmann::json& value, int decimals);
+
 }  // namespace qeval

@@ -88,7 +88,8 @@ at::Tensor w4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, co
                          std::int64_t group_size) {
   check_layout(qweight, scales, zeros, K, group_size, "w4_dequantize");
   at::Tensor group_of_k =
-      at::div(at::arange(K, at::TensorOptions().dtype(at::kLong).device(qweight.device())), group_size, "floor");
+      at::div(at::arange(K, at::TensorOptions().dtype(at::kLong).device(qweight.device())), group_size, "floor")
+          .to(at::kLong);  // LibTorch 1.13 returns float from a floor division by a Scalar
   at::Tensor s = scales.index_select(1, group_of_k);  // [N, K]
   at::Tensor z = zeros.index_select(1, group_of_k);   // [N, K]
   return (unpack_u4(qweight, K).to(at::kFloat) - z) * s;
