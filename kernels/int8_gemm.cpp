@@ -38,8 +38,10 @@ void check_scale(const at::Tensor& s, std::int64_t n, const char* name, const ch
               s.defined() ? s.sizes() : at::IntArrayRef{});
 }
 
-// y[m, n] = (acc[m, n] * a_scale[m]) * b_scale[n] + bias[n], acc already float(Σ a·b)
-at::Tensor apply_scales(const at::Tensor& acc, const at::Tensor& a_scale, const at::Tensor& b_scale,
+// y[m, n] = (acc[m, n] * a_scale[m]) * b_scale[n] + bias[n], acc already float(Σ a·b), each
+// operation rounded on its own: contracting the last multiply and add into an FMA (which GCC
+// does by default when the target has FMA) would change the bits other backends must match.
+__attribute__((optimize("fp-contract=off"))) at::Tensor apply_scales(const at::Tensor& acc, const at::Tensor& a_scale, const at::Tensor& b_scale,
                         const at::Tensor& bias) {
   const std::int64_t M = acc.size(0), N = acc.size(1);
   at::Tensor y = at::empty({M, N}, at::TensorOptions().dtype(at::kFloat));

@@ -9,7 +9,8 @@
 //   a_scale: [M] or [1] f32  per-token (or per-row-group) scales, or one per-tensor scale
 //   b_scale: [N] or [1] f32  per-channel scales, or one per-tensor scale
 //   bias:    [N] f32 or undefined
-//   result:  [M, N] f32,  y[m, n] = (float(acc[m, n]) * a_scale[m]) * b_scale[n] + bias[n]
+//   result:  [M, N] f32,  y[m, n] = (float(acc[m, n]) * a_scale[m]) * b_scale[n] + bias[n],
+//            every operation rounded to float32 on its own (no fused multiply-add)
 // acc[m, n] = Σ_k a[m, k] · b[n, k] is exact in int32 for K ≤ 133,143 (127² · K < 2³¹; larger K
 // is refused) and float() rounds it once to nearest float32. oneDNN hands its int32 accumulator
 // out through float32 even for an s32 destination (off by one above 2²⁴), so float32 acc is the

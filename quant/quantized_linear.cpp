@@ -86,7 +86,23 @@ at::Tensor QuantizedLinear::dequantized_weight() const {
 at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
   TORCH_CHECK(x.dim() == 3 && x.size(2) == in_ && x.scalar_type() == at::kFloat, "QuantizedLinear ", name_,
               ": expected float32 [B, L, ", in_, "], got ", x.scalar_type(), " ", x.sizes());
-  at::Tensor y = path_ == ExecutionPath::kernel ? forward_kernel(x) : forward_reference(x);  // [B, L, out]
+  const std::int64_t B = x.size(0);
+  at::Tensor y;  // [B, L, out]
+  if (path_ == ExecutionPath::kernel && int8_) {
+    // Integer sums are exact and every scale is per row or per sequence, so one GEMM over all
+    // B·L rows gives bit-identical results to B separate ones.
+    y = forward_int8_kernel(x);
+  } else {
+    // Float GEMMs (BLAS, or w4_gemm whose backend depends on the row count) may round
+    // differently for other shapes: each sequence is its own GEMM, so results never depend on B.
+    std::vector<at::Tensor> parts;
+    parts.reserve(static_cast<std::size_t>(B));
+    for (std::int64_t b = 0; b < B; ++b) {
+      at::Tensor xb = x.narrow(0, b, 1);
+      parts.push_back(path_ == ExecutionPath::kernel ? forward_w4_kernel(xb) : forward_reference(xb));
+    }
+    y = B == 1 ? parts[0] : at::cat(parts, 0);
+  }
   return fake_quantize_activations(y, outputs_);
 }
 
@@ -96,14 +112,16 @@ at::Tensor QuantizedLinear::forward_reference(const at::Tensor& x) const {
   return bias_.defined() ? at::linear(xq, w, bias_) : at::linear(xq, w);
 }
 
-at::Tensor QuantizedLinear::forward_kernel(const at::Tensor& x) const {
+at::Tensor QuantizedLinear::forward_w4_kernel(const at::Tensor& x) const {
   const std::int64_t B = x.size(0), L = x.size(1);
-  if (w4_) {
-    at::Tensor xq = fake_quantize_activations(x, inputs_).reshape({B * L, in_});
-    at::Tensor y = kernels::w4_gemm(xq, w4_->qweight, w4_->scales, w4_->zeros, w4_->group_size, bias_);
-    return y.reshape({B, L, out_});
-  }
-  // int8 × int8: per-token scales, or one scale per sequence of L rows.
+  at::Tensor xq = fake_quantize_activations(x, inputs_).reshape({B * L, in_});
+  at::Tensor y = kernels::w4_gemm(xq, w4_->qweight, w4_->scales, w4_->zeros, w4_->group_size, bias_);
+  return y.reshape({B, L, out_});
+}
+
+at::Tensor QuantizedLinear::forward_int8_kernel(const at::Tensor& x) const {
+  const std::int64_t B = x.size(0), L = x.size(1);
+  // Per-token scales, or one scale per sequence of L rows.
   const std::int64_t rows_per_scale = inputs_.granularity == Granularity::token ? 1 : std::max<std::int64_t>(L, 1);
   kernels::Int8Rows a = kernels::quantize_int8_rows(x.reshape({B * L, in_}), rows_per_scale);
   at::Tensor y = kernels::int8_gemm(a.q, int8_->q, kernels::scales_per_row(a, rows_per_scale), int8_->scales, bias_);

@@ -9,7 +9,8 @@
 //              after); 4-bit weights: kernels/w4_gemm on float activations (quantised and
 //              dequantised first when the scheme quantises them).
 // Output-activation quantisation (coarse) is applied to the output, bias included, per sequence,
-// identically on both paths.
+// identically on both paths. Outputs are bit-identical whatever the batch size: float GEMMs run
+// once per sequence, and the int8 GEMM's integer sums are exact.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -51,7 +52,8 @@ class QuantizedLinear final : public Linear {
 
  private:
   at::Tensor forward_reference(const at::Tensor& x) const;
-  at::Tensor forward_kernel(const at::Tensor& x) const;
+  at::Tensor forward_w4_kernel(const at::Tensor& x) const;
+  at::Tensor forward_int8_kernel(const at::Tensor& x) const;
 
   std::string name_;
   QuantSpec weights_, inputs_, outputs_;

@@ -1,0 +1,304 @@
+// Whole models under every scheme: the kernel path against the reference path, results
+// independent of the batch size, and what quantize_model reports. Models: stories260K
+// (llama2.c), the two Hugging Face fixtures (GPT-2 with fused c_attn and biases; Llama with
+// grouped-query attention), and random GPT-2- and Llama-style models. Per-token NLL is computed
+// here from the logits with at::log_softmax, independent of eval/.
+//
+// Kernel path vs reference path, and why the comparison is layered:
+// - Weight-only schemes (w4): per-token NLL within 1e-5 relative.
+// - int8 schemes quantise activations, a discontinuous step: where two float computations of
+//   a layer output differ by one rounding, an activation sitting on a rounding boundary gets
+//   a different code, and later layers amplify it. The reference path computed with float64
+//   GEMMs differs from itself in float32 by as much (up to 0.5 nats on single tokens of
+//   stories260K), so no float implementation can hold per-token NLL to 1e-5 there. Instead:
+//   (1) on the activations each layer really sees in these models, kernel and reference
+//       layers agree to float rounding (InSituLayersAgree);
+//   (2) end to end, the kernel path equals, bit for bit, an independent evaluation of the
+//       integer maths it claims (int64 sums of the reference quantisers' codes, scales after);
+//   (3) mean NLL agrees within 5e-3 nats (measured differences: up to 2.2e-3).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "loaders/checkpoint.h"
+#include "loaders/tokenizer.h"
+#include "quant/packed_weights.h"
+#include "quant/quantize.h"
+#include "quant/quantized_linear.h"
+#include "quant/rewrite.h"
+#include "tests/support/test_data.h"
+#include "tests/support/test_models.h"
+
+namespace qeval {
+namespace {
+
+// NLL of token t+1 given tokens ≤ t: [B, L−1] float64.
+at::Tensor per_token_nll(const Transformer& model, const at::Tensor& tokens) {
+  at::Tensor logp = at::log_softmax(model.forward(tokens), -1);  // [B, L, V]
+  at::Tensor next = tokens.narrow(1, 1, tokens.size(1) - 1).unsqueeze(-1);
+  return -logp.narrow(1, 0, tokens.size(1) - 1).gather(-1, next).squeeze(-1).to(at::kDouble);
+}
+
+struct NamedModel {
+  std::string name;
+  Transformer model;
+  at::Tensor tokens;  // [8, L] int64
+};
+
+Transformer load(const std::string& relative) {
+  LoadedCheckpoint c = load_checkpoint(test::data_path(relative));
+  return Transformer(c.config, c.weights, relative);
+}
+
+// 8 windows of `L` tokens of TinyStories text for stories260K, BOS first.
+at::Tensor stories_tokens(std::int64_t L) {
+  auto tok = load_tokenizer(test::data_path("models/stories260K/tok512.bin"));
+  std::string text = read_file(test::data_path("text/tinystories/validation-head.txt")).substr(0, 20000);
+  std::vector<std::int32_t> ids = tok->encode(text);
+  at::Tensor t = at::empty({8, L}, at::kLong);
+  for (std::int64_t b = 0; b < 8; ++b) {
+    t[b][0] = 1;
+    for (std::int64_t l = 1; l < L; ++l) t[b][l] = ids.at(static_cast<std::size_t>(b * (L - 1) + l));
+  }
+  return t;
+}
+
+std::vector<NamedModel> models() {
+  std::vector<NamedModel> out;
+  at::manual_seed(99);
+  out.push_back({"stories260K", load("models/stories260K/stories260K.bin"), stories_tokens(64)});
+  Transformer gpt2 = load("fixtures/tiny-gpt2-hf");
+  out.push_back({"tiny-gpt2-hf", gpt2, at::randint(0, gpt2.config().vocab_size, {8, 24}, at::kLong)});
+  Transformer llama = load("fixtures/tiny-llama-hf");
+  out.push_back({"tiny-llama-hf", llama, at::randint(0, llama.config().vocab_size, {8, 24}, at::kLong)});
+  out.push_back({"random-gpt2", test::random_transformer(3, true, 96, 64, 2), at::randint(0, 96, {8, 40}, at::kLong)});
+  out.push_back({"random-llama", test::random_transformer(4, false, 96, 64, 2), at::randint(0, 96, {8, 40}, at::kLong)});
+  return out;
+}
+
+SchemeSpec with_execution(SchemeSpec s, ExecutionPreference e) {
+  s.execution = e;
+  return s;
+}
+
+std::vector<SchemeSpec> kernel_presets(bool int8) {
+  std::vector<SchemeSpec> out;
+  for (const auto& name : preset_names()) {
+    SchemeSpec spec = preset_scheme(name);
+    if (!spec.quantizes_anything() || !kernel_path_unavailable_reason(spec).empty()) continue;
+    if ((spec.weights.kind == QuantKind::int8_absmax) == int8) out.push_back(spec);
+  }
+  return out;
+}
+
+TEST(ModelQuant, WeightOnlySchemesKernelPathEqualsReferenceInPerTokenNll) {
+  for (const auto& m : models()) {
+    at::Tensor full_nll = per_token_nll(m.model, m.tokens);
+    for (const SchemeSpec& spec : kernel_presets(false)) {
+      SCOPED_TRACE(m.name + " / " + spec.name);
+      QuantizedModel kernel = quantize_model(m.model, with_execution(spec, ExecutionPreference::kernel));
+      QuantizedModel reference = quantize_model(m.model, with_execution(spec, ExecutionPreference::reference));
+      ASSERT_EQ(kernel.report.at("execution_path"), "kernel");
+      ASSERT_EQ(reference.report.at("execution_path"), "reference");
+      at::Tensor nk = per_token_nll(kernel.model, m.tokens), nr = per_token_nll(reference.model, m.tokens);
+      EXPECT_TRUE(test::tensors_close(nk, nr, 0.0, 1e-5));
+      // The scheme really changed the model, so agreement is not agreement with full precision.
+      EXPECT_GT((nr - full_nll).abs().max().item<double>(), 1e-4);
+    }
+  }
+}
+
+// Records the input of the linear it wraps (to replay real activations through single layers).
+class RecordingLinear final : public Linear {
+ public:
+  RecordingLinear(std::shared_ptr<const Linear> inner, std::vector<at::Tensor>* sink) : inner_(inner), sink_(sink) {}
+  at::Tensor forward(const at::Tensor& x) const override {
+    sink_->push_back(x.clone());
+    return inner_->forward(x);
+  }
+  std::int64_t in_features() const override { return inner_->in_features(); }
+  std::int64_t out_features() const override { return inner_->out_features(); }
+  std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  std::string describe() const override { return inner_->describe(); }
+
+ private:
+  std::shared_ptr<const Linear> inner_;
+  std::vector<at::Tensor>* sink_;
+};
+
+TEST(ModelQuant, InSituLayersAgree) {
+  // Every quantised linear of the reference-path model, fed the input it receives in a real
+  // forward pass, against its kernel-path twin: |Δ| ≤ 1e-5 · Σ_k |x̂_k| |ŵ_k| (pre output
+  // quantisation, as in quantized_linear_test.cpp).
+  for (const auto& m : models()) {
+    for (SchemeSpec spec : kernel_presets(true)) {
+      SCOPED_TRACE(m.name + " / " + spec.name);
+      spec.output_activations = {};  // compare GEMMs; output quantisation is shared code
+      QuantizedModel reference = quantize_model(m.model, with_execution(spec, ExecutionPreference::reference));
+      std::vector<std::vector<at::Tensor>> inputs(reference.model.linears().size());
+      std::vector<std::shared_ptr<const Linear>> originals;
+      Transformer recording = reference.model;
+      for (std::size_t i = 0; i < reference.model.linears().size(); ++i) {
+        const auto& l = reference.model.linears()[i];
+        originals.push_back(l.linear);
+        recording.replace_linear(l.name, std::make_shared<RecordingLinear>(l.linear, &inputs[i]));
+      }
+      recording.forward(m.tokens);
+      for (std::size_t i = 0; i < originals.size(); ++i) {
+        const auto* ref = dynamic_cast<const QuantizedLinear*>(originals[i].get());
+        if (ref == nullptr) continue;  // lm_head
+        const auto& name = reference.model.linears()[i].name;
+        const FloatLinear* fl = dynamic_cast<const FloatLinear*>(m.model.linears()[i].linear.get());
+        QuantizedLinear kernel(name, fl->weight(), fl->bias(), spec, ExecutionPath::kernel);
+        for (const at::Tensor& x : inputs[i]) {
+          at::Tensor xq = fake_quantize_activations(x, spec.input_activations);
+          at::Tensor bound = 1e-5 * at::matmul(xq.abs().to(at::kDouble), ref->dequantized_weight().abs().to(at::kDouble).t());
+          at::Tensor err = (kernel.forward(x) - ref->forward(x)).abs().to(at::kDouble);
+          EXPECT_LE((err - bound).max().item<double>(), 0.0) << name << ": largest |Δ| " << err.max().item<double>();
+        }
+      }
+    }
+  }
+}
+
+// The integer maths of the int8 kernel path, evaluated independently: codes from the reference
+// quantisers, exact int64 sums, rounded once to float32, then (acc · s_x) · s_w + bias.
+class EmulatedInt8Linear final : public Linear {
+ public:
+  EmulatedInt8Linear(const FloatLinear& fl, const SchemeSpec& spec)
+      : w_(quantize_int8_weight(fl.weight(), spec.weights, "emulated")), bias_(fl.bias()), spec_(spec) {}
+  at::Tensor forward(const at::Tensor& x) const override {
+    const bool token = spec_.input_activations.granularity == Granularity::token;
+    at::Tensor s = int8_absmax_scale(x, token ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{1, 2});
+    at::Tensor q = int8_quantize(x, s);                                                    // [B, L, K]
+    at::Tensor acc = at::matmul(q.to(at::kLong), w_.q.to(at::kLong).t()).to(at::kFloat);  // [B, L, N]
+    at::Tensor y = acc * s * w_.scales;
+    if (bias_.defined()) y = y + bias_;
+    return fake_quantize_activations(y, spec_.output_activations);
+  }
+  std::int64_t in_features() const override { return w_.in_features(); }
+  std::int64_t out_features() const override { return w_.out_features(); }
+  std::int64_t weight_bytes() const override { return w_.bytes(); }
+  std::string describe() const override { return "emulated int8"; }
+
+ private:
+  Int8Weight w_;
+  at::Tensor bias_;
+  SchemeSpec spec_;
+};
+
+TEST(ModelQuant, Int8KernelPathComputesItsIntegerMathsEndToEnd) {
+  for (const auto& m : models()) {
+    for (const SchemeSpec& spec : kernel_presets(true)) {
+      SCOPED_TRACE(m.name + " / " + spec.name);
+      QuantizedModel kernel = quantize_model(m.model, spec);
+      ASSERT_EQ(kernel.report.at("execution_path"), "kernel");
+      Transformer emulated = m.model;
+      for (const auto& l : m.model.linears())
+        if (spec.selects(l.name))
+          emulated.replace_linear(l.name, std::make_shared<EmulatedInt8Linear>(
+                                              *dynamic_cast<const FloatLinear*>(l.linear.get()), spec));
+      EXPECT_TRUE(test::tensors_equal(per_token_nll(kernel.model, m.tokens), per_token_nll(emulated, m.tokens)));
+    }
+  }
+}
+
+TEST(ModelQuant, Int8KernelPathMatchesTheReferenceInPerplexity) {
+  // Tolerance on |mean NLL_kernel − mean NLL_reference|: 5e-3 nats (PPL within 0.5%). Measured
+  // on these models and tokens: at most 2.2e-3 (stories260K, int8-coarse), often below 1e-6;
+  // the float64 reference differs from the float32 one by the same order (see the header).
+  for (const auto& m : models()) {
+    const at::Tensor full = per_token_nll(m.model, m.tokens);
+    for (const SchemeSpec& spec : kernel_presets(true)) {
+      SCOPED_TRACE(m.name + " / " + spec.name);
+      const at::Tensor nk = per_token_nll(quantize_model(m.model, spec).model, m.tokens);
+      const at::Tensor nr =
+          per_token_nll(quantize_model(m.model, with_execution(spec, ExecutionPreference::reference)).model, m.tokens);
+      EXPECT_NEAR(nk.mean().item<double>(), nr.mean().item<double>(), 5e-3);
+      EXPECT_GT((nr - full).abs().max().item<double>(), 1e-4) << "the scheme must change the model";
+    }
+  }
+}
+
+TEST(ModelQuant, LogitsDoNotDependOnTheBatchSize) {
+  for (const auto& m : models()) {
+    for (const auto& name : preset_names()) {
+      SCOPED_TRACE(m.name + " / " + name);
+      QuantizedModel q = quantize_model(m.model, preset_scheme(name));
+      at::Tensor batch = q.model.forward(m.tokens);  // [8, L, V]
+      for (std::int64_t b = 0; b < m.tokens.size(0); ++b)
+        EXPECT_TRUE(test::tensors_equal(batch[b], q.model.forward(m.tokens.narrow(0, b, 1))[0])) << "sequence " << b;
+    }
+  }
+}
+
+TEST(ModelQuant, ReportNamesThePathLayersAndBytes) {
+  Transformer gpt2 = load("fixtures/tiny-gpt2-hf");
+  QuantizedModel fine = quantize_model(gpt2, preset_scheme("int8-fine"));
+  EXPECT_EQ(fine.report.at("execution_path"),
+            "reference (per-feature activation scales cannot be factored out of an integer GEMM)");
+  EXPECT_EQ(fine.report.at("scheme").at("input_activations").at("granularity"), "feature");
+  const auto& layers = fine.report.at("layers");
+  ASSERT_EQ(layers.size(), gpt2.linears().size());
+  std::int64_t quantized = 0;
+  for (const auto& l : layers) {
+    const bool is_head = l.at("name") == "lm_head";
+    EXPECT_EQ(l.at("quantized").get<bool>(), !is_head) << l.at("name");
+    quantized += l.at("quantized").get<bool>();
+  }
+  EXPECT_EQ(fine.report.at("quantized_layers"), quantized);
+  EXPECT_EQ(fine.report.at("quantized_layers"), 2 * 4);  // per block: qkv, o, up, down
+
+  QuantizedModel w4 = quantize_model(gpt2, preset_scheme("w4-zeropoint"));
+  EXPECT_EQ(w4.report.at("execution_path"), "kernel");
+  const double ratio = w4.report.at("weight_bytes_ratio").get<double>();
+  EXPECT_GT(ratio, 0.125);
+  EXPECT_LT(ratio, 0.2);  // d = 64: scales, zeros and fp32 biases weigh more than on real widths
+
+  // The fused GPT-2 attention projection is one unit: one per-tensor scale over all of c_attn.
+  QuantizedModel moderate = quantize_model(gpt2, preset_scheme("int8-moderate"));
+  for (const auto& l : moderate.model.linears()) {
+    if (l.name != "layers.0.attn.qkv") continue;
+    const auto* q = dynamic_cast<const QuantizedLinear*>(l.linear.get());
+    ASSERT_NE(q, nullptr);
+    ASSERT_EQ(q->int8_weight()->scales.numel(), 1);
+    const at::Tensor& c_attn = gpt2.weights().blocks[0].qkv.weight;
+    EXPECT_EQ(c_attn.size(0), 3 * 64);
+    EXPECT_EQ(q->int8_weight()->scales.item<float>(), c_attn.abs().max().item<float>() / 127);
+  }
+  // The original model is untouched.
+  for (const auto& l : gpt2.linears()) EXPECT_NE(dynamic_cast<const FloatLinear*>(l.linear.get()), nullptr);
+
+  QuantizedModel full = quantize_model(gpt2, preset_scheme("full"));
+  EXPECT_EQ(full.report.at("execution_path"), "none (full precision)");
+  EXPECT_EQ(full.report.at("quantized_layers"), 0);
+}
+
+TEST(ModelQuant, LayerSelectionHeadFlagAndPatterns) {
+  Transformer llama = load("fixtures/tiny-llama-hf");
+  SchemeSpec s = preset_scheme("int8-vectorwise");
+  s.quantize_lm_head = true;
+  s.exclude = {"layers.1.*"};
+  QuantizedModel q = quantize_model(llama, s);
+  for (const auto& l : q.report.at("layers")) {
+    const std::string name = l.at("name");
+    const bool expected = name == "lm_head" || name.rfind("layers.0.", 0) == 0;
+    EXPECT_EQ(l.at("quantized").get<bool>(), expected) << name;
+  }
+  s.exclude = {"layers.7.*"};
+  try {
+    quantize_model(llama, s);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'layers.7.*' matches no linear"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layers.0.attn.q, layers.0.attn.k"), std::string::npos) << e.what();
+  }
+  SchemeSpec fine = preset_scheme("int8-fine");
+  fine.execution = ExecutionPreference::kernel;
+  EXPECT_THROW(quantize_model(llama, fine), Error);
+}
+
+}  // namespace
+}  // namespace qeval

@@ -1,0 +1,161 @@
+// QuantizedLinear: the kernel path against the reference path on one layer, outputs that never
+// depend on the batch size, and the packed sizes.
+//
+// Tolerance (kernel vs reference): both paths quantise activations and weights to the same
+// codes and scales (tested bit for bit in tests/kernels and tests/quant); they differ only in
+// how the float GEMM is rounded (int32 sums scaled after, or a reordered float sum). Each
+// output is held to |kernel − reference| ≤ 1e-5 · Σ_k |x̂[k]| · |ŵ[k]|, the size of the terms
+// summed. Output quantisation (coarse) can turn such a difference into one output step where
+// a value sits on a rounding boundary; that case is held to one step, at rare elements.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "quant/quantize.h"
+#include "quant/quantized_linear.h"
+#include "tests/support/test_data.h"
+
+namespace qeval {
+namespace {
+
+SchemeSpec custom(QuantSpec w, QuantSpec in, QuantSpec out = {}) {
+  SchemeSpec s;
+  s.name = "custom";
+  s.weights = w, s.input_activations = in, s.output_activations = out;
+  return s;
+}
+
+std::vector<SchemeSpec> kernel_schemes() {
+  std::vector<SchemeSpec> out;
+  for (const char* name : {"int8-moderate", "int8-coarse", "int8-vectorwise", "w4-zeropoint", "w4-zeropoint-g128"})
+    out.push_back(preset_scheme(name));
+  out.push_back(custom({QuantKind::int4_zeropoint, Granularity::group, 128}, {QuantKind::int8_absmax, Granularity::token}));
+  out.back().name = "w4-g128+a8-token";
+  out.push_back(custom({QuantKind::int8_absmax, Granularity::channel}, {QuantKind::int8_absmax, Granularity::tensor},
+                       {QuantKind::int8_absmax, Granularity::token}));
+  out.back().name = "w8-channel+a8-tensor+out-token";
+  return out;
+}
+
+// Largest |a − b| − 1e-5 · Σ|x̂||ŵ|, with a report of where it is worst.
+::testing::AssertionResult paths_agree(const at::Tensor& kernel, const at::Tensor& reference, const at::Tensor& xq,
+                                       const at::Tensor& w) {
+  at::Tensor bound = 1e-5 * at::matmul(xq.abs().to(at::kDouble), w.abs().to(at::kDouble).t());  // [B, L, N]
+  at::Tensor err = (kernel.to(at::kDouble) - reference.to(at::kDouble)).abs();
+  at::Tensor excess = (err - bound).reshape({-1});
+  const std::int64_t worst = excess.argmax().item<std::int64_t>();
+  if (excess[worst].item<double>() <= 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "flat index " << worst << ": kernel " << kernel.reshape({-1})[worst].item<float>()
+                                       << ", reference " << reference.reshape({-1})[worst].item<float>() << ", |diff| "
+                                       << err.reshape({-1})[worst].item<double>() << " > bound "
+                                       << bound.reshape({-1})[worst].item<double>();
+}
+
+struct Shape {
+  std::int64_t B, L, K, N;
+  bool bias;
+};
+
+class KernelVsReference : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(KernelVsReference, AgreeToFloatRoundingForEverySchemeWithAKernelPath) {
+  const Shape sh = GetParam();
+  at::manual_seed(sh.K * 131 + sh.N);
+  at::Tensor w = at::randn({sh.N, sh.K}) / std::sqrt(static_cast<double>(sh.K));
+  at::Tensor bias = sh.bias ? at::randn({sh.N}) * 0.1 : at::Tensor();
+  at::Tensor x = at::randn({sh.B, sh.L, sh.K});
+  x.select(2, 3).mul_(20);  // an outlier feature, as real activations have
+  for (const SchemeSpec& spec : kernel_schemes()) {
+    SCOPED_TRACE(spec.name);
+    QuantizedLinear kernel("layer", w, bias, spec, ExecutionPath::kernel);
+    QuantizedLinear reference("layer", w, bias, spec, ExecutionPath::reference);
+    at::Tensor yk = kernel.forward(x), yr = reference.forward(x);
+    ASSERT_EQ(yk.sizes(), (std::vector<std::int64_t>{sh.B, sh.L, sh.N}));
+    at::Tensor xq = fake_quantize_activations(x, spec.input_activations);
+    if (!spec.output_activations.enabled()) {
+      EXPECT_TRUE(paths_agree(yk, yr, xq, reference.dequantized_weight()));
+      continue;
+    }
+    // Output-quantised: the same GEMM comparison before output quantisation ...
+    SchemeSpec no_out = spec;
+    no_out.output_activations = {};
+    at::Tensor pre_k = QuantizedLinear("layer", w, bias, no_out, ExecutionPath::kernel).forward(x);
+    at::Tensor pre_r = QuantizedLinear("layer", w, bias, no_out, ExecutionPath::reference).forward(x);
+    EXPECT_TRUE(paths_agree(pre_k, pre_r, xq, reference.dequantized_weight()));
+    // ... and after it, at most one output step apart, and only at rare elements.
+    at::Tensor step = spec.output_activations.granularity == Granularity::tensor
+                          ? pre_r.abs().amax({1, 2}, true) / 127
+                          : pre_r.abs().amax({2}, true) / 127;
+    at::Tensor steps_apart = ((yk - yr).abs() / step);
+    EXPECT_LE(steps_apart.max().item<double>(), 1.001);
+    EXPECT_LE((steps_apart > 1e-3).sum().item<std::int64_t>(), std::max<std::int64_t>(1, yk.numel() / 1000));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, KernelVsReference,
+                         ::testing::Values(Shape{3, 5, 67, 37, true}, Shape{2, 1, 200, 64, false},
+                                           Shape{1, 17, 256, 33, true}, Shape{4, 9, 129, 8, true},
+                                           Shape{2, 24, 768, 96, true}),
+                         [](const auto& info) {
+                           const Shape& s = info.param;
+                           return "B" + std::to_string(s.B) + "_L" + std::to_string(s.L) + "_K" + std::to_string(s.K) +
+                                  "_N" + std::to_string(s.N) + (s.bias ? "_bias" : "");
+                         });
+
+TEST(QuantizedLinear, OutputsDoNotDependOnTheBatchSize) {
+  at::manual_seed(5);
+  const std::int64_t K = 96, N = 40;
+  at::Tensor w = at::randn({N, K}) * 0.1, bias = at::randn({N});
+  at::Tensor x = at::randn({8, 12, K});
+  x[2] *= 50;  // one loud sequence must not change the others
+  std::vector<SchemeSpec> schemes = kernel_schemes();
+  schemes.push_back(preset_scheme("int8-fine"));
+  for (const SchemeSpec& spec : schemes) {
+    for (ExecutionPath path : {ExecutionPath::reference, ExecutionPath::kernel}) {
+      if (path == ExecutionPath::kernel && !kernel_path_unavailable_reason(spec).empty()) continue;
+      QuantizedLinear layer("layer", w, bias, spec, path);
+      at::Tensor batch = layer.forward(x);
+      for (std::int64_t b = 0; b < 8; ++b)
+        EXPECT_TRUE(test::tensors_equal(batch[b], layer.forward(x.narrow(0, b, 1))[0]))
+            << spec.name << " " << to_string(path) << " sequence " << b;
+    }
+  }
+}
+
+TEST(QuantizedLinear, Int8KernelPathComputesTheDocumentedProduct) {
+  // y = Σ_k q_x q_w · s_x · s_w + b with s_x per sequence (moderate), evaluated in double here.
+  at::manual_seed(6);
+  at::Tensor w = at::randn({10, 33}), bias = at::randn({10}), x = at::randn({2, 4, 33});
+  QuantizedLinear layer("layer", w, bias, preset_scheme("int8-moderate"), ExecutionPath::kernel);
+  at::Tensor y = layer.forward(x);
+  const Int8Weight& qw = *layer.int8_weight();
+  for (std::int64_t b = 0; b < 2; ++b) {
+    at::Tensor sx = int8_absmax_scale(x[b], {0, 1});
+    at::Tensor qx = int8_quantize(x[b], sx);
+    at::Tensor expected = at::matmul(qx.to(at::kDouble), qw.q.to(at::kDouble).t()) * sx.to(at::kDouble) *
+                              qw.scales.to(at::kDouble) + bias.to(at::kDouble);
+    EXPECT_TRUE(test::tensors_close(y[b], expected, 1e-6, 1e-6)) << "sequence " << b;
+  }
+}
+
+TEST(QuantizedLinear, PackedSizesAndPathRules) {
+  at::Tensor w = at::randn({64, 255}), bias = at::randn({64});
+  QuantizedLinear i8("layers.0.mlp.up", w, bias, preset_scheme("int8-vectorwise"), ExecutionPath::kernel);
+  EXPECT_EQ(i8.weight_bytes(), 64 * 255 + 64 * 4 + 64 * 4);  // codes, channel scales, bias
+  QuantizedLinear w4("layers.0.mlp.up", w, bias, preset_scheme("w4-zeropoint"), ExecutionPath::kernel);
+  EXPECT_EQ(w4.weight_bytes(), 64 * 128 + 64 * 8 + 64 * 4);  // codes two per byte, scale + zero, bias
+  QuantizedLinear g("layers.0.mlp.up", w, at::Tensor(), preset_scheme("w4-zeropoint-g128"), ExecutionPath::kernel);
+  EXPECT_EQ(g.weight_bytes(), 64 * 128 + 64 * 2 * 8);
+  try {
+    QuantizedLinear("layers.0.attn.o", w, bias, preset_scheme("int8-fine"), ExecutionPath::kernel);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("per-feature activation scales cannot be factored out"), std::string::npos)
+        << e.what();
+  }
+  QuantizedLinear fine("layers.0.attn.o", w, bias, preset_scheme("int8-fine"), ExecutionPath::reference);
+  EXPECT_NE(fine.describe().find("reference path"), std::string::npos) << fine.describe();
+  EXPECT_THROW(fine.forward(at::randn({2, 255})), c10::Error);  // axis 0 must be the sequence
+}
+
+}  // namespace
+}  // namespace qeval
