@@ -113,8 +113,9 @@ int main(int argc, char** argv) {
     at::Tensor window = tokens.narrow(0, w, 1);  // [1, seq]
     for (int k = 0; k < 3; ++k) {
       const Mode mode = static_cast<Mode>((k + w) % 3);  // rotate the order per window
-      StatisticsCollector* collector =
-          mode == plain ? nullptr : mode == hidden_only ? &hidden_collector : &full_collector;
+      StatisticsCollector* collector = mode == plain         ? nullptr
+                                       : mode == hidden_only ? &hidden_collector
+                                                             : &full_collector;
       TimedObserver* observer = mode == plain ? nullptr : mode == hidden_only ? &hidden_observer : &full_observer;
       if (observer) observer->seconds = 0;
       const auto start = std::chrono::steady_clock::now();
@@ -137,8 +138,9 @@ int main(int argc, char** argv) {
     fmt::print("{:34s} {:8.3f} {:6.3f} {:8.3f} {:6.3f} {:7.3f} s {:4.1f}%\n", names[mode], w, w / wall_base, c,
                c / cpu_base, in, 100 * in / cpu_base);
   }
-  fmt::print("ratio: against the plain forward; in collector: CPU time inside the collector's callbacks,\n"
-             "and as a share of the plain forward's CPU time\n");
+  fmt::print(
+      "ratio: against the plain forward; in collector: CPU time inside the collector's callbacks,\n"
+      "and as a share of the plain forward's CPU time\n");
   auto start = std::chrono::steady_clock::now();
   const auto s = full_collector.summary();
   const double summary_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,55 +6,67 @@
 #include "common/error.h"
 
 namespace qeval {
+namespace {
+
+constexpr std::int64_t kQueryBlock = 64;
+
+}  // namespace
 
 std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, std::int64_t sink_T, double sink_eps,
                                                        std::int64_t chunk_elements) {
   QEVAL_CHECK(probs.dim() == 4 && probs.size(2) == probs.size(3),
               "attention_layer_stats: probabilities must be [B, H, L, L], got {} dims", probs.dim());
-  QEVAL_CHECK(at::isFloatingType(probs.scalar_type()), "attention_layer_stats: probabilities must be floating point, got {}",
+  QEVAL_CHECK(at::isFloatingType(probs.scalar_type()),
+              "attention_layer_stats: probabilities must be floating point, got {}",
               std::string(c10::toString(probs.scalar_type())));
   QEVAL_CHECK(sink_T >= 1, "attention_layer_stats: sink T must be at least 1, got {}", sink_T);
   const std::int64_t B = probs.size(0), H = probs.size(1), L = probs.size(2);
   QEVAL_CHECK(H > 0 && L > 0, "attention_layer_stats: empty attention [{}, {}, {}, {}]", B, H, L, L);
 
-  // Rows [N = B·H·L, L] (one per query) go through in chunks so the temporaries stay small;
-  // every reduction runs along the keys, so a row's result does not depend on the chunking.
-  const std::int64_t N = B * H * L, chunk = std::max<std::int64_t>(1, chunk_elements / L);
-  at::Tensor rows = probs.detach().reshape({N, L});
-  // Half precision (GPU) is widened chunk by chunk; float and double are used as they are.
-  const bool widen = rows.scalar_type() != at::kFloat && rows.scalar_type() != at::kDouble;
-  const double tiny = rows.scalar_type() == at::kDouble ? std::numeric_limits<double>::min()
-                                                         : static_cast<double>(std::numeric_limits<float>::min());
-  at::Tensor values = at::zeros({3, N}, rows.options().dtype(at::kDouble));  // A[i, 1], first-attn credit, entropy
-  for (std::int64_t start = 0; start < N; start += chunk) {
-    const std::int64_t n = std::min(chunk, N - start);
-    at::Tensor p = rows.narrow(0, start, n);  // [n, L]
-    if (widen) p = p.to(at::kFloat);
-    at::Tensor key1 = p.select(-1, 0);      // [n]
-    at::Tensor row_max = p.amax(-1);        // [n]
-    at::Tensor out = values.narrow(1, start, n);
-    out[0].copy_(key1);
+  // Queries go through in blocks of kQueryBlock, and a block reads only the keys up to its last
+  // query: the zeros above the diagonal (half the tensor) are never touched. Blocks of (b, h)
+  // pairs bound the temporaries. Every reduction runs along the keys over a width fixed by the
+  // query block alone, so a row's result depends neither on the batch nor on chunk_elements.
+  const std::int64_t BH = B * H;
+  at::Tensor all = probs.detach().reshape({BH, L, L});
+  // Half precision (GPU) is widened block by block; float and double are used as they are.
+  const bool widen = all.scalar_type() != at::kFloat && all.scalar_type() != at::kDouble;
+  const double tiny = all.scalar_type() == at::kDouble ? std::numeric_limits<double>::min()
+                                                       : static_cast<double>(std::numeric_limits<float>::min());
+  at::Tensor values = at::zeros({3, BH, L}, all.options().dtype(at::kDouble));  // A[i, 1], first-attn credit, entropy
+  for (std::int64_t q0 = 0; q0 < L; q0 += kQueryBlock) {
+    const std::int64_t nq = std::min(kQueryBlock, L - q0), keys = q0 + nq;
+    const std::int64_t bh_chunk = std::max<std::int64_t>(1, chunk_elements / (nq * keys));
+    for (std::int64_t bh0 = 0; bh0 < BH; bh0 += bh_chunk) {
+      const std::int64_t nbh = std::min(bh_chunk, BH - bh0);
+      at::Tensor p = all.narrow(0, bh0, nbh).narrow(1, q0, nq).narrow(2, 0, keys);  // [nbh, nq, keys]
+      if (widen) p = p.to(at::kFloat);
+      at::Tensor key1 = p.select(-1, 0);                              // [nbh, nq]
+      at::Tensor row_max = p.amax(-1);                                // [nbh, nq]
+      at::Tensor out = values.narrow(1, bh0, nbh).narrow(2, q0, nq);  // [3, nbh, nq] view
+      out[0].copy_(key1);
 
-    // Ties matter only on the rows where key 1 holds the maximum, so only those are compared
-    // (few rows without a sink; a full pass would cost as much as the log below).
-    at::Tensor picked = (key1 >= row_max).nonzero().squeeze(-1);  // [R]
-    if (picked.numel() > 0) {
-      at::Tensor top = row_max.index_select(0, picked);                                     // [R]
-      at::Tensor n_tied = (p.index_select(0, picked) == top.unsqueeze(-1)).sum(-1);         // [R]
-      // Weights are ≥ 0 and masked keys exactly 0, so masked keys tie only when the whole
-      // causal row is 0; then exactly the i causal keys of query i (1-based) tie.
-      at::Tensor query = (picked + start).remainder(L) + 1;
-      n_tied = at::where(top > 0, n_tied, query);
-      out[1].index_copy_(0, picked, 1.0 / n_tied.to(at::kDouble));
+      // Ties matter only on the rows where key 1 holds the maximum, so only those are compared
+      // (few rows without a sink; a full pass would cost as much as the log below).
+      at::Tensor picked = (key1 >= row_max).nonzero();  // [R, 2]: (pair, query in block)
+      if (picked.size(0) > 0) {
+        at::Tensor pair = picked.select(1, 0), query = picked.select(1, 1);
+        at::Tensor top = row_max.index({pair, query});                              // [R]
+        at::Tensor n_tied = (p.index({pair, query}) == top.unsqueeze(-1)).sum(-1);  // [R]
+        // Weights are ≥ 0 and masked keys exactly 0, so masked keys tie only when the whole
+        // causal row is 0; then exactly the i causal keys of query i (1-based) tie.
+        n_tied = at::where(top > 0, n_tied, query + (q0 + 1));
+        out[1].index_put_({pair, query}, 1.0 / n_tied.to(at::kDouble));
+      }
+
+      // Entropy with 0·log 0 = 0: clamping at the smallest normal number keeps the zeros' terms
+      // at 0 and moves a subnormal weight's term by less than 1e-36. Sums over keys in the
+      // weights' dtype (pairwise), ample for rows of a few thousand terms.
+      at::Tensor plogp = p.clamp_min(tiny);
+      plogp.log_();
+      plogp.mul_(p);
+      out[2].copy_(-plogp.sum(-1));
     }
-
-    // Entropy with 0·log 0 = 0: clamping at the smallest normal number keeps the zeros' terms
-    // at 0 and moves a subnormal weight's term by less than 1e-36. Sums over keys in the
-    // weights' dtype (pairwise), ample for rows of a few thousand terms.
-    at::Tensor plogp = p.clamp_min(tiny);
-    plogp.log_();
-    plogp.mul_(p);
-    out[2].copy_(-plogp.sum(-1));
   }
   values = values.reshape({3, B, H, L}).cpu().contiguous();
   auto v = values.accessor<double, 4>();

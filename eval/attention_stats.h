@@ -18,9 +18,9 @@
 // first_attn and first_share are NaN when L = 1 (no query i ≥ 2). Fractions here are in [0, 1];
 // the collector's summary turns them into percent.
 //
-// Cost: elementwise work and reductions over keys, on chunks of query rows; the
-// per-query values ([B, H, L] doubles) are reduced on the CPU in a fixed order, so a sequence's
-// result does not depend on its batch.
+// Cost: elementwise work and reductions over keys, on blocks of queries that skip the zeros
+// above the diagonal and bound the temporaries; the per-query values ([B, H, L] doubles) are
+// reduced on the CPU in a fixed order, so a sequence's result does not depend on its batch.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -41,6 +41,6 @@ struct AttentionLayerStats {
 // sink_T ≥ 1 and sink_eps as defined above → one entry per batch row (sequence).
 // chunk_elements bounds each temporary (query rows per chunk); results do not depend on it.
 std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, std::int64_t sink_T, double sink_eps,
-                                                       std::int64_t chunk_elements = std::int64_t{1} << 22);
+                                                       std::int64_t chunk_elements = std::int64_t{1} << 18);
 
 }  // namespace qeval

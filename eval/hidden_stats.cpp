@@ -9,7 +9,8 @@ namespace qeval {
 
 std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden, std::int64_t chunk_elements) {
   QEVAL_CHECK(hidden.dim() == 3, "hidden_layer_stats: hidden state must be [B, L, D], got {} dims", hidden.dim());
-  QEVAL_CHECK(at::isFloatingType(hidden.scalar_type()), "hidden_layer_stats: hidden state must be floating point, got {}",
+  QEVAL_CHECK(at::isFloatingType(hidden.scalar_type()),
+              "hidden_layer_stats: hidden state must be floating point, got {}",
               std::string(c10::toString(hidden.scalar_type())));
   const std::int64_t B = hidden.size(0), L = hidden.size(1), D = hidden.size(2);
   QEVAL_CHECK(L > 0 && D > 0, "hidden_layer_stats: empty hidden state [{}, {}, {}]", B, L, D);
@@ -23,16 +24,16 @@ std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden, std::
   at::Tensor channel = at::empty({N}, rows.options().dtype(at::kLong));
   for (std::int64_t start = 0; start < N; start += chunk) {
     const std::int64_t n = std::min(chunk, N - start);
-    at::Tensor h = rows.narrow(0, start, n);                           // [n, D]
-    auto max_result = h.abs().max(-1);                                 // exact in any dtype; first maximal channel
-    at::Tensor ch = std::get<1>(max_result);                           // [n]
-    at::Tensor max_abs = std::get<0>(max_result).to(at::kDouble);      // [n]
+    at::Tensor h = rows.narrow(0, start, n);                            // [n, D]
+    auto max_result = h.abs().max(-1);                                  // exact in any dtype; first maximal channel
+    at::Tensor ch = std::get<1>(max_result);                            // [n]
+    at::Tensor max_abs = std::get<0>(max_result).to(at::kDouble);       // [n]
     at::Tensor x = h.to(dopts, /*non_blocking=*/false, /*copy=*/true);  // [n, D], owned: modified in place below
     at::Tensor signed_max = x.gather(-1, ch.unsqueeze(-1)).squeeze(-1);
     at::Tensor l2 = x.square().sum(-1).sqrt();
-    x.sub_(x.mean(-1, /*keepdim=*/true)).square_();                    // (x − μ)²
+    x.sub_(x.mean(-1, /*keepdim=*/true)).square_();  // (x − μ)²
     at::Tensor m2 = x.mean(-1);
-    at::Tensor m4 = x.square_().mean(-1);                              // (x − μ)⁴
+    at::Tensor m4 = x.square_().mean(-1);  // (x − μ)⁴
     at::Tensor out = values.narrow(1, start, n);
     out[0].copy_(m4 / (m2 * m2));
     out[1].copy_(max_abs);

@@ -36,6 +36,7 @@ struct HiddenLayerStats {
 
 // hidden: [B, L, D] floating point, any device → one entry per batch row (sequence).
 // chunk_elements bounds each float64 temporary (rows of D per chunk); results do not depend on it.
-std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden, std::int64_t chunk_elements = std::int64_t{1} << 21);
+std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden,
+                                                 std::int64_t chunk_elements = std::int64_t{1} << 18);
 
 }  // namespace qeval

@@ -73,8 +73,8 @@ void StatisticsCollector::on_block_output(std::int64_t layer, const at::Tensor& 
 }
 
 void StatisticsCollector::on_attention(std::int64_t layer, const at::Tensor& probs) {
-  QEVAL_CHECK(options_.attention, "StatisticsCollector: attention of layer {} handed over, but attention statistics are off",
-              layer);
+  QEVAL_CHECK(options_.attention,
+              "StatisticsCollector: attention of layer {} handed over, but attention statistics are off", layer);
   QEVAL_CHECK(probs.dim() == 4 && probs.size(0) == static_cast<std::int64_t>(batch_.size()),
               "StatisticsCollector: attention of layer {} must be [B, H, L, L] with B = {} (begin_batch), got {} dims "
               "and B = {}",
@@ -86,8 +86,9 @@ void StatisticsCollector::on_attention(std::int64_t layer, const at::Tensor& pro
                 "StatisticsCollector: window {} expected the attention of layer {} next, got layer {}", batch_[row],
                 rec.attention.size(), layer);
     if (rec.length == 0) rec.length = probs.size(2);
-    QEVAL_CHECK(rec.length == probs.size(2), "StatisticsCollector: window {} has length {}, attention of layer {} has {}",
-                batch_[row], rec.length, layer, probs.size(2));
+    QEVAL_CHECK(rec.length == probs.size(2),
+                "StatisticsCollector: window {} has length {}, attention of layer {} has {}", batch_[row], rec.length,
+                layer, probs.size(2));
     rec.attention.push_back(stats[row]);
   }
 }
@@ -111,10 +112,12 @@ json StatisticsCollector::summary() const {
   std::size_t n_rest = 0;
   std::int64_t min_length = std::numeric_limits<std::int64_t>::max();
   for (const auto& [index, rec] : windows_) {
-    QEVAL_CHECK(rec.hidden.size() == M, "StatisticsCollector::summary: window {} has {} layers of hidden states, window {} has {}",
-                index, rec.hidden.size(), windows_.begin()->first, M);
+    QEVAL_CHECK(rec.hidden.size() == M,
+                "StatisticsCollector::summary: window {} has {} layers of hidden states, window {} has {}", index,
+                rec.hidden.size(), windows_.begin()->first, M);
     QEVAL_CHECK(rec.attention.size() == (options_.attention ? M : 0),
-                "StatisticsCollector::summary: window {} has attention for {} of {} layers", index, rec.attention.size(), M);
+                "StatisticsCollector::summary: window {} has attention for {} of {} layers", index,
+                rec.attention.size(), M);
     if (rec.length >= 2) ++n_rest;
     min_length = std::min(min_length, rec.length);
   }
@@ -125,7 +128,8 @@ json StatisticsCollector::summary() const {
     std::vector<double> per_layer;
     double overall;
   };
-  auto average = [&](bool rest_only, const std::function<double(const WindowRecord&, std::size_t)>& value, double scale) {
+  auto average = [&](bool rest_only, const std::function<double(const WindowRecord&, std::size_t)>& value,
+                     double scale) {
     Averaged out{std::vector<double>(M, nan), nan};
     const std::size_t n = rest_only ? n_rest : windows_.size();
     if (n == 0) return out;
@@ -141,9 +145,12 @@ json StatisticsCollector::summary() const {
     return out;
   };
   auto first_rest = [&](double HiddenLayerStats::*first, double HiddenLayerStats::*rest) {
-    Averaged f = average(false, [&](const WindowRecord& r, std::size_t m) { return r.hidden[m].*first; }, 1.0);
-    Averaged s = average(true, [&](const WindowRecord& r, std::size_t m) { return r.hidden[m].*rest; }, 1.0);
-    return json{{"first", f.overall}, {"rest", s.overall}, {"per_layer", {{"first", f.per_layer}, {"rest", s.per_layer}}}};
+    Averaged f = average(
+        false, [&](const WindowRecord& r, std::size_t m) { return r.hidden[m].*first; }, 1.0);
+    Averaged s = average(
+        true, [&](const WindowRecord& r, std::size_t m) { return r.hidden[m].*rest; }, 1.0);
+    return json{
+        {"first", f.overall}, {"rest", s.overall}, {"per_layer", {{"first", f.per_layer}, {"rest", s.per_layer}}}};
   };
 
   json hidden;
@@ -169,11 +176,14 @@ json StatisticsCollector::summary() const {
 
   json out{{"windows", windows_.size()}, {"layers", M}, {"hidden", hidden}};
   if (options_.attention) {
-    Averaged first_attn =
-        average(true, [](const WindowRecord& r, std::size_t m) { return r.attention[m].first_attn; }, 100.0);
-    Averaged share = average(true, [](const WindowRecord& r, std::size_t m) { return r.attention[m].first_share; }, 1.0);
-    Averaged sink = average(false, [](const WindowRecord& r, std::size_t m) { return r.attention[m].sink_fraction; }, 100.0);
-    Averaged entropy = average(false, [](const WindowRecord& r, std::size_t m) { return r.attention[m].entropy; }, 1.0);
+    Averaged first_attn = average(
+        true, [](const WindowRecord& r, std::size_t m) { return r.attention[m].first_attn; }, 100.0);
+    Averaged share = average(
+        true, [](const WindowRecord& r, std::size_t m) { return r.attention[m].first_share; }, 1.0);
+    Averaged sink = average(
+        false, [](const WindowRecord& r, std::size_t m) { return r.attention[m].sink_fraction; }, 100.0);
+    Averaged entropy = average(
+        false, [](const WindowRecord& r, std::size_t m) { return r.attention[m].entropy; }, 1.0);
     out["attention"] = {
         {"first_attn_pct", first_attn.overall},
         {"first_token_share", share.overall},
@@ -199,29 +209,32 @@ json StatisticsCollector::state_to_json() const {
   for (const auto& [index, rec] : windows_) {
     json hidden = json::array(), attention = json::array();
     for (const HiddenLayerStats& s : rec.hidden)
-      hidden.push_back({number_to_json(s.kurtosis_first), number_to_json(s.kurtosis_rest), number_to_json(s.max_abs_first),
-                        number_to_json(s.max_abs_rest), number_to_json(s.inf_over_l2_first),
-                        number_to_json(s.inf_over_l2_rest), number_to_json(s.largest_value), s.largest_channel,
-                        s.largest_position});
+      hidden.push_back({number_to_json(s.kurtosis_first), number_to_json(s.kurtosis_rest),
+                        number_to_json(s.max_abs_first), number_to_json(s.max_abs_rest),
+                        number_to_json(s.inf_over_l2_first), number_to_json(s.inf_over_l2_rest),
+                        number_to_json(s.largest_value), s.largest_channel, s.largest_position});
     for (const AttentionLayerStats& s : rec.attention)
       attention.push_back({number_to_json(s.first_attn), number_to_json(s.first_share), number_to_json(s.sink_fraction),
                            number_to_json(s.entropy)});
     windows.push_back({{"index", index}, {"length", rec.length}, {"hidden", hidden}, {"attention", attention}});
   }
-  return {{"format", kStateFormat},
-          {"version", kStateVersion},
-          {"options", {{"attention", options_.attention}, {"sink_T", options_.sink_T}, {"sink_eps", options_.sink_eps}}},
-          {"hidden_fields",
-           {"kurtosis_first", "kurtosis_rest", "max_abs_first", "max_abs_rest", "inf_over_l2_first", "inf_over_l2_rest",
-            "largest_value", "largest_channel", "largest_position"}},
-          {"attention_fields", {"first_attn", "first_share", "sink_fraction", "entropy"}},
-          {"windows", windows}};
+  return {
+      {"format", kStateFormat},
+      {"version", kStateVersion},
+      {"options", {{"attention", options_.attention}, {"sink_T", options_.sink_T}, {"sink_eps", options_.sink_eps}}},
+      {"hidden_fields",
+       {"kurtosis_first", "kurtosis_rest", "max_abs_first", "max_abs_rest", "inf_over_l2_first", "inf_over_l2_rest",
+        "largest_value", "largest_channel", "largest_position"}},
+      {"attention_fields", {"first_attn", "first_share", "sink_fraction", "entropy"}},
+      {"windows", windows}};
 }
 
 StatisticsCollector StatisticsCollector::state_from_json(const json& state, const std::string& source) {
   try {
-    QEVAL_CHECK(state.at("format") == kStateFormat, "format is {}, expected \"{}\"", state.at("format").dump(), kStateFormat);
-    QEVAL_CHECK(state.at("version") == kStateVersion, "version is {}, expected {}", state.at("version").dump(), kStateVersion);
+    QEVAL_CHECK(state.at("format") == kStateFormat, "format is {}, expected \"{}\"", state.at("format").dump(),
+                kStateFormat);
+    QEVAL_CHECK(state.at("version") == kStateVersion, "version is {}, expected {}", state.at("version").dump(),
+                kStateVersion);
     const json& o = state.at("options");
     StatisticsCollector c(StatisticsOptions{o.at("attention").get<bool>(), o.at("sink_T").get<std::int64_t>(),
                                             o.at("sink_eps").get<double>()});
@@ -232,10 +245,11 @@ StatisticsCollector StatisticsCollector::state_from_json(const json& state, cons
       rec.length = w.at("length").get<std::int64_t>();
       QEVAL_CHECK(rec.length >= 0, "window {} has length {}", index, rec.length);
       for (const json& h : w.at("hidden")) {
-        QEVAL_CHECK(h.is_array() && h.size() == 9, "window {}: a hidden entry must hold 9 values, found {}", index, h.dump());
-        rec.hidden.push_back({number_from_json(h[0]), number_from_json(h[1]), number_from_json(h[2]), number_from_json(h[3]),
-                              number_from_json(h[4]), number_from_json(h[5]), number_from_json(h[6]),
-                              h[7].get<std::int64_t>(), h[8].get<std::int64_t>()});
+        QEVAL_CHECK(h.is_array() && h.size() == 9, "window {}: a hidden entry must hold 9 values, found {}", index,
+                    h.dump());
+        rec.hidden.push_back({number_from_json(h[0]), number_from_json(h[1]), number_from_json(h[2]),
+                              number_from_json(h[3]), number_from_json(h[4]), number_from_json(h[5]),
+                              number_from_json(h[6]), h[7].get<std::int64_t>(), h[8].get<std::int64_t>()});
       }
       for (const json& a : w.at("attention")) {
         QEVAL_CHECK(a.is_array() && a.size() == 4, "window {}: an attention entry must hold 4 values, found {}", index,

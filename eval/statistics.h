@@ -69,9 +69,9 @@
 namespace qeval {
 
 struct StatisticsOptions {
-  bool attention = true;      // off: wants_attention() is false and the model hands nothing over
-  std::int64_t sink_T = 64;   // Sink₁^ε looks at the first min(T, L) queries
-  double sink_eps = 0.3;      // Sink₁^ε threshold on α₁
+  bool attention = true;     // off: wants_attention() is false and the model hands nothing over
+  std::int64_t sink_T = 64;  // Sink₁^ε looks at the first min(T, L) queries
+  double sink_eps = 0.3;     // Sink₁^ε threshold on α₁
 };
 
 class StatisticsCollector : public ForwardObserver {
@@ -84,7 +84,7 @@ class StatisticsCollector : public ForwardObserver {
 
   void on_block_output(std::int64_t layer, const at::Tensor& hidden) override;  // [B, L, D]
   bool wants_attention(std::int64_t layer) const override { return options_.attention; }
-  void on_attention(std::int64_t layer, const at::Tensor& probs) override;     // [B, H, L, L]
+  void on_attention(std::int64_t layer, const at::Tensor& probs) override;  // [B, H, L, L]
 
   // Adds `other`'s windows; throws when the options differ or a window is in both.
   void merge(const StatisticsCollector& other);
@@ -104,7 +104,7 @@ class StatisticsCollector : public ForwardObserver {
 
  private:
   struct WindowRecord {
-    std::int64_t length = 0;  // L; 0 until the first layer arrives
+    std::int64_t length = 0;                     // L; 0 until the first layer arrives
     std::vector<HiddenLayerStats> hidden;        // [layer]
     std::vector<AttentionLayerStats> attention;  // [layer], empty when attention is off
   };
@@ -112,7 +112,7 @@ class StatisticsCollector : public ForwardObserver {
 
   StatisticsOptions options_;
   std::map<std::int64_t, WindowRecord> windows_;  // ordered: reductions run in ascending index
-  std::vector<std::int64_t> batch_;              // window index of each row of the current batch
+  std::vector<std::int64_t> batch_;               // window index of each row of the current batch
 };
 
 }  // namespace qeval

@@ -2,6 +2,8 @@
 // hidden-state statistics on the fixtures' reference tensors against a plain loop, attention
 // statistics on constructed attention with known values, and determinism (batching, merging,
 // state round trip).
+#include "eval/statistics.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <random>
 
 #include "common/error.h"
-#include "eval/statistics.h"
 #include "loaders/safetensors.h"
 #include "model/transformer.h"
 #include "tests/support/test_data.h"
@@ -101,7 +102,8 @@ TEST(Kurtosis, SpikePlusGaussianMatchesClosedForm) {
         if (l > 0) expected += spike_kurtosis(s, static_cast<double>(D)) / static_cast<double>(L - 1);
       }
       json hidden = hidden_summary(x);
-      EXPECT_NEAR(hidden["kurtosis"]["rest"].get<double>(), expected, 0.025 * expected) << "D " << D << " alpha " << alpha;
+      EXPECT_NEAR(hidden["kurtosis"]["rest"].get<double>(), expected, 0.025 * expected)
+          << "D " << D << " alpha " << alpha;
       if (alpha >= 100) {  // the largest element is one of the spikes
         const json& largest = hidden["largest_per_layer"][0];
         EXPECT_EQ(largest["channel"].get<std::int64_t>(), (largest["position"].get<std::int64_t>() * 37) % D);
@@ -109,7 +111,8 @@ TEST(Kurtosis, SpikePlusGaussianMatchesClosedForm) {
       }
     }
     // Growth like D: for a huge spike κ/D → 1.
-    EXPECT_NEAR(spike_kurtosis(1e6, static_cast<double>(D)) / static_cast<double>(D), 1.0, 3.0 / static_cast<double>(D));
+    EXPECT_NEAR(spike_kurtosis(1e6, static_cast<double>(D)) / static_cast<double>(D), 1.0,
+                3.0 / static_cast<double>(D));
   }
 }
 
@@ -291,7 +294,7 @@ TEST(AttentionStatistics, RandomAttentionWithTiesMatchesPlainLoop) {
         std::vector<int> w(static_cast<std::size_t>(i + 1));
         int sum = 0;
         for (auto& x : w) sum += (x = static_cast<int>(rng() % 4));
-        if (h == 0 && i < T) w[0] += 3 * (i + 1), sum += 3 * (i + 1);  // head 0: a sink
+        if (h == 0 && i < T) w[0] += 3 * (i + 1), sum += 3 * (i + 1);         // head 0: a sink
         if (h == 1 && i % 5 == 0) std::fill(w.begin(), w.end(), 0), sum = 0;  // all-zero rows tie every causal key
         for (std::int64_t j = 0; j <= i; ++j)  // an all-zero row stays zero (softmax-1-like)
           p[b][h][i][j] = sum > 0 ? static_cast<float>(w[static_cast<std::size_t>(j)]) / static_cast<float>(sum) : 0.0f;
@@ -429,7 +432,7 @@ TEST(StatisticsDeterminism, ChunkingDoesNotChangeResults) {
   RandomBatch r = random_batch();
   const at::Tensor& hidden = r.hidden[0];  // [8, 64, 768]
   at::Tensor attention = r.attention[1].clone();
-  attention.narrow(2, 5, 9).zero_();  // queries 6..14 of every head: all-zero rows
+  attention.narrow(2, 5, 9).zero_();                     // queries 6..14 of every head: all-zero rows
   attention.select(2, 20).narrow(-1, 0, 3).fill_(0.25);  // query 21: a three-way tie on keys 1..3
   attention.select(2, 20).narrow(-1, 3, 18).zero_();
   auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
@@ -450,8 +453,8 @@ TEST(StatisticsDeterminism, ChunkingDoesNotChangeResults) {
 
 TEST(StatisticsCollector, RejectsMisuse) {
   StatisticsCollector c;
-  EXPECT_THROW(c.summary(), Error);                 // nothing observed
-  EXPECT_THROW(c.begin_batch({1, 1}), Error);       // duplicate in one batch
+  EXPECT_THROW(c.summary(), Error);            // nothing observed
+  EXPECT_THROW(c.begin_batch({1, 1}), Error);  // duplicate in one batch
   EXPECT_THROW(c.begin_batch({-1}), Error);
   c.begin_batch({0, 1});
   EXPECT_THROW(c.on_block_output(0, at::randn({3, 4, 8})), Error);  // B differs from begin_batch
