@@ -17,5 +17,6 @@ extern std::vector<std::string> command_line;
 void add_eval_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_data_dir_command(CLI::App& app);
+void add_merge_command(CLI::App& app);
 
 }  // namespace qeval::cli

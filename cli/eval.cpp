@@ -3,6 +3,9 @@
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
 
+#include <chrono>
+#include <sstream>
+
 #include "cli/commands.h"
 #include "cli/json_config.h"
 #include "common/error.h"
@@ -10,6 +13,7 @@
 #include "common/hash.h"
 #include "eval/evaluator.h"
 #include "eval/record.h"
+#include "eval/run_state.h"
 #include "eval/schemes.h"
 #include "eval/table.h"
 #include "loaders/checkpoint.h"
@@ -44,16 +48,43 @@ struct EvalArgs {
   int threads = 0;
   std::string out;
   bool quiet = false;
+  std::string shard;        // "i/n": evaluate windows with index % n == i
+  bool resume = false;      // checkpoint to a state file as we go; continue from it if present
+  std::string state_file;   // default: <out>.state.json
+  double checkpoint_seconds = 60;
+  std::int64_t stop_after = 0;  // testing aid: stop (exit 3) once this many windows are done
   std::vector<std::string> argv;
 };
 
 std::optional<std::string> opt(const std::string& s) { return s.empty() ? std::nullopt : std::optional<std::string>(s); }
+
+struct StoppedEarly {
+  std::int64_t windows;
+};
+
+struct Shard {
+  std::int64_t index = 0, count = 1;
+};
+
+Shard parse_shard(const std::string& text) {
+  if (text.empty()) return {};
+  Shard s;
+  char slash = 0;
+  std::istringstream in(text);
+  in >> s.index >> slash >> s.count;
+  QEVAL_CHECK(in && slash == '/' && in.peek() == EOF && s.count >= 1 && s.index >= 0 && s.index < s.count,
+              "--shard '{}': expected i/n with 0 <= i < n (e.g. 0/4)", text);
+  return s;
+}
 
 void run_eval(const EvalArgs& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
   const auto data_dir = opt(a.data_dir);
   const auto model_path = resolve_input_path(a.model, data_dir);
   const auto data_path = resolve_input_path(a.data, data_dir);
+  const Shard shard = parse_shard(a.shard);
+  QEVAL_CHECK(!a.resume || !a.out.empty() || !a.state_file.empty(), "--resume needs --out (or --state-file)");
+  const std::string state_path = !a.state_file.empty() ? a.state_file : (a.out.empty() ? "" : a.out + ".state.json");
   if (!a.out.empty()) {
     // Fail before hours of work, not after, when the record cannot be written.
     std::filesystem::path out(a.out);
@@ -105,12 +136,6 @@ void run_eval(const EvalArgs& a) {
   std::vector<EvalScheme>& schemes = prepared.schemes;
 
   WindowStream windows(std::move(documents), *tokenizer, protocol);
-  EvalOptions options;
-  options.batch_size = a.batch_size;
-  options.progress = !a.quiet;
-  options.expected_windows = protocol.max_windows;
-  EvalResult result = evaluate(schemes, windows, options);
-
   RecordContext context;
   context.command = a.argv;
   context.model = {{"path", model_path.string()},
@@ -126,9 +151,7 @@ void run_eval(const EvalArgs& a) {
                   {"format", data_format},
                   {"hash", hash_file(data_path)},
                   {"text_split", to_string(doc_options.text_split)},
-                  {"json_field", doc_options.json_field},
-                  {"documents_read", windows.documents_read()},
-                  {"stream_tokens_read", windows.stream_tokens()}};
+                  {"json_field", doc_options.json_field}};
   context.protocol = protocol.to_json();
   context.protocol["separator_id"] =
       windows.separator_id() ? nlohmann::json(*windows.separator_id()) : nlohmann::json(nullptr);
@@ -137,8 +160,58 @@ void run_eval(const EvalArgs& a) {
                      {"threads", at::get_num_threads()},
                      {"stats_for", a.stats_for},
                      {"attention_statistics", !a.no_attention_stats},
-                     {"quantize_lm_head", a.quantize_lm_head}};
-  nlohmann::json record = build_record(context, schemes, result, prepared.statistics_summaries());
+                     {"quantize_lm_head", a.quantize_lm_head},
+                     {"shard", a.shard.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.shard)}};
+  const std::vector<SchemeInfo> infos = scheme_infos(schemes);
+  // What a saved state must match to be resumed: everything that decides the results.
+  EvalResult empty;
+  empty.schemes.resize(schemes.size());
+  const nlohmann::json identity = evaluation_identity(build_record(context, infos, empty, {}));
+  EvalResult resumed;
+  if (a.resume && std::filesystem::exists(state_path)) {
+    nlohmann::json saved = nlohmann::json::parse(read_file(state_path), nullptr, /*allow_exceptions=*/false);
+    QEVAL_CHECK(saved.is_object() && saved.contains("identity") && saved.contains("state"),
+                "--resume: {} is not a qeval evaluation state file", state_path);
+    QEVAL_CHECK(saved["identity"] == identity,
+                "--resume: {} was written by a different evaluation (model, data, protocol, schemes or options differ); "
+                "remove it or drop --resume", state_path);
+    resumed = run_state_from_json(saved["state"], prepared.statistics, state_path);
+    fmt::print(stderr, "resuming from {}: {} windows already done\n", state_path, resumed.windows);
+  }
+
+  EvalOptions options;
+  options.batch_size = a.batch_size;
+  options.progress = !a.quiet;
+  options.expected_windows = protocol.max_windows;
+  if (shard.count > 1) options.select_window = [shard](std::int64_t w) { return w % shard.count == shard.index; };
+  auto last_save = std::chrono::steady_clock::now();
+  auto save_state = [&](const EvalResult& r) {
+    write_file_atomic(state_path, nlohmann::json{{"identity", identity}, {"state", run_state_to_json(r, prepared.statistics)}}.dump() + "\n");
+    last_save = std::chrono::steady_clock::now();
+  };
+  if (a.resume || a.stop_after > 0) {
+    options.after_batch = [&](const EvalResult& r) {
+      bool stop = a.stop_after > 0 && r.windows >= a.stop_after;
+      if (stop || std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() >= a.checkpoint_seconds) {
+        if (!state_path.empty()) save_state(r);
+      }
+      if (stop) throw StoppedEarly{r.windows};
+    };
+  }
+  EvalResult result;
+  try {
+    result = evaluate(schemes, windows, options, std::move(resumed));
+  } catch (const StoppedEarly& stopped) {
+    fmt::print(stderr, "stopped after {} windows as asked (--stop-after); state in {}\n", stopped.windows, state_path);
+    exit_status = 3;
+    return;
+  }
+  context.data["documents_read"] = windows.documents_read();
+  context.data["stream_tokens_read"] = windows.stream_tokens();
+
+  nlohmann::json record = build_record(context, infos, result, prepared.statistics_summaries());
+  if (shard.count > 1)
+    record["shard"] = {{"index", shard.index}, {"count", shard.count}, {"state", run_state_to_json(result, prepared.statistics)}};
 
   fmt::print("{} on {} ({} windows of {} tokens, {} scored)\n\n", model_path.filename().string(),
              data_path.filename().string(), result.windows, protocol.seq_len, result.scored_tokens);
@@ -149,6 +222,7 @@ void run_eval(const EvalArgs& a) {
     write_record(a.out, record);
     fmt::print(stderr, "record written to {}\n", a.out);
   }
+  if (a.resume && !state_path.empty()) std::filesystem::remove(state_path);
 }
 
 }  // namespace
@@ -186,6 +260,13 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "CPU threads (0: LibTorch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
+  cmd->add_option("--shard", args->shard, "evaluate only windows with index % n == i (\"i/n\"); combine with qeval merge");
+  cmd->add_flag("--resume", args->resume, "save progress to a state file as it goes, and continue from it when present");
+  cmd->add_option("--state-file", args->state_file, "state file for --resume (default: <out>.state.json)");
+  cmd->add_option("--checkpoint-seconds", args->checkpoint_seconds, "with --resume: seconds between state saves")
+      ->capture_default_str();
+  cmd->add_option("--stop-after", args->stop_after, "stop (exit 3) after this many windows, saving state (for testing --resume)")
+      ->group("");
   cmd->callback([args] {
     args->argv = command_line;
     run_eval(*args);

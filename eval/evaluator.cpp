@@ -43,14 +43,18 @@ std::string EvalResult::token_stream_hash() const {
   return h.hex();
 }
 
-EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, const EvalOptions& options) {
+EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, const EvalOptions& options,
+                    EvalResult resumed) {
   QEVAL_CHECK(!schemes.empty(), "evaluate: no schemes to evaluate");
   QEVAL_CHECK(options.batch_size >= 1, "evaluate: batch size must be >= 1, found {}", options.batch_size);
-  EvalResult result;
-  result.schemes.resize(schemes.size());
+  EvalResult result = std::move(resumed);
+  if (result.schemes.empty()) result.schemes.resize(schemes.size());
+  QEVAL_CHECK(result.schemes.size() == schemes.size(), "evaluate: resumed state has {} schemes, this run has {}",
+              result.schemes.size(), schemes.size());
   const auto start = Clock::now();
   Progress progress(options.progress, options.expected_windows);
   double running_nll = 0;
+  for (const auto& [index, row] : result.schemes.front().rows) running_nll += row.nll_sum;
 
   std::vector<Window> batch;
   auto run_batch = [&] {
@@ -85,9 +89,12 @@ EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, con
     batch.clear();
     progress.update(result.windows, std::exp(running_nll / std::max<std::int64_t>(result.scored_tokens, 1)),
                     result.scored_tokens);
+    if (options.after_batch) options.after_batch(result);
   };
 
   while (auto w = windows.next()) {
+    if (options.select_window && !options.select_window(w->index)) continue;
+    if (result.contains(w->index)) continue;  // done before the run was interrupted
     // Protocol stride's last window may be shorter: batches hold equal lengths only.
     if (!batch.empty() && batch.front().tokens.size() != w->tokens.size()) run_batch();
     batch.push_back(std::move(*w));
@@ -97,7 +104,7 @@ EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, con
   progress.finish();
   QEVAL_CHECK(result.windows > 0, "evaluate: the data gave no complete window ({} tokens from {} documents)",
               windows.stream_tokens(), windows.documents_read());
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.seconds += std::chrono::duration<double>(Clock::now() - start).count();
   return result;
 }
 

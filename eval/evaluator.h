@@ -30,10 +30,16 @@ struct EvalScheme {
   std::function<void(const std::vector<std::int64_t>&)> begin_batch;
 };
 
+struct EvalResult;
+
 struct EvalOptions {
   std::int64_t batch_size = 1;
   bool progress = true;              // ETA and running PPL on stderr
   std::int64_t expected_windows = 0;  // for the ETA; 0 when unknown
+  // Evaluate only windows whose global index it accepts (sharding: index % n == i); all when empty.
+  std::function<bool(std::int64_t)> select_window;
+  // Called after every batch with everything accumulated so far (checkpointing for --resume).
+  std::function<void(const struct EvalResult&)> after_batch;
 };
 
 struct SchemeResult {
@@ -46,13 +52,16 @@ struct EvalResult {
   std::vector<SchemeResult> schemes;  // in the order given
   std::map<std::int64_t, std::uint64_t> window_hashes;  // XXH3 of each window's tokens + first scored
   std::int64_t windows = 0, scored_tokens = 0, processed_tokens = 0;
+  bool contains(std::int64_t window) const { return window_hashes.count(window) > 0; }
   double seconds = 0;
   // XXH3 over the per-window hashes in ascending window order: identical for shards merged.
   std::string token_stream_hash() const;
 };
 
-// Consumes the stream. Windows of different lengths never share a batch (a window whose length
+// Consumes the stream, starting from `resumed` (a state saved by an interrupted run: windows
+// already in it are skipped, so the final result is identical to an uninterrupted run). Windows of different lengths never share a batch (a window whose length
 // differs from the batch's flushes it first). Throws (leaving no partial output anywhere) on any error.
-EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, const EvalOptions& options);
+EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, const EvalOptions& options,
+                    EvalResult resumed = {});
 
 }  // namespace qeval

@@ -18,7 +18,40 @@ std::string utc_now() {
 
 }  // namespace
 
-nlohmann::json build_record(const RecordContext& context, const std::vector<EvalScheme>& schemes,
+std::vector<SchemeInfo> scheme_infos(const std::vector<EvalScheme>& schemes) {
+  std::vector<SchemeInfo> infos;
+  for (const auto& s : schemes) infos.push_back({s.name, s.description, s.model.linear_weight_bytes()});
+  return infos;
+}
+
+std::vector<SchemeInfo> scheme_infos(const nlohmann::json& record) {
+  std::vector<SchemeInfo> infos;
+  for (const auto& s : record.at("schemes"))
+    infos.push_back({s.at("name").get<std::string>(), s.at("description"), s.at("linear_weight_bytes").get<std::int64_t>()});
+  return infos;
+}
+
+nlohmann::json evaluation_identity(const nlohmann::json& record) {
+  nlohmann::json protocol = record.at("protocol");
+  for (const char* key : {"windows", "scored_tokens", "token_stream_hash"}) protocol.erase(key);
+  nlohmann::json schemes = nlohmann::json::array();
+  for (const auto& s : record.at("schemes")) schemes.push_back({{"name", s.at("name")}, {"description", s.at("description")}});
+  nlohmann::json options = record.at("options");
+  for (const char* key : {"threads", "batch_size", "shard"}) options.erase(key);  // results do not depend on them
+  return {{"model_weights", record.at("model").at("weights_hash")},
+          {"model_config", record.at("model").at("config")},
+          {"tokenizer", record.at("tokenizer").value("kind", "")},
+          {"tokenizer_vocab", record.at("tokenizer").value("vocab_size", 0)},
+          {"data", record.at("data").at("hash")},
+          {"data_options", {{"text_split", record.at("data").value("text_split", "")},
+                            {"json_field", record.at("data").value("json_field", "")}}},
+          {"protocol", protocol},
+          {"precision", record.at("precision")},
+          {"options", options},
+          {"schemes", schemes}};
+}
+
+nlohmann::json build_record(const RecordContext& context, const std::vector<SchemeInfo>& schemes,
                             const EvalResult& result, const std::vector<nlohmann::json>& statistics) {
   nlohmann::json record;
   record["schema_version"] = kRecordSchemaVersion;
@@ -45,7 +78,7 @@ nlohmann::json build_record(const RecordContext& context, const std::vector<Eval
     nlohmann::json entry;
     entry["name"] = schemes[i].name;
     entry["description"] = schemes[i].description;
-    entry["linear_weight_bytes"] = schemes[i].model.linear_weight_bytes();
+    entry["linear_weight_bytes"] = schemes[i].linear_weight_bytes;
     entry["perplexity"] = s.to_json();
     entry["vs_full"] = {{"dppl", s.ppl - full.ppl},
                         {"dppl_rel", full.ppl > 0 ? (s.ppl - full.ppl) / full.ppl : 0.0},

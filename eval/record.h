@@ -24,9 +24,24 @@ struct RecordContext {
   nlohmann::json options;            // batch size, threads, ...
 };
 
+// What a record says about each scheme besides its scores.
+struct SchemeInfo {
+  std::string name;
+  nlohmann::json description;  // resolved spec + execution report
+  std::int64_t linear_weight_bytes = 0;
+};
+std::vector<SchemeInfo> scheme_infos(const std::vector<EvalScheme>& schemes);
+// Read back from a record's "schemes" list.
+std::vector<SchemeInfo> scheme_infos(const nlohmann::json& record);
+
 // `statistics[i]` (may be null) is scheme i's statistics summary.
-nlohmann::json build_record(const RecordContext& context, const std::vector<EvalScheme>& schemes,
+nlohmann::json build_record(const RecordContext& context, const std::vector<SchemeInfo>& schemes,
                             const EvalResult& result, const std::vector<nlohmann::json>& statistics);
+
+// The parts of a record that must agree for two records (or a record and a resume state, or
+// shards) to describe the same evaluation: model weights, tokenizer, data, protocol parameters,
+// precision, schemes and statistics options. Counts, hashes of results and timings excluded.
+nlohmann::json evaluation_identity(const nlohmann::json& record);
 
 // Writes atomically (temp file + rename): the record is complete or absent.
 void write_record(const std::filesystem::path& path, const nlohmann::json& record);

@@ -115,3 +115,87 @@ TEST(Cli, InspectDescribesCheckpointAsJson) {
 
 }  // namespace
 }  // namespace qeval
+
+namespace qeval {
+namespace {
+
+nlohmann::json results_of(const std::filesystem::path& record_path) {
+  auto r = nlohmann::json::parse(read_file(record_path));
+  nlohmann::json out = {{"protocol", r.at("protocol")}, {"schemes", nlohmann::json::array()}};
+  for (const auto& s : r.at("schemes"))
+    out["schemes"].push_back({{"name", s.at("name")},
+                              {"perplexity", s.at("perplexity")},
+                              {"vs_full", s.at("vs_full")},
+                              {"statistics", s.at("statistics")},
+                              {"per_window", s.at("per_window")}});
+  return out;
+}
+
+const std::string kSmallEval = "eval -q --seq-len 96 --max-windows 9 --schemes full,int8-coarse --stats-for all";
+
+TEST(CliScale, FourShardsMergeIntoTheOneRunRecordBitForBit) {
+  test::TempDir dir;
+  ASSERT_EQ(qeval(kSmallEval + " --out " + (dir / "one.json").string()).status, 0);
+  std::string shards;
+  for (int i = 0; i < 4; ++i) {
+    auto path = dir / ("shard" + std::to_string(i) + ".json");
+    CommandResult r = qeval(kSmallEval + " --shard " + std::to_string(i) + "/4 --out " + path.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    shards = path.string() + " " + shards;  // merge takes them in any order
+  }
+  CommandResult merged = qeval("merge " + shards + "--out " + (dir / "merged.json").string());
+  ASSERT_EQ(merged.status, 0) << merged.output;
+  EXPECT_EQ(results_of(dir / "merged.json"), results_of(dir / "one.json"));
+
+  // Failing paths: a shard missing, a shard twice, a shard of another evaluation.
+  CommandResult missing = qeval("merge " + (dir / "shard0.json").string() + " " + (dir / "shard1.json").string() +
+                                " --out " + (dir / "bad.json").string());
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_TRUE(contains(missing.output, "missing")) << missing.output;
+  CommandResult twice = qeval("merge " + (dir / "shard0.json").string() + " " + (dir / "shard0.json").string() +
+                              " --out " + (dir / "bad.json").string());
+  EXPECT_TRUE(contains(twice.output, "twice")) << twice.output;
+  ASSERT_EQ(qeval("eval -q --seq-len 64 --max-windows 9 --schemes full,int8-coarse --stats-for all --shard 1/4 --out " +
+                  (dir / "other.json").string())
+                .status,
+            0);
+  CommandResult other = qeval("merge " + (dir / "shard0.json").string() + " " + (dir / "other.json").string() +
+                              " --out " + (dir / "bad.json").string());
+  EXPECT_TRUE(contains(other.output, "evaluated something else")) << other.output;
+  CommandResult not_shard = qeval("merge " + (dir / "one.json").string() + " --out " + (dir / "bad.json").string());
+  EXPECT_TRUE(contains(not_shard.output, "not a shard record")) << not_shard.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad.json"));
+}
+
+TEST(CliScale, KilledRunResumesToTheUninterruptedRecord) {
+  test::TempDir dir;
+  ASSERT_EQ(qeval(kSmallEval + " --out " + (dir / "one.json").string()).status, 0);
+  auto out = (dir / "resumed.json").string();
+  // A controlled stop after 4 windows stands in for a kill: the state file is what survives.
+  CommandResult stopped = qeval(kSmallEval + " --resume --stop-after 4 --out " + out);
+  EXPECT_EQ(stopped.status, 3) << stopped.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_TRUE(std::filesystem::exists(out + ".state.json"));
+  CommandResult resumed = qeval(kSmallEval + " --resume --out " + out);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "4 windows already done")) << resumed.output;
+  EXPECT_EQ(results_of(out), results_of(dir / "one.json"));
+  EXPECT_FALSE(std::filesystem::exists(out + ".state.json")) << "state file removed once the record is written";
+
+  // A state file from another evaluation is refused, not silently mixed in.
+  ASSERT_EQ(qeval(kSmallEval + " --resume --stop-after 2 --out " + out).status, 3);
+  CommandResult mismatch =
+      qeval("eval -q --seq-len 64 --max-windows 9 --schemes full,int8-coarse --stats-for all --resume --out " + out);
+  EXPECT_EQ(mismatch.status, 2);
+  EXPECT_TRUE(contains(mismatch.output, "different evaluation")) << mismatch.output;
+}
+
+TEST(CliScale, ThreadsAndBatchSizeDoNotChangeAnyBit) {
+  test::TempDir dir;
+  ASSERT_EQ(qeval(kSmallEval + " --threads 1 --batch-size 1 --out " + (dir / "a.json").string()).status, 0);
+  ASSERT_EQ(qeval(kSmallEval + " --threads 2 --batch-size 8 --out " + (dir / "b.json").string()).status, 0);
+  EXPECT_EQ(results_of(dir / "a.json"), results_of(dir / "b.json"));
+}
+
+}  // namespace
+}  // namespace qeval

@@ -1,0 +1,28 @@
+// `qeval merge SHARD.json ... --out MERGED.json`: shard records into the one-run record.
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "eval/merge.h"
+#include "eval/record.h"
+#include "eval/table.h"
+
+namespace qeval::cli {
+
+void add_merge_command(CLI::App& app) {
+  auto paths = std::make_shared<std::vector<std::string>>();
+  auto out = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("merge", "combine shard records (eval --shard i/n) into the record one run gives");
+  cmd->add_option("shards", *paths, "shard records, one per shard, any order")->required();
+  cmd->add_option("--out,-o", *out, "write the merged record here, atomically")->required();
+  cmd->callback([paths, out] {
+    std::vector<nlohmann::json> shards;
+    for (const auto& p : *paths) shards.push_back(read_record(p));
+    nlohmann::json merged = merge_shard_records(shards, *paths);
+    write_record(*out, merged);
+    fmt::print("{}", scheme_table_markdown(merged));
+    fmt::print(stderr, "merged {} shards into {}\n", shards.size(), *out);
+  });
+}
+
+}  // namespace qeval::cli
