@@ -17,6 +17,7 @@ extern std::vector<std::string> command_line;
 void add_eval_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_data_dir_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
 
 }  // namespace qeval::cli

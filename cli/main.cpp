@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   qeval::cli::add_eval_command(app);
   qeval::cli::add_inspect_command(app);
   qeval::cli::add_data_dir_command(app);
+  qeval::cli::add_train_command(app);
   qeval::cli::add_merge_command(app);
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them reversed, without argv[0]

@@ -1,0 +1,201 @@
+// `qeval train`: small-scale training of GPT-2- and Llama-style models with the paper's
+// switches (softmax / softmax-1, layernorm / rmsnorm / rmsnorm_single, biases, positions) and
+// Adam, AdamW, OrthoAdam or SGD, producing checkpoints `qeval eval` loads (train/trainer.h).
+#include <ATen/Parallel.h>
+#include <fmt/core.h>
+
+#include <cmath>
+
+#include "cli/commands.h"
+#include "cli/json_config.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "train/trainer.h"
+
+namespace qeval::cli {
+namespace {
+
+struct TrainArgs {
+  std::string data = "text/tinystories/validation-head.txt";
+  std::string tokenizer = "models/stories260K/tok512.model";
+  std::string data_dir;
+  std::string text_split = "paragraph";
+  std::string json_field = "text";
+  double val_fraction = 0.05;
+  std::int64_t val_every = 100;
+  std::int64_t val_windows = 64;
+
+  std::string arch = "gpt2";
+  std::string softmax = "softmax";
+  std::string norm, bias, position, mlp, tied;  // empty: the arch's choice
+  std::int64_t d_model = 128, n_layers = 4, n_heads = 4, n_kv_heads = 0, d_ff = 0;
+  double norm_eps = 1e-5;
+
+  std::int64_t seq_len = 128, batch_size = 16, steps = 1000, warmup = 100;
+  double lr = 1e-3, min_lr_ratio = 0.1, clip = 1.0, init_std = 0.02;
+  std::string optimizer = "adamw";
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, momentum = 0.9;
+  std::string weight_decay_mode = "auto";
+  std::uint64_t seed = 0;
+  std::uint64_t transform_seed = 0;
+  std::string transform = "random";
+  std::int64_t dense_max = 4096;
+
+  std::string out, resume;
+  std::int64_t checkpoint_every = 0, stop_after = 0, log_every = 10;
+  double time_limit = 0;
+  int threads = 0;
+  bool quiet = false;
+};
+
+bool on_off(const std::string& v, const std::string& flag) {
+  QEVAL_CHECK(v == "on" || v == "off", "{} must be on or off, got '{}'", flag, v);
+  return v == "on";
+}
+
+// GPT-2 style: LayerNorm, learned positions, GELU MLP of 4·D, biases, tied embeddings.
+// Llama style: RMSNorm, rotary (interleaved pairs), SwiGLU of ~8/3·D (multiple of 16), no biases, untied.
+ModelConfig model_config(const TrainArgs& a) {
+  QEVAL_CHECK(a.arch == "gpt2" || a.arch == "llama", "--arch must be gpt2 or llama, got '{}'", a.arch);
+  const bool gpt2 = a.arch == "gpt2";
+  ModelConfig c;
+  c.architecture = a.arch;
+  c.d_model = a.d_model;
+  c.n_layers = a.n_layers;
+  c.n_heads = a.n_heads;
+  c.n_kv_heads = a.n_kv_heads > 0 ? a.n_kv_heads : a.n_heads;
+  c.norm = parse_norm(a.norm.empty() ? (gpt2 ? "layernorm" : "rmsnorm") : a.norm);
+  c.norm_eps = a.norm_eps;
+  c.position = parse_position(a.position.empty() ? (gpt2 ? "learned" : "rope") : a.position);
+  c.rope_pairing = RopePairing::interleaved;
+  c.attention_softmax = parse_softmax(a.softmax);
+  c.mlp = parse_mlp(a.mlp.empty() ? (gpt2 ? "gelu" : "swiglu") : a.mlp);
+  const bool bias = a.bias.empty() ? gpt2 : on_off(a.bias, "--bias");
+  c.attention_bias = bias;
+  c.mlp_bias = bias;
+  c.tied_embeddings = a.tied.empty() ? gpt2 : on_off(a.tied, "--tied");
+  if (a.d_ff > 0) {
+    c.d_ff = a.d_ff;
+  } else if (c.mlp == MlpKind::gelu) {
+    c.d_ff = 4 * a.d_model;
+  } else {
+    c.d_ff = 16 * static_cast<std::int64_t>(std::ceil(8.0 * static_cast<double>(a.d_model) / 3.0 / 16.0));
+  }
+  c.max_seq_len = a.seq_len;
+  return c;
+}
+
+void run_train(const TrainArgs& a) {
+  if (a.threads > 0) at::set_num_threads(a.threads);
+  const std::optional<std::string> data_dir = a.data_dir.empty() ? std::nullopt : std::optional<std::string>(a.data_dir);
+  train::TrainOptions o;
+  o.model = model_config(a);
+  o.data = resolve_input_path(a.data, data_dir);
+  o.tokenizer = resolve_input_path(a.tokenizer, data_dir);
+  o.documents.text_split = parse_text_split(a.text_split);
+  o.documents.json_field = a.json_field;
+  o.val_fraction = a.val_fraction;
+  o.val_every = a.val_every;
+  o.val_windows = a.val_windows;
+  o.seq_len = a.seq_len;
+  o.batch_size = a.batch_size;
+  o.steps = a.steps;
+  o.lr = a.lr;
+  o.min_lr_ratio = a.min_lr_ratio;
+  o.warmup = a.warmup;
+  o.clip = a.clip;
+  o.init_std = a.init_std;
+  o.optimizer.kind = a.optimizer;
+  o.optimizer.beta1 = a.beta1;
+  o.optimizer.beta2 = a.beta2;
+  o.optimizer.eps = a.eps;
+  o.optimizer.weight_decay = a.weight_decay;
+  o.optimizer.weight_decay_mode = a.weight_decay_mode;
+  o.optimizer.momentum = a.momentum;
+  o.optimizer.transform_seed = a.transform_seed;
+  o.optimizer.transform = a.transform;
+  o.optimizer.dense_max = a.dense_max;
+  o.seed = a.seed;
+  o.out = a.out;
+  o.resume = a.resume;
+  o.checkpoint_every = a.checkpoint_every;
+  o.stop_after = a.stop_after;
+  o.time_limit_minutes = a.time_limit;
+  o.log_every = a.log_every;
+  o.progress = !a.quiet;
+  QEVAL_CHECK(!o.out.empty() || a.stop_after == 0, "--stop-after needs --out (the checkpoint to resume from)");
+  train::TrainResult r = train::run_training(o);
+  fmt::print("trained {} steps{}: train loss {:.4f}, validation loss {:.4f}{}\n", r.step,
+             r.stopped_early ? " (stopped early)" : "", r.last_train_loss, r.val_loss,
+             o.out.empty() ? "" : ", checkpoint " + o.out.string());
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  auto* cmd = app.add_subcommand("train", "train a small GPT-2/Llama-style model (Adam, AdamW, OrthoAdam, SGD)");
+  add_json_config(cmd);
+  cmd->add_option("--data,-d", a->data, "training text: .txt, .jsonl, .json.gz, .jsonl.zst (relative paths also tried under the data folder)")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer,-t", a->tokenizer, "tokenizer file or folder; copied into the checkpoint")->capture_default_str();
+  cmd->add_option("--data-dir", a->data_dir, "shared data folder (default: $QEVAL_DATA_DIR, else ../shared/data)");
+  cmd->add_option("--text-split", a->text_split, "plain-text documents: paragraph, line or file")
+      ->capture_default_str()->check(CLI::IsMember({"paragraph", "line", "file"}));
+  cmd->add_option("--json-field", a->json_field, "JSON-lines field holding the text")->capture_default_str();
+  cmd->add_option("--val-fraction", a->val_fraction, "held-out fraction of windows (the last ones of the stream)")->capture_default_str();
+  cmd->add_option("--val-every", a->val_every, "steps between validation losses (0: only at the end)")->capture_default_str();
+  cmd->add_option("--val-windows", a->val_windows, "held-out windows per validation (0: all)")->capture_default_str();
+
+  cmd->add_option("--arch", a->arch, "defaults for the switches below: gpt2 (layernorm, learned, gelu, biases, tied) or llama (rmsnorm, rope, swiglu, no biases, untied)")
+      ->capture_default_str()->check(CLI::IsMember({"gpt2", "llama"}));
+  cmd->add_option("--softmax", a->softmax, "attention: softmax or softmax1")->capture_default_str()->check(CLI::IsMember({"softmax", "softmax1"}));
+  cmd->add_option("--norm", a->norm, "layernorm, rmsnorm or rmsnorm_single (default: the arch's)")
+      ->check(CLI::IsMember({"layernorm", "rmsnorm", "rmsnorm_single"}));
+  cmd->add_option("--bias", a->bias, "linear biases on or off (default: the arch's)")->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--position", a->position, "learned, rope or none (default: the arch's)")->check(CLI::IsMember({"learned", "rope", "none"}));
+  cmd->add_option("--mlp", a->mlp, "gelu or swiglu (default: the arch's)")->check(CLI::IsMember({"gelu", "swiglu"}));
+  cmd->add_option("--tied", a->tied, "tie LM head to the token embedding: on or off (default: the arch's)")->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--d-model", a->d_model, "model width")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--n-layers", a->n_layers, "blocks")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--n-heads", a->n_heads, "attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--n-kv-heads", a->n_kv_heads, "key/value heads (0: = heads)")->capture_default_str();
+  cmd->add_option("--d-ff", a->d_ff, "MLP width (0: 4·D for gelu, ~8/3·D rounded up to 16 for swiglu)")->capture_default_str();
+  cmd->add_option("--norm-eps", a->norm_eps, "norm epsilon")->capture_default_str();
+
+  cmd->add_option("--seq-len", a->seq_len, "window length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 16));
+  cmd->add_option("--batch-size,-b", a->batch_size, "windows per step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", a->steps, "optimizer steps (the schedule's length)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", a->lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--min-lr-ratio", a->min_lr_ratio, "cosine decays to lr times this")->capture_default_str();
+  cmd->add_option("--warmup", a->warmup, "linear warm-up steps")->capture_default_str();
+  cmd->add_option("--clip", a->clip, "global gradient-norm clip (0: off)")->capture_default_str();
+  cmd->add_option("--init-std", a->init_std, "initialisation std (GPT-2 style)")->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer, "sgd, adam, adamw or orthoadam")
+      ->capture_default_str()->check(CLI::IsMember({"sgd", "adam", "adamw", "orthoadam"}));
+  cmd->add_option("--beta1", a->beta1, "Adam beta1")->capture_default_str();
+  cmd->add_option("--beta2", a->beta2, "Adam beta2")->capture_default_str();
+  cmd->add_option("--eps", a->eps, "Adam epsilon")->capture_default_str();
+  cmd->add_option("--weight-decay", a->weight_decay, "weight decay")->capture_default_str();
+  cmd->add_option("--weight-decay-mode", a->weight_decay_mode, "auto (adamw: decoupled, others: L2), l2 or decoupled")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "l2", "decoupled"}));
+  cmd->add_option("--momentum", a->momentum, "SGD momentum")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "initialisation and batch order")->capture_default_str();
+  cmd->add_option("--transform-seed", a->transform_seed, "OrthoAdam: seed of the orthogonal transforms")->capture_default_str();
+  cmd->add_option("--transform", a->transform, "OrthoAdam: random (dense up to --dense-max, Hadamard beyond), hadamard, identity")
+      ->capture_default_str()->check(CLI::IsMember({"random", "hadamard", "identity"}));
+  cmd->add_option("--dense-max", a->dense_max, "OrthoAdam: largest axis with a dense orthogonal matrix")->capture_default_str();
+
+  cmd->add_option("--out,-o", a->out, "checkpoint folder (written at --checkpoint-every and at the end)");
+  cmd->add_option("--resume", a->resume, "continue from this checkpoint folder (same recipe)");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str();
+  cmd->add_option("--stop-after", a->stop_after, "stop and checkpoint after this step (0: run the whole schedule)")->capture_default_str();
+  cmd->add_option("--time-limit", a->time_limit, "minutes: stop and checkpoint when exceeded (0: none)")->capture_default_str();
+  cmd->add_option("--log-every", a->log_every, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", a->threads, "CPU threads (0: LibTorch's default); results are reproducible per thread count")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--quiet,-q", a->quiet, "no progress on stderr");
+  cmd->callback([a] { run_train(*a); });
+}
+
+}  // namespace qeval::cli

@@ -1,1 +1,0 @@
-namespace qeval { int train_marker = 0; }
