@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The Adam vs OrthoAdam pair (issue 5, DESIGN.md §8) on a 2-core CPU:
+#   A: Adam      + softmax   + LayerNorm      (configs/train/pair-a-adam.json)
+#   B: OrthoAdam + softmax-1 + RMSNormSingle  (configs/train/pair-b-orthoadam.json)
+# Both GPT-2 style (learned positions, GELU, biases, tied embeddings), d 128, 4 layers, 4 heads,
+# seq 128, batch 16, 200 steps (~0.4 M tokens), peak lr 3e-3 (3x the DESIGN §8 probe, to make
+# outliers likelier), warm-up 20 + cosine to 0.1x, clip 1, no weight decay, seed 0, one thread
+# each, run side by side; --time-limit 18 stops (and checkpoints) a run that would exceed 20 min.
+# Data: TinyStories validation-head with the stories260K 512-token SentencePiece tokenizer,
+# split by line: lines 1-7799 train (the trainer holds out its last 5% of windows for its
+# validation loss), lines 7801-end (after a blank line) are never trained on and are what
+# `qeval eval` measures.
+#
+# usage: configs/train/pair.sh   (from the repository root; QEVAL=path/to/qeval OUT=folder to override)
+set -euo pipefail
+QEVAL=${QEVAL:-build/qeval}
+OUT=${OUT:-results/train/pair}
+DATA=${QEVAL_DATA_DIR:-../shared/data}
+WORK=${WORK:-$OUT/work}
+mkdir -p "$OUT" "$WORK"
+SRC="$DATA/text/tinystories/validation-head.txt"
+head -n 7799 "$SRC" > "$WORK/tinystories-train.txt"
+tail -n +7801 "$SRC" > "$WORK/tinystories-heldout.txt"
+TOK="$DATA/models/stories260K/tok512.model"
+
+train() {  # name config
+  "$QEVAL" train --config "configs/train/$2" --data "$WORK/tinystories-train.txt" --tokenizer "$TOK" \
+    --out "$OUT/$1" > "$OUT/$1.train.out" 2> "$OUT/$1.train.log"
+}
+train A-adam pair-a-adam.json &
+pa=$!
+train B-orthoadam pair-b-orthoadam.json &
+pb=$!
+wait $pa
+wait $pb
+
+SCHEMES=full,int8-coarse,int8-moderate,int8-fine,int8-vectorwise,w4-zeropoint
+for name in A-adam B-orthoadam; do
+  "$QEVAL" eval --model "$OUT/$name" --data "$WORK/tinystories-heldout.txt" --seq-len 128 \
+    --schemes "$SCHEMES" --threads 2 --out "$OUT/$name.eval.json" > "$OUT/$name.eval.md" 2> "$OUT/$name.eval.log"
+done
+if "$QEVAL" compare --help > /dev/null 2>&1; then
+  "$QEVAL" compare "$OUT/A-adam.eval.json" "$OUT/B-orthoadam.eval.json" > "$OUT/compare.md"
+fi
