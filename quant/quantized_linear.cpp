@@ -87,6 +87,7 @@ at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
   TORCH_CHECK(x.dim() == 3 && x.size(2) == in_ && x.scalar_type() == at::kFloat, "QuantizedLinear ", name_,
               ": expected float32 [B, L, ", in_, "], got ", x.scalar_type(), " ", x.sizes());
   const std::int64_t B = x.size(0);
+  if (B == 0) return at::empty({0, x.size(1), out_}, x.options());
   at::Tensor y;  // [B, L, out]
   if (path_ == ExecutionPath::kernel && int8_) {
     // Integer sums are exact and every scale is per row or per sequence, so one GEMM over all
@@ -95,20 +96,20 @@ at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
   } else {
     // Float GEMMs (BLAS, or w4_gemm whose backend depends on the row count) may round
     // differently for other shapes: each sequence is its own GEMM, so results never depend on B.
+    const at::Tensor w = path_ == ExecutionPath::reference ? dequantized_weight() : at::Tensor();  // [out, in]
     std::vector<at::Tensor> parts;
     parts.reserve(static_cast<std::size_t>(B));
     for (std::int64_t b = 0; b < B; ++b) {
       at::Tensor xb = x.narrow(0, b, 1);
-      parts.push_back(path_ == ExecutionPath::kernel ? forward_w4_kernel(xb) : forward_reference(xb));
+      parts.push_back(path_ == ExecutionPath::kernel ? forward_w4_kernel(xb) : forward_reference(xb, w));
     }
     y = B == 1 ? parts[0] : at::cat(parts, 0);
   }
   return fake_quantize_activations(y, outputs_);
 }
 
-at::Tensor QuantizedLinear::forward_reference(const at::Tensor& x) const {
+at::Tensor QuantizedLinear::forward_reference(const at::Tensor& x, const at::Tensor& w) const {
   at::Tensor xq = fake_quantize_activations(x, inputs_);
-  at::Tensor w = dequantized_weight();
   return bias_.defined() ? at::linear(xq, w, bias_) : at::linear(xq, w);
 }
 

@@ -51,7 +51,7 @@ class QuantizedLinear final : public Linear {
   const std::optional<W4Weight>& w4_weight() const { return w4_; }
 
  private:
-  at::Tensor forward_reference(const at::Tensor& x) const;
+  at::Tensor forward_reference(const at::Tensor& x, const at::Tensor& w /*dequantised [out, in]*/) const;
   at::Tensor forward_w4_kernel(const at::Tensor& x) const;
   at::Tensor forward_int8_kernel(const at::Tensor& x) const;
 

@@ -159,3 +159,51 @@ TEST(QuantizedLinear, PackedSizesAndPathRules) {
 
 }  // namespace
 }  // namespace qeval
+
+namespace qeval {
+namespace {
+
+// Any JSON spec combination runs: the reference path always, the kernel path where the maths
+// allows it (and then agrees with the reference), output shapes right, values finite.
+TEST(QuantizedLinear, EveryCombinationOfKindsAndGranularitiesRuns) {
+  at::manual_seed(8);
+  const std::int64_t K = 40, N = 24;
+  at::Tensor w = at::randn({N, K}) * 0.2, bias = at::randn({N}), x = at::randn({2, 7, K});
+  const std::vector<QuantSpec> weights = {
+      {},
+      {QuantKind::int8_absmax, Granularity::tensor, 0},
+      {QuantKind::int8_absmax, Granularity::channel, 0},
+      {QuantKind::int8_absmax, Granularity::group, 16},
+      {QuantKind::int4_zeropoint, Granularity::tensor, 0},
+      {QuantKind::int4_zeropoint, Granularity::channel, 0},
+      {QuantKind::int4_zeropoint, Granularity::group, 16}};
+  const std::vector<QuantSpec> inputs = {{},
+                                         {QuantKind::int8_absmax, Granularity::tensor, 0},
+                                         {QuantKind::int8_absmax, Granularity::token, 0},
+                                         {QuantKind::int8_absmax, Granularity::feature, 0},
+                                         {QuantKind::int4_zeropoint, Granularity::token, 0}};
+  const std::vector<QuantSpec> outputs = {{}, {QuantKind::int8_absmax, Granularity::tensor, 0},
+                                          {QuantKind::int8_absmax, Granularity::token, 0}};
+  int kernel_cases = 0;
+  for (const auto& wq : weights)
+    for (const auto& in : inputs)
+      for (const auto& out : outputs) {
+        SchemeSpec spec = custom(wq, in, out);
+        SCOPED_TRACE(scheme_to_json(spec).dump());
+        QuantizedLinear ref("layer", w, bias, spec, ExecutionPath::reference);
+        at::Tensor yr = ref.forward(x);
+        ASSERT_EQ(yr.sizes(), (std::vector<std::int64_t>{2, 7, N}));
+        EXPECT_TRUE(at::isfinite(yr).all().item<bool>());
+        if (!kernel_path_unavailable_reason(spec).empty()) continue;
+        ++kernel_cases;
+        spec.output_activations = {};
+        at::Tensor yk = QuantizedLinear("layer", w, bias, spec, ExecutionPath::kernel).forward(x);
+        at::Tensor yr_pre = QuantizedLinear("layer", w, bias, spec, ExecutionPath::reference).forward(x);
+        EXPECT_TRUE(paths_agree(yk, yr_pre, fake_quantize_activations(x, in), ref.dequantized_weight()));
+      }
+  // int8 tensor/channel weights × int8 tensor/token inputs, and every 4-bit weight × every input.
+  EXPECT_EQ(kernel_cases, (2 * 2 + 3 * 5) * 3);
+}
+
+}  // namespace
+}  // namespace qeval
