@@ -1,6 +1,7 @@
 #include "loaders/gguf.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -185,7 +186,9 @@ GgufFile::GgufFile(fs::path path) : path_(std::move(path)) {
     if (type && type->block > 0) {
       QEVAL_CHECK(t.ne[0] % type->block == 0, "{}: tensor {} of type {} has {} columns, not a multiple of its block {}",
                   file, t.name, type->name, t.ne[0], type->block);
-      t.bytes = numel / type->block * type->bytes;
+      QEVAL_CHECK(!__builtin_mul_overflow(numel / type->block, type->bytes, &t.bytes),
+                  "{}: tensor {} of type {} with ne {} has a byte size beyond 64 bits", file, t.name, type->name,
+                  fmt::join(t.ne, " x "));
     }
     QEVAL_CHECK(index_.emplace(t.name, tensors_.size()).second, "{}: tensor {} appears twice", file, t.name);
     tensors_.push_back(std::move(t));

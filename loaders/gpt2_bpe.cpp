@@ -13,6 +13,8 @@ namespace {
 
 // Ids beyond this are refused before anything is sized by them (real vocabularies: < 300k).
 constexpr std::int64_t kMaxVocabId = (1 << 24) - 1;
+// Ids without a token ("holes") allowed below the largest id; real vocabularies have none or few.
+constexpr std::int64_t kMaxIdHoles = 1 << 20;
 
 // code point -> byte, the inverse of gpt2_byte_to_unicode (code points used are < 324).
 std::array<int, 324> make_unicode_to_byte() {
@@ -66,6 +68,10 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
   for (const auto& [symbol, id] : spec.vocab) check_id(symbol, id);
   for (const auto& [symbol, id] : spec.added) check_id(symbol, id);
   QEVAL_CHECK(max_id >= 0, "{}: the vocabulary is empty", source_);
+  // Tables below are sized by the largest id: a few entries with huge ids must not cost gigabytes.
+  const auto entries = static_cast<std::int64_t>(spec.vocab.size() + spec.added.size());
+  QEVAL_CHECK(max_id < entries + kMaxIdHoles, "{}: largest id {} leaves more than {} unused ids below it ({} entries)",
+              source_, max_id, kMaxIdHoles, entries);
 
   id_bytes_.resize(static_cast<std::size_t>(max_id + 1));
   id_present_.assign(id_bytes_.size(), false);

@@ -8,10 +8,13 @@
 // rotary, so the config says RopePairing::half and nothing is permuted.
 #include <fmt/format.h>
 
+#include <type_traits>
+
 #include "common/error.h"
 #include "loaders/checkpoint.h"
 #include "loaders/checkpoint_internal.h"
 #include "loaders/safetensors_set.h"
+#include "loaders/tensor_map.h"
 
 namespace qeval {
 
@@ -26,6 +29,9 @@ constexpr const char* kSupportedArchitectures = "GPT2LMHeadModel (model_type gpt
 template <typename T>
 T required(const json& j, const char* key, const std::string& file) {
   QEVAL_CHECK(j.contains(key) && !j[key].is_null(), "{}: missing required field \"{}\"", file, key);
+  // json's get<int64_t>() casts a float such as 1e30 (undefined behaviour beyond int64): ints only.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    QEVAL_CHECK(j[key].is_number_integer(), "{}: field \"{}\" should be an integer, found {}", file, key, j[key].dump());
   try {
     return j[key].get<T>();
   } catch (const json::exception& e) {
@@ -70,6 +76,9 @@ ModelConfig gpt2_config(const json& j, const std::string& file, json& notes) {
   c.architecture = "gpt2";
   c.vocab_size = required<std::int64_t>(j, "vocab_size", file);
   c.d_model = required<std::int64_t>(j, "n_embd", file);
+  // Bounded before the n_inner default multiplies it (far above any GPT-2; validate() refuses <= 0).
+  QEVAL_CHECK(c.d_model > 0 && c.d_model <= (std::int64_t{1} << 40), "{}: field \"n_embd\" is {}, expected 1..2^40",
+              file, c.d_model);
   c.n_layers = required<std::int64_t>(j, "n_layer", file);
   c.n_heads = required<std::int64_t>(j, "n_head", file);
   c.n_kv_heads = c.n_heads;
@@ -134,12 +143,17 @@ ModelConfig llama_config(const json& j, const std::string& file, json& notes) {
   return c;
 }
 
+// The weight mappings take any tensor set with has() and take(name, shape): SafetensorsSet
+// (folders) or TensorMap (torch.save state dicts).
+
 // Conv1D [in, out] → [out, in].
-at::Tensor conv1d(SafetensorsSet& set, const std::string& name, std::int64_t in, std::int64_t out) {
+template <typename Set>
+at::Tensor conv1d(Set& set, const std::string& name, std::int64_t in, std::int64_t out) {
   return set.take(name, {in, out}).t().contiguous();
 }
 
-ModelWeights gpt2_weights(SafetensorsSet& set, const ModelConfig& c) {
+template <typename Set>
+ModelWeights gpt2_weights(Set& set, const ModelConfig& c) {
   const std::string p = set.has("transformer.wte.weight") ? "transformer." : "";
   const std::int64_t D = c.d_model, F = c.d_ff;
   ModelWeights w;
@@ -161,13 +175,15 @@ ModelWeights gpt2_weights(SafetensorsSet& set, const ModelConfig& c) {
   return w;
 }
 
-LinearWeights llama_linear(SafetensorsSet& set, const std::string& name, std::int64_t out, std::int64_t in, bool bias) {
+template <typename Set>
+LinearWeights llama_linear(Set& set, const std::string& name, std::int64_t out, std::int64_t in, bool bias) {
   LinearWeights l{set.take(name + ".weight", {out, in}), at::Tensor()};
   if (bias) l.bias = set.take(name + ".bias", {out});
   return l;
 }
 
-ModelWeights llama_weights(SafetensorsSet& set, const ModelConfig& c) {
+template <typename Set>
+ModelWeights llama_weights(Set& set, const ModelConfig& c) {
   const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
   ModelWeights w;
   w.token_embedding = set.take("model.embed_tokens.weight", {c.vocab_size, D});
@@ -200,15 +216,12 @@ bool ignorable(const std::string& name, const ModelConfig& c) {
          (c.tied_embeddings && name == "lm_head.weight");
 }
 
-}  // namespace
-
-LoadedCheckpoint load_hf_checkpoint(const fs::path& dir) {
+// config.json → out.config, format and notes; true for GPT-2.
+bool read_hf_config(const fs::path& dir, LoadedCheckpoint& out) {
   const fs::path config_path = dir / "config.json";
   const std::string file = config_path.string();
   json j = read_json_file(config_path);
   QEVAL_CHECK(j.is_object(), "{}: expected a JSON object, found {}", file, j.type_name());
-  LoadedCheckpoint out;
-  out.path = dir;
   const std::string arch = pick_architecture(j, file);
   out.notes["architecture"] = arch;
   if (j.contains("torch_dtype")) out.notes["torch_dtype"] = j["torch_dtype"];
@@ -216,6 +229,32 @@ LoadedCheckpoint load_hf_checkpoint(const fs::path& dir) {
   out.config = gpt2 ? gpt2_config(j, file, out.notes) : llama_config(j, file, out.notes);
   out.format = gpt2 ? "hf-gpt2" : "hf-llama";
   out.config.validate(file);
+  return gpt2;
+}
+
+}  // namespace
+
+LoadedCheckpoint load_hf_tensors(const fs::path& config_dir, TensorMap& tensors) {
+  LoadedCheckpoint out;
+  const bool gpt2 = read_hf_config(config_dir, out);
+  const std::string arch = out.notes["architecture"].get<std::string>();
+  out.weights = gpt2 ? gpt2_weights(tensors, out.config) : llama_weights(tensors, out.config);
+  json ignored = json::array();
+  for (const auto& name : tensors.unused()) {
+    QEVAL_CHECK(ignorable(name, out.config), "{}: unexpected tensor {} for {}; the checkpoint does not match {}",
+                tensors.source(), name, arch, (config_dir / "config.json").string());
+    ignored.push_back(name);
+  }
+  if (!ignored.empty()) out.notes["ignored_tensors"] = ignored;
+  validate_weights(out.weights, out.config, tensors.source());
+  return out;
+}
+
+LoadedCheckpoint load_hf_checkpoint(const fs::path& dir) {
+  LoadedCheckpoint out;
+  out.path = dir;
+  const bool gpt2 = read_hf_config(dir, out);
+  const std::string arch = out.notes["architecture"].get<std::string>();
 
   SafetensorsSet set = open_safetensors_folder(dir);
   out.weights = gpt2 ? gpt2_weights(set, out.config) : llama_weights(set, out.config);

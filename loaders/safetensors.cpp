@@ -18,6 +18,9 @@ namespace {
 
 // The reference implementation refuses headers above 100 MB; so do we, before allocating.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+// An empty tensor (a 0 in its shape) owns no bytes, so the data area cannot bound its other
+// dimensions; this does, far above any real axis, so sizes and strides stay inside int64.
+constexpr std::uint64_t kMaxDimension = std::uint64_t{1} << 40;
 
 struct DtypeEntry {
   const char* name;
@@ -73,6 +76,7 @@ SafetensorsTensorInfo parse_entry(const nlohmann::json& e, const std::string& fi
 
   QEVAL_CHECK(e.contains("shape") && e["shape"].is_array(), "{}: tensor {} has no \"shape\" array", file, name);
   std::uint64_t numel = 1;
+  std::uint64_t nonzero = 1;  // product of the non-zero dimensions (strides of an empty tensor)
   for (const auto& d : e["shape"]) {
     QEVAL_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<std::int64_t>() >= 0),
                 "{}: tensor {} has shape {}, expected non-negative integers", file, name, e["shape"].dump());
@@ -81,6 +85,11 @@ SafetensorsTensorInfo parse_entry(const nlohmann::json& e, const std::string& fi
     // also keeps the product below from overflowing.
     QEVAL_CHECK(dim <= data_bytes || numel == 0, "{}: tensor {} has shape {}, larger than the {}-byte data area", file,
                 name, e["shape"].dump(), data_bytes);
+    QEVAL_CHECK(dim <= kMaxDimension, "{}: tensor {} has shape {}, a dimension above the limit {}", file, name,
+                e["shape"].dump(), kMaxDimension);
+    QEVAL_CHECK(dim == 0 || (!__builtin_mul_overflow(nonzero, dim, &nonzero) && nonzero <= kMaxDimension),
+                "{}: tensor {} has shape {}, whose non-zero dimensions multiply beyond {}", file, name,
+                e["shape"].dump(), kMaxDimension);
     QEVAL_CHECK(!__builtin_mul_overflow(numel, dim, &numel), "{}: tensor {} shape {} overflows", file, name,
                 e["shape"].dump());
     info.shape.push_back(static_cast<std::int64_t>(dim));

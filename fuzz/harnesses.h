@@ -1,0 +1,228 @@
+// Fuzz harnesses: one function per reader, shared by the libFuzzer targets (fuzz/fuzz_*.cpp)
+// and tests/loaders/regression_test.cpp, so a kept regression input is replayed through exactly
+// the code that found it.
+//
+// Contract: each harness feeds its bytes to a reader (through a file, since the readers take
+// paths) and lets every exception through. The fuzz targets swallow qeval::Error only — the
+// readers' documented way to refuse input — so any other exception (a json::exception, a
+// c10::Error, std::out_of_range, ...) escapes LLVMFuzzerTestOneInput, terminates and is reported
+// like a crash, as is anything ASan/UBSan or libFuzzer's malloc limit catches.
+//
+// Inputs holding several files are split at kSplit (a fixed marker, not a byte a real file
+// would hold at that place): "a<kSplit>b" -> {"a", "b"}. fuzz/make_seeds builds seeds that way.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loaders/checkpoint.h"
+#include "loaders/documents.h"
+#include "loaders/gguf.h"
+#include "loaders/gpt2_bpe.h"
+#include "loaders/llama2c_tokenizer.h"
+#include "loaders/safetensors.h"
+#include "loaders/safetensors_set.h"
+
+namespace qeval::fuzz {
+
+inline constexpr std::string_view kSplit = "\n--QEVAL-FUZZ-SPLIT--\n";
+
+inline std::vector<std::string_view> split_input(std::string_view data, std::size_t max_parts) {
+  std::vector<std::string_view> parts;
+  while (parts.size() + 1 < max_parts) {
+    const auto at = data.find(kSplit);
+    if (at == std::string_view::npos) break;
+    parts.push_back(data.substr(0, at));
+    data.remove_prefix(at + kSplit.size());
+  }
+  parts.push_back(data);
+  return parts;
+}
+
+// A per-process scratch folder in RAM (/dev/shm when present): one write per execution;
+// removed when the process exits normally.
+inline const std::filesystem::path& scratch_dir() {
+  struct Scratch {
+    std::filesystem::path dir;
+    Scratch() {
+      std::filesystem::path base = std::filesystem::exists("/dev/shm") ? std::filesystem::path("/dev/shm")
+                                                                       : std::filesystem::temp_directory_path();
+      dir = base / ("qeval-fuzz-" + std::to_string(::getpid()));
+      std::filesystem::create_directories(dir);
+    }
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Scratch scratch;
+  return scratch.dir;
+}
+
+// A fresh empty folder inside the scratch folder (for readers that take a folder).
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = scratch_dir() / name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+inline void write_file(const std::filesystem::path& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+inline std::filesystem::path scratch_file(const std::string& name, std::string_view bytes) {
+  auto p = scratch_dir() / name;
+  write_file(p, bytes);
+  return p;
+}
+
+// Text every tokenizer harness encodes and decodes: ASCII, spaces, digits, UTF-8 of 2-4 bytes,
+// an invalid byte and a NUL.
+inline constexpr char kProbeBytes[] =
+    "Once upon a time,  there were 42 cats.\n\xc3\xa9t\xc3\xa9 \xe6\x9d\xb1\xe4\xba\xac \xf0\x9f\x98\x80 \xff\x00!";
+inline constexpr std::string_view kProbeText{kProbeBytes, sizeof kProbeBytes - 1};  // keeps the NUL inside
+
+inline void exercise(const Tokenizer& tok) {
+  const auto ids = tok.encode(kProbeText);
+  (void)tok.decode(ids);
+  // Every id once, plus ids outside the vocabulary (decode must refuse them cleanly).
+  std::vector<std::int32_t> all;
+  const std::int64_t n = std::min<std::int64_t>(tok.vocab_size(), 4096);
+  for (std::int64_t i = 0; i < n; ++i) all.push_back(static_cast<std::int32_t>(i));
+  (void)tok.decode(all);
+  try {
+    (void)tok.decode({static_cast<std::int32_t>(tok.vocab_size())});
+  } catch (const Error&) {
+  }
+  try {
+    (void)tok.decode({-1});
+  } catch (const Error&) {
+  }
+}
+
+// ---- checkpoints and tensor files ----
+
+inline void safetensors_file(std::string_view data) {
+  SafetensorsFile f(scratch_file("model.safetensors", data));
+  for (const auto& name : f.names()) {
+    (void)f.read(name);
+    if (at::isFloatingType(f.info(name).scalar_type)) (void)f.read_float32(name);
+  }
+}
+
+// config.json <split> model.safetensors, or config.json <split> index.json <split> shard 1
+// <split> shard 2 ...: a Hugging Face or qeval checkpoint folder, loaded through
+// load_checkpoint (format detection, config, index, shards, weights).
+inline void checkpoint_folder(std::string_view data) {
+  const auto parts = split_input(data, 6);
+  const auto dir = fresh_dir("folder");
+  write_file(dir / "config.json", parts[0]);
+  if (parts.size() == 2) write_file(dir / "model.safetensors", parts[1]);
+  if (parts.size() >= 3) {
+    write_file(dir / "model.safetensors.index.json", parts[1]);
+    const std::size_t shards = parts.size() - 2;
+    for (std::size_t i = 0; i < shards; ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards);
+      write_file(dir / name, parts[2 + i]);
+    }
+  }
+  (void)load_checkpoint(dir);
+}
+
+// config.json alone (Hugging Face GPT-2 / Llama or qeval): parsed and validated, then the
+// loader stops at the missing weights unless the config was refused first.
+inline void config_json(std::string_view data) {
+  const auto dir = fresh_dir("config");
+  write_file(dir / "config.json", data);
+  (void)load_checkpoint(dir);
+}
+
+inline void gguf(std::string_view data) {
+  const auto path = scratch_file("model.gguf", data);
+  {
+    GgufFile f(path);  // the container alone, every F32/F16/BF16 tensor read
+    for (const auto& t : f.tensors())
+      if (t.type == 0 || t.type == 1 || t.type == 30) (void)f.read_float32(t.name);
+  }
+  (void)load_gguf_checkpoint(path);
+}
+
+inline void llama2c_checkpoint(std::string_view data) {
+  (void)load_llama2c_checkpoint(scratch_file("model.bin", data));
+}
+
+// ---- tokenizers ----
+
+inline void llama2c_tokenizer(std::string_view data) {
+  exercise(*Llama2cTokenizer::load(scratch_file("tokenizer.bin", data)));
+}
+
+// encoder.json <split> vocab.bpe
+inline void gpt2_bpe(std::string_view data) {
+  const auto parts = split_input(data, 2);
+  const auto dir = fresh_dir("gpt2");
+  write_file(dir / "encoder.json", parts[0]);
+  write_file(dir / "vocab.bpe", parts.size() > 1 ? parts[1] : std::string_view());
+  exercise(*Gpt2BpeTokenizer::from_vocab_and_merges(dir / "encoder.json", dir / "vocab.bpe"));
+}
+
+inline void tokenizer_json(std::string_view data) {
+  exercise(*Gpt2BpeTokenizer::from_tokenizer_json(scratch_file("tokenizer.json", data)));
+}
+
+// ---- documents ----
+
+// The first byte picks the plain-text split (paragraph / line / file); the rest is the file.
+inline void read_documents(const std::string& name, std::string_view data, bool jsonl) {
+  DocumentOptions options;
+  options.max_document_bytes = 1 << 16;  // small, so the limit itself is exercised
+  if (!jsonl && !data.empty()) {
+    options.text_split = static_cast<TextSplit>(static_cast<unsigned char>(data[0]) % 3);
+    data.remove_prefix(1);
+  }
+  const auto path = scratch_file(name, data);
+  auto reader = jsonl ? open_jsonl_documents(path, options) : open_text_documents(path, options);
+  while (reader->next()) {
+  }
+}
+
+inline void text_plain(std::string_view data) { read_documents("docs.txt", data, false); }
+inline void jsonl_plain(std::string_view data) { read_documents("docs.jsonl", data, true); }
+inline void jsonl_gz(std::string_view data) { read_documents("docs.json.gz", data, true); }
+inline void jsonl_zst(std::string_view data) { read_documents("docs.jsonl.zst", data, true); }
+
+// Name -> harness; the names are the fuzz target names (fuzz_<name>) and the folders of
+// tests/regression/<name>/.
+inline const std::map<std::string, std::function<void(std::string_view)>>& harnesses() {
+  static const std::map<std::string, std::function<void(std::string_view)>> all{
+      {"safetensors", safetensors_file},
+      {"checkpoint_folder", checkpoint_folder},
+      {"config_json", config_json},
+      {"gguf", gguf},
+      {"llama2c_checkpoint", llama2c_checkpoint},
+      {"llama2c_tokenizer", llama2c_tokenizer},
+      {"gpt2_bpe", gpt2_bpe},
+      {"tokenizer_json", tokenizer_json},
+      {"text_plain", text_plain},
+      {"jsonl_plain", jsonl_plain},
+      {"jsonl_gz", jsonl_gz},
+      {"jsonl_zst", jsonl_zst},
+  };
+  return all;
+}
+
+}  // namespace qeval::fuzz
