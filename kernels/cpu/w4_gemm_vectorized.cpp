@@ -3,7 +3,9 @@
 // Work is split over output channels with at::parallel_for. Each task dequantises a tile of
 // kTileN channels into a float buffer ((q − zero) · scale, bit-identical to w4_dequantize) and
 // multiplies it with every row of x, kTileM rows at a time, so each weight is unpacked once per
-// call and each loaded weight vector feeds kTileM FMAs.
+// call and each loaded weight vector feeds kTileM FMAs. When x has at most kMaxFusedRows rows
+// and groups are whole 32-code chunks (per channel, g128, ...), the AVX-512 variant skips the
+// buffer: codes go from memory to dequantised registers to FMAs (re-unpacked per 8-row tile).
 // Two variants of the same loops: AVX-512F intrinsics, chosen at run time when the CPU has them
 // (GCC's target attribute, no global -mavx512f), and a portable variant with 8 independent lanes
 // that compilers vectorise for any x86-64 or other target. Sums run in 16 (or 8) lanes and are
@@ -28,6 +30,7 @@ namespace {
 
 constexpr std::int64_t kTileN = 4;  // output channels dequantised together
 constexpr std::int64_t kTileM = 4;  // rows of x that share each weight vector
+constexpr std::int64_t kMaxFusedRows = 16;  // beyond this the buffered path unpacks fewer times
 
 struct Problem {
   const float* x;  // [M, K]
@@ -148,6 +151,82 @@ __attribute__((target("avx512f"))) void tile_avx512(const Problem& p, std::int64
       p.y[(m0 + i) * p.N + n0 + j] = p.bias ? sum + p.bias[n0 + j] : sum;
     }
 }
+
+// Rows m0 .. m0+MT−1 of x against output channels n0 .. n0+NT−1: codes are unpacked, dequantised
+// and multiplied in registers, never stored (MT·NT accumulators + 2·NT weight vectors + 2 x
+// vectors fit the 32 zmm registers for 4×4 and 8×2). Each 32-code chunk must lie in one group:
+// group_size a multiple of 32, or one group per row. Channels past N are computed from channel
+// N − 1 and not stored.
+template <int MT, int NT>
+__attribute__((target("avx512f"))) void fused_tile_avx512(const Problem& p, std::int64_t n0, std::int64_t m0) {
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const float* xr[MT];
+  for (int i = 0; i < MT; ++i) xr[i] = p.x + (m0 + i) * p.K;
+  const std::uint8_t* codes[NT];
+  const float* sc[NT];
+  const float* ze[NT];
+  for (int j = 0; j < NT; ++j) {
+    const std::int64_t n = std::min(n0 + j, p.N - 1);
+    codes[j] = p.q + n * p.Kb, sc[j] = p.scales + n * p.G, ze[j] = p.zeros + n * p.G;
+  }
+  __m512 acc[MT][NT];
+  for (auto& a : acc)
+    for (auto& v : a) v = _mm512_setzero_ps();
+  const std::int64_t k_full = p.K / 32 * 32;
+  for (std::int64_t k = 0; k < k_full; k += 32) {
+    const std::int64_t g = p.G == 1 ? 0 : k / p.group_size;
+    __m512 w[NT][2];
+    for (int j = 0; j < NT; ++j) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes[j] + k / 2));
+      const __m128i lo = _mm_and_si128(bytes, low4);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+      const __m512 z = _mm512_set1_ps(ze[j][g]), s = _mm512_set1_ps(sc[j][g]);
+      w[j][0] = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))), z), s);
+      w[j][1] = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi))), z), s);
+    }
+    for (int i = 0; i < MT; ++i) {
+      const __m512 x0 = _mm512_loadu_ps(xr[i] + k), x1 = _mm512_loadu_ps(xr[i] + k + 16);
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(x1, w[j][1], _mm512_fmadd_ps(x0, w[j][0], acc[i][j]));
+    }
+  }
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT && n0 + j < p.N; ++j) {
+      float sum = _mm512_reduce_add_ps(acc[i][j]);
+      for (std::int64_t k = k_full; k < p.K; ++k) {  // the last K mod 32 codes, one by one
+        const std::int64_t g = k / p.group_size;
+        const int code = (k % 2 == 0) ? (codes[j][k / 2] & 0x0F) : (codes[j][k / 2] >> 4);
+        sum += xr[i][k] * ((static_cast<float>(code) - ze[j][g]) * sc[j][g]);
+      }
+      p.y[(m0 + i) * p.N + n0 + j] = p.bias ? sum + p.bias[n0 + j] : sum;
+    }
+}
+
+// Output channels n0 .. n0+kTileN−1 for every row of x (M ≤ kMaxFusedRows): 4×4 tiles when x
+// has at most 4 rows, else tiles of 8 rows × 2 channels.
+__attribute__((target("avx512f"))) void fused_channels_avx512(const Problem& p, std::int64_t n0) {
+  static_assert(kTileN == 4, "the tile shapes below assume 4-channel tasks");
+  switch (p.M) {
+    case 1: return fused_tile_avx512<1, 4>(p, n0, 0);
+    case 2: return fused_tile_avx512<2, 4>(p, n0, 0);
+    case 3: return fused_tile_avx512<3, 4>(p, n0, 0);
+    case 4: return fused_tile_avx512<4, 4>(p, n0, 0);
+    default: break;
+  }
+  for (std::int64_t n = n0; n < n0 + kTileN && n < p.N; n += 2) {
+    for (std::int64_t m0 = 0; m0 < p.M; m0 += 8) {
+      switch (std::min<std::int64_t>(8, p.M - m0)) {
+        case 1: fused_tile_avx512<1, 2>(p, n, m0); break;
+        case 2: fused_tile_avx512<2, 2>(p, n, m0); break;
+        case 3: fused_tile_avx512<3, 2>(p, n, m0); break;
+        case 4: fused_tile_avx512<4, 2>(p, n, m0); break;
+        case 5: fused_tile_avx512<5, 2>(p, n, m0); break;
+        case 6: fused_tile_avx512<6, 2>(p, n, m0); break;
+        case 7: fused_tile_avx512<7, 2>(p, n, m0); break;
+        default: fused_tile_avx512<8, 2>(p, n, m0); break;
+      }
+    }
+  }
+}
 #endif
 
 bool cpu_has_avx512f() {
@@ -179,12 +258,18 @@ at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, co
   p.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
   p.y = y.data_ptr<float>();
   const bool avx512 = allow_avx512 && cpu_has_avx512f();
+  // Few rows of x and whole 32-code chunks per group: no buffer needed.
+  const bool fused = avx512 && p.M <= kMaxFusedRows && (p.G == 1 || p.group_size % 32 == 0);
   const std::int64_t tiles = (p.N + kTileN - 1) / kTileN;
   at::parallel_for(0, tiles, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> buf(static_cast<std::size_t>(kTileN * p.ldw));  // [kTileN, ldw]
+    std::vector<float> buf(fused ? 0 : static_cast<std::size_t>(kTileN * p.ldw));  // [kTileN, ldw]
     for (std::int64_t t = begin; t < end; ++t) {
       const std::int64_t n0 = t * kTileN;
 #ifdef QEVAL_W4_HAS_AVX512_VARIANT
+      if (fused) {
+        fused_channels_avx512(p, n0);
+        continue;
+      }
       if (avx512) {
         dequantize_tile_avx512(p, n0, buf.data());
         for (std::int64_t m0 = 0; m0 < p.M; m0 += kTileM) tile_avx512(p, n0, m0, buf.data());

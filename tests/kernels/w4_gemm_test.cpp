@@ -97,12 +97,14 @@ TEST_P(W4GemmCases, EveryBackendEqualsDequantizeThenMatmul) {
 }
 
 // Per channel (group = K) and groups of 128, odd K, K not a multiple of 16 or of the group,
-// M = 1 (decoding), N not a multiple of the 4-channel tile.
+// M = 1 (decoding), N not a multiple of the 4-channel tile. M ≤ 4 with one group per row or
+// groups a multiple of 32 take the AVX-512 kernel's register-only path (with a scalar tail for
+// K mod 32); the other cases its buffered path.
 INSTANTIATE_TEST_SUITE_P(Shapes, W4GemmCases,
                          ::testing::Values(Case{1, 768, 96, 768}, Case{1, 768, 97, 128}, Case{3, 255, 10, 255},
                                            Case{16, 257, 33, 128}, Case{5, 1001, 7, 128}, Case{17, 300, 65, 300},
                                            Case{2, 33, 5, 7}, Case{1, 1, 3, 1}, Case{4, 4096, 12, 128},
-                                           Case{33, 131, 9, 128}),
+                                           Case{33, 131, 9, 128}, Case{2, 200, 9, 64}, Case{4, 96, 4, 32}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            return "M" + std::to_string(c.M) + "_K" + std::to_string(c.K) + "_N" + std::to_string(c.N) +
