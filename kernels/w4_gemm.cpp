@@ -35,6 +35,13 @@ void check_layout(const at::Tensor& qweight, const at::Tensor& scales, const at:
               ": qweight, scales and zeros must be on one device");
 }
 
+// Odd K: the high nibble of each row's last byte is padding and must be 0 (N bytes to read).
+void check_padding(const at::Tensor& packed, std::int64_t K, const char* op) {
+  if (K % 2 == 1 && packed.size(0) > 0)
+    TORCH_CHECK(at::bitwise_right_shift(packed.select(1, packed.size(1) - 1), 4).eq(0).all().item<bool>(), op,
+                ": odd K = ", K, " but a row's padding nibble (high nibble of its last byte) is not 0");
+}
+
 }  // namespace
 
 std::string to_string(W4GemmBackend backend) {
@@ -77,9 +84,7 @@ at::Tensor unpack_u4(const at::Tensor& packed, std::int64_t K) {
   TORCH_CHECK(K >= 0 && packed.size(1) == (K + 1) / 2, "unpack_u4: ", packed.size(1), " bytes per row cannot hold K = ",
               K, " codes (needs ", (K + 1) / 2, ")");
   const std::int64_t N = packed.size(0);
-  if (K % 2 == 1 && N > 0)
-    TORCH_CHECK(at::bitwise_right_shift(packed.select(1, packed.size(1) - 1), 4).eq(0).all().item<bool>(),
-                "unpack_u4: odd K = ", K, " but a row's padding nibble (high nibble of its last byte) is not 0");
+  check_padding(packed, K, "unpack_u4");
   at::Tensor codes = at::stack({packed & 0x0F, at::bitwise_right_shift(packed, 4)}, 2).reshape({N, -1});  // [N, 2·Kb]
   return codes.narrow(1, 0, K).contiguous();
 }
@@ -87,12 +92,9 @@ at::Tensor unpack_u4(const at::Tensor& packed, std::int64_t K) {
 at::Tensor w4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros, std::int64_t K,
                          std::int64_t group_size) {
   check_layout(qweight, scales, zeros, K, group_size, "w4_dequantize");
-  at::Tensor group_of_k =
-      at::div(at::arange(K, at::TensorOptions().dtype(at::kLong).device(qweight.device())), group_size, "floor")
-          .to(at::kLong);  // LibTorch 1.13 returns float from a floor division by a Scalar
-  at::Tensor s = scales.index_select(1, group_of_k);  // [N, K]
-  at::Tensor z = zeros.index_select(1, group_of_k);   // [N, K]
-  return (unpack_u4(qweight, K).to(at::kFloat) - z) * s;
+  if (!qweight.is_cpu()) return cpu::w4_dequantize_reference(qweight, scales, zeros, K, group_size);  // any device
+  check_padding(qweight, K, "w4_dequantize");
+  return cpu::w4_dequantize_vectorized(qweight.contiguous(), scales.contiguous(), zeros.contiguous(), K, group_size);
 }
 
 at::Tensor w4_gemm(const at::Tensor& x_in, const at::Tensor& qweight, const at::Tensor& scales_in,

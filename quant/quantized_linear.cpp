@@ -105,6 +105,13 @@ at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
     }
     y = B == 1 ? parts[0] : at::cat(parts, 0);
   }
+  if (path_ == ExecutionPath::kernel && outputs_.kind == QuantKind::int8_absmax) {
+    // The fused quantiser gives the reference maths' codes and scales bit for bit, in two passes.
+    const std::int64_t L = y.size(1), N = y.size(2);
+    const std::int64_t rows = outputs_.granularity == Granularity::token ? 1 : std::max<std::int64_t>(L, 1);
+    kernels::Int8Rows r = kernels::quantize_int8_rows(y.reshape({B * L, N}), rows);
+    return int8_dequantize(r.q, kernels::scales_per_row(r, rows).unsqueeze(1)).reshape({B, L, N});
+  }
   return fake_quantize_activations(y, outputs_);
 }
 

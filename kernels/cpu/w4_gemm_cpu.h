@@ -19,6 +19,14 @@ at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, co
                               const at::Tensor& zeros, std::int64_t group_size, const at::Tensor& bias,
                               bool allow_avx512 = true);
 
+// Ŵ as [N, K] float32. The reference composes ATen ops (unpack, expand groups, subtract,
+// multiply); the vectorised one unpacks and dequantises row by row in parallel. Both evaluate
+// (float(q) − z) · s, so they agree bit for bit.
+at::Tensor w4_dequantize_reference(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
+                                   std::int64_t K, std::int64_t group_size);
+at::Tensor w4_dequantize_vectorized(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
+                                    std::int64_t K, std::int64_t group_size, bool allow_avx512 = true);
+
 // Whether w4_gemm_vectorized runs its AVX-512 variant on this CPU (checked once at run time).
 bool w4_gemm_avx512_available();
 

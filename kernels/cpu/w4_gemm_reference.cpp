@@ -1,6 +1,7 @@
 // Reference 4-bit weight GEMM: each weight is unpacked from its nibble and dequantised as
 // (q − zero) · scale right where it is used, then summed in k order. Slow and obvious: the
-// definition the vectorised kernel and the dequantise-then-GEMM fallback are compared with.
+// definition the vectorised kernel and the dequantise-then-GEMM fallback are compared with;
+// and the dequantisation of the packed layout as a composition of ATen ops.
 #include <ATen/Parallel.h>
 
 #include <cstdint>
@@ -36,6 +37,17 @@ at::Tensor w4_gemm_reference(const at::Tensor& x, const at::Tensor& qweight, con
     }
   });
   return y;
+}
+
+at::Tensor w4_dequantize_reference(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
+                                   std::int64_t K, std::int64_t group_size) {
+  at::Tensor group_of_k =
+      at::div(at::arange(K, at::TensorOptions().dtype(at::kLong).device(qweight.device())), group_size, "floor")
+          .to(at::kLong);  // LibTorch 1.13 can return float from a floor division by a Scalar
+  at::Tensor s = scales.index_select(1, group_of_k);  // [N, K]
+  at::Tensor z = zeros.index_select(1, group_of_k);   // [N, K]
+  at::Tensor codes = at::stack({qweight & 0x0F, at::bitwise_right_shift(qweight, 4)}, 2).reshape({qweight.size(0), -1});
+  return (codes.narrow(1, 0, K).to(at::kFloat) - z) * s;
 }
 
 }  // namespace qeval::kernels::cpu

@@ -45,20 +45,23 @@ struct Problem {
 
 // ---- portable variant ----------------------------------------------------------------------
 
+// Row n of Ŵ into out[0, K).
+void dequantize_row_portable(const Problem& p, std::int64_t n, float* out) {
+  const std::uint8_t* codes = p.q + n * p.Kb;
+  for (std::int64_t k = 0; k < p.K; ++k)
+    out[k] = static_cast<float>((k % 2 == 0) ? (codes[k / 2] & 0x0F) : (codes[k / 2] >> 4));
+  for (std::int64_t g = 0; g < p.G; ++g) {
+    const float z = p.zeros[n * p.G + g], s = p.scales[n * p.G + g];
+    const std::int64_t k1 = std::min(p.K, (g + 1) * p.group_size);
+    for (std::int64_t k = g * p.group_size; k < k1; ++k) out[k] = (out[k] - z) * s;
+  }
+}
+
 void dequantize_tile_portable(const Problem& p, std::int64_t n0, float* buf) {
   for (std::int64_t r = 0; r < kTileN; ++r) {
     float* row = buf + r * p.ldw;
-    const std::int64_t n = n0 + r;
     std::fill(row, row + p.ldw, 0.0f);
-    if (n >= p.N) continue;
-    const std::uint8_t* codes = p.q + n * p.Kb;
-    for (std::int64_t k = 0; k < p.K; ++k)
-      row[k] = static_cast<float>((k % 2 == 0) ? (codes[k / 2] & 0x0F) : (codes[k / 2] >> 4));
-    for (std::int64_t g = 0; g < p.G; ++g) {
-      const float z = p.zeros[n * p.G + g], s = p.scales[n * p.G + g];
-      const std::int64_t k1 = std::min(p.K, (g + 1) * p.group_size);
-      for (std::int64_t k = g * p.group_size; k < k1; ++k) row[k] = (row[k] - z) * s;
-    }
+    if (n0 + r < p.N) dequantize_row_portable(p, n0 + r, row);
   }
 }
 
@@ -86,37 +89,40 @@ void tile_portable(const Problem& p, std::int64_t n0, std::int64_t m0, const flo
 // ---- AVX-512F variant ----------------------------------------------------------------------
 
 #ifdef QEVAL_W4_HAS_AVX512_VARIANT
-__attribute__((target("avx512f"))) void dequantize_tile_avx512(const Problem& p, std::int64_t n0, float* buf) {
+// Row n of Ŵ into out[0, K): writes nothing past K.
+__attribute__((target("avx512f"))) void dequantize_row_avx512(const Problem& p, std::int64_t n, float* out) {
   const __m128i low4 = _mm_set1_epi8(0x0F);
+  const std::uint8_t* codes = p.q + n * p.Kb;
+  // 16 bytes = 32 codes per step: split nibbles, interleave back into k order, widen to float.
+  std::int64_t b = 0;
+  for (; b + 16 <= p.K / 2; b += 16) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + b));
+    const __m128i lo = _mm_and_si128(bytes, low4);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+    _mm512_storeu_ps(out + 2 * b, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))));
+    _mm512_storeu_ps(out + 2 * b + 16, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi))));
+  }
+  for (std::int64_t k = 2 * b; k < p.K; ++k)
+    out[k] = static_cast<float>((k % 2 == 0) ? (codes[k / 2] & 0x0F) : (codes[k / 2] >> 4));
+  for (std::int64_t g = 0; g < p.G; ++g) {
+    const __m512 z = _mm512_set1_ps(p.zeros[n * p.G + g]), s = _mm512_set1_ps(p.scales[n * p.G + g]);
+    const std::int64_t k1 = std::min(p.K, (g + 1) * p.group_size);
+    std::int64_t k = g * p.group_size;
+    for (; k + 16 <= k1; k += 16)
+      _mm512_storeu_ps(out + k, _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(out + k), z), s));
+    if (k < k1) {
+      const __mmask16 mask = static_cast<__mmask16>((1u << (k1 - k)) - 1u);
+      const __m512 v = _mm512_maskz_loadu_ps(mask, out + k);
+      _mm512_mask_storeu_ps(out + k, mask, _mm512_mul_ps(_mm512_sub_ps(v, z), s));
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void dequantize_tile_avx512(const Problem& p, std::int64_t n0, float* buf) {
   for (std::int64_t r = 0; r < kTileN; ++r) {
     float* row = buf + r * p.ldw;
-    const std::int64_t n = n0 + r;
     std::fill(row, row + p.ldw, 0.0f);
-    if (n >= p.N) continue;
-    const std::uint8_t* codes = p.q + n * p.Kb;
-    // 16 bytes = 32 codes per step: split nibbles, interleave back into k order, widen to float.
-    std::int64_t b = 0;
-    for (; b + 16 <= p.K / 2; b += 16) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + b));
-      const __m128i lo = _mm_and_si128(bytes, low4);
-      const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
-      _mm512_storeu_ps(row + 2 * b, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))));
-      _mm512_storeu_ps(row + 2 * b + 16, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi))));
-    }
-    for (std::int64_t k = 2 * b; k < p.K; ++k)
-      row[k] = static_cast<float>((k % 2 == 0) ? (codes[k / 2] & 0x0F) : (codes[k / 2] >> 4));
-    for (std::int64_t g = 0; g < p.G; ++g) {
-      const __m512 z = _mm512_set1_ps(p.zeros[n * p.G + g]), s = _mm512_set1_ps(p.scales[n * p.G + g]);
-      const std::int64_t k1 = std::min(p.K, (g + 1) * p.group_size);
-      std::int64_t k = g * p.group_size;
-      for (; k + 16 <= k1; k += 16)
-        _mm512_storeu_ps(row + k, _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(row + k), z), s));
-      if (k < k1) {
-        const __mmask16 mask = static_cast<__mmask16>((1u << (k1 - k)) - 1u);
-        const __m512 v = _mm512_maskz_loadu_ps(mask, row + k);
-        _mm512_mask_storeu_ps(row + k, mask, _mm512_mul_ps(_mm512_sub_ps(v, z), s));
-      }
-    }
+    if (n0 + r < p.N) dequantize_row_avx512(p, n0 + r, row);
   }
 }
 
@@ -281,6 +287,31 @@ at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, co
     }
   });
   return y;
+}
+
+at::Tensor w4_dequantize_vectorized(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
+                                    std::int64_t K, std::int64_t group_size, bool allow_avx512) {
+  Problem p{};
+  p.K = K, p.N = qweight.size(0), p.Kb = qweight.size(1), p.G = scales.size(1), p.group_size = group_size;
+  at::Tensor out = at::empty({p.N, K}, scales.options());  // [N, K]
+  if (p.N == 0) return out;
+  p.q = qweight.data_ptr<std::uint8_t>();
+  p.scales = scales.data_ptr<float>();
+  p.zeros = zeros.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  const bool avx512 = allow_avx512 && cpu_has_avx512f();
+  at::parallel_for(0, p.N, 16, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t n = begin; n < end; ++n) {
+#ifdef QEVAL_W4_HAS_AVX512_VARIANT
+      if (avx512) {
+        dequantize_row_avx512(p, n, po + n * K);
+        continue;
+      }
+#endif
+      dequantize_row_portable(p, n, po + n * K);
+    }
+  });
+  return out;
 }
 
 }  // namespace qeval::kernels::cpu

@@ -4,6 +4,8 @@
 // |got − expected| ≤ 1e-5 · Σ_k |x[m, k]| · |Ŵ[n, k]| (relative to the size of the terms summed).
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "kernels/cpu/w4_gemm_cpu.h"
 #include "kernels/w4_gemm.h"
 #include "tests/support/test_data.h"
@@ -50,6 +52,20 @@ TEST(W4Layout, DequantizesGroupsByHand) {
   at::Tensor expected = at::tensor({-0.5f, 7.0f, 10.0f, 12.0f, -1.0f}).reshape({1, 5});
   EXPECT_TRUE(test::tensors_equal(w4_dequantize(packed, scales, zeros, 5, 2), expected));
   EXPECT_THROW(w4_dequantize(packed, scales, zeros, 5, 3), c10::Error);  // G would be 2
+}
+
+TEST(W4Layout, VectorizedDequantizeEqualsTheAtenCompositionBitForBit) {
+  at::manual_seed(4);
+  for (auto [N, K, g] : std::vector<std::tuple<int, int, int>>{{5, 1, 1}, {3, 33, 7}, {9, 255, 255}, {4, 300, 128},
+                                                               {17, 4096, 128}, {2, 97, 32}}) {
+    const std::int64_t G = (K + g - 1) / g;
+    at::Tensor qweight = pack_u4(at::randint(0, 16, {N, K}, at::TensorOptions().dtype(at::kByte)));
+    at::Tensor scales = at::rand({N, G}) + 0.01, zeros = at::randint(-4, 20, {N, G}).to(at::kFloat);
+    at::Tensor expected = cpu::w4_dequantize_reference(qweight, scales, zeros, K, g);
+    EXPECT_TRUE(test::tensors_equal(w4_dequantize(qweight, scales, zeros, K, g), expected)) << N << "x" << K << " g" << g;
+    EXPECT_TRUE(test::tensors_equal(cpu::w4_dequantize_vectorized(qweight, scales, zeros, K, g, false), expected))
+        << "portable " << N << "x" << K << " g" << g;
+  }
 }
 
 struct Case {
