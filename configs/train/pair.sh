@@ -11,9 +11,14 @@
 # validation loss), lines 7801-end (after a blank line) are never trained on and are what
 # `qeval eval` measures.
 #
-# usage: configs/train/pair.sh   (from the repository root; QEVAL=path/to/qeval OUT=folder to override)
+# The "hot" variant (configs/train/pair-hot-*.json) is the same with peak lr 1e-2, 250 steps,
+# warm-up 25: PAIR=pair-hot OUT=results/train/pair-hot configs/train/pair.sh
+#
+# usage: configs/train/pair.sh   (from the repository root; QEVAL=path/to/qeval OUT=folder,
+#        PAIR=config prefix, SKIP_TRAIN=1 to evaluate existing checkpoints only)
 set -euo pipefail
 QEVAL=${QEVAL:-build/qeval}
+PAIR=${PAIR:-pair}
 OUT=${OUT:-results/train/pair}
 DATA=${QEVAL_DATA_DIR:-../shared/data}
 WORK=${WORK:-$OUT/work}
@@ -27,18 +32,27 @@ train() {  # name config
   "$QEVAL" train --config "configs/train/$2" --data "$WORK/tinystories-train.txt" --tokenizer "$TOK" \
     --out "$OUT/$1" > "$OUT/$1.train.out" 2> "$OUT/$1.train.log"
 }
-train A-adam pair-a-adam.json &
+if [ "${SKIP_TRAIN:-0}" = 0 ]; then  # SKIP_TRAIN=1: evaluate existing checkpoints only
+  train A-adam "$PAIR-a-adam.json" &
+  pa=$!
+  train B-orthoadam "$PAIR-b-orthoadam.json" &
+  pb=$!
+  wait $pa
+  wait $pb
+fi
+
+SCHEMES=full,int8-coarse,int8-moderate,int8-fine,int8-vectorwise,w4-zeropoint
+# The first 128 held-out windows (16,384 tokens), both models side by side on one thread each.
+evaluate() {  # name
+  "$QEVAL" eval --model "$OUT/$1" --data "$WORK/tinystories-heldout.txt" --seq-len 128 --max-windows 128 \
+    --schemes "$SCHEMES" --threads 1 --out "$OUT/$1.eval.json" > "$OUT/$1.eval.md" 2> "$OUT/$1.eval.log"
+}
+evaluate A-adam &
 pa=$!
-train B-orthoadam pair-b-orthoadam.json &
+evaluate B-orthoadam &
 pb=$!
 wait $pa
 wait $pb
-
-SCHEMES=full,int8-coarse,int8-moderate,int8-fine,int8-vectorwise,w4-zeropoint
-for name in A-adam B-orthoadam; do
-  "$QEVAL" eval --model "$OUT/$name" --data "$WORK/tinystories-heldout.txt" --seq-len 128 \
-    --schemes "$SCHEMES" --threads 2 --out "$OUT/$name.eval.json" > "$OUT/$name.eval.md" 2> "$OUT/$name.eval.log"
-done
 if "$QEVAL" compare --help > /dev/null 2>&1; then
   "$QEVAL" compare "$OUT/A-adam.eval.json" "$OUT/B-orthoadam.eval.json" > "$OUT/compare.md"
 fi
