@@ -19,5 +19,8 @@ void add_inspect_command(CLI::App& app);
 void add_data_dir_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
+void add_compare_command(CLI::App& app);
+void add_check_command(CLI::App& app);
+void add_plot_command(CLI::App& app);
 
 }  // namespace qeval::cli

@@ -12,6 +12,8 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "eval/evaluator.h"
+#include "eval/figure_data.h"
+#include "eval/plot.h"
 #include "eval/record.h"
 #include "eval/run_state.h"
 #include "eval/schemes.h"
@@ -47,6 +49,7 @@ struct EvalArgs {
   std::int64_t batch_size = 1;
   int threads = 0;
   std::string out;
+  std::string plots;  // folder for the pictures (eval/plot.h)
   bool quiet = false;
   std::string shard;        // "i/n": evaluate windows with index % n == i
   bool resume = false;      // checkpoint to a state file as we go; continue from it if present
@@ -134,6 +137,11 @@ void run_eval(const EvalArgs& a) {
   scheme_options.quantize_lm_head = a.quantize_lm_head;
   PreparedSchemes prepared = make_schemes(full, parse_scheme_list(a.schemes), scheme_options);
   std::vector<EvalScheme>& schemes = prepared.schemes;
+  std::shared_ptr<FigureDataObserver> figures;  // --plots: maps of the full-precision pass
+  if (!a.plots.empty()) {
+    find_gnuplot();  // fail before the evaluation, not after it
+    figures = attach_figure_observer(schemes.front());
+  }
 
   WindowStream windows(std::move(documents), *tokenizer, protocol);
   RecordContext context;
@@ -222,6 +230,8 @@ void run_eval(const EvalArgs& a) {
     write_record(a.out, record);
     fmt::print(stderr, "record written to {}\n", a.out);
   }
+  if (figures)
+    for (const auto& png : render_eval_plots(record, figures->to_json(), a.plots)) fmt::print(stderr, "picture written to {}\n", png.string());
   if (a.resume && !state_path.empty()) std::filesystem::remove(state_path);
 }
 
@@ -260,6 +270,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "CPU threads (0: LibTorch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
+  cmd->add_option("--plots", args->plots, "also draw PNG pictures (gnuplot): attention and |hidden state| maps and per-layer curves of full precision, into this folder");
   cmd->add_option("--shard", args->shard, "evaluate only windows with index % n == i (\"i/n\"); combine with qeval merge");
   cmd->add_flag("--resume", args->resume, "save progress to a state file as it goes, and continue from it when present");
   cmd->add_option("--state-file", args->state_file, "state file for --resume (default: <out>.state.json)");

@@ -1,0 +1,64 @@
+// `qeval compare A.json B.json ...`: several result records side by side in the paper's Table 2
+// (outliers, attention) and Table 3 (quantisation penalty) layouts, as Markdown, CSV or JSON.
+#include <fmt/core.h>
+
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/json_config.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "eval/compare.h"
+#include "eval/record.h"
+
+namespace qeval::cli {
+namespace {
+
+struct CompareArgs {
+  std::vector<std::string> records;
+  std::string format = "md";
+  std::string labels;
+  bool allow_protocol_mismatch = false;
+  std::string out;
+};
+
+void run_compare(const CompareArgs& a) {
+  // Checked here rather than by CLI11 so that bad input exits 2 like every other input error.
+  QEVAL_CHECK(!a.records.empty(), "compare: give one or more result records (qeval eval --out R.json)");
+  const CompareFormat format = parse_compare_format(a.format);
+  std::vector<LabeledRecord> records;
+  for (const auto& path : a.records) records.push_back({path, read_record(path), ""});
+  if (!a.labels.empty()) {
+    std::vector<std::string> labels;
+    std::stringstream in(a.labels);
+    for (std::string label; std::getline(in, label, ',');) labels.push_back(label);
+    QEVAL_CHECK(labels.size() == records.size(), "--labels: {} labels for {} records", labels.size(), records.size());
+    for (std::size_t i = 0; i < labels.size(); ++i) records[i].label = labels[i];
+  }
+  label_records(records);
+  if (!a.allow_protocol_mismatch) require_same_protocol(records);
+  const std::string text = format_comparison(records, format, a.allow_protocol_mismatch);
+  if (a.out.empty()) {
+    fmt::print("{}", text);
+  } else {
+    write_file_atomic(a.out, text);
+    fmt::print(stderr, "comparison of {} records written to {}\n", records.size(), a.out);
+  }
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app) {
+  auto args = std::make_shared<CompareArgs>();
+  auto* cmd = app.add_subcommand("compare", "side-by-side tables of result records (the paper's Tables 2 and 3)");
+  add_json_config(cmd);
+  cmd->add_option("records", args->records, "result records written by qeval eval --out");
+  cmd->add_option("--format,-f", args->format, "md, csv or json")->capture_default_str();
+  cmd->add_option("--labels", args->labels, "comma-separated model names, one per record (default: the model's file or folder name)");
+  cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
+                "compare records evaluated under different protocols or data (marked in the output)");
+  cmd->add_option("--out,-o", args->out, "write the tables here instead of stdout");
+  cmd->callback([args] { run_compare(*args); });
+}
+
+}  // namespace qeval::cli

@@ -1,0 +1,54 @@
+// `qeval plot RECORD --out DIR`: per-layer curves from a record's statistics, and the attention
+// and hidden-state maps from figure data written by `qeval eval --plots` (--figure-data).
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "cli/json_config.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "eval/plot.h"
+#include "eval/record.h"
+
+namespace qeval::cli {
+namespace {
+
+struct PlotArgs {
+  std::vector<std::string> records;
+  std::string out;
+  std::string scheme = "full";
+  std::string figure_data;
+};
+
+void run_plot(const PlotArgs& a) {
+  QEVAL_CHECK(a.records.size() == 1, "plot: give exactly one result record, found {}", a.records.size());
+  QEVAL_CHECK(!a.out.empty(), "plot: --out DIR is required");
+  find_gnuplot();  // before any file is written
+  const nlohmann::json record = read_record(a.records.front());
+  std::vector<std::filesystem::path> images = plot_layer_curves(record, a.out, a.scheme);
+  if (!a.figure_data.empty()) {
+    nlohmann::json fd;
+    try {
+      fd = nlohmann::json::parse(read_file(a.figure_data));
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: figure data is not valid JSON: {}", a.figure_data, e.what());
+    }
+    auto maps = plot_figure_maps(fd, a.out, record_model_name(record));
+    images.insert(images.end(), maps.begin(), maps.end());
+  }
+  for (const auto& p : images) fmt::print("{}\n", p.string());
+}
+
+}  // namespace
+
+void add_plot_command(CLI::App& app) {
+  auto args = std::make_shared<PlotArgs>();
+  auto* cmd = app.add_subcommand("plot", "PNG pictures (gnuplot) of a record's per-layer statistics and eval --plots maps");
+  add_json_config(cmd);
+  cmd->add_option("record", args->records, "result record (qeval eval --out)");
+  cmd->add_option("--out,-o", args->out, "folder for the .dat, .gp and .png files");
+  cmd->add_option("--scheme", args->scheme, "scheme whose statistics to draw")->capture_default_str();
+  cmd->add_option("--figure-data", args->figure_data, "figure_data.json written by qeval eval --plots DIR: also draw the maps");
+  cmd->callback([args] { run_plot(*args); });
+}
+
+}  // namespace qeval::cli

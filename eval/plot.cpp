@@ -1,0 +1,243 @@
+#include "eval/plot.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/files.h"
+
+namespace qeval {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// gnuplot single-quoted string: a quote is written twice.
+std::string gp_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string num(const nlohmann::json& v) {
+  return v.is_number() ? fmt::format("{:.9g}", v.get<double>()) : std::string("NaN");
+}
+
+// Magma-like: dark for zero, bright for the largest value (readable in print and on screen).
+constexpr const char* kPalette =
+    "set palette defined (0 '#000004', 0.2 '#3b0f70', 0.4 '#8c2981', 0.6 '#de4968', 0.8 '#fe9f6d', 1 '#fcfdbf')\n";
+
+// Runs `script` (inside `dir`) and checks that it wrote `png`; gnuplot's messages go into the error.
+fs::path render(const fs::path& dir, const std::string& name) {
+  const fs::path gnuplot = find_gnuplot();
+  const fs::path log = dir / (name + ".log");
+  const std::string cmd = fmt::format("cd {} && {} {} > {} 2>&1", shell_quote(dir.string()), shell_quote(gnuplot.string()),
+                                      shell_quote(name + ".gp"), shell_quote(log.filename().string()));
+  const fs::path png = dir / (name + ".png");
+  fs::remove(png);
+  const int status = std::system(cmd.c_str());
+  std::string messages = fs::exists(log) ? read_file(log) : "";
+  QEVAL_CHECK(status == 0 && fs::exists(png) && fs::file_size(png) > 0, "gnuplot failed on {} (status {}): {}",
+              (dir / (name + ".gp")).string(), status, messages.substr(0, 2000));
+  fs::remove(log);
+  return png;
+}
+
+std::vector<double> numbers(const nlohmann::json& list) {
+  std::vector<double> out;
+  for (const auto& v : list)
+    if (v.is_number()) out.push_back(v.get<double>());
+  return out;
+}
+
+// Log scale when the values span more than a factor 30 (kurtosis and max |X| of models with
+// massive activations do; a healthy model's sit near 3 and would look flat on a log axis).
+bool wants_log(const std::vector<double>& a, const std::vector<double>& b) {
+  double lo = INFINITY, hi = 0;
+  for (const auto* v : {&a, &b})
+    for (double x : *v)
+      if (x > 0) lo = std::min(lo, x), hi = std::max(hi, x);
+  return hi > 0 && lo < INFINITY && hi / lo > 30;
+}
+
+}  // namespace
+
+fs::path find_gnuplot() {
+  if (const char* env = std::getenv("QEVAL_GNUPLOT"); env && *env) {
+    QEVAL_CHECK(::access(env, X_OK) == 0,
+                "QEVAL_GNUPLOT={} is not an executable; install gnuplot (Debian package gnuplot-nox) or unset it", env);
+    return env;
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream in(path);
+    for (std::string dir; std::getline(in, dir, ':');) {
+      if (dir.empty()) continue;
+      fs::path candidate = fs::path(dir) / "gnuplot";
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+  }
+  fail("gnuplot not found on PATH: pictures are drawn by gnuplot with the pngcairo terminal; install the Debian "
+       "package gnuplot-nox (apt-get install gnuplot-nox), or set QEVAL_GNUPLOT to its path");
+}
+
+std::string record_model_name(const nlohmann::json& record) {
+  fs::path model = record.contains("model") && record["model"].contains("path") && record["model"]["path"].is_string()
+                       ? fs::path(record["model"]["path"].get<std::string>())
+                       : fs::path("model");
+  if (model.filename().empty()) model = model.parent_path();
+  std::string stem = model.has_extension() ? model.stem().string() : model.filename().string();
+  if (stem == "model" || stem == "pytorch_model") stem = model.parent_path().filename().string();
+  return stem;
+}
+
+std::vector<fs::path> plot_layer_curves(const nlohmann::json& record, const fs::path& dir, const std::string& scheme) {
+  const nlohmann::json* entry = nullptr;
+  for (const auto& s : record.at("schemes"))
+    if (s.at("name") == scheme) entry = &s;
+  QEVAL_CHECK(entry, "plot: the record has no scheme '{}'", scheme);
+  const nlohmann::json& st = entry->at("statistics");
+  QEVAL_CHECK(st.is_object(), "plot: scheme '{}' has no statistics in the record (evaluate with --stats-for {})", scheme,
+              scheme == "full" ? "full" : "all");
+  fs::create_directories(dir);
+  const auto& h = st.at("hidden");
+  const auto& kf = h.at("kurtosis").at("per_layer").at("first");
+  const auto& kr = h.at("kurtosis").at("per_layer").at("rest");
+  const auto& mf = h.at("max_abs").at("per_layer").at("first");
+  const auto& mr = h.at("max_abs").at("per_layer").at("rest");
+  const bool attention = st.contains("attention") && st["attention"].is_object();
+  std::string dat = "# per-layer statistics of scheme " + scheme + " (qeval plot; layer is 1-based)\n"
+                    "# layer kurtosis_first kurtosis_rest max_abs_first max_abs_rest first_attn_pct sink_rate_pct\n";
+  for (std::size_t m = 0; m < kf.size(); ++m) {
+    std::string fa = "NaN", sr = "NaN";
+    if (attention) {
+      fa = num(st["attention"].at("per_layer").at("first_attn_pct").at(m));
+      sr = num(st["attention"].at("per_layer").at("sink_rate_pct").at(m));
+    }
+    dat += fmt::format("{} {} {} {} {} {} {}\n", m + 1, num(kf.at(m)), num(kr.at(m)), num(mf.at(m)), num(mr.at(m)), fa, sr);
+  }
+  write_file_atomic(dir / "layer_curves.dat", dat);
+
+  const std::string title = fmt::format("{} ({}): per-layer statistics over {} windows", record_model_name(record), scheme,
+                                        st.value("windows", 0));
+  std::string gp = "# qeval plot: per-layer kurtosis, max |activation| and first-token attention\n";
+  gp += fmt::format("set terminal pngcairo size {},460 noenhanced font 'sans,10'\nset output 'layer_curves.png'\n",
+                    attention ? 1500 : 1000);
+  gp += fmt::format("set multiplot layout 1,{} title {}\n", attention ? 3 : 2, gp_quote(title));
+  gp += fmt::format("set xrange [0.5:{}.5]\n", kf.size());
+  gp += "set grid\nset key top left\nset xlabel 'layer'\nset xtics 1\n"
+        "set style line 1 lc rgb '#c0392b' lw 2 pt 7 ps 0.8\nset style line 2 lc rgb '#2e86c1' lw 2 pt 5 ps 0.8\n";
+  const std::string curves =
+      "plot 'layer_curves.dat' using 1:{} with linespoints ls 1 title 'first token', "
+      "'' using 1:{} with linespoints ls 2 title 'other tokens'\n";
+  gp += wants_log(numbers(kf), numbers(kr)) ? "set logscale y\n" : "unset logscale y\n";
+  gp += "set title 'kurtosis of hidden states (Gaussian = 3)'\nset ylabel 'kurtosis'\n" + fmt::format(fmt::runtime(curves), 2, 3);
+  gp += wants_log(numbers(mf), numbers(mr)) ? "set logscale y\n" : "unset logscale y\n";
+  gp += "set title 'max |activation|'\nset ylabel 'max_d |X|'\n" + fmt::format(fmt::runtime(curves), 4, 5);
+  if (attention) {
+    gp += "unset logscale y\nset title 'attention to the first token'\nset ylabel '%'\nset yrange [0:*]\n"
+          "plot 'layer_curves.dat' using 1:6 with linespoints ls 1 title '%first-attn (argmax on key 1)', "
+          "'' using 1:7 with linespoints ls 2 title " +
+          gp_quote(fmt::format("sink rate (alpha_1 > {})", num(st["attention"].value("sink_eps", nlohmann::json(0.3))))) +
+          "\n";
+  }
+  gp += "unset multiplot\n";
+  write_file_atomic(dir / "layer_curves.gp", gp);
+  return {render(dir, "layer_curves")};
+}
+
+std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path& dir, const std::string& title) {
+  fs::create_directories(dir);
+  std::vector<fs::path> out;
+  try {
+    if (fd.contains("attention_map")) {
+      const auto& am = fd.at("attention_map");
+      const std::int64_t T = am.at("T").get<std::int64_t>();
+      const auto& layers = am.at("per_layer");
+      QEVAL_CHECK(!layers.empty(), "figure data: attention_map has no layers");
+      std::string dat = fmt::format("# mean attention over {} layers, heads and {} windows; row = query, column = key "
+                                    "(0-based)\n",
+                                    layers.size(), am.at("windows").get<std::int64_t>());
+      for (std::int64_t i = 0; i < T; ++i) {
+        for (std::int64_t j = 0; j < T; ++j) {
+          double s = 0;
+          for (const auto& l : layers) s += l.at(i).at(j).get<double>();
+          dat += fmt::format("{}{:.6g}", j ? " " : "", s / static_cast<double>(layers.size()));
+        }
+        dat += "\n";
+      }
+      write_file_atomic(dir / "attention_map.dat", dat);
+      std::string gp = "# qeval: mean attention map (matrix: row = query, column = key)\n"
+                       "set terminal pngcairo size 760,680 noenhanced font 'sans,10'\nset output 'attention_map.png'\n";
+      gp += kPalette;
+      gp += fmt::format("set title {}\n", gp_quote(fmt::format("{}: mean attention over layers and heads (first {} tokens, "
+                                                                "{} windows)", title, T, am.at("windows").get<std::int64_t>())));
+      gp += fmt::format("set xrange [-0.5:{}.5]\nset yrange [{}.5:-0.5]\nset size ratio -1\n", T - 1, T - 1);
+      gp += "set xlabel 'key position'\nset ylabel 'query position'\nset cblabel 'attention weight'\nset cbrange [0:*]\n"
+            "set tics out\nplot 'attention_map.dat' matrix with image notitle\n";
+      write_file_atomic(dir / "attention_map.gp", gp);
+      out.push_back(render(dir, "attention_map"));
+    }
+
+    const auto& first = fd.at("hidden_abs").at("first");
+    const auto& rest = fd.at("hidden_abs").at("rest");
+    const std::size_t M = first.size();
+    QEVAL_CHECK(M > 0, "figure data: hidden_abs has no layers");
+    const std::size_t D = first.at(0).size();
+    const bool has_rest = !rest.empty() && !rest.at(0).is_null();
+    std::string dat = "# mean |hidden state| per layer (row, 1-based in the picture) and channel (column); block 0: "
+                      "first token, block 1: other tokens\n";
+    for (const auto* part : {&first, &rest}) {
+      if (part == &rest && !has_rest) break;
+      for (std::size_t m = 0; m < M; ++m) {
+        for (std::size_t d = 0; d < D; ++d) dat += fmt::format("{}{:.6g}", d ? " " : "", part->at(m).at(d).get<double>());
+        dat += "\n";
+      }
+      dat += "\n\n";
+    }
+    write_file_atomic(dir / "hidden_abs.dat", dat);
+    std::string gp = "# qeval: mean |hidden state| per layer x channel (index 0: first token, 1: other tokens)\n";
+    gp += fmt::format("set terminal pngcairo size 1100,{} noenhanced font 'sans,10'\nset output 'hidden_abs.png'\n",
+                      has_rest ? 760 : 420);
+    gp += kPalette;
+    gp += fmt::format("set multiplot layout {},1 title {}\n", has_rest ? 2 : 1,
+                      gp_quote(fmt::format("{}: mean |hidden state| per layer and channel ({} windows)", title,
+                                           fd.value("windows", 0))));
+    gp += fmt::format("set xrange [-0.5:{}.5]\nset yrange [0.5:{}.5]\nset ytics 1\nset tics out\n", D - 1, M);
+    gp += "set xlabel 'channel'\nset ylabel 'layer'\nset cbrange [0:*]\n";
+    gp += "set title 'first token'\nplot 'hidden_abs.dat' index 0 matrix using 1:($2+1):3 with image notitle\n";
+    if (has_rest)
+      gp += "set title 'other tokens (mean over positions)'\n"
+            "plot 'hidden_abs.dat' index 1 matrix using 1:($2+1):3 with image notitle\n";
+    gp += "unset multiplot\n";
+    write_file_atomic(dir / "hidden_abs.gp", gp);
+    out.push_back(render(dir, "hidden_abs"));
+  } catch (const nlohmann::json::exception& e) {
+    fail("figure data is malformed: {}", e.what());
+  }
+  return out;
+}
+
+std::vector<fs::path> render_eval_plots(const nlohmann::json& record, const nlohmann::json& figure_data,
+                                        const fs::path& dir) {
+  fs::create_directories(dir);
+  write_file_atomic(dir / "figure_data.json", figure_data.dump() + "\n");
+  std::vector<fs::path> out = plot_figure_maps(figure_data, dir, record_model_name(record));
+  const auto& full = record.at("schemes").front();
+  if (full.at("statistics").is_object()) {
+    auto curves = plot_layer_curves(record, dir, full.at("name").get<std::string>());
+    out.insert(out.end(), curves.begin(), curves.end());
+  }
+  return out;
+}
+
+}  // namespace qeval

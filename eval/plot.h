@@ -1,0 +1,44 @@
+// Pictures like Kaul et al.'s Figure 1, rendered by gnuplot (Debian package gnuplot-nox,
+// terminal pngcairo) from data files qeval writes. Each PNG keeps its inputs beside it, so a
+// picture can be restyled and redrawn by hand (`cd DIR && gnuplot NAME.gp`):
+//
+//   layer_curves.{dat,gp,png}    per layer (1..M): kurtosis first/other tokens, max |activation|
+//                                first/other tokens, %first-attn and Sink₁^ε rate — from a
+//                                record's statistics (`qeval plot RECORD --out DIR`)
+//   attention_map.{dat,gp,png}   mean attention over layers and heads, first T queries × keys
+//   hidden_abs.{dat,gp,png}      mean |hidden state| per layer × channel, first token and the rest
+//                                — the maps come from figure data (eval/figure_data.h), written as
+//                                figure_data.json by `qeval eval --plots DIR`; `qeval plot
+//                                RECORD --figure-data FILE` redraws them later
+//
+// The gnuplot executable is $QEVAL_GNUPLOT when set, else `gnuplot` on PATH.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace qeval {
+
+// Throws qeval::Error naming the Debian package when gnuplot cannot be found.
+std::filesystem::path find_gnuplot();
+
+// Per-layer curves of `scheme`'s statistics in `record`; returns the PNGs written. Throws when
+// the scheme has no statistics.
+std::vector<std::filesystem::path> plot_layer_curves(const nlohmann::json& record, const std::filesystem::path& dir,
+                                                     const std::string& scheme = "full");
+
+// The maps from figure data (FigureDataObserver::to_json()); `title` names the model.
+std::vector<std::filesystem::path> plot_figure_maps(const nlohmann::json& figure_data, const std::filesystem::path& dir,
+                                                    const std::string& title);
+
+// `qeval eval --plots DIR`: figure_data.json, the maps and the curves of the full-precision
+// scheme (when it has statistics).
+std::vector<std::filesystem::path> render_eval_plots(const nlohmann::json& record, const nlohmann::json& figure_data,
+                                                     const std::filesystem::path& dir);
+
+// A short name for the model of a record (file stem or folder name), used in titles.
+std::string record_model_name(const nlohmann::json& record);
+
+}  // namespace qeval
