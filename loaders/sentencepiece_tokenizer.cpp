@@ -49,12 +49,30 @@ void resolve(void* lib, const char* name, F& fn, const std::string& path) {
   QEVAL_CHECK(fn != nullptr, "SentencePiece shim {} lacks the symbol {}", path, name);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 // Loaded once per process and never unloaded (processors may live until exit).
 const SpmShim& shim() {
   static std::mutex mutex;
   static std::unique_ptr<SpmShim> loaded;
   std::lock_guard<std::mutex> lock(mutex);
   if (loaded) return *loaded;
+  // ASan kills the process on any dlopen with RTLD_DEEPBIND (google/sanitizers#611), and without
+  // it the shim's protobuf would bind to LibTorch's: refuse cleanly instead.
+  QEVAL_CHECK(!kAddressSanitizer,
+              "SentencePiece is not available in this AddressSanitizer build: the shim must be dlopen()ed with "
+              "RTLD_DEEPBIND, which ASan does not allow (use a build without QEVAL_SANITIZE, or the llama2.c "
+              "tokenizer.bin export of the model)");
   std::string tried;
   for (const fs::path& candidate : shim_candidates()) {
     std::error_code ec;
