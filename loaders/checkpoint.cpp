@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "loaders/checkpoint_internal.h"
+#include "loaders/torch_checkpoint.h"
 
 namespace qeval {
 
@@ -22,7 +23,7 @@ namespace {
 constexpr const char* kSupported =
     "a folder with config.json (Hugging Face GPT2LMHeadModel / LlamaForCausalLM with model.safetensors or "
     "sharded model.safetensors.index.json, or qeval's own with \"format\": \"qeval\"), a llama2.c v0 .bin, "
-    "or a GGUF v3 .gguf";
+    "a torch.save zip state dict (.bin, .pt, .pth) with a Hugging Face config.json beside it, or a GGUF v3 .gguf";
 
 std::string first_bytes(const fs::path& path, std::size_t n) {
   std::ifstream in(path, std::ios::binary);
@@ -46,7 +47,13 @@ LoadedCheckpoint load_folder(const fs::path& dir) {
                 config_path.string(), format.dump());
     return load_qeval_checkpoint(dir);
   }
-  if (config.contains("architectures") || config.contains("model_type")) return load_hf_checkpoint(dir);
+  if (config.contains("architectures") || config.contains("model_type")) {
+    // Hugging Face folders written by torch.save only (no safetensors) load through the state dict.
+    if (!fs::exists(dir / "model.safetensors") && !fs::exists(dir / "model.safetensors.index.json") &&
+        fs::exists(dir / "pytorch_model.bin"))
+      return load_torch_checkpoint(dir / "pytorch_model.bin");
+    return load_hf_checkpoint(dir);
+  }
   fail("{}: neither \"format\": \"qeval\" nor Hugging Face \"architectures\"/\"model_type\"; supported checkpoints: {}",
        config_path.string(), kSupported);
 }
@@ -63,13 +70,8 @@ LoadedCheckpoint load_checkpoint(const fs::path& path) {
   const std::string magic = first_bytes(path, 4);
   const std::string ext = path.extension().string();
   if (magic == "GGUF" || ext == ".gguf") return load_gguf_checkpoint(path);
-  if (ext == ".bin") {
-    QEVAL_CHECK(magic != std::string("PK\x03\x04", 4),
-                "{}: this .bin is a zip archive (a torch.save state dict), not a llama2.c checkpoint; torch.save "
-                "checkpoints are not supported: convert to safetensors and pass the folder with config.json",
-                path.string());
-    return load_llama2c_checkpoint(path);
-  }
+  if (magic == std::string("PK\x03\x04", 4) || ext == ".pt" || ext == ".pth") return load_torch_checkpoint(path);
+  if (ext == ".bin") return load_llama2c_checkpoint(path);
   if (ext == ".safetensors")
     fail("{}: a safetensors file alone has no model config; pass the folder that holds it with its config.json",
          path.string());

@@ -1,0 +1,259 @@
+// torch.save zip state dicts through LibTorch's zip reader and unpickler (see the header for
+// the one OrderedDict bridge).
+#include "loaders/torch_checkpoint.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <fmt/format.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "loaders/checkpoint_internal.h"
+#include "loaders/tensor_map.h"
+
+namespace qeval {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// First line of a c10::Error (the rest is a C++ backtrace).
+std::string first_line(const char* what) {
+  std::string s(what);
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+enum class Tag { other, mark, od_class, od_dict };
+
+}  // namespace
+
+bool is_zip_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0;
+}
+
+std::string patch_ordered_dicts(const std::string& p, const std::string& source) {
+  // Symbolic stack: each entry remembers where in `out` the opcodes that built it begin, so a
+  // MARK can be inserted before it afterwards (the unpickler has no POP, SETITEM or APPEND).
+  struct Entry {
+    Tag tag;
+    std::size_t start;
+  };
+  std::string out;
+  out.reserve(p.size() + 256);
+  std::vector<Entry> stack;
+  std::map<std::uint32_t, Tag> memo;
+  std::size_t pos = 0;
+  auto need = [&](std::size_t n, std::size_t at) {
+    QEVAL_CHECK(at + n <= p.size(), "{}: data.pkl ends inside an opcode at byte {}", source, at);
+  };
+  auto le = [&](std::size_t at, int n) {
+    need(static_cast<std::size_t>(n), at);
+    std::uint32_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[at + static_cast<std::size_t>(i)]);
+    return v;
+  };
+  auto depth = [&](std::size_t n, std::size_t at) {
+    QEVAL_CHECK(stack.size() >= n, "{}: data.pkl pops an empty stack at byte {}", source, at);
+  };
+  // Pops n entries; returns the start of the lowest one.
+  auto pop = [&](std::size_t n, std::size_t at) {
+    depth(n, at);
+    const std::size_t start = n ? stack[stack.size() - n].start : out.size();
+    stack.resize(stack.size() - n);
+    return start;
+  };
+  auto pop_mark = [&](std::size_t at) {
+    while (!stack.empty() && stack.back().tag != Tag::mark) stack.pop_back();
+    QEVAL_CHECK(!stack.empty(), "{}: data.pkl has no MARK for the opcode at byte {}", source, at);
+    const std::size_t start = stack.back().start;
+    stack.pop_back();
+    return start;
+  };
+  // Inserts `bytes` into `out` before the stack entry `index` (from the top: 1 = top).
+  auto insert_before = [&](std::size_t from_top, const std::string& bytes) {
+    const std::size_t at = stack[stack.size() - from_top].start;
+    out.insert(at, bytes);
+    for (auto& e : stack)
+      if (e.start >= at && &e != &stack[stack.size() - from_top]) e.start += bytes.size();
+    stack[stack.size() - from_top].start = at;
+  };
+  while (true) {
+    QEVAL_CHECK(pos < p.size(), "{}: data.pkl ends without STOP", source);
+    const std::size_t at = pos, here = out.size();
+    const auto op = static_cast<unsigned char>(p[pos++]);
+    std::size_t arg = 0;  // bytes of argument after the opcode
+    auto push = [&](Tag t = Tag::other) { stack.push_back({t, here}); };
+    switch (op) {
+      case 0x80: arg = 1; break;  // PROTO
+      case 'c': {                 // GLOBAL module\nname\n
+        const auto a = p.find('\n', pos);
+        const auto b = a == std::string::npos ? a : p.find('\n', a + 1);
+        QEVAL_CHECK(b != std::string::npos, "{}: data.pkl: unterminated GLOBAL at byte {}", source, at);
+        arg = b + 1 - pos;
+        push(p.compare(pos, b - pos, "collections\nOrderedDict") == 0 ? Tag::od_class : Tag::other);
+        break;
+      }
+      case 'q': arg = 1; depth(1, at); memo[le(pos, 1)] = stack.back().tag; break;  // BINPUT
+      case 'r': arg = 4; depth(1, at); memo[le(pos, 4)] = stack.back().tag; break;  // LONG_BINPUT
+      case 'h': arg = 1; push(memo.count(le(pos, 1)) ? memo[le(pos, 1)] : Tag::other); break;  // BINGET
+      case 'j': arg = 4; push(memo.count(le(pos, 4)) ? memo[le(pos, 4)] : Tag::other); break;  // LONG_BINGET
+      case ')': case ']': case '}': case 'N': case 0x88: case 0x89: push(); break;
+      case '(': push(Tag::mark); break;
+      case 't': stack.push_back({Tag::other, pop_mark(at)}); break;                  // TUPLE
+      case 0x85: stack.push_back({Tag::other, pop(1, at)}); break;                   // TUPLE1
+      case 0x86: stack.push_back({Tag::other, pop(2, at)}); break;                   // TUPLE2
+      case 0x87: stack.push_back({Tag::other, pop(3, at)}); break;                   // TUPLE3
+      case 'J': arg = 4; push(); break;                                              // BININT
+      case 'K': arg = 1; push(); break;                                              // BININT1
+      case 'M': arg = 2; push(); break;                                              // BININT2
+      case 'G': arg = 8; push(); break;                                              // BINFLOAT
+      case 0x8a: arg = 1 + le(pos, 1); push(); break;                                // LONG1
+      case 'X': arg = 4 + le(pos, 4); push(); break;                                 // BINUNICODE
+      case 'Q': stack.push_back({Tag::other, pop(1, at)}); break;                    // BINPERSID
+      case 0x81: stack.push_back({Tag::other, pop(2, at)}); break;                   // NEWOBJ
+      case 'R': {                                                                    // REDUCE
+        depth(2, at);
+        if (stack[stack.size() - 2].tag == Tag::od_class) {
+          // OrderedDict(): MARK class args DICT → a dict holding one {class index: ()} entry
+          // that read_torch_state_dict drops (LibTorch would make the OrderedDict None).
+          insert_before(2, "(");
+          out += 'd';
+          stack.push_back({Tag::od_dict, pop(2, at)});
+          continue;
+        }
+        stack.push_back({Tag::other, pop(2, at)});
+        break;
+      }
+      case 'b': {  // BUILD
+        depth(2, at);
+        if (stack[stack.size() - 2].tag == Tag::od_dict) {
+          // The OrderedDict's attributes (state_dict's _metadata), stored under the int key 0
+          // (LibTorch's dicts cannot hash None).
+          insert_before(1, std::string("(K\x00", 3));
+          out += 'u';
+          pop(1, at);
+          continue;
+        }
+        pop(1, at);
+        break;
+      }
+      case 's':  // SETITEM → MARK key value SETITEMS
+        depth(3, at);
+        insert_before(2, "(");
+        out += 'u';
+        pop(2, at);
+        continue;
+      case 'a':  // APPEND → MARK item APPENDS
+        depth(2, at);
+        insert_before(1, "(");
+        out += 'e';
+        pop(1, at);
+        continue;
+      case 'u': case 'e': pop_mark(at); break;  // SETITEMS, APPENDS
+      case 'l': stack.push_back({Tag::other, pop_mark(at)}); break;  // LIST
+      case 'd': stack.push_back({Tag::other, pop_mark(at)}); break;  // DICT
+      case '.': out.append(p, at, 1); return out;
+      default:
+        fail("{}: data.pkl uses pickle opcode 0x{:02x} at byte {}, which LibTorch's unpickler does not read "
+             "(torch.save writes protocol 2 with tensors, dicts, lists, tuples, numbers and strings)",
+             source, static_cast<unsigned>(op), at);
+    }
+    need(arg, pos);
+    out.append(p, at, 1 + arg);
+    pos += arg;
+  }
+}
+
+std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nlohmann::json* notes) {
+  const std::string source = file.string();
+  QEVAL_CHECK(is_zip_file(file),
+              "{}: not a zip archive; only torch.save's zip format (PyTorch >= 1.6) is supported (legacy torch.save "
+              "files: re-save with a recent PyTorch, or convert to safetensors)",
+              source);
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  try {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(source);
+  } catch (const c10::Error& e) {
+    fail("{}: not a readable torch.save zip archive (truncated or corrupt?): {}", source, first_line(e.what()));
+  }
+  std::string pickle;
+  try {
+    QEVAL_CHECK(reader->hasRecord("data.pkl"), "{}: the zip archive has no data.pkl; not a torch.save file", source);
+    auto [data, size] = reader->getRecord("data.pkl");
+    pickle.assign(static_cast<const char*>(data.get()), size);
+  } catch (const c10::Error& e) {
+    fail("{}: cannot read data.pkl from the zip archive (truncated or corrupt?): {}", source, first_line(e.what()));
+  }
+  const std::string patched = patch_ordered_dicts(pickle, source);
+  c10::IValue value;
+  try {
+    std::size_t offset = 0;
+    auto read = [&](char* buffer, std::size_t n) {
+      const std::size_t k = std::min(n, patched.size() - offset);
+      std::memcpy(buffer, patched.data() + offset, k);
+      offset += k;
+      return k;
+    };
+    auto read_record = [&](const std::string& key) {
+      const std::string name = "data/" + key;
+      QEVAL_CHECK(reader->hasRecord(name), "{}: data.pkl refers to storage {} which the archive lacks", source, name);
+      return std::get<0>(reader->getRecord(name));
+    };
+    torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::Device(c10::kCPU));
+    value = unpickler.parse_ivalue();
+  } catch (const c10::Error& e) {
+    fail("{}: data.pkl holds something LibTorch's unpickler cannot read (a state dict of tensors is expected): {}",
+         source, first_line(e.what()));
+  }
+  QEVAL_CHECK(value.isGenericDict(), "{}: data.pkl holds a {}, expected a dict of tensors (a state dict)", source,
+              value.tagKind());
+  c10::impl::GenericDict dict = value.toGenericDict();
+  for (const char* key : {"state_dict", "model"}) {
+    auto it = dict.find(c10::IValue(std::string(key)));
+    if (it != dict.end() && it->value().isGenericDict()) {
+      if (notes) (*notes)["state_dict_key"] = key;
+      dict = it->value().toGenericDict();
+      break;
+    }
+  }
+  std::map<std::string, at::Tensor> tensors;
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const auto& entry : dict) {
+    // Int keys are the OrderedDict bridge's (see patch_ordered_dicts).
+    if (entry.key().isInt()) continue;
+    QEVAL_CHECK(entry.key().isString(), "{}: state dict key of type {}, expected strings", source, entry.key().tagKind());
+    const std::string name = entry.key().toStringRef();
+    if (!entry.value().isTensor()) {
+      skipped.push_back(name);
+      continue;
+    }
+    tensors[name] = entry.value().toTensor();
+  }
+  QEVAL_CHECK(!tensors.empty(), "{}: the state dict holds no tensors", source);
+  if (notes && !skipped.empty()) (*notes)["non_tensor_entries"] = skipped;
+  return tensors;
+}
+
+LoadedCheckpoint load_torch_checkpoint(const fs::path& file) {
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  QEVAL_CHECK(fs::is_regular_file(dir / "config.json"),
+              "{}: a torch.save zip state dict needs config.json (Hugging Face GPT-2 or Llama) in the same folder", file.string());
+  nlohmann::json notes = nlohmann::json::object();
+  TensorMap tensors(file.string(), read_torch_state_dict(file, &notes));
+  LoadedCheckpoint out = load_hf_tensors(dir, tensors);
+  out.format = "torch-" + out.format;
+  out.path = file;
+  for (const auto& [k, v] : notes.items()) out.notes[k] = v;
+  out.notes["weight_files"] = {file.filename().string()};
+  out.weights_hash = hash_weight_files({file});
+  return out;
+}
+
+}  // namespace qeval
