@@ -134,7 +134,8 @@ std::vector<fs::path> plot_layer_curves(const nlohmann::json& record, const fs::
                     attention ? 1500 : 1000);
   gp += fmt::format("set multiplot layout 1,{} title {}\n", attention ? 3 : 2, gp_quote(title));
   gp += fmt::format("set xrange [0.5:{}.5]\n", kf.size());
-  gp += "set grid\nset key top left\nset xlabel 'layer'\nset xtics 1\n"
+  gp += "set grid\nset key top left opaque\nset xlabel 'layer'\nset xtics 1\n"
+        "set offsets 0, 0, graph 0.22, 0\n"  // head room for the key above the curves
         "set style line 1 lc rgb '#c0392b' lw 2 pt 7 ps 0.8\nset style line 2 lc rgb '#2e86c1' lw 2 pt 5 ps 0.8\n";
   const std::string curves =
       "plot 'layer_curves.dat' using 1:{} with linespoints ls 1 title 'first token', "
