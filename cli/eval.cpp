@@ -38,13 +38,16 @@ struct EvalArgs {
   std::int64_t sink_T = 64;
   double sink_eps = 0.3;
   bool quantize_lm_head = false;
-  std::string protocol = "windows";
-  std::int64_t seq_len = 512;
-  std::int64_t max_windows = 0;
-  std::int64_t seed = -1;
+  std::string protocol = "windows";  // preset name or JSON file; the options below override it when given
+  std::int64_t seq_len = 0;          // 0: the protocol's
+  std::int64_t stride = 0;           // 0: the protocol's
+  std::int64_t max_windows = -1;     // -1: the protocol's
+  std::int64_t seed = -1;            // -1: the protocol's
   bool bos_per_window = false;
-  std::string separator = "auto";
-  std::string text_split = "paragraph";
+  std::string separator;             // empty: the protocol's
+  std::string bos;                   // empty: the protocol's
+  std::string text_split;            // empty: the protocol's, else paragraph
+  std::string token_dtype = "auto";
   std::string json_field = "text";
   std::int64_t batch_size = 1;
   int threads = 0;
@@ -109,24 +112,34 @@ void run_eval(const EvalArgs& a) {
               "tokenizer {} has {} tokens but model {} has a vocabulary of {}: they do not belong together",
               tokenizer_path.string(), tokenizer->vocab_size(), model_path.string(), checkpoint.config.vocab_size);
 
-  ProtocolSpec protocol;
-  protocol.name = a.protocol;
-  protocol.seq_len = a.seq_len;
-  protocol.max_windows = a.max_windows;
-  protocol.bos_per_window = a.bos_per_window;
-  protocol.separator = parse_separator(a.separator);
-  if (a.seed >= 0) protocol.sample_seed = static_cast<std::uint64_t>(a.seed);
-  protocol = ProtocolSpec::from_json(protocol.to_json(), "command line");  // validates
+  // The preset (or JSON file), then every protocol option given on the command line.
+  ProtocolSpec protocol = load_protocol(a.protocol);
+  {
+    nlohmann::json j = protocol.to_json();
+    if (a.seq_len > 0) j["seq_len"] = a.seq_len;
+    if (a.stride > 0) j["stride"] = a.stride;
+    if (a.max_windows >= 0) j["max_windows"] = a.max_windows;
+    if (a.seed >= 0) j["sample_seed"] = a.seed;
+    if (a.bos_per_window) j["bos_per_window"] = true;
+    if (!a.separator.empty()) j["separator"] = a.separator;
+    if (!a.bos.empty()) j["bos"] = a.bos;
+    if (!a.text_split.empty()) j["text_split"] = a.text_split;
+    protocol = ProtocolSpec::from_json(j, fmt::format("--protocol {} with the command-line options", a.protocol));
+  }
   if (checkpoint.config.position == PositionKind::learned)
     QEVAL_CHECK(protocol.seq_len <= checkpoint.config.max_seq_len,
                 "--seq-len {} exceeds the {} learned positions of {}", protocol.seq_len, checkpoint.config.max_seq_len,
                 model_path.string());
 
   DocumentOptions doc_options;
-  doc_options.text_split = parse_text_split(a.text_split);
+  doc_options.text_split = protocol.text_split.value_or(TextSplit::paragraph);
   doc_options.json_field = a.json_field;
-  auto documents = open_documents(data_path, doc_options);
-  const std::string data_format = documents->format();
+  WindowSourceOptions source_options;
+  source_options.documents = doc_options;
+  source_options.token_dtype = parse_token_dtype(a.token_dtype);
+  source_options.vocab_size = checkpoint.config.vocab_size;
+  std::unique_ptr<WindowSource> window_source = open_window_source(data_path, tokenizer.get(), protocol, source_options);
+  const std::string data_format = window_source->data_format();
 
   Transformer full(checkpoint.config, checkpoint.weights, model_path.string());
   SchemeOptions scheme_options;
@@ -143,7 +156,7 @@ void run_eval(const EvalArgs& a) {
     figures = attach_figure_observer(schemes.front());
   }
 
-  WindowStream windows(std::move(documents), *tokenizer, protocol);
+  WindowSource& windows = *window_source;
   RecordContext context;
   context.command = a.argv;
   context.model = {{"path", model_path.string()},
@@ -161,8 +174,7 @@ void run_eval(const EvalArgs& a) {
                   {"text_split", to_string(doc_options.text_split)},
                   {"json_field", doc_options.json_field}};
   context.protocol = protocol.to_json();
-  context.protocol["separator_id"] =
-      windows.separator_id() ? nlohmann::json(*windows.separator_id()) : nlohmann::json(nullptr);
+  context.protocol["separator_id"] = windows.facts().value("separator_id", nlohmann::json(nullptr));
   context.precision = {{"dtype", "fp32"}, {"device", "cpu"}};
   context.options = {{"batch_size", a.batch_size},
                      {"threads", at::get_num_threads()},
@@ -190,7 +202,7 @@ void run_eval(const EvalArgs& a) {
   EvalOptions options;
   options.batch_size = a.batch_size;
   options.progress = !a.quiet;
-  options.expected_windows = protocol.max_windows;
+  options.expected_windows = windows.expected_windows();
   if (shard.count > 1) options.select_window = [shard](std::int64_t w) { return w % shard.count == shard.index; };
   auto last_save = std::chrono::steady_clock::now();
   auto save_state = [&](const EvalResult& r) {
@@ -216,6 +228,7 @@ void run_eval(const EvalArgs& a) {
   }
   context.data["documents_read"] = windows.documents_read();
   context.data["stream_tokens_read"] = windows.stream_tokens();
+  context.protocol["facts"] = windows.facts();  // complete now that the stream is consumed
 
   nlohmann::json record = build_record(context, infos, result, prepared.statistics_summaries());
   if (shard.count > 1)
@@ -244,7 +257,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--model,-m", args->model, "checkpoint: HF folder, llama2.c .bin, .gguf or qeval folder (relative paths also tried under the data folder)")
       ->capture_default_str();
   cmd->add_option("--tokenizer,-t", args->tokenizer, "tokenizer file or folder (default: found beside the model)");
-  cmd->add_option("--data,-d", args->data, "validation text: .txt, .jsonl, .json.gz, .jsonl.zst")->capture_default_str();
+  cmd->add_option("--data,-d", args->data, "validation text: .txt, .jsonl, .json.gz, .jsonl.zst, or pre-tokenised .bin token ids (--token-dtype)")->capture_default_str();
   cmd->add_option("--data-dir", args->data_dir, "shared data folder (default: $QEVAL_DATA_DIR, else ../shared/data)");
   cmd->add_option("--schemes,-s", args->schemes, "comma-separated scheme presets or JSON spec files; full precision always runs first")
       ->capture_default_str();
@@ -254,16 +267,29 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--sink-T", args->sink_T, "Sink₁^ε: first T queries")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--sink-eps", args->sink_eps, "Sink₁^ε: threshold ε on the mean attention to key 1")->capture_default_str();
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "quantise the LM head too (every scheme)");
-  cmd->add_option("--protocol", args->protocol, "evaluation protocol")->capture_default_str()->check(CLI::IsMember({"windows"}));
-  cmd->add_option("--seq-len", args->seq_len, "window length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("--max-windows", args->max_windows, "number of windows (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", args->seed, "with --max-windows: sample windows with this seed instead of taking the first (-1: off)")
+  cmd->add_option("--protocol", args->protocol,
+                  "evaluation protocol: windows, stride, llamacpp, gptq-c4 (configs/protocols/) or a JSON protocol file; "
+                  "the options below override its parameters")
       ->capture_default_str();
-  cmd->add_flag("--bos-per-window", args->bos_per_window, "start every window with BOS");
-  cmd->add_option("--separator", args->separator, "token joining documents: auto (tokenizer's), eos, bos, none")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "eos", "bos", "none"}));
-  cmd->add_option("--text-split", args->text_split, "plain-text documents: paragraph, line or file")
-      ->capture_default_str()->check(CLI::IsMember({"paragraph", "line", "file"}));
+  cmd->add_option("--seq-len", args->seq_len, "window length in tokens (llamacpp: n_ctx; 0: the protocol's)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--stride", args->stride, "stride protocol: tokens each window advances (0: the protocol's)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-windows", args->max_windows, "number of windows (0: all; gptq-c4: samples; -1: the protocol's)")
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+  cmd->add_option("--seed", args->seed,
+                  "windows: sample --max-windows windows with this seed instead of taking the first; gptq-c4: Python "
+                  "random seed (-1: the protocol's)")
+      ->capture_default_str();
+  cmd->add_flag("--bos-per-window", args->bos_per_window, "windows protocol: start every window with BOS");
+  cmd->add_option("--separator", args->separator, "token opening each document: auto, eos, bos, none (default: the protocol's)")
+      ->check(CLI::IsMember({"auto", "eos", "bos", "none"}));
+  cmd->add_option("--bos", args->bos, "llamacpp / gptq-c4: add BOS: auto (not for GPT-2 BPE), yes, no (default: the protocol's)")
+      ->check(CLI::IsMember({"auto", "yes", "no"}));
+  cmd->add_option("--text-split", args->text_split, "plain-text documents: paragraph, line or file (default: the protocol's, else paragraph)")
+      ->check(CLI::IsMember({"paragraph", "line", "file"}));
+  cmd->add_option("--token-dtype", args->token_dtype, "pre-tokenised .bin data: auto, uint16, uint32")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "uint16", "uint32"}));
   cmd->add_option("--json-field", args->json_field, "JSON-lines field holding the text")->capture_default_str();
   cmd->add_option("--batch-size,-b", args->batch_size, "windows per forward pass (results do not depend on it)")
       ->capture_default_str()->check(CLI::PositiveNumber);

@@ -11,6 +11,7 @@
 #include "loaders/checkpoint.h"
 #include "loaders/documents.h"
 #include "loaders/protocol.h"
+#include "loaders/token_file.h"
 #include "loaders/tokenizer.h"
 #include "model/transformer.h"
 
@@ -19,8 +20,10 @@ namespace {
 
 struct InspectArgs {
   std::string path, model, tokenizer, data, data_dir;
-  std::int64_t seq_len = 512;
-  std::string text_split = "paragraph";
+  std::int64_t seq_len = 0;      // 0: each protocol's own
+  std::string protocol = "all";  // a preset, a JSON protocol file, or all presets
+  std::string text_split;        // empty: each protocol's, else paragraph
+  std::string token_dtype = "auto";
   bool json = false;
 };
 
@@ -47,27 +50,67 @@ nlohmann::json inspect_tokenizer(const Tokenizer& tok, const std::filesystem::pa
           {"sample", sample},               {"sample_ids", tok.encode(sample)}};
 }
 
+// Windows, scored tokens and the stream's token count under one protocol; an error (e.g.
+// gptq-c4 on text without long documents) is reported, not thrown.
+nlohmann::json count_protocol(const std::filesystem::path& path, const InspectArgs& a, const Tokenizer* tok,
+                              ProtocolSpec spec) {
+  try {
+    nlohmann::json j = spec.to_json();
+    if (a.seq_len > 0) j["seq_len"] = a.seq_len;
+    if (!a.text_split.empty() && j.contains("text_split")) j["text_split"] = a.text_split;
+    spec = ProtocolSpec::from_json(j, "inspect");
+    WindowSourceOptions options;
+    options.documents.text_split = spec.text_split.value_or(TextSplit::paragraph);
+    options.token_dtype = parse_token_dtype(a.token_dtype);
+    // Without a tokenizer the ids of a token file are not checked against a vocabulary.
+    options.vocab_size = tok ? tok->vocab_size() : std::int64_t{1} << 32;
+    auto source = open_window_source(path, tok, spec, options);
+    std::int64_t windows = 0, scored = 0;
+    std::map<std::size_t, std::int64_t> lengths;
+    while (auto w = source->next()) ++windows, scored += w->scored(), ++lengths[w->tokens.size()];
+    nlohmann::json out = {{"parameters", spec.to_json()},   {"windows", windows},
+                          {"scored_tokens", scored},        {"stream_tokens", source->stream_tokens()},
+                          {"documents", source->documents_read()}, {"facts", source->facts()}};
+    if (lengths.size() > 1) {
+      nlohmann::json l = nlohmann::json::object();
+      for (const auto& [len, n] : lengths) l[std::to_string(len)] = n;
+      out["window_lengths"] = l;
+    }
+    return out;
+  } catch (const Error& e) {
+    return {{"error", e.what()}};
+  }
+}
+
 nlohmann::json inspect_data(const std::filesystem::path& path, const InspectArgs& a, const Tokenizer* tok) {
-  DocumentOptions options;
-  options.text_split = parse_text_split(a.text_split);
-  auto docs = open_documents(path, options);
-  nlohmann::json j = {{"path", path.string()}, {"format", docs->format()}, {"bytes", qeval::file_size(path)},
-                      {"hash", hash_file(path)}, {"text_split", a.text_split}};
-  if (!tok) {
+  nlohmann::json j = {{"path", path.string()}, {"bytes", qeval::file_size(path)}, {"hash", hash_file(path)}};
+  const bool tokens = is_token_file(path);
+  if (tokens) {
+    TokenFileInfo info = probe_token_file(path, parse_token_dtype(a.token_dtype), tok ? tok->vocab_size() : 0);
+    j["format"] = "tokens-" + to_string(info.dtype);
+    j["dtype_reason"] = info.dtype_reason;
+    j["tokens"] = info.tokens;
+  } else {
+    DocumentOptions options;
+    options.text_split = a.text_split.empty() ? TextSplit::paragraph : parse_text_split(a.text_split);
+    auto docs = open_documents(path, options);
+    j["format"] = docs->format();
+    j["text_split"] = to_string(options.text_split);
     std::int64_t count = 0, chars = 0;
     while (auto d = docs->next()) ++count, chars += static_cast<std::int64_t>(d->size());
     j["documents"] = count;
     j["text_bytes"] = chars;
-    return j;
+    if (!tok) return j;
   }
-  ProtocolSpec spec;
-  spec.seq_len = a.seq_len;
-  WindowStream windows(std::move(docs), *tok, spec);
-  std::int64_t n = 0;
-  while (windows.next()) ++n;
-  j["documents"] = windows.documents_read();
-  j["tokens_with_separators"] = windows.stream_tokens();
-  j["protocols"] = {{"windows", {{"seq_len", a.seq_len}, {"windows", n}, {"scored_tokens", n * (a.seq_len - 1)}}}};
+  // Tokens and windows per protocol (each with its own document split unless --text-split).
+  nlohmann::json protocols = nlohmann::json::object();
+  if (a.protocol == "all") {
+    for (const auto& name : protocol_names()) protocols[name] = count_protocol(path, a, tok, ProtocolSpec::defaults_for(name));
+  } else {
+    ProtocolSpec spec = load_protocol(a.protocol);
+    protocols[spec.name] = count_protocol(path, a, tok, spec);
+  }
+  j["protocols"] = protocols;
   return j;
 }
 
@@ -131,9 +174,13 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--tokenizer,-t", args->tokenizer, "tokenizer to describe (with --data: count tokens and windows)");
   cmd->add_option("--data,-d", args->data, "data file to describe");
   cmd->add_option("--data-dir", args->data_dir, "shared data folder (default: $QEVAL_DATA_DIR, else ../shared/data)");
-  cmd->add_option("--seq-len", args->seq_len, "window length for the window count")->capture_default_str();
-  cmd->add_option("--text-split", args->text_split, "plain-text documents: paragraph, line or file")
-      ->capture_default_str()->check(CLI::IsMember({"paragraph", "line", "file"}));
+  cmd->add_option("--seq-len", args->seq_len, "window length for the window counts (0: each protocol's)")->capture_default_str();
+  cmd->add_option("--protocol", args->protocol, "with --data and --tokenizer: a protocol preset or JSON file, or all")
+      ->capture_default_str();
+  cmd->add_option("--text-split", args->text_split, "plain-text documents: paragraph, line or file (default: each protocol's, else paragraph)")
+      ->check(CLI::IsMember({"paragraph", "line", "file"}));
+  cmd->add_option("--token-dtype", args->token_dtype, "pre-tokenised .bin data: auto, uint16, uint32")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "uint16", "uint32"}));
   cmd->add_flag("--json", args->json, "print JSON instead of text");
   cmd->callback([args] { run_inspect(*args); });
 }

@@ -47,6 +47,7 @@ class GptqC4Source : public WindowSource {
     while (true) {
       const std::int64_t i = rng_.randint(0, D - 1);
       ++document_draws_;
+      if (short_.count(i)) continue;  // known to be too short: GPTQ re-tokenises it, to the same result
       ids = encode(i);
       if (static_cast<std::int64_t>(ids.size()) >= spec_.seq_len) break;
       short_.insert(i);
@@ -69,6 +70,7 @@ class GptqC4Source : public WindowSource {
 
   std::int64_t documents_read() const override { return static_cast<std::int64_t>(texts_.size()); }
   std::int64_t stream_tokens() const override { return tokens_encoded_; }
+  std::string data_format() const override { return format_; }
   std::int64_t expected_windows() const override { return spec_.max_windows; }
 
   nlohmann::json facts() const override {
@@ -82,7 +84,7 @@ class GptqC4Source : public WindowSource {
                         {"documents", texts_.size()},
                         {"documents_held", "all texts in memory, drawn by index"},
                         {"document_draws", document_draws_},
-                        {"documents_tokenized", document_draws_},
+                        {"documents_too_short", short_.size()},
                         {"equal_length_documents", equal_length_documents_},
                         {"bos_id", id_json(bos_)},
                         {"bos_as_hf_tokenizer", hf_bos},

@@ -226,6 +226,7 @@ class DocumentTokens : public TokenSupply {
   std::int64_t documents_read() const override { return documents_read_; }
   std::int64_t tokens_read() const override { return tokens_read_; }
   nlohmann::json facts() const override { return {{"source", documents_->format()}, {"tokenizer", tokenizer_.kind()}}; }
+  std::string format() const override { return documents_->format(); }
 
  private:
   std::unique_ptr<DocumentReader> documents_;
@@ -268,6 +269,7 @@ WindowStream::~WindowStream() = default;
 std::int64_t WindowStream::documents_read() const { return supply_->documents_read(); }
 std::int64_t WindowStream::stream_tokens() const { return supply_->tokens_read(); }
 std::int64_t WindowStream::expected_windows() const { return spec_.max_windows; }
+std::string WindowStream::data_format() const { return supply_->format(); }
 
 nlohmann::json WindowStream::facts() const {
   nlohmann::json j = {{"separator_id", id_json(separator_)}, {"supply", supply_->facts()}};

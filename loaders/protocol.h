@@ -100,6 +100,8 @@ class WindowSource {
   virtual std::optional<Window> next() = 0;
   virtual std::int64_t documents_read() const = 0;
   virtual std::int64_t stream_tokens() const = 0;  // tokens produced so far (incl. separators)
+  // What the data was read as: the document reader's format ("text", "jsonl.gz", ...) or "tokens-uint16" / "tokens-uint32".
+  virtual std::string data_format() const = 0;
   // Windows the source will give when known in advance (gptq-c4, limits), else 0.
   virtual std::int64_t expected_windows() const { return 0; }
   // What the record should say beyond the spec: resolved separator / BOS ids, exactness,
@@ -122,6 +124,7 @@ class WindowStream : public WindowSource {
   std::optional<Window> next() override;
   std::int64_t documents_read() const override;
   std::int64_t stream_tokens() const override;
+  std::string data_format() const override;
   std::int64_t expected_windows() const override;
   nlohmann::json facts() const override;
   // The separator token actually used (nullopt: none).

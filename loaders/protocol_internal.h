@@ -25,6 +25,7 @@ class TokenSupply {
   virtual std::int64_t documents_read() const = 0;
   virtual std::int64_t tokens_read() const = 0;
   virtual nlohmann::json facts() const = 0;  // where the tokens came from
+  virtual std::string format() const = 0;    // WindowSource::data_format()
 };
 
 // Documents tokenised one at a time; `separator` (when set) opens each document.

@@ -48,6 +48,7 @@ class StrideSource : public WindowSource {
   }
   std::int64_t documents_read() const override { return supply_->documents_read(); }
   std::int64_t stream_tokens() const override { return supply_->tokens_read(); }
+  std::string data_format() const override { return supply_->format(); }
   std::int64_t expected_windows() const override { return spec_.max_windows; }
   nlohmann::json facts() const override {
     nlohmann::json j = facts_;
@@ -94,6 +95,7 @@ class LlamaCppSource : public WindowSource {
   }
   std::int64_t documents_read() const override { return chunks_->documents_read(); }
   std::int64_t stream_tokens() const override { return chunks_->stream_tokens(); }
+  std::string data_format() const override { return chunks_->data_format(); }
   std::int64_t expected_windows() const override { return spec_.max_windows; }
   nlohmann::json facts() const override {
     nlohmann::json j = chunks_->facts();

@@ -98,6 +98,7 @@ class TokenFileSupply : public TokenSupply {
     return true;
   }
   std::int64_t documents_read() const override { return 0; }
+  std::string format() const override { return "tokens-" + to_string(info_.dtype); }
   std::int64_t tokens_read() const override { return read_; }
   nlohmann::json facts() const override {
     return {{"source", "token file"},       {"dtype", to_string(info_.dtype)}, {"dtype_reason", info_.dtype_reason},
