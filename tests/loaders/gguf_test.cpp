@@ -16,22 +16,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts)
-      if (message.find(part) == std::string::npos)
-        return ::testing::AssertionFailure() << "message \"" << message << "\" lacks \"" << part << "\"";
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw something other than qeval::Error: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
-
 fs::path gguf_path() { return test::data_path("models/stories260K/stories260K-tok512-f32.gguf"); }
 
 // A minimal GGUF writer following the format description (not qeval's reader).
@@ -165,12 +149,12 @@ TEST(GgufBadInput, BadMagicAndVersion) {
   std::string magic = bytes;
   magic[3] = 'X';
   test::write_bytes(tmp / "magic.gguf", magic);
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "magic.gguf"); }, {"magic.gguf", "bad magic", "GGUX", "\"GGUF\""}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "magic.gguf"); }, {"magic.gguf", "bad magic", "GGUX", "\"GGUF\""}));
   for (std::uint32_t version : {1u, 4u, 0x03000000u}) {
     std::string v = bytes;
     std::memcpy(v.data() + 4, &version, 4);
     test::write_bytes(tmp / "version.gguf", v);
-    EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "version.gguf"); },
+    EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "version.gguf"); },
                             {"version.gguf", "GGUF version " + std::to_string(version), "expected 3"}));
   }
 }
@@ -182,14 +166,14 @@ TEST(GgufBadInput, TruncatedAtEveryStage) {
   for (std::size_t cut : {std::size_t{12}, std::size_t{3000}, std::size_t{13000}, bytes.size() - 100}) {
     SCOPED_TRACE(cut);
     test::write_bytes(tmp / "cut.gguf", bytes.substr(0, cut));
-    EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "cut.gguf"); }, {"cut.gguf", "truncated"}));
+    EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "cut.gguf"); }, {"cut.gguf", "truncated"}));
   }
   // A string length far beyond the file must be refused before anything is allocated.
   std::string huge = bytes;
   const std::uint64_t length = 1ull << 60;
   std::memcpy(huge.data() + 24, &length, 8);  // the first metadata key's length
   test::write_bytes(tmp / "huge.gguf", huge);
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "huge.gguf"); }, {"huge.gguf", "truncated", "metadata key 0"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "huge.gguf"); }, {"huge.gguf", "truncated", "metadata key 0"}));
 }
 
 TEST(GgufBadInput, QuantisedTensorTypeIsRefusedByName) {
@@ -202,16 +186,16 @@ TEST(GgufBadInput, QuantisedTensorTypeIsRefusedByName) {
   std::memcpy(bytes.data() + at + name.size() + 4 + 16, &q4_0, 4);
   test::TempDir tmp;
   test::write_bytes(tmp / "q4.gguf", bytes);
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "q4.gguf"); },
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "q4.gguf"); },
                           {"q4.gguf", "token_embd.weight", "unsupported type Q4_0", "F32, F16"}));
 }
 
 TEST(GgufBadInput, WrongArchitectureOrMissingTensor) {
   test::TempDir tmp;
   test::write_bytes(tmp / "falcon.gguf", stories_gguf(0, "falcon"));
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "falcon.gguf"); }, {"falcon.gguf", "architecture \"falcon\"", "llama"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "falcon.gguf"); }, {"falcon.gguf", "architecture \"falcon\"", "llama"}));
   test::write_bytes(tmp / "missing.gguf", stories_gguf(0, "llama", "blk.2.ffn_up.weight"));
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "missing.gguf"); }, {"missing.gguf", "missing tensor blk.2.ffn_up.weight"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "missing.gguf"); }, {"missing.gguf", "missing tensor blk.2.ffn_up.weight"}));
 }
 
 }  // namespace

@@ -16,22 +16,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts)
-      if (message.find(part) == std::string::npos)
-        return ::testing::AssertionFailure() << "message \"" << message << "\" lacks \"" << part << "\"";
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw something other than qeval::Error: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
-
 fs::path bin_path() { return test::data_path("models/stories260K/stories260K.bin"); }
 
 // `count` floats of the file starting at float index `first` after the 28-byte header.
@@ -91,19 +75,19 @@ TEST(Llama2cCheckpointBadInput, TruncatedOrPaddedFiles) {
   const std::string bytes = read_file(bin_path());
   test::TempDir tmp;
   test::write_bytes(tmp / "short.bin", bytes.substr(0, bytes.size() - 4));
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "short.bin"); },
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "short.bin"); },
                           {"short.bin", "implies 1056540 bytes", "1056536", "missing 4 bytes", "truncated"}));
   test::write_bytes(tmp / "long.bin", bytes + std::string(8, '\0'));
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "long.bin"); }, {"long.bin", "implies 1056540 bytes", "extra 8 bytes"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "long.bin"); }, {"long.bin", "implies 1056540 bytes", "extra 8 bytes"}));
   test::write_bytes(tmp / "header.bin", bytes.substr(0, 10));
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "header.bin"); }, {"header.bin", "truncated", "28-byte header"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "header.bin"); }, {"header.bin", "truncated", "28-byte header"}));
   test::write_bytes(tmp / "zeros.bin", std::string(1000, '\0'));
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "zeros.bin"); }, {"zeros.bin", "dim 0", "outside"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "zeros.bin"); }, {"zeros.bin", "dim 0", "outside"}));
   std::string odd = bytes;
   std::int32_t heads = 7;  // 64 is not a multiple of 7
   std::memcpy(odd.data() + 12, &heads, 4);
   test::write_bytes(tmp / "odd.bin", odd);
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp / "odd.bin"); }, {"odd.bin", "n_heads 7", "divisible"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "odd.bin"); }, {"odd.bin", "n_heads 7", "divisible"}));
 }
 
 }  // namespace

@@ -20,22 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts)
-      if (message.find(part) == std::string::npos)
-        return ::testing::AssertionFailure() << "message \"" << message << "\" lacks \"" << part << "\"";
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw something other than qeval::Error: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
-
 // Random weights for `c` (deterministic), built from the config alone.
 ModelWeights random_weights(const ModelConfig& c, std::uint64_t seed) {
   at::manual_seed(seed);
@@ -206,29 +190,29 @@ TEST(QevalCheckpointBadInput, WeightsThatDoNotMatchTheConfig) {
   auto extra = tensors;
   extra["lm_head.weight"] = at::zeros({50, 16});
   write_safetensors(tmp / "model.safetensors", extra);
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp.path()); }, {tmp.path().string(), "unexpected tensor lm_head.weight"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp.path()); }, {tmp.path().string(), "unexpected tensor lm_head.weight"}));
 
   auto missing = tensors;
   missing.erase("layers.1.mlp.down.weight");
   write_safetensors(tmp / "model.safetensors", missing);
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp.path()); },
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp.path()); },
                           {tmp.path().string(), "missing tensor layers.1.mlp.down.weight", "[16, 40]"}));
 
   auto wrong = tensors;
   wrong["layers.0.attn.qkv.weight"] = at::zeros({16, 48});
   write_safetensors(tmp / "model.safetensors", wrong);
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp.path()); },
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp.path()); },
                           {"model.safetensors", "layers.0.attn.qkv.weight", "shape [16, 48], expected [48, 16]"}));
 
   write_safetensors(tmp / "model.safetensors", tensors);
   json config = config_to_json(c);
   config["n_heads"] = 3;
   write_file_atomic(tmp / "config.json", config.dump());
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp.path()); }, {"config.json", "n_heads 3"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp.path()); }, {"config.json", "n_heads 3"}));
   config = config_to_json(c);
   config["norm"] = "batchnorm";
   write_file_atomic(tmp / "config.json", config.dump());
-  EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp.path()); }, {"config.json", "batchnorm", "layernorm"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp.path()); }, {"config.json", "batchnorm", "layernorm"}));
 }
 
 TEST(QevalCheckpointBadInput, SaveRefusesInconsistentWeights) {
@@ -236,7 +220,7 @@ TEST(QevalCheckpointBadInput, SaveRefusesInconsistentWeights) {
   ModelWeights w = random_weights(c, 8);
   w.blocks[1].up.weight = at::zeros({40, 15});
   test::TempDir tmp;
-  EXPECT_TRUE(throws_with([&] { save_qeval_checkpoint(tmp / "bad", c, w); }, {"layers.1.mlp.up.weight", "[40, 15]"}));
+  EXPECT_TRUE(test::throws_with([&] { save_qeval_checkpoint(tmp / "bad", c, w); }, {"layers.1.mlp.up.weight", "[40, 15]"}));
   EXPECT_FALSE(fs::exists(tmp / "bad" / "config.json"));
 }
 

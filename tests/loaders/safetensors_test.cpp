@@ -17,22 +17,6 @@ namespace {
 using nlohmann::json;
 
 // Passes when f() throws qeval::Error whose message contains every part.
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts)
-      if (message.find(part) == std::string::npos)
-        return ::testing::AssertionFailure() << "message \"" << message << "\" lacks \"" << part << "\"";
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw something other than qeval::Error: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
-
 // A safetensors file made by hand (no validation), for corrupt inputs.
 std::string craft(const json& header, const std::string& data) {
   const std::string text = header.dump();
@@ -87,10 +71,10 @@ TEST(Safetensors, ConvertsHalfAndBFloat16ToFloat32OnRequest) {
   SafetensorsFile file(dir / "h.safetensors");
   EXPECT_TRUE(test::tensors_equal(file.read_float32("h"), half.to(at::kFloat)));
   EXPECT_TRUE(test::tensors_equal(file.read_float32("b", {5}), bf16.to(at::kFloat)));
-  EXPECT_TRUE(throws_with([&] { file.read_float32("ids"); }, {"h.safetensors", "ids", "dtype I64", "floating-point"}));
-  EXPECT_TRUE(throws_with([&] { file.read_float32("h", {3, 4}); }, {"h.safetensors", "shape [4, 3], expected [3, 4]"}));
-  EXPECT_TRUE(throws_with([&] { file.read("missing"); }, {"h.safetensors", "missing tensor missing"}));
-  EXPECT_TRUE(throws_with([&] { read_safetensors(dir / "h.safetensors", /*to_float32=*/true); }, {"dtype I64"}));
+  EXPECT_TRUE(test::throws_with([&] { file.read_float32("ids"); }, {"h.safetensors", "ids", "dtype I64", "floating-point"}));
+  EXPECT_TRUE(test::throws_with([&] { file.read_float32("h", {3, 4}); }, {"h.safetensors", "shape [4, 3], expected [3, 4]"}));
+  EXPECT_TRUE(test::throws_with([&] { file.read("missing"); }, {"h.safetensors", "missing tensor missing"}));
+  EXPECT_TRUE(test::throws_with([&] { read_safetensors(dir / "h.safetensors", /*to_float32=*/true); }, {"dtype I64"}));
 }
 
 // The writer's bytes, checked against the format description rather than our reader.
@@ -141,10 +125,10 @@ TEST(SafetensorsBadInput, TruncatedFile) {
   test::TempDir dir;
   const std::string real = read_file(test::data_path("fixtures/tiny-gpt2-hf/model.safetensors"));
   test::write_bytes(dir / "half.safetensors", real.substr(0, real.size() / 2));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "half.safetensors"); },
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "half.safetensors"); },
                           {"half.safetensors", "outside the data area", "truncated"}));
   test::write_bytes(dir / "tiny.safetensors", "abc");
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "tiny.safetensors"); },
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "tiny.safetensors"); },
                           {"tiny.safetensors", "truncated", "3 bytes"}));
 }
 
@@ -153,31 +137,31 @@ TEST(SafetensorsBadInput, HeaderLengthBeyondTheFile) {
   std::string real = read_file(test::data_path("fixtures/tiny-gpt2-hf/model.safetensors"));
   real.replace(0, 8, le_u64(real.size()));
   test::write_bytes(dir / "long.safetensors", real);
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "long.safetensors"); },
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "long.safetensors"); },
                           {"long.safetensors", "header length", "beyond the end of the file"}));
   test::write_bytes(dir / "huge.safetensors", le_u64(~0ull) + "{}");
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "huge.safetensors"); }, {"huge.safetensors", "beyond"}));
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "huge.safetensors"); }, {"huge.safetensors", "beyond"}));
 }
 
 TEST(SafetensorsBadInput, HeaderThatIsNotJsonOrNotAnObject) {
   test::TempDir dir;
   test::write_bytes(dir / "a.safetensors", le_u64(5) + "{\"a\":");
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "a.safetensors"); }, {"a.safetensors", "not valid JSON"}));
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "a.safetensors"); }, {"a.safetensors", "not valid JSON"}));
   test::write_bytes(dir / "b.safetensors", le_u64(2) + "[]");
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "b.safetensors"); }, {"b.safetensors", "JSON object", "array"}));
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "b.safetensors"); }, {"b.safetensors", "JSON object", "array"}));
   test::write_bytes(dir / "c.safetensors", craft({{"__metadata__", {{"step", 3}}}}, ""));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "c.safetensors"); }, {"c.safetensors", "__metadata__", "step"}));
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "c.safetensors"); }, {"c.safetensors", "__metadata__", "step"}));
 }
 
 TEST(SafetensorsBadInput, OffsetsOutOfRange) {
   test::TempDir dir;
   test::write_bytes(dir / "o.safetensors",
                     craft({{"w", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {8, 16}}}}}, std::string(8, '\0')));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "o.safetensors"); },
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "o.safetensors"); },
                           {"o.safetensors", "tensor w", "[8, 16]", "outside the data area of 8 bytes"}));
   test::write_bytes(dir / "r.safetensors",
                     craft({{"w", {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {8, 0}}}}}, std::string(8, '\0')));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "r.safetensors"); }, {"r.safetensors", "tensor w", "begin after end"}));
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "r.safetensors"); }, {"r.safetensors", "tensor w", "begin after end"}));
 }
 
 TEST(SafetensorsBadInput, OverlappingTensors) {
@@ -186,14 +170,14 @@ TEST(SafetensorsBadInput, OverlappingTensors) {
                     craft({{"a", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}},
                            {"b", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {4, 12}}}}},
                           std::string(12, '\0')));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "x.safetensors"); }, {"x.safetensors", "a [0, 8]", "b [4, 12]", "overlap"}));
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "x.safetensors"); }, {"x.safetensors", "a [0, 8]", "b [4, 12]", "overlap"}));
 }
 
 TEST(SafetensorsBadInput, UnknownDtype) {
   test::TempDir dir;
   test::write_bytes(dir / "d.safetensors",
                     craft({{"w", {{"dtype", "F8_E4M3"}, {"shape", {4}}, {"data_offsets", {0, 4}}}}}, std::string(4, '\0')));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "d.safetensors"); },
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "d.safetensors"); },
                           {"d.safetensors", "tensor w", "unsupported dtype F8_E4M3", "F32, F16, BF16"}));
 }
 
@@ -201,20 +185,20 @@ TEST(SafetensorsBadInput, ShapeThatDoesNotFitTheSpan) {
   test::TempDir dir;
   test::write_bytes(dir / "s.safetensors",
                     craft({{"w", {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 8}}}}}, std::string(8, '\0')));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "s.safetensors"); },
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "s.safetensors"); },
                           {"s.safetensors", "tensor w spans 8 bytes", "F32", "[3]", "need 12 bytes"}));
   test::write_bytes(dir / "n.safetensors",
                     craft({{"w", {{"dtype", "F32"}, {"shape", {-2}}, {"data_offsets", {0, 8}}}}}, std::string(8, '\0')));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "n.safetensors"); }, {"n.safetensors", "tensor w", "non-negative"}));
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "n.safetensors"); }, {"n.safetensors", "tensor w", "non-negative"}));
   // A product that overflows 64 bits must not wrap around to a "matching" size.
   test::write_bytes(dir / "big.safetensors",
                     craft({{"w", {{"dtype", "U8"}, {"shape", {1ull << 33, 1ull << 33}}, {"data_offsets", {0, 0}}}}}, ""));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile f(dir / "big.safetensors"); }, {"big.safetensors", "tensor w"}));
+  EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "big.safetensors"); }, {"big.safetensors", "tensor w"}));
 }
 
 TEST(SafetensorsBadInput, WriterRefusesUnsupportedDtypes) {
   test::TempDir dir;
-  EXPECT_TRUE(throws_with([&] { write_safetensors(dir / "c.safetensors", {{"z", at::zeros({2}, at::kComplexFloat)}}); },
+  EXPECT_TRUE(test::throws_with([&] { write_safetensors(dir / "c.safetensors", {{"z", at::zeros({2}, at::kComplexFloat)}}); },
                           {"c.safetensors", "tensor z"}));
   EXPECT_FALSE(std::filesystem::exists(dir / "c.safetensors"));
 }

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <string>
 
+#include "common/error.h"
+
 namespace qeval::test {
 
 // ../shared/data (or $QEVAL_DATA_DIR). Fails the test, never skips, when it is missing.
@@ -36,5 +38,23 @@ void write_bytes(const std::filesystem::path& path, const std::string& bytes);
 ::testing::AssertionResult tensors_close(const at::Tensor& got, const at::Tensor& expected, double atol,
                                          double rtol = 0.0);
 ::testing::AssertionResult tensors_equal(const at::Tensor& got, const at::Tensor& expected);
+
+// Passes when f() throws qeval::Error whose message contains every one of `parts`; reports the
+// message otherwise (or that nothing, or something else, was thrown).
+template <typename F>
+::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const auto& part : parts)
+      if (message.find(part) == std::string::npos)
+        return ::testing::AssertionFailure() << "message \"" << message << "\" lacks \"" << part << "\"";
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw something other than qeval::Error: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
 
 }  // namespace qeval::test
