@@ -185,5 +185,40 @@ TEST(ReportCli, PlotWithoutGnuplotNamesThePackage) {
   EXPECT_TRUE(contains(r.output, "gnuplot-nox")) << r.output;
 }
 
+bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
+
+TEST(ReportCli, PlotDrawsTheCurvesOfARecord) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not on PATH (Debian package gnuplot-nox)";
+  Files f;
+  auto rec = f.write("r.json", base_record());
+  CommandResult r = run("plot " + rec + " --out " + f.path("pics"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "layer_curves.png")) << r.output;
+  EXPECT_GT(std::filesystem::file_size(f.dir / "pics" / "layer_curves.png"), 5000u);
+  r = run("plot " + rec + " --scheme int8-coarse --out " + f.path("pics"));  // no statistics for it
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--stats-for all")) << r.output;
+}
+
+TEST(ReportCli, EvalPlotsWritesFigureDataAndPictures) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not on PATH (Debian package gnuplot-nox)";
+  Files f;
+  CommandResult r = run("eval -q --schemes full --seq-len 64 --max-windows 2 --out " + f.path("r.json") + " --plots " +
+                        f.path("pics"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* name : {"attention_map.png", "hidden_abs.png", "layer_curves.png", "figure_data.json"})
+    EXPECT_TRUE(std::filesystem::exists(f.dir / "pics" / name)) << name << "\n" << r.output;
+  auto fd = nlohmann::json::parse(read_file(f.dir / "pics" / "figure_data.json"));
+  EXPECT_EQ(fd["windows"], 2);
+  EXPECT_EQ(fd["layers"], 5);  // stories260K
+  EXPECT_EQ(fd["attention_map"]["T"], 64);
+  // Without gnuplot the evaluation does not start: no record, exit 2 naming the package.
+  r = run("eval -q --schemes full --seq-len 64 --max-windows 2 --out " + f.path("r2.json") + " --plots " + f.path("p2"),
+          "QEVAL_GNUPLOT=/nonexistent/gnuplot");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "gnuplot-nox")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(f.dir / "r2.json"));
+}
+
 }  // namespace
 }  // namespace qeval
