@@ -203,6 +203,11 @@ TrainResult run_training(TrainOptions o) {
     } catch (const nlohmann::json::exception& e) {
       fail("--resume {}: train_state.json: {}", source, e.what());
     }
+    // The data position only means something on the same token stream.
+    const std::string data_hash = hash_file(o.data);
+    const nlohmann::json saved_hash = ck.notes.value("metadata", nlohmann::json::object()).value("data_hash", nlohmann::json());
+    QEVAL_CHECK(saved_hash == data_hash, "--resume {}: it was trained on data with hash {}, {} has hash {}", source,
+                saved_hash.dump(), o.data.string(), data_hash);
     weights = std::move(ck.weights);
   } else {
     weights = init_weights(o.model, o.seed, o.init_std);

@@ -149,6 +149,11 @@ TEST(Trainer, ResumeGivesBitIdenticalParameters) {
     other.resume = dir / "half";
     other.batch_size = 8;  // a different recipe must not silently continue
     EXPECT_THROW(run_training(other), Error);
+    TrainOptions moved = tiny(dir, llama);
+    moved.resume = dir / "half";
+    moved.data = dir / "other.txt";  // another token stream: the data position would be meaningless
+    test::write_bytes(moved.data, read_file(straight.data).substr(100));
+    EXPECT_THROW(run_training(moved), Error);
   }
 }
 
