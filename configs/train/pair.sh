@@ -13,6 +13,9 @@
 #
 # The "hot" variant (configs/train/pair-hot-*.json) is the same with peak lr 1e-2, 250 steps,
 # warm-up 25: PAIR=pair-hot OUT=results/train/pair-hot configs/train/pair.sh
+# The ablation (configs/train/ablation-hot-*.json) swaps the architectures at that lr: Adam with
+# softmax-1 + RMSNormSingle, OrthoAdam with softmax + LayerNorm:
+#   PAIR=ablation-hot OUT=results/train/ablation-hot configs/train/pair.sh
 #
 # usage: configs/train/pair.sh   (from the repository root; QEVAL=path/to/qeval OUT=folder,
 #        PAIR=config prefix, SKIP_TRAIN=1 to evaluate existing checkpoints only)
