@@ -62,7 +62,9 @@ class AxisTransform {
 // Returns H_b rows / sqrt(b) (H_b symmetric and orthogonal after normalisation).
 at::Tensor fwht(const at::Tensor& rows);
 
-// One AxisTransform per axis of a tensor of `shape` (none for axes of size 1).
+// One AxisTransform per axis of a tensor of `shape` (identity for axes of size 1). `kind`:
+// dense = AxisTransform::random per axis (dense up to dense_max, Hadamard beyond); hadamard =
+// Hadamard on every axis; identity = Q = I on every axis (through the dense code path).
 class TensorTransform {
  public:
   TensorTransform() = default;
