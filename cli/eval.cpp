@@ -271,7 +271,11 @@ void add_eval_command(CLI::App& app) {
                   "evaluation protocol: windows, stride, llamacpp, gptq-c4 (configs/protocols/) or a JSON protocol file; "
                   "the options below override its parameters")
       ->capture_default_str();
-  cmd->add_option("--seq-len", args->seq_len, "window length in tokens (llamacpp: n_ctx; 0: the protocol's)")
+  std::string preset_lengths;
+  for (const auto& name : protocol_names())
+    preset_lengths += fmt::format("{}{} {}", preset_lengths.empty() ? "" : ", ", name, ProtocolSpec::defaults_for(name).seq_len);
+  cmd->add_option("--seq-len", args->seq_len,
+                  fmt::format("window length in tokens (llamacpp: n_ctx; 0: the protocol's: {})", preset_lengths))
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--stride", args->stride, "stride protocol: tokens each window advances (0: the protocol's)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
