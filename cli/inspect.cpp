@@ -61,8 +61,11 @@ nlohmann::json count_protocol(const std::filesystem::path& path, const InspectAr
     spec = ProtocolSpec::from_json(j, "inspect");
     WindowSourceOptions options;
     options.documents.text_split = spec.text_split.value_or(TextSplit::paragraph);
+    // Without a tokenizer the ids of a token file are not checked against a vocabulary, and
+    // the dtype is resolved without one (a stand-in vocabulary would sway `auto`).
     options.token_dtype = parse_token_dtype(a.token_dtype);
-    // Without a tokenizer the ids of a token file are not checked against a vocabulary.
+    if (is_token_file(path))
+      options.token_dtype = probe_token_file(path, options.token_dtype, tok ? tok->vocab_size() : 0).dtype;
     options.vocab_size = tok ? tok->vocab_size() : std::int64_t{1} << 32;
     auto source = open_window_source(path, tok, spec, options);
     std::int64_t windows = 0, scored = 0;
