@@ -112,6 +112,10 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& source)
   ModelConfig c;
   try {
     QEVAL_CHECK(j.is_object(), "expected a JSON object, found {}", j.type_name());
+    // json's get<int64_t>() casts a float such as 1e30, undefined beyond int64: integers only.
+    for (const char* key : {"vocab_size", "d_model", "d_ff", "n_layers", "n_heads", "n_kv_heads", "max_seq_len", "bos_id", "eos_id"})
+      QEVAL_CHECK(!j.contains(key) || j[key].is_null() || j[key].is_number_integer(),
+                  "field \"{}\" should be an integer, found {}", key, j[key].dump());
     c.architecture = j.value("architecture", std::string("custom"));
     c.vocab_size = j.at("vocab_size").get<std::int64_t>();
     c.d_model = j.at("d_model").get<std::int64_t>();
