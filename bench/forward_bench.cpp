@@ -80,18 +80,7 @@ int main(int argc, char** argv) {
   LoadedCheckpoint stories = load_checkpoint(resolve_data_dir(data_dir) / "models/stories260K/stories260K.bin");
   report("stories260K", Transformer(stories.config, stories.weights), 512, windows * 3, gemm_gflops);
 
-  ModelConfig gpt2;
-  gpt2.architecture = "gpt2";
-  gpt2.vocab_size = 50257;
-  gpt2.d_model = 768;
-  gpt2.d_ff = 3072;
-  gpt2.n_layers = 12;
-  gpt2.n_heads = gpt2.n_kv_heads = 12;
-  gpt2.max_seq_len = 1024;
-  gpt2.norm = NormKind::layernorm;
-  gpt2.position = PositionKind::learned;
-  gpt2.mlp = MlpKind::gelu;
-  gpt2.attention_bias = gpt2.mlp_bias = gpt2.tied_embeddings = gpt2.fused_qkv = true;
+  const ModelConfig gpt2 = gpt2_small_config();
   report("GPT-2 small (random)", Transformer(gpt2, init_weights(gpt2, 0)), 1024, windows, gemm_gflops);
   return 0;
 }

@@ -63,18 +63,7 @@ int main(int argc, char** argv) {
   at::set_num_threads(threads);
   g_cpu_clock = clock == "cpu";
 
-  qeval::ModelConfig c;
-  c.architecture = "gpt2";
-  c.vocab_size = 50257;
-  c.d_model = 768;
-  c.d_ff = 3072;
-  c.n_layers = 12;
-  c.n_heads = c.n_kv_heads = 12;
-  c.max_seq_len = 1024;
-  c.norm = qeval::NormKind::layernorm;
-  c.position = qeval::PositionKind::learned;
-  c.mlp = qeval::MlpKind::gelu;
-  c.attention_bias = c.mlp_bias = c.tied_embeddings = c.fused_qkv = true;
+  const qeval::ModelConfig c = qeval::gpt2_small_config();
   const qeval::Transformer full(c, qeval::init_weights(c, 0), "random GPT-2 small");
   at::manual_seed(0);
   const at::Tensor tokens = at::randint(c.vocab_size, {batch, seq}, at::kLong);

@@ -21,43 +21,12 @@
 #include <vector>
 
 #include "eval/statistics.h"
+#include "model/init.h"
 #include "model/transformer.h"
 
 namespace {
 
 using namespace qeval;
-
-ModelConfig gpt2_small_config() {
-  ModelConfig c;
-  c.architecture = "gpt2";
-  c.vocab_size = 50257, c.d_model = 768, c.d_ff = 3072, c.n_layers = 12, c.n_heads = 12, c.n_kv_heads = 12;
-  c.max_seq_len = 1024;
-  c.norm = NormKind::layernorm, c.position = PositionKind::learned, c.mlp = MlpKind::gelu;
-  c.attention_bias = c.mlp_bias = c.tied_embeddings = c.fused_qkv = true;
-  return c;
-}
-
-// GPT-2's initialisation: N(0, 0.02) weights, zero biases, unit norm gains.
-ModelWeights random_weights(const ModelConfig& c) {
-  auto normal = [](std::vector<std::int64_t> shape) { return at::randn(shape) * 0.02; };
-  auto linear = [&](std::int64_t out, std::int64_t in) { return LinearWeights{normal({out, in}), at::zeros({out})}; };
-  auto norm = [&] { return NormWeights{at::ones({c.d_model}), at::zeros({c.d_model})}; };
-  ModelWeights w;
-  w.token_embedding = normal({c.vocab_size, c.d_model});
-  w.position_embedding = normal({c.max_seq_len, c.d_model});
-  for (std::int64_t i = 0; i < c.n_layers; ++i) {
-    BlockWeights b;
-    b.attn_norm = norm(), b.mlp_norm = norm();
-    b.qkv = linear(3 * c.d_model, c.d_model);
-    b.o = linear(c.d_model, c.d_model);
-    b.up = linear(c.d_ff, c.d_model);
-    b.down = linear(c.d_model, c.d_ff);
-    w.blocks.push_back(b);
-  }
-  w.final_norm = norm();
-  w.lm_head = w.token_embedding;
-  return w;
-}
 
 // Forwards to the collector and adds up the process CPU time spent inside its callbacks: the
 // collector's own cost, measured apart from the forward pass it rides on.
@@ -100,7 +69,7 @@ int main(int argc, char** argv) {
   c10::InferenceMode inference;
   at::manual_seed(0);
   const ModelConfig config = gpt2_small_config();
-  const Transformer model(config, random_weights(config), "random gpt2-small");
+  const Transformer model(config, init_weights(config, 0), "random gpt2-small");
   at::Tensor tokens = at::randint(0, config.vocab_size, {windows + 1, seq}, at::kLong);
   fmt::print("stats_bench: GPT-2-small shape (12 x 768, 12 heads, vocab 50257), random weights, fp32 CPU\n");
   fmt::print("seq_len {}, batch 1, {} timed windows (+1 warm-up), {} threads\n", seq, windows, at::get_num_threads());

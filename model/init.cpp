@@ -45,4 +45,20 @@ ModelWeights init_weights(const ModelConfig& c, std::uint64_t seed, double std) 
   return w;
 }
 
+ModelConfig gpt2_small_config() {
+  ModelConfig c;
+  c.architecture = "gpt2";
+  c.vocab_size = 50257;
+  c.d_model = 768;
+  c.d_ff = 3072;
+  c.n_layers = 12;
+  c.n_heads = c.n_kv_heads = 12;
+  c.max_seq_len = 1024;
+  c.norm = NormKind::layernorm;
+  c.position = PositionKind::learned;
+  c.mlp = MlpKind::gelu;
+  c.attention_bias = c.mlp_bias = c.tied_embeddings = c.fused_qkv = true;
+  return c;
+}
+
 }  // namespace qeval

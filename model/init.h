@@ -12,4 +12,8 @@ namespace qeval {
 
 ModelWeights init_weights(const ModelConfig& config, std::uint64_t seed, double std = 0.02);
 
+// GPT-2 small's shape (124 M parameters: 12 × 768, 12 heads, vocab 50257, 1024 learned
+// positions, LayerNorm, GELU, biases, tied head, fused qkv), for synthetic benchmark models.
+ModelConfig gpt2_small_config();
+
 }  // namespace qeval
