@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,7 +34,12 @@
 #include "loaders/gpt2_bpe.h"
 #include "loaders/llama2c_tokenizer.h"
 #include "loaders/safetensors.h"
+#include "loaders/protocol.h"
 #include "loaders/safetensors_set.h"
+#include "loaders/token_file.h"
+#include "loaders/torch_checkpoint.h"
+
+#include <caffe2/serialize/inline_container.h>
 
 namespace qeval::fuzz {
 
@@ -165,6 +172,76 @@ inline void llama2c_checkpoint(std::string_view data) {
   (void)load_llama2c_checkpoint(scratch_file("model.bin", data));
 }
 
+// A torch.save zip archive (pytorch_model.bin), every tensor of the state dict touched.
+inline void read_state_dict(const std::filesystem::path& path) {
+  for (const auto& [name, tensor] : read_torch_state_dict(path)) (void)tensor.sum();
+}
+
+inline void torch_zip(std::string_view data) { read_state_dict(scratch_file("pytorch_model.bin", data)); }
+
+// The bytes as data.pkl inside a well-formed archive (valid zip structure and CRCs, records
+// data/0 of 24 bytes and data/1 of 8, as torch.save writes them), so mutations reach the pickle
+// rewrite and LibTorch's unpickler instead of stopping at the zip layer.
+inline void torch_pickle(std::string_view data) {
+  const auto path = scratch_dir() / "pickle.pt";
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(path.string());
+    writer.writeRecord("data.pkl", data.data(), data.size());
+    // float32 {0, 0.5, 1, 1.5, 2, 2.5} and float16 {1, -2, 3.5, 0.25}, little endian
+    static constexpr std::string_view storage0{"\0\0\0\0\0\0\0\x3f\0\0\x80\x3f\0\0\xc0\x3f\0\0\0\x40\0\0\x20\x40", 24};
+    static constexpr std::string_view storage1{"\0\x3c\0\xc0\0\x43\0\x34", 8};
+    writer.writeRecord("data/0", storage0.data(), storage0.size());
+    writer.writeRecord("data/1", storage1.data(), storage1.size());
+    writer.writeRecord("byteorder", "little", 6);
+    writer.writeEndOfFile();
+  }
+  read_state_dict(path);
+}
+
+// ---- pre-tokenised token files and protocols ----
+
+// Byte 0: dtype (auto / uint16 / uint32) and protocol (windows / stride / llamacpp); bytes 1-2:
+// vocabulary size; byte 3: seq_len; the rest is the .bin file. Every window is read.
+inline void token_file(std::string_view data) {
+  if (data.size() < 4) return;
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(data[i]); };
+  ProtocolSpec spec = ProtocolSpec::defaults_for(std::array{"windows", "stride", "llamacpp"}[byte(0) / 3 % 3]);
+  spec.seq_len = 2 + byte(3) % 64;
+  if (spec.name == "stride") spec.stride = 1 + byte(3) / 64;
+  WindowSourceOptions options;
+  options.token_dtype = std::array{TokenDtype::auto_, TokenDtype::uint16, TokenDtype::uint32}[byte(0) % 3];
+  options.vocab_size = 1 + byte(1) + 256 * byte(2);
+  const auto path = scratch_file("tokens.bin", data.substr(4));
+  (void)probe_token_file(path, options.token_dtype, options.vocab_size);
+  auto source = open_window_source(path, nullptr, spec, options);
+  while (source->next()) {
+  }
+  (void)source->facts();
+}
+
+// A protocol JSON file: parsed, written back and parsed again (the two must agree), then used
+// on a fixed token file of 4,000 ids so that its numbers (seq_len, stride, max_windows, ...)
+// size real windows.
+inline void protocol_json(std::string_view data) {
+  const ProtocolSpec spec = load_protocol(scratch_file("protocol.json", data).string());
+  const nlohmann::json written = spec.to_json();
+  if (ProtocolSpec::from_json(written, "round trip").to_json() != written) {
+    throw std::logic_error("protocol JSON does not survive a round trip: " + written.dump());
+  }
+  if (spec.name == "gptq-c4") return;  // needs text documents and a tokenizer
+  static const std::filesystem::path tokens = [] {
+    std::string ids(8000, '\0');
+    for (std::size_t i = 0; i < ids.size(); i += 2) ids[i] = static_cast<char>(i / 2 % 251);
+    return scratch_file("protocol-tokens.bin", ids);
+  }();
+  WindowSourceOptions options;
+  options.token_dtype = TokenDtype::uint16;
+  options.vocab_size = 256;
+  auto source = open_window_source(tokens, nullptr, spec, options);
+  while (source->next()) {
+  }
+}
+
 // ---- tokenizers ----
 
 inline void llama2c_tokenizer(std::string_view data) {
@@ -221,6 +298,10 @@ inline const std::map<std::string, std::function<void(std::string_view)>>& harne
       {"jsonl_plain", jsonl_plain},
       {"jsonl_gz", jsonl_gz},
       {"jsonl_zst", jsonl_zst},
+      {"torch_zip", torch_zip},
+      {"torch_pickle", torch_pickle},
+      {"token_file", token_file},
+      {"protocol_json", protocol_json},
   };
   return all;
 }

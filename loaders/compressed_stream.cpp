@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,9 +18,11 @@ namespace {
 // (32 KiB for deflate, up to the frame's window for zstd) on top of it.
 constexpr std::size_t kInputChunkBytes = 256 << 10;
 
-// zstd frames may ask for windows up to 3.75 TiB; a data file has no reason to need more than
-// 2 GiB (zstd --long=31), so larger requests are refused instead of allocated.
-constexpr int kMaxZstdWindowLog = 31;
+// zstd frames may ask for windows up to 3.75 TiB, and the decoder allocates what the frame
+// header asks for: a 3 KB file claiming a 2 GiB window made a 2 GiB allocation (found by
+// fuzz_jsonl_zst). The limit is the zstd CLI's default decoder limit, 128 MiB (window log 27):
+// what `zstd` writes without --long, and what `zstd -d` itself accepts without --memory.
+constexpr int kMaxZstdWindowLog = 27;
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -59,24 +62,33 @@ class PlainStream final : public ByteStream {
 // Shared by both decoders: the compressed input buffer and how far into the file it is.
 class CompressedInput {
  public:
-  explicit CompressedInput(const std::filesystem::path& path) : file_(open_file(path)), chunk_(kInputChunkBytes) {}
+  explicit CompressedInput(const std::filesystem::path& path)
+      : file_(open_file(path)), chunk_bytes_(chunk_bytes_for(path)), chunk_(new char[chunk_bytes_]) {}
   // Reads the next chunk; returns its size, 0 at end of file.
   std::size_t refill(const std::filesystem::path& path) {
-    std::size_t n = read_file_chunk(file_.get(), path, chunk_.data(), chunk_.size());
+    std::size_t n = read_file_chunk(file_.get(), path, chunk_.get(), chunk_bytes_);
     consumed_before_chunk_ = file_offset_;
     file_offset_ += n;
     at_eof_ = n == 0;
     return n;
   }
-  char* data() { return chunk_.data(); }
+  char* data() { return chunk_.get(); }
   bool at_eof() const { return at_eof_; }
   // File offset of byte `pos` of the current chunk.
   std::uint64_t offset(std::size_t pos) const { return consumed_before_chunk_ + pos; }
   std::uint64_t file_size_so_far() const { return file_offset_; }
 
  private:
+  // kInputChunkBytes, or the file's size when smaller (a small file does not pay for the buffer).
+  static std::size_t chunk_bytes_for(const std::filesystem::path& path) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    return ec ? kInputChunkBytes : static_cast<std::size_t>(std::clamp<std::uintmax_t>(size, 1, kInputChunkBytes));
+  }
+
   FilePtr file_;
-  std::vector<char> chunk_;
+  std::size_t chunk_bytes_;
+  std::unique_ptr<char[]> chunk_;
   std::uint64_t file_offset_ = 0;
   std::uint64_t consumed_before_chunk_ = 0;
   bool at_eof_ = false;
@@ -159,6 +171,12 @@ class ZstdStream final : public ByteStream {
       if (in_.pos == in_.size && input_.at_eof() && frame_done_) break;
       const std::size_t out_before = out.pos;
       std::size_t ret = ZSTD_decompressStream(ctx_, &out, &in_);
+      if (ZSTD_isError(ret) && ZSTD_getErrorCode(ret) == ZSTD_error_frameParameter_windowTooLarge) {
+        fail("{}: a zstd frame within compressed bytes {}..{} asks for a window larger than {} MiB, qeval's limit "
+             "(zstd's default; files written with --long=28 or more exceed it): decompress and recompress it without "
+             "--long",
+             path_.string(), input_.offset(in_.pos), input_.offset(in_.size), (1u << kMaxZstdWindowLog) >> 20);
+      }
       if (ZSTD_isError(ret)) {
         // zstd decodes whole blocks, so the damage lies somewhere in the chunk it was given.
         fail("corrupt zstd data in {} within compressed bytes {}..{} (after {} decompressed bytes): zstd says \"{}\"",
@@ -222,12 +240,21 @@ std::unique_ptr<ByteStream> open_byte_stream(const std::filesystem::path& path, 
 }
 
 LineReader::LineReader(std::unique_ptr<ByteStream> stream, std::size_t max_line_bytes, std::size_t buffer_bytes)
-    : stream_(std::move(stream)), max_line_bytes_(max_line_bytes), buffer_(std::max<std::size_t>(buffer_bytes, 1)) {}
+    : stream_(std::move(stream)),
+      max_line_bytes_(max_line_bytes),
+      buffer_bytes_(std::clamp<std::size_t>(kInitialBufferBytes, 1, std::max<std::size_t>(buffer_bytes, 1))),
+      max_buffer_bytes_(std::max<std::size_t>(buffer_bytes, 1)) {
+  buffer_.reset(new char[buffer_bytes_]);
+}
 
 bool LineReader::refill() {
   if (at_end_) return false;
+  if (end_ == buffer_bytes_ && buffer_bytes_ < max_buffer_bytes_) {  // the last read filled it: grow
+    buffer_bytes_ = std::min(2 * buffer_bytes_, max_buffer_bytes_);
+    buffer_.reset(new char[buffer_bytes_]);  // everything in it was consumed (begin_ == end_)
+  }
   begin_ = 0;
-  end_ = stream_->read(buffer_.data(), buffer_.size());
+  end_ = stream_->read(buffer_.get(), buffer_bytes_);
   at_end_ = end_ == 0;
   return !at_end_;
 }
@@ -241,7 +268,7 @@ bool LineReader::next(std::string& line) {
       return any;
     }
     any = true;
-    const char* start = buffer_.data() + begin_;
+    const char* start = buffer_.get() + begin_;
     const auto* nl = static_cast<const char*>(std::memchr(start, '\n', end_ - begin_));
     const std::size_t take = nl ? static_cast<std::size_t>(nl - start) : end_ - begin_;
     if (line.size() + take > max_line_bytes_) {
@@ -262,13 +289,14 @@ bool is_blank_line(const std::string& line) { return line.find_first_not_of(" \t
 
 std::string read_all(ByteStream& stream, std::size_t max_bytes) {
   std::string all;
-  std::vector<char> chunk(LineReader::kDefaultBufferBytes);
-  while (std::size_t n = stream.read(chunk.data(), chunk.size())) {
+  constexpr std::size_t kChunkBytes = 64 << 10;
+  const std::unique_ptr<char[]> chunk(new char[kChunkBytes]);
+  while (std::size_t n = stream.read(chunk.get(), kChunkBytes)) {
     if (all.size() + n > max_bytes) {
       fail("{} holds more than {} bytes, the limit for reading it whole (split it by paragraph or line to stream it)",
            stream.path().string(), max_bytes);
     }
-    all.append(chunk.data(), n);
+    all.append(chunk.get(), n);
   }
   return all;
 }

@@ -63,7 +63,12 @@ class LineReader {
 
   std::unique_ptr<ByteStream> stream_;
   std::size_t max_line_bytes_;
-  std::vector<char> buffer_;
+  // Starts at kInitialBufferBytes and doubles up to max_buffer_bytes_ while reads fill it, so a
+  // small file never pays for a megabyte buffer (that cost dominated opening small files).
+  static constexpr std::size_t kInitialBufferBytes = 16 << 10;
+  std::unique_ptr<char[]> buffer_;
+  std::size_t buffer_bytes_;
+  std::size_t max_buffer_bytes_;
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
   bool at_end_ = false;

@@ -59,8 +59,29 @@ std::string patch_ordered_dicts(const std::string& p, const std::string& source)
     for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[at + static_cast<std::size_t>(i)]);
     return v;
   };
+  // Python's and LibTorch's unpicklers keep marks apart from the values: an opcode that pops n
+  // values may not reach past the topmost mark. LibTorch 1.13 does not check that and corrupts
+  // its heap (a TUPLE3 right after a MARK, found by fuzz_torch_pickle), so it is checked here.
   auto depth = [&](std::size_t n, std::size_t at) {
     QEVAL_CHECK(stack.size() >= n, "{}: data.pkl pops an empty stack at byte {}", source, at);
+    for (std::size_t i = stack.size() - n; i < stack.size(); ++i)
+      QEVAL_CHECK(stack[i].tag != Tag::mark, "{}: data.pkl pops a MARK as a value at byte {}", source, at);
+  };
+  // Values above the topmost mark (which must exist).
+  auto above_mark = [&](std::size_t at) {
+    std::size_t n = 0;
+    while (n < stack.size() && stack[stack.size() - 1 - n].tag != Tag::mark) ++n;
+    QEVAL_CHECK(n < stack.size(), "{}: data.pkl has no MARK for the opcode at byte {}", source, at);
+    return n;
+  };
+  // SETITEMS / APPENDS / DICT take key-value pairs (LibTorch reads one past the end on an odd
+  // count), and SETITEMS / APPENDS a container below the mark.
+  auto check_mark_items = [&](std::size_t at, bool pairs, bool container_below) {
+    const std::size_t n = above_mark(at);
+    QEVAL_CHECK(!pairs || n % 2 == 0, "{}: data.pkl has an odd number of dict items for the opcode at byte {}", source,
+                at);
+    QEVAL_CHECK(!container_below || (stack.size() >= n + 2 && stack[stack.size() - n - 2].tag != Tag::mark),
+                "{}: data.pkl adds items to nothing at byte {}", source, at);
   };
   // Pops n entries; returns the start of the lowest one.
   auto pop = [&](std::size_t n, std::size_t at) {
@@ -101,7 +122,16 @@ std::string patch_ordered_dicts(const std::string& p, const std::string& source)
         break;
       }
       case 'q': arg = 1; depth(1, at); memo[le(pos, 1)] = stack.back().tag; break;  // BINPUT
-      case 'r': arg = 4; depth(1, at); memo[le(pos, 4)] = stack.back().tag; break;  // LONG_BINPUT
+      case 'r':                                                                       // LONG_BINPUT
+        arg = 4;
+        depth(1, at);
+        // LibTorch sizes its memo table by the largest index: 0x72727272 made it allocate 30 GB
+        // (found by fuzz_torch_pickle). Pickle writers number memo entries from 0, one per PUT,
+        // so an index can never reach the pickle's size.
+        QEVAL_CHECK(le(pos, 4) < p.size(), "{}: data.pkl stores memo entry {} at byte {}, beyond any pickle of {} bytes",
+                    source, le(pos, 4), at, p.size());
+        memo[le(pos, 4)] = stack.back().tag;
+        break;
       case 'h': arg = 1; push(memo.count(le(pos, 1)) ? memo[le(pos, 1)] : Tag::other); break;  // BINGET
       case 'j': arg = 4; push(memo.count(le(pos, 4)) ? memo[le(pos, 4)] : Tag::other); break;  // LONG_BINGET
       case ')': case ']': case '}': case 'N': case 0x88: case 0x89: push(); break;
@@ -156,10 +186,16 @@ std::string patch_ordered_dicts(const std::string& p, const std::string& source)
         out += 'e';
         pop(1, at);
         continue;
-      case 'u': case 'e': pop_mark(at); break;  // SETITEMS, APPENDS
+      case 'u': check_mark_items(at, true, true); pop_mark(at); break;   // SETITEMS
+      case 'e': check_mark_items(at, false, true); pop_mark(at); break;  // APPENDS
       case 'l': stack.push_back({Tag::other, pop_mark(at)}); break;  // LIST
-      case 'd': stack.push_back({Tag::other, pop_mark(at)}); break;  // DICT
-      case '.': out.append(p, at, 1); return out;
+      case 'd': check_mark_items(at, true, false); stack.push_back({Tag::other, pop_mark(at)}); break;  // DICT
+      case '.':                                                                                         // STOP
+        QEVAL_CHECK(stack.size() == 1 && stack.back().tag != Tag::mark,
+                    "{}: data.pkl stops with {} entries on its stack at byte {}, expected the one result", source,
+                    stack.size(), at);
+        out.append(p, at, 1);
+        return out;
       default:
         fail("{}: data.pkl uses pickle opcode 0x{:02x} at byte {}, which LibTorch's unpickler does not read "
              "(torch.save writes protocol 2 with tensors, dicts, lists, tuples, numbers and strings)",
@@ -180,7 +216,7 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nl
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(source);
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {  // c10::Error mostly; LibTorch throws std::runtime_error too
     fail("{}: not a readable torch.save zip archive (truncated or corrupt?): {}", source, first_line(e.what()));
   }
   std::string pickle;
@@ -188,7 +224,9 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nl
     QEVAL_CHECK(reader->hasRecord("data.pkl"), "{}: the zip archive has no data.pkl; not a torch.save file", source);
     auto [data, size] = reader->getRecord("data.pkl");
     pickle.assign(static_cast<const char*>(data.get()), size);
-  } catch (const c10::Error& e) {
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
     fail("{}: cannot read data.pkl from the zip archive (truncated or corrupt?): {}", source, first_line(e.what()));
   }
   const std::string patched = patch_ordered_dicts(pickle, source);
@@ -208,7 +246,9 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nl
     };
     torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::Device(c10::kCPU));
     value = unpickler.parse_ivalue();
-  } catch (const c10::Error& e) {
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // c10::Error, and std::runtime_error ("Can't hash IValues with tag 'None'")
     fail("{}: data.pkl holds something LibTorch's unpickler cannot read (a state dict of tensors is expected): {}",
          source, first_line(e.what()));
   }

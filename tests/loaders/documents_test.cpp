@@ -208,6 +208,39 @@ TEST(Documents, CorruptZstdNamesTheFileAndWhatZstdSaid) {
   EXPECT_TRUE(throws_with([&] { read_documents(not_zstd); }, {"corrupt zstd data in", not_zstd.string(), "zstd says"}));
 }
 
+// A frame whose header declares a window of 2^window_log bytes (streamed, so zstd does not
+// shrink the window to the content size).
+std::string zstd_frame_with_window(const std::string& bytes, int window_log) {
+  ZSTD_CCtx* ctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(ctx, ZSTD_c_windowLog, window_log);
+  std::string out(ZSTD_compressBound(bytes.size()) + 64, '\0');
+  ZSTD_inBuffer in{bytes.data(), bytes.size(), 0};
+  ZSTD_outBuffer o{out.data(), out.size(), 0};
+  std::size_t r = ZSTD_compressStream2(ctx, &o, &in, ZSTD_e_continue);  // size unknown to the header
+  if (!ZSTD_isError(r)) r = ZSTD_compressStream2(ctx, &o, &in, ZSTD_e_end);
+  ZSTD_freeCCtx(ctx);
+  EXPECT_TRUE(!ZSTD_isError(r) && r == 0) << (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "unflushed");
+  out.resize(o.pos);
+  return out;
+}
+
+// The decoder allocates the window a frame header asks for, so the window is bounded (fuzzing
+// found a 3 KB file asking for 2 GiB): 2^27 (zstd's own default limit) decodes, 2^28 is refused
+// before anything is allocated, with a message saying how to fix the file.
+TEST(Documents, ZstdWindowAboveTheLimitIsRefusedNotAllocated) {
+  const std::string text = "{\"text\": \"a window too large\"}\n";
+  test::TempDir dir;
+  const fs::path ok = dir / "window27.jsonl.zst";
+  const std::string frame27 = zstd_frame_with_window(text, 27);
+  EXPECT_EQ(ZSTD_getFrameContentSize(frame27.data(), frame27.size()), ZSTD_CONTENTSIZE_UNKNOWN);
+  test::write_bytes(ok, frame27);
+  EXPECT_EQ(drain(*open_byte_stream(ok)), text);
+
+  const fs::path big = dir / "window28.jsonl.zst";
+  test::write_bytes(big, zstd_frame_with_window(text, 28));
+  EXPECT_TRUE(throws_with([&] { read_documents(big); }, {big.string(), "window larger than 128 MiB", "--long"}));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Malformed JSON lines
 

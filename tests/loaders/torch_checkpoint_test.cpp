@@ -132,5 +132,27 @@ TEST(TorchCheckpoint, UnsupportedPickleObjectsNameTheFile) {
   EXPECT_NE(e.find("legacy.pt"), std::string::npos) << e;
 }
 
+// Pickles that LibTorch 1.13's unpickler mishandles instead of refusing (found by
+// fuzz_torch_pickle; the inputs are under tests/regression/torch_pickle/): each is refused by
+// the opcode walk before LibTorch sees it, naming the source and the byte.
+TEST(TorchCheckpoint, MalformedPickleStacksAreRefusedBeforeLibTorch) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {raw("\x80\x02}((\x87."), "pops a MARK as a value at byte 5"},          // TUPLE3 reaching past a MARK
+      {raw("\x80\x02}(K\x01u."), "odd number of dict items"},                 // SETITEMS with a key alone
+      {raw("\x80\x02(K\x01K\x02u."), "adds items to nothing"},               // SETITEMS with no dict below
+      {raw("\x80\x02}r\x72\x72\x72\x72."), "memo entry 1920103026"},        // LONG_BINPUT sizing a 30 GB memo
+      {raw("\x80\x02}}."), "stops with 2 entries"},                           // two results
+      {raw("\x80\x02(."), "stops with 1 entries"},                            // a MARK as the result
+  };
+  for (const auto& [pickle, expected] : cases) {
+    const std::string e = error_of([&] { patch_ordered_dicts(pickle, "bad.pkl"); });
+    EXPECT_NE(e.find("bad.pkl"), std::string::npos) << e;
+    EXPECT_NE(e.find(expected), std::string::npos) << "expected \"" << expected << "\" in: " << e;
+  }
+  // The well-formed versions pass through unchanged.
+  EXPECT_EQ(patch_ordered_dicts(raw("\x80\x02}(K\x01K\x02u."), "ok.pkl"), raw("\x80\x02}(K\x01K\x02u."));
+  EXPECT_EQ(patch_ordered_dicts(raw("\x80\x02(K\x01K\x02K\x03\x87t."), "ok.pkl"), raw("\x80\x02(K\x01K\x02K\x03\x87t."));
+}
+
 }  // namespace
 }  // namespace qeval
