@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "tests/cli/stories_eval.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {
@@ -38,7 +39,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 TEST(Cli, EvalWritesRecordAndTable) {
   test::TempDir dir;
   auto out = dir / "r.json";
-  CommandResult r = qeval("eval -q --seq-len 128 --max-windows 4 --out " + out.string());
+  CommandResult r = qeval(test::kEval + " --seq-len 128 --max-windows 4 --out " + out.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "| full |")) << r.output;
   auto record = nlohmann::json::parse(read_file(out));
@@ -55,7 +56,7 @@ TEST(Cli, EvalWritesRecordAndTable) {
 TEST(Cli, ConfigFileSuppliesOptionsAndFlagsOverride) {
   test::TempDir dir;
   test::write_bytes(dir / "c.json", R"({"seq-len": 64, "max-windows": 3, "quiet": true})");
-  CommandResult r = qeval("eval --config " + (dir / "c.json").string() + " --max-windows 2 --out " + (dir / "r.json").string());
+  CommandResult r = qeval("eval --tokenizer " + test::kStoriesTokenizer + " --config " + (dir / "c.json").string() + " --max-windows 2 --out " + (dir / "r.json").string());
   ASSERT_EQ(r.status, 0) << r.output;
   auto record = nlohmann::json::parse(read_file(dir / "r.json"));
   EXPECT_EQ(record.at("protocol").at("seq_len"), 64);
@@ -82,7 +83,7 @@ TEST(Cli, TokenizerModelVocabularyMismatchIsAnError) {
 TEST(Cli, CorruptDataFailsWithoutPartialRecord) {
   test::TempDir dir;
   test::write_bytes(dir / "bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": broken\n");
-  CommandResult r = qeval("eval -q --data " + (dir / "bad.jsonl").string() + " --out " + (dir / "r.json").string());
+  CommandResult r = qeval(test::kEval + " --data " + (dir / "bad.jsonl").string() + " --out " + (dir / "r.json").string());
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(contains(r.output, "bad.jsonl")) << r.output;
   EXPECT_TRUE(contains(r.output, "line 2")) << r.output;
@@ -90,7 +91,7 @@ TEST(Cli, CorruptDataFailsWithoutPartialRecord) {
 }
 
 TEST(Cli, OutputFolderMustExistBeforeWork) {
-  CommandResult r = qeval("eval -q --max-windows 1 --out /nonexistent-folder/r.json");
+  CommandResult r = qeval(test::kEval + " --max-windows 1 --out /nonexistent-folder/r.json");
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(contains(r.output, "/nonexistent-folder")) << r.output;
 }
@@ -131,7 +132,7 @@ nlohmann::json results_of(const std::filesystem::path& record_path) {
   return out;
 }
 
-const std::string kSmallEval = "eval -q --seq-len 96 --max-windows 9 --schemes full,int8-coarse --stats-for all";
+const std::string kSmallEval = test::kEval + " --seq-len 96 --max-windows 9 --schemes full,int8-coarse --stats-for all";
 
 TEST(CliScale, FourShardsMergeIntoTheOneRunRecordBitForBit) {
   test::TempDir dir;
@@ -155,7 +156,7 @@ TEST(CliScale, FourShardsMergeIntoTheOneRunRecordBitForBit) {
   CommandResult twice = qeval("merge " + (dir / "shard0.json").string() + " " + (dir / "shard0.json").string() +
                               " --out " + (dir / "bad.json").string());
   EXPECT_TRUE(contains(twice.output, "twice")) << twice.output;
-  ASSERT_EQ(qeval("eval -q --seq-len 64 --max-windows 9 --schemes full,int8-coarse --stats-for all --shard 1/4 --out " +
+  ASSERT_EQ(qeval(test::kEval + " --seq-len 64 --max-windows 9 --schemes full,int8-coarse --stats-for all --shard 1/4 --out " +
                   (dir / "other.json").string())
                 .status,
             0);
@@ -185,7 +186,7 @@ TEST(CliScale, KilledRunResumesToTheUninterruptedRecord) {
   // A state file from another evaluation is refused, not silently mixed in.
   ASSERT_EQ(qeval(kSmallEval + " --resume --stop-after 2 --out " + out).status, 3);
   CommandResult mismatch =
-      qeval("eval -q --seq-len 64 --max-windows 9 --schemes full,int8-coarse --stats-for all --resume --out " + out);
+      qeval(test::kEval + " --seq-len 64 --max-windows 9 --schemes full,int8-coarse --stats-for all --resume --out " + out);
   EXPECT_EQ(mismatch.status, 2);
   EXPECT_TRUE(contains(mismatch.output, "different evaluation")) << mismatch.output;
 }

@@ -9,6 +9,7 @@
 
 #include "common/files.h"
 #include "tests/eval/hand_records.h"
+#include "tests/cli/stories_eval.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {
@@ -203,7 +204,7 @@ TEST(ReportCli, PlotDrawsTheCurvesOfARecord) {
 TEST(ReportCli, EvalPlotsWritesFigureDataAndPictures) {
   if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not on PATH (Debian package gnuplot-nox)";
   Files f;
-  CommandResult r = run("eval -q --schemes full --seq-len 64 --max-windows 2 --out " + f.path("r.json") + " --plots " +
+  CommandResult r = run(test::kEval + " --schemes full --seq-len 64 --max-windows 2 --out " + f.path("r.json") + " --plots " +
                         f.path("pics"));
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* name : {"attention_map.png", "hidden_abs.png", "layer_curves.png", "figure_data.json"})
@@ -213,7 +214,7 @@ TEST(ReportCli, EvalPlotsWritesFigureDataAndPictures) {
   EXPECT_EQ(fd["layers"], 5);  // stories260K
   EXPECT_EQ(fd["attention_map"]["T"], 64);
   // Without gnuplot the evaluation does not start: no record, exit 2 naming the package.
-  r = run("eval -q --schemes full --seq-len 64 --max-windows 2 --out " + f.path("r2.json") + " --plots " + f.path("p2"),
+  r = run(test::kEval + " --schemes full --seq-len 64 --max-windows 2 --out " + f.path("r2.json") + " --plots " + f.path("p2"),
           "QEVAL_GNUPLOT=/nonexistent/gnuplot");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "gnuplot-nox")) << r.output;
