@@ -215,6 +215,12 @@ namespace {
 // 128-bit arithmetic; a tensor with more elements than its storage holds (an expanded view, which
 // state dicts do not contain) is refused too, since reading it would multiply memory.
 void check_tensor_fits_storage(const at::Tensor& t, const std::string& name, const std::string& source) {
+  // Quantized, sparse or complex tensors (a pickle can ask for them) have no place in the
+  // checkpoints qeval reads, and most operations on them throw LibTorch errors later.
+  QEVAL_CHECK(t.layout() == at::kStrided && !t.is_quantized() && t.device().is_cpu() && !at::isComplexType(t.scalar_type()),
+              "{}: tensor {} is a {} tensor ({}); only dense real-valued tensors are read", source, name,
+              t.is_quantized() ? "quantized" : (t.layout() != at::kStrided ? "sparse" : "complex or non-CPU"),
+              t.toString());
   const auto sizes = t.sizes();
   const auto strides = t.strides();
   const auto item = static_cast<__int128>(t.element_size());
