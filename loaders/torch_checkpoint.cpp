@@ -128,9 +128,12 @@ std::string patch_ordered_dicts(const std::string& p, const std::string& source)
         // LibTorch sizes its memo table by the largest index: 0x72727272 made it allocate 30 GB
         // (found by fuzz_torch_pickle). Pickle writers number memo entries from 0, one per PUT,
         // so an index can never reach the pickle's size.
-        QEVAL_CHECK(le(pos, 4) < p.size(), "{}: data.pkl stores memo entry {} at byte {}, beyond any pickle of {} bytes",
-                    source, le(pos, 4), at, p.size());
-        memo[le(pos, 4)] = stack.back().tag;
+        {
+          const std::uint32_t index = le(pos, 4);
+          QEVAL_CHECK(index < p.size(), "{}: data.pkl stores memo entry {} at byte {}, beyond any pickle of {} bytes",
+                      source, index, at, p.size());
+          memo[index] = stack.back().tag;
+        }
         break;
       case 'h': arg = 1; push(memo.count(le(pos, 1)) ? memo[le(pos, 1)] : Tag::other); break;  // BINGET
       case 'j': arg = 4; push(memo.count(le(pos, 4)) ? memo[le(pos, 4)] : Tag::other); break;  // LONG_BINGET
@@ -225,15 +228,17 @@ void check_tensor_fits_storage(const at::Tensor& t, const std::string& name, con
   const auto strides = t.strides();
   const auto item = static_cast<__int128>(t.element_size());
   const auto storage_bytes = static_cast<__int128>(t.storage().nbytes());
+  // Both sums are capped at 2^64 (beyond any storage) after each step: a cap times an int64
+  // stays below 2^127, so nothing overflows however many dimensions there are.
+  constexpr __int128 kCap = __int128(1) << 64;
   __int128 numel = 1, last = t.storage_offset();
   bool empty = false;
   for (std::size_t d = 0; d < sizes.size(); ++d) {
     QEVAL_CHECK(sizes[d] >= 0 && strides[d] >= 0, "{}: tensor {} has a negative size or stride ({} / {} in dim {})",
                 source, name, sizes[d], strides[d], d);
     if (sizes[d] == 0) empty = true;
-    numel = std::min<__int128>(numel * sizes[d], __int128(1) << 100);
-    last += static_cast<__int128>(sizes[d] == 0 ? 0 : sizes[d] - 1) * strides[d];
-    last = std::min<__int128>(last, __int128(1) << 100);
+    numel = std::min(numel * sizes[d], kCap);
+    last = std::min(last + static_cast<__int128>(sizes[d] == 0 ? 0 : sizes[d] - 1) * strides[d], kCap);
   }
   QEVAL_CHECK(t.storage_offset() >= 0, "{}: tensor {} has a negative storage offset", source, name);
   if (empty) return;
@@ -245,6 +250,20 @@ void check_tensor_fits_storage(const at::Tensor& t, const std::string& name, con
               source, name);
 }
 
+// Runs a LibTorch step. LibTorch throws c10::Error and, for some bad input, std::runtime_error;
+// either becomes a qeval::Error naming the file and what was being read (qeval's own errors,
+// thrown from callbacks inside the step, pass through as they are).
+template <typename Step>
+auto libtorch_step(const std::string& source, const char* what, Step&& step) -> decltype(step()) {
+  try {
+    return step();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("{}: {}: {}", source, what, first_line(e.what()));
+  }
+}
+
 }  // namespace
 
 std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nlohmann::json* notes) {
@@ -253,45 +272,32 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nl
               "{}: not a zip archive; only torch.save's zip format (PyTorch >= 1.6) is supported (legacy torch.save "
               "files: re-save with a recent PyTorch, or convert to safetensors)",
               source);
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
-  try {
-    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(source);
-  } catch (const std::exception& e) {  // c10::Error mostly; LibTorch throws std::runtime_error too
-    fail("{}: not a readable torch.save zip archive (truncated or corrupt?): {}", source, first_line(e.what()));
-  }
-  std::string pickle;
-  try {
+  auto reader = libtorch_step(source, "not a readable torch.save zip archive (truncated or corrupt?)", [&] {
+    return std::make_unique<caffe2::serialize::PyTorchStreamReader>(source);
+  });
+  const std::string pickle = libtorch_step(source, "cannot read data.pkl from the zip archive (truncated or corrupt?)", [&] {
     QEVAL_CHECK(reader->hasRecord("data.pkl"), "{}: the zip archive has no data.pkl; not a torch.save file", source);
     auto [data, size] = reader->getRecord("data.pkl");
-    pickle.assign(static_cast<const char*>(data.get()), size);
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail("{}: cannot read data.pkl from the zip archive (truncated or corrupt?): {}", source, first_line(e.what()));
-  }
+    return std::string(static_cast<const char*>(data.get()), size);
+  });
   const std::string patched = patch_ordered_dicts(pickle, source);
-  c10::IValue value;
-  try {
-    std::size_t offset = 0;
-    auto read = [&](char* buffer, std::size_t n) {
-      const std::size_t k = std::min(n, patched.size() - offset);
-      std::memcpy(buffer, patched.data() + offset, k);
-      offset += k;
-      return k;
-    };
-    auto read_record = [&](const std::string& key) {
-      const std::string name = "data/" + key;
-      QEVAL_CHECK(reader->hasRecord(name), "{}: data.pkl refers to storage {} which the archive lacks", source, name);
-      return std::get<0>(reader->getRecord(name));
-    };
-    torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::Device(c10::kCPU));
-    value = unpickler.parse_ivalue();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {  // c10::Error, and std::runtime_error ("Can't hash IValues with tag 'None'")
-    fail("{}: data.pkl holds something LibTorch's unpickler cannot read (a state dict of tensors is expected): {}",
-         source, first_line(e.what()));
-  }
+  const c10::IValue value = libtorch_step(
+      source, "data.pkl holds something LibTorch's unpickler cannot read (a state dict of tensors is expected)", [&] {
+        std::size_t offset = 0;
+        auto read = [&](char* buffer, std::size_t n) {
+          const std::size_t k = std::min(n, patched.size() - offset);
+          std::memcpy(buffer, patched.data() + offset, k);
+          offset += k;
+          return k;
+        };
+        auto read_record = [&](const std::string& key) {
+          const std::string name = "data/" + key;
+          QEVAL_CHECK(reader->hasRecord(name), "{}: data.pkl refers to storage {} which the archive lacks", source, name);
+          return std::get<0>(reader->getRecord(name));
+        };
+        torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::Device(c10::kCPU));
+        return unpickler.parse_ivalue();
+      });
   QEVAL_CHECK(value.isGenericDict(), "{}: data.pkl holds a {}, expected a dict of tensors (a state dict)", source,
               value.tagKind());
   c10::impl::GenericDict dict = value.toGenericDict();
