@@ -124,8 +124,8 @@ void print_text(const nlohmann::json& report) {
       if (key == "linears") {
         fmt::print("  linears ({}):\n", value.size());
         for (const auto& l : value)
-          fmt::print("    {:<22} [{} -> {}]\n", l.at("name").get<std::string>(), l.at("in").get<std::int64_t>(),
-                     l.at("out").get<std::int64_t>());
+          fmt::print("    {:<22} [{} -> {}]\n", l.at("name").get<std::string>(), l.at("in").dump(),
+                     l.at("out").dump());
       } else {
         fmt::print("  {:<24} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
       }

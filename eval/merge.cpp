@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "eval/record.h"
 #include "eval/run_state.h"
 #include "eval/statistics.h"
@@ -24,7 +25,8 @@ nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, co
     QEVAL_CHECK(r.contains("shard") && r["shard"].is_object(),
                 "merge: {} is not a shard record (made without --shard i/n)", path);
     const auto& sh = r["shard"];
-    std::int64_t index = sh.at("index").get<std::int64_t>(), n = sh.at("count").get<std::int64_t>();
+    const std::int64_t index = json_integer(sh.at("index"), "merge: " + path + ": shard index");
+    const std::int64_t n = json_integer(sh.at("count"), "merge: " + path + ": shard count");
     if (i == 0) count = n;
     QEVAL_CHECK(n == count, "merge: {} is shard {}/{}, but {} is of {} shards", path, index, n, paths[0], count);
     QEVAL_CHECK(seen.insert(index).second, "merge: shard {}/{} is given twice ({})", index, n, path);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/files.h"
 
 namespace qeval {
@@ -162,12 +163,12 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
   try {
     if (fd.contains("attention_map")) {
       const auto& am = fd.at("attention_map");
-      const std::int64_t T = am.at("T").get<std::int64_t>();
+      const std::int64_t T = json_integer(am.at("T"), "figure data: attention_map T");
       const auto& layers = am.at("per_layer");
       QEVAL_CHECK(!layers.empty(), "figure data: attention_map has no layers");
       std::string dat = fmt::format("# mean attention over {} layers, heads and {} windows; row = query, column = key "
                                     "(0-based)\n",
-                                    layers.size(), am.at("windows").get<std::int64_t>());
+                                    layers.size(), am.at("windows").dump());
       for (std::int64_t i = 0; i < T; ++i) {
         for (std::int64_t j = 0; j < T; ++j) {
           double s = 0;
@@ -181,7 +182,7 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
                        "set terminal pngcairo size 760,680 noenhanced font 'sans,10'\nset output 'attention_map.png'\n";
       gp += kPalette;
       gp += fmt::format("set title {}\n", gp_quote(fmt::format("{}: mean attention over layers and heads (first {} tokens, "
-                                                                "{} windows)", title, T, am.at("windows").get<std::int64_t>())));
+                                                                "{} windows)", title, T, am.at("windows").dump())));
       gp += fmt::format("set xrange [-0.5:{}.5]\nset yrange [{}.5:-0.5]\nset size ratio -1\n", T - 1, T - 1);
       gp += "set xlabel 'key position'\nset ylabel 'query position'\nset cblabel 'attention weight'\nset cbrange [0:*]\n"
             "set tics out\nplot 'attention_map.dat' matrix with image notitle\n";

@@ -4,6 +4,7 @@
 
 #include "common/build_info.h"
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/files.h"
 
 namespace qeval {
@@ -27,7 +28,7 @@ std::vector<SchemeInfo> scheme_infos(const std::vector<EvalScheme>& schemes) {
 std::vector<SchemeInfo> scheme_infos(const nlohmann::json& record) {
   std::vector<SchemeInfo> infos;
   for (const auto& s : record.at("schemes"))
-    infos.push_back({s.at("name").get<std::string>(), s.at("description"), s.at("linear_weight_bytes").get<std::int64_t>()});
+    infos.push_back({s.at("name").get<std::string>(), s.at("description"), json_integer(s.at("linear_weight_bytes"), "record: linear_weight_bytes")});
   return infos;
 }
 
@@ -116,7 +117,7 @@ nlohmann::json read_record(const std::filesystem::path& path) {
   }
   QEVAL_CHECK(j.is_object() && j.contains("schema_version"), "{}: not a qeval result record (no schema_version)",
               path.string());
-  int v = j["schema_version"].get<int>();
+  const std::int64_t v = json_integer(j["schema_version"], path.string() + ": schema_version");
   QEVAL_CHECK(v == kRecordSchemaVersion, "{}: record schema_version {} is not supported (expected {})", path.string(), v,
               kRecordSchemaVersion);
   return j;

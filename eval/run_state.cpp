@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/hash.h"
 
 namespace qeval {
@@ -33,9 +34,9 @@ EvalResult run_state_from_json(const nlohmann::json& state,
                                const std::string& source) {
   EvalResult r;
   try {
-    r.windows = state.at("windows").get<std::int64_t>();
-    r.scored_tokens = state.at("scored_tokens").get<std::int64_t>();
-    r.processed_tokens = state.at("processed_tokens").get<std::int64_t>();
+    r.windows = json_integer(state.at("windows"), source + ": windows");
+    r.scored_tokens = json_integer(state.at("scored_tokens"), source + ": scored_tokens");
+    r.processed_tokens = json_integer(state.at("processed_tokens"), source + ": processed_tokens");
     r.seconds = state.at("seconds").get<double>();
     for (const auto& [index, hex] : state.at("window_hashes").items())
       r.window_hashes[std::stoll(index)] = std::strtoull(hex.get<std::string>().c_str(), nullptr, 16);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 
 namespace qeval {
 namespace {
@@ -236,20 +237,20 @@ StatisticsCollector StatisticsCollector::state_from_json(const json& state, cons
     QEVAL_CHECK(state.at("version") == kStateVersion, "version is {}, expected {}", state.at("version").dump(),
                 kStateVersion);
     const json& o = state.at("options");
-    StatisticsCollector c(StatisticsOptions{o.at("attention").get<bool>(), o.at("sink_T").get<std::int64_t>(),
+    StatisticsCollector c(StatisticsOptions{o.at("attention").get<bool>(), json_integer(o.at("sink_T"), "sink_T"),
                                             o.at("sink_eps").get<double>()});
     for (const json& w : state.at("windows")) {
-      const std::int64_t index = w.at("index").get<std::int64_t>();
+      const std::int64_t index = json_integer(w.at("index"), "window index");
       QEVAL_CHECK(index >= 0 && c.windows_.count(index) == 0, "window index {} is negative or repeated", index);
       WindowRecord rec;
-      rec.length = w.at("length").get<std::int64_t>();
+      rec.length = json_integer(w.at("length"), "window length");
       QEVAL_CHECK(rec.length >= 0, "window {} has length {}", index, rec.length);
       for (const json& h : w.at("hidden")) {
         QEVAL_CHECK(h.is_array() && h.size() == 9, "window {}: a hidden entry must hold 9 values, found {}", index,
                     h.dump());
         rec.hidden.push_back({number_from_json(h[0]), number_from_json(h[1]), number_from_json(h[2]),
                               number_from_json(h[3]), number_from_json(h[4]), number_from_json(h[5]),
-                              number_from_json(h[6]), h[7].get<std::int64_t>(), h[8].get<std::int64_t>()});
+                              number_from_json(h[6]), json_integer(h[7], "a hidden entry's count"), json_integer(h[8], "a hidden entry's count")});
       }
       for (const json& a : w.at("attention")) {
         QEVAL_CHECK(a.is_array() && a.size() == 4, "window {}: an attention entry must hold 4 values, found {}", index,

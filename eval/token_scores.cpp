@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 
 namespace qeval {
 
@@ -13,13 +14,13 @@ nlohmann::json WindowScores::to_json() const {
 
 WindowScores WindowScores::from_json(const nlohmann::json& j) {
   WindowScores s;
-  s.tokens = j.at("tokens").get<std::int64_t>();
+  s.tokens = json_integer(j.at("tokens"), "window scores: tokens");
   s.nll_sum = j.at("nll_sum").get<double>();
   s.nll_sq_sum = j.at("nll_sq_sum").get<double>();
   s.diff_sum = j.at("diff_sum").get<double>();
   s.diff_sq_sum = j.at("diff_sq_sum").get<double>();
   s.kl_sum = j.at("kl_sum").get<double>();
-  s.top1_agree = j.at("top1_agree").get<std::int64_t>();
+  s.top1_agree = json_integer(j.at("top1_agree"), "window scores: top1_agree");
   s.dp_sum = j.at("dp_sum").get<double>();
   return s;
 }

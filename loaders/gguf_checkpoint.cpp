@@ -12,6 +12,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/hash.h"
 #include "loaders/checkpoint.h"
 #include "loaders/checkpoint_internal.h"
@@ -33,9 +34,9 @@ class GgufModelReader {
   std::int64_t integer(const std::string& key) const {
     QEVAL_CHECK(f_.has(key), "{}: missing metadata {}", file_, key);
     const json& v = f_.metadata()[key];
-    QEVAL_CHECK(v.is_number_integer() && v.get<std::int64_t>() >= 0, "{}: metadata {} should be a non-negative integer, found {}",
-                file_, key, v.dump());
-    return v.get<std::int64_t>();
+    const auto n = json_int64(v);
+    QEVAL_CHECK(n && *n >= 0, "{}: metadata {} should be a non-negative integer, found {}", file_, key, v.dump());
+    return *n;
   }
   std::int64_t integer(const std::string& key, std::int64_t fallback) const {
     return f_.has(key) ? integer(key) : fallback;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/files.h"
 #include "loaders/gpt2_bpe.h"
 
@@ -29,9 +30,7 @@ std::vector<std::pair<std::string, std::int32_t>> read_vocab_object(const json& 
   std::vector<std::pair<std::string, std::int32_t>> vocab;
   vocab.reserve(j.size());
   for (const auto& [symbol, id] : j.items()) {
-    QEVAL_CHECK(id.is_number_integer(), "{}: token '{}' maps to {}, expected an integer id", where, symbol,
-                id.dump());
-    const auto value = id.get<std::int64_t>();
+    const auto value = json_integer(id, fmt::format("{}: the id of token '{}'", where, symbol));
     QEVAL_CHECK(value >= 0 && value <= INT32_MAX, "{}: token '{}' has id {}, expected a non-negative int32",
                 where, symbol, value);
     vocab.emplace_back(symbol, static_cast<std::int32_t>(value));
@@ -128,7 +127,7 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const fs
                 "{}: decoder is {}, expected ByteLevel", where, decoder.dump());
 
     for (const json& added : root.value("added_tokens", json::array())) {
-      const auto id = added.at("id").get<std::int64_t>();
+      const auto id = json_integer(added.at("id"), fmt::format("{}: the id of added token {}", where, added.dump()));
       QEVAL_CHECK(id >= 0 && id <= INT32_MAX, "{}: added token {} has id {}", where, added.dump(), id);
       spec.added.emplace_back(added.at("content").get<std::string>(), static_cast<std::int32_t>(id));
     }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "loaders/checkpoint.h"
 #include "loaders/checkpoint_internal.h"
 #include "loaders/safetensors_set.h"
@@ -29,9 +30,8 @@ constexpr const char* kSupportedArchitectures = "GPT2LMHeadModel (model_type gpt
 template <typename T>
 T required(const json& j, const char* key, const std::string& file) {
   QEVAL_CHECK(j.contains(key) && !j[key].is_null(), "{}: missing required field \"{}\"", file, key);
-  // json's get<int64_t>() casts a float such as 1e30 (undefined behaviour beyond int64): ints only.
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
-    QEVAL_CHECK(j[key].is_number_integer(), "{}: field \"{}\" should be an integer, found {}", file, key, j[key].dump());
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)  // json_integer.h says why
+    json_integer(j[key], fmt::format("{}: field \"{}\"", file, key));
   try {
     return j[key].get<T>();
   } catch (const json::exception& e) {

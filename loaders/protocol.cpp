@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/files.h"
 #include "loaders/protocol_internal.h"
 
@@ -126,8 +127,7 @@ ProtocolSpec ProtocolSpec::from_json(const nlohmann::json& j, const std::string&
   try {
     auto integer = [&](const char* key, std::int64_t& out) {
       if (!j.contains(key)) return;
-      QEVAL_CHECK(j[key].is_number_integer(), "{}: \"{}\" should be an integer, found {}", source, key, j[key].dump());
-      out = j[key].get<std::int64_t>();
+      out = json_integer(j[key], fmt::format("{}: \"{}\"", source, key));
     };
     integer("seq_len", p.seq_len);
     integer("stride", p.stride);
@@ -136,7 +136,7 @@ ProtocolSpec ProtocolSpec::from_json(const nlohmann::json& j, const std::string&
     if (j.contains("separator")) p.separator = parse_separator(j["separator"].get<std::string>());
     if (j.contains("bos")) p.bos = parse_bos_mode(j["bos"].get<std::string>());
     if (j.contains("sample_seed"))
-      p.sample_seed = j["sample_seed"].is_null() ? std::nullopt : std::optional<std::uint64_t>(j["sample_seed"].get<std::uint64_t>());
+      p.sample_seed = j["sample_seed"].is_null() ? std::nullopt : std::optional<std::uint64_t>(json_unsigned(j["sample_seed"], fmt::format("{}: \"sample_seed\"", source)));
     if (j.contains("text_split"))
       p.text_split = j["text_split"].is_null() ? std::nullopt
                                                : std::optional<TextSplit>(parse_text_split(j["text_split"].get<std::string>()));

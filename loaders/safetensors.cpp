@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/files.h"
 
 namespace qeval {
@@ -78,9 +79,10 @@ SafetensorsTensorInfo parse_entry(const nlohmann::json& e, const std::string& fi
   std::uint64_t numel = 1;
   std::uint64_t nonzero = 1;  // product of the non-zero dimensions (strides of an empty tensor)
   for (const auto& d : e["shape"]) {
-    QEVAL_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<std::int64_t>() >= 0),
-                "{}: tensor {} has shape {}, expected non-negative integers", file, name, e["shape"].dump());
-    std::uint64_t dim = d.get<std::uint64_t>();
+    const auto as_unsigned = json_uint64(d);
+    QEVAL_CHECK(as_unsigned.has_value(), "{}: tensor {} has shape {}, expected non-negative integers", file, name,
+                e["shape"].dump());
+    std::uint64_t dim = *as_unsigned;
     // Any dimension beyond the data area's size cannot match a byte span; refusing it here
     // also keeps the product below from overflowing.
     QEVAL_CHECK(dim <= data_bytes || numel == 0, "{}: tensor {} has shape {}, larger than the {}-byte data area", file,
@@ -99,11 +101,12 @@ SafetensorsTensorInfo parse_entry(const nlohmann::json& e, const std::string& fi
               name, e["shape"].dump());
 
   const auto& off = e.contains("data_offsets") ? e["data_offsets"] : nlohmann::json();
-  QEVAL_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
-              "{}: tensor {} needs \"data_offsets\": [begin, end] of non-negative integers, found {}", file, name,
-              off.dump());
-  info.begin = off[0].get<std::uint64_t>();
-  info.end = off[1].get<std::uint64_t>();
+  const bool two = off.is_array() && off.size() == 2;
+  const auto begin = two ? json_uint64(off[0]) : std::nullopt, end = two ? json_uint64(off[1]) : std::nullopt;
+  QEVAL_CHECK(begin && end, "{}: tensor {} needs \"data_offsets\": [begin, end] of non-negative integers, found {}", file,
+              name, off.dump());
+  info.begin = *begin;
+  info.end = *end;
   QEVAL_CHECK(info.begin <= info.end, "{}: tensor {} has data_offsets [{}, {}] with begin after end", file, name,
               info.begin, info.end);
   QEVAL_CHECK(info.end <= data_bytes,

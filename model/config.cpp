@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 
 namespace qeval {
 namespace {
@@ -112,16 +113,15 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& source)
   ModelConfig c;
   try {
     QEVAL_CHECK(j.is_object(), "expected a JSON object, found {}", j.type_name());
-    // json's get<int64_t>() casts a float such as 1e30, undefined beyond int64: integers only.
-    for (const char* key : {"vocab_size", "d_model", "d_ff", "n_layers", "n_heads", "n_kv_heads", "max_seq_len", "bos_id", "eos_id"})
-      QEVAL_CHECK(!j.contains(key) || j[key].is_null() || j[key].is_number_integer(),
-                  "field \"{}\" should be an integer, found {}", key, j[key].dump());
+    // The optional integers are checked here, so that value() and get() below only convert integers.
+    for (const char* key : {"n_kv_heads", "max_seq_len", "bos_id", "eos_id"})
+      if (j.contains(key) && !j[key].is_null()) json_integer(j[key], fmt::format("field \"{}\"", key));
     c.architecture = j.value("architecture", std::string("custom"));
-    c.vocab_size = j.at("vocab_size").get<std::int64_t>();
-    c.d_model = j.at("d_model").get<std::int64_t>();
-    c.d_ff = j.at("d_ff").get<std::int64_t>();
-    c.n_layers = j.at("n_layers").get<std::int64_t>();
-    c.n_heads = j.at("n_heads").get<std::int64_t>();
+    c.vocab_size = json_integer(j.at("vocab_size"), "field \"vocab_size\"");
+    c.d_model = json_integer(j.at("d_model"), "field \"d_model\"");
+    c.d_ff = json_integer(j.at("d_ff"), "field \"d_ff\"");
+    c.n_layers = json_integer(j.at("n_layers"), "field \"n_layers\"");
+    c.n_heads = json_integer(j.at("n_heads"), "field \"n_heads\"");
     c.n_kv_heads = j.value("n_kv_heads", c.n_heads);
     c.max_seq_len = j.value("max_seq_len", std::int64_t{0});
     c.norm = parse_norm(j.at("norm").get<std::string>());

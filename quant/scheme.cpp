@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/files.h"
 #include "quant/presets_embedded.h"
 
@@ -88,8 +89,8 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
                   where, g, fmt::join(granularity_choices(role), ", "));
     }
     if (j.contains("bits"))
-      QEVAL_CHECK(j.at("bits").get<int>() == q.bits(), "{}: bits {} disagrees with kind {} ({} bits)", where,
-                  j.at("bits").get<int>(), to_string(q.kind), q.bits());
+      QEVAL_CHECK(json_integer(j.at("bits"), where + ": bits") == q.bits(), "{}: bits {} disagrees with kind {} ({} bits)",
+                  where, j.at("bits").dump(), to_string(q.kind), q.bits());
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", where, e.what());
   }

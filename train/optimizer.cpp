@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 
 namespace qeval::train {
 namespace {
@@ -44,9 +45,9 @@ OptimizerOptions OptimizerOptions::from_json(const nlohmann::json& j, const std:
     o.weight_decay = j.at("weight_decay").get<double>();
     o.weight_decay_mode = j.at("weight_decay_mode").get<std::string>();
     o.momentum = j.at("momentum").get<double>();
-    o.transform_seed = j.at("transform_seed").get<std::uint64_t>();
+    o.transform_seed = json_unsigned(j.at("transform_seed"), source + ": optimizer option transform_seed");
     o.transform = j.at("transform").get<std::string>();
-    o.dense_max = j.at("dense_max").get<std::int64_t>();
+    o.dense_max = json_integer(j.at("dense_max"), source + ": optimizer option dense_max");
   } catch (const nlohmann::json::exception& e) {
     fail("{}: optimizer options: {}", source, e.what());
   }
@@ -75,7 +76,7 @@ void Optimizer::load_state(const nlohmann::json& header, const std::map<std::str
   std::int64_t step = 0;
   try {
     saved = OptimizerOptions::from_json(header.at("options"), source);
-    step = header.at("step").get<std::int64_t>();
+    step = json_integer(header.at("step"), source + ": optimizer step");
   } catch (const nlohmann::json::exception& e) {
     fail("{}: optimizer header: {}", source, e.what());
   }

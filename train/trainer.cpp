@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/json_integer.h"
 #include "common/files.h"
 #include "common/hash.h"
 #include "loaders/checkpoint.h"
@@ -198,7 +199,7 @@ TrainResult run_training(TrainOptions o) {
       for (const char* key : {"seq_len", "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "clip", "seed"})
         QEVAL_CHECK(saved.at(key) == o.to_json().at(key), "--resume {}: '{}' was {} in the run, this run has {}",
                     source, key, saved.at(key).dump(), o.to_json().at(key).dump());
-      state.step = resume_state.at("step").get<std::int64_t>();
+      state.step = json_integer(resume_state.at("step"), "--resume " + source + ": train_state.json step");
       state.history = resume_state.at("history");
     } catch (const nlohmann::json::exception& e) {
       fail("--resume {}: train_state.json: {}", source, e.what());
