@@ -129,7 +129,7 @@ std::vector<fs::path> plot_layer_curves(const nlohmann::json& record, const fs::
   write_file_atomic(dir / "layer_curves.dat", dat);
 
   const std::string title = fmt::format("{} ({}): per-layer statistics over {} windows", record_model_name(record), scheme,
-                                        st.value("windows", 0));
+                                        st.value("windows", nlohmann::json(0)).dump());  // as written: no cast of what a file says
   std::string gp = "# qeval plot: per-layer kurtosis, max |activation| and first-token attention\n";
   gp += fmt::format("set terminal pngcairo size {},460 noenhanced font 'sans,10'\nset output 'layer_curves.png'\n",
                     attention ? 1500 : 1000);
@@ -213,7 +213,7 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
     gp += kPalette;
     gp += fmt::format("set multiplot layout {},1 title {}\n", has_rest ? 2 : 1,
                       gp_quote(fmt::format("{}: mean |hidden state| per layer and channel ({} windows)", title,
-                                           fd.value("windows", 0))));
+                                           fd.value("windows", nlohmann::json(0)).dump())));
     gp += fmt::format("set xrange [-0.5:{}.5]\nset yrange [0.5:{}.5]\nset ytics 1\nset tics out\n", D - 1, M);
     gp += "set xlabel 'channel'\nset ylabel 'layer'\nset cbrange [0:*]\n";
     gp += "set title 'first token'\nplot 'hidden_abs.dat' index 0 matrix using 1:($2+1):3 with image notitle\n";

@@ -42,7 +42,7 @@ nlohmann::json evaluation_identity(const nlohmann::json& record) {
   return {{"model_weights", record.at("model").at("weights_hash")},
           {"model_config", record.at("model").at("config")},
           {"tokenizer", record.at("tokenizer").value("kind", "")},
-          {"tokenizer_vocab", record.at("tokenizer").value("vocab_size", 0)},
+          {"tokenizer_vocab", record.at("tokenizer").value("vocab_size", nlohmann::json(0))},  // compared as JSON, never cast
           {"data", record.at("data").at("hash")},
           {"data_options", {{"text_split", record.at("data").value("text_split", "")},
                             {"json_field", record.at("data").value("json_field", "")}}},
