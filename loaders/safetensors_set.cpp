@@ -69,16 +69,21 @@ SafetensorsSet open_safetensors_folder(const fs::path& dir) {
       QEVAL_CHECK(shard.is_string(), "{}: weight_map entry {} should name a shard file, found {}", index_name, name,
                   shard.dump());
       const std::string s = shard.get<std::string>();
-      // Shards live beside the index; a path that leaves the folder is not a shard.
-      QEVAL_CHECK(!s.empty() && s.find('/') == std::string::npos && s != "..",
+      // Shards live beside the index; a path that leaves the folder is not a shard, and a name
+      // longer than a file name can be (255 bytes) would make the file system calls below throw.
+      QEVAL_CHECK(!s.empty() && s.size() <= 255 && s.find('/') == std::string::npos && s.find('\0') == std::string::npos &&
+                      s != "..",
                   "{}: weight_map entry {} names shard \"{}\", expected a file name in the same folder", index_name,
                   name, s);
       weight_map[name] = s;
       shards.insert(s);
     }
     QEVAL_CHECK(!shards.empty(), "{}: weight_map is empty", index_name);
-    for (const auto& s : shards)
-      QEVAL_CHECK(fs::is_regular_file(dir / s), "{}: shard {} listed in the index does not exist", index_name, s);
+    for (const auto& s : shards) {
+      std::error_code error;  // the non-throwing form: a file system error means "not a usable shard"
+      QEVAL_CHECK(fs::is_regular_file(dir / s, error), "{}: shard {} listed in the index does not exist{}", index_name, s,
+                  error ? " (" + error.message() + ")" : std::string());
+    }
     for (const auto& s : shards) set.add(dir / s);
     for (const auto& [name, shard] : weight_map) {
       QEVAL_CHECK(set.has(name), "{}: the index puts tensor {} in {}, but no shard holds it", index_name, name, shard);

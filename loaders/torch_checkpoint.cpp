@@ -13,6 +13,7 @@
 #include "common/hash.h"
 #include "loaders/checkpoint_internal.h"
 #include "loaders/tensor_map.h"
+#include "loaders/zip_directory.h"
 
 namespace qeval {
 
@@ -272,6 +273,14 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nl
               "{}: not a zip archive; only torch.save's zip format (PyTorch >= 1.6) is supported (legacy torch.save "
               "files: re-save with a recent PyTorch, or convert to safetensors)",
               source);
+  // PyTorchStreamReader::getRecord() allocates the size a record declares before reading it. torch.save
+  // stores records uncompressed, so none can declare more bytes than the file holds.
+  const std::uint64_t file_bytes = fs::file_size(file);
+  for (const ZipRecord& r : zip_directory(file))
+    QEVAL_CHECK(r.uncompressed_bytes <= file_bytes,
+                "{}: zip record {} declares {} bytes, more than the {}-byte file holds (torch.save stores records "
+                "uncompressed; damaged archive?)",
+                source, r.name, r.uncompressed_bytes, file_bytes);
   auto reader = libtorch_step(source, "not a readable torch.save zip archive (truncated or corrupt?)", [&] {
     return std::make_unique<caffe2::serialize::PyTorchStreamReader>(source);
   });

@@ -97,6 +97,21 @@ TEST(TorchCheckpoint, TruncatedZipNamesTheFile) {
   EXPECT_NE(e.find("truncated or corrupt"), std::string::npos) << e;
 }
 
+// getRecord() allocates what the central directory declares; a damaged entry claiming 4 GiB for
+// data.pkl (found by the torch_zip fuzzer) is refused before LibTorch sees the archive.
+TEST(TorchCheckpoint, RecordLargerThanTheFileIsRefusedBeforeAllocating) {
+  test::TempDir tmp;
+  std::string bytes = read_file(kHere / "fixtures" / "torch_save_ordered_dict.pt");
+  const std::size_t entry = bytes.find("PK\x01\x02");  // the first central directory entry...
+  ASSERT_NE(entry, std::string::npos);
+  const std::size_t name_len = static_cast<unsigned char>(bytes[entry + 28]) | static_cast<unsigned char>(bytes[entry + 29]) << 8;
+  const std::string name = bytes.substr(entry + 46, name_len);
+  for (std::size_t i = 0; i < 4; ++i) bytes[entry + 24 + i] = static_cast<char>(i == 3 ? 0xf0 : 0xff);  // ...now 0xf0ffffff bytes
+  test::write_bytes(tmp / "huge.pt", bytes);
+  const std::string e = error_of([&] { read_torch_state_dict(tmp / "huge.pt"); });
+  EXPECT_NE(e.find("huge.pt: zip record " + name + " declares 4043309055 bytes"), std::string::npos) << e;
+}
+
 // A zip written by LibTorch's own archive writer with the given data.pkl.
 void write_archive(const fs::path& file, const std::string& pickle) {
   std::string bytes;
