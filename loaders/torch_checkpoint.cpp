@@ -290,6 +290,9 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nl
     return std::string(static_cast<const char*>(data.get()), size);
   });
   const std::string patched = patch_ordered_dicts(pickle, source);
+  // The unpickler sizes each storage from the pickle but fills it from the record, which may be
+  // shorter: each record's buffer and size are kept so every storage can be checked against them.
+  std::map<const void*, std::size_t> record_bytes;
   const c10::IValue value = libtorch_step(
       source, "data.pkl holds something LibTorch's unpickler cannot read (a state dict of tensors is expected)", [&] {
         std::size_t offset = 0;
@@ -302,7 +305,9 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nl
         auto read_record = [&](const std::string& key) {
           const std::string name = "data/" + key;
           QEVAL_CHECK(reader->hasRecord(name), "{}: data.pkl refers to storage {} which the archive lacks", source, name);
-          return std::get<0>(reader->getRecord(name));
+          auto [data, size] = reader->getRecord(name);
+          record_bytes[data.get()] = size;
+          return std::move(data);
         };
         torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::Device(c10::kCPU));
         return unpickler.parse_ivalue();
@@ -330,6 +335,10 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nl
       continue;
     }
     at::Tensor tensor = entry.value().toTensor();
+    const auto record = record_bytes.find(tensor.storage().data_ptr().get());
+    QEVAL_CHECK(record != record_bytes.end() && tensor.storage().nbytes() <= record->second,
+                "{}: tensor {} has a storage of {} bytes, but its record in the archive holds {}", source, name,
+                tensor.storage().nbytes(), record == record_bytes.end() ? std::string("none") : std::to_string(record->second));
     check_tensor_fits_storage(tensor, name, source);
     tensors[name] = std::move(tensor);
   }
