@@ -28,7 +28,10 @@ std::string first_line(const char* what) {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
-enum class Tag { other, mark, od_class, od_dict };
+// What the opcode walk knows about a stack entry. storage_class is a GLOBAL torch.<T>Storage and
+// persistent_id a 5-tuple with one in position 1: LibTorch's BINPERSID takes element 1 as a scalar
+// type without checking, so an integer there (253, found by fuzz_torch_pickle) read out of bounds.
+enum class Tag { other, mark, od_class, od_dict, storage_class, persistent_id };
 
 }  // namespace
 
@@ -119,7 +122,12 @@ std::string patch_ordered_dicts(const std::string& p, const std::string& source)
         const auto b = a == std::string::npos ? a : p.find('\n', a + 1);
         QEVAL_CHECK(b != std::string::npos, "{}: data.pkl: unterminated GLOBAL at byte {}", source, at);
         arg = b + 1 - pos;
-        push(p.compare(pos, b - pos, "collections\nOrderedDict") == 0 ? Tag::od_class : Tag::other);
+        const std::string_view name(p.data() + a + 1, b - a - 1);
+        const bool storage = p.compare(pos, a - pos, "torch") == 0 && name.size() > 7 &&
+                             name.substr(name.size() - 7) == "Storage";
+        push(p.compare(pos, b - pos, "collections\nOrderedDict") == 0 ? Tag::od_class
+             : storage                                                ? Tag::storage_class
+                                                                      : Tag::other);
         break;
       }
       case 'q': arg = 1; depth(1, at); memo[le(pos, 1)] = stack.back().tag; break;  // BINPUT
@@ -140,7 +148,12 @@ std::string patch_ordered_dicts(const std::string& p, const std::string& source)
       case 'j': arg = 4; push(memo.count(le(pos, 4)) ? memo[le(pos, 4)] : Tag::other); break;  // LONG_BINGET
       case ')': case ']': case '}': case 'N': case 0x88: case 0x89: push(); break;
       case '(': push(Tag::mark); break;
-      case 't': stack.push_back({Tag::other, pop_mark(at)}); break;                  // TUPLE
+      case 't': {  // TUPLE
+        const std::size_t n = above_mark(at);
+        const bool id = n == 5 && stack[stack.size() - 4].tag == Tag::storage_class;  // ('storage', class, key, location, numel)
+        stack.push_back({id ? Tag::persistent_id : Tag::other, pop_mark(at)});
+        break;
+      }
       case 0x85: stack.push_back({Tag::other, pop(1, at)}); break;                   // TUPLE1
       case 0x86: stack.push_back({Tag::other, pop(2, at)}); break;                   // TUPLE2
       case 0x87: stack.push_back({Tag::other, pop(3, at)}); break;                   // TUPLE3
@@ -150,7 +163,12 @@ std::string patch_ordered_dicts(const std::string& p, const std::string& source)
       case 'G': arg = 8; push(); break;                                              // BINFLOAT
       case 0x8a: arg = 1 + le(pos, 1); push(); break;                                // LONG1
       case 'X': arg = 4 + le(pos, 4); push(); break;                                 // BINUNICODE
-      case 'Q': stack.push_back({Tag::other, pop(1, at)}); break;                    // BINPERSID
+      case 'Q':  // BINPERSID
+        depth(1, at);
+        QEVAL_CHECK(stack.back().tag == Tag::persistent_id,
+                    "{}: data.pkl: BINPERSID at byte {} needs ('storage', torch.<T>Storage, key, location, numel)", source, at);
+        stack.push_back({Tag::other, pop(1, at)});
+        break;
       case 0x81: stack.push_back({Tag::other, pop(2, at)}); break;                   // NEWOBJ
       case 'R': {                                                                    // REDUCE
         depth(2, at);
