@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "common/json_integer.h"
 #include "common/files.h"
+#include "common/json_integer.h"
 
 namespace qeval {
 namespace {

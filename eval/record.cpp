@@ -4,8 +4,8 @@
 
 #include "common/build_info.h"
 #include "common/error.h"
-#include "common/json_integer.h"
 #include "common/files.h"
+#include "common/json_integer.h"
 
 namespace qeval {
 namespace {

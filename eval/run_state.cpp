@@ -3,8 +3,8 @@
 #include <cstdlib>
 
 #include "common/error.h"
-#include "common/json_integer.h"
 #include "common/hash.h"
+#include "common/json_integer.h"
 
 namespace qeval {
 

@@ -12,8 +12,8 @@
 #include <set>
 
 #include "common/error.h"
-#include "common/json_integer.h"
 #include "common/hash.h"
+#include "common/json_integer.h"
 #include "loaders/checkpoint.h"
 #include "loaders/checkpoint_internal.h"
 #include "loaders/gguf.h"

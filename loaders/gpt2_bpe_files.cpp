@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "common/json_integer.h"
 #include "common/files.h"
+#include "common/json_integer.h"
 #include "loaders/gpt2_bpe.h"
 
 namespace qeval {

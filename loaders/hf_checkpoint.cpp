@@ -31,7 +31,7 @@ template <typename T>
 T required(const json& j, const char* key, const std::string& file) {
   QEVAL_CHECK(j.contains(key) && !j[key].is_null(), "{}: missing required field \"{}\"", file, key);
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)  // json_integer.h says why
-    json_integer(j[key], fmt::format("{}: field \"{}\"", file, key));
+    return static_cast<T>(json_integer(j[key], fmt::format("{}: field \"{}\"", file, key)));
   try {
     return j[key].get<T>();
   } catch (const json::exception& e) {

@@ -10,8 +10,8 @@
 #include <set>
 
 #include "common/error.h"
-#include "common/json_integer.h"
 #include "common/files.h"
+#include "common/json_integer.h"
 #include "loaders/protocol_internal.h"
 
 namespace qeval {

@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "common/error.h"
-#include "common/json_integer.h"
 #include "common/files.h"
+#include "common/json_integer.h"
 
 namespace qeval {
 namespace {

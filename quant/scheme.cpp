@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "common/error.h"
-#include "common/json_integer.h"
 #include "common/files.h"
+#include "common/json_integer.h"
 #include "quant/presets_embedded.h"
 
 namespace qeval {

@@ -8,9 +8,9 @@
 #include <limits>
 
 #include "common/error.h"
-#include "common/json_integer.h"
 #include "common/files.h"
 #include "common/hash.h"
+#include "common/json_integer.h"
 #include "loaders/checkpoint.h"
 #include "loaders/qeval_checkpoint.h"
 #include "loaders/safetensors.h"
