@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/files.h"
-#include "loaders/checkpoint.h"
+#include "loaders/checkpoints/checkpoint.h"
 #include "model/init.h"
 #include "model/transformer.h"
 

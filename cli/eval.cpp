@@ -18,11 +18,11 @@
 #include "eval/run_state.h"
 #include "eval/schemes.h"
 #include "eval/table.h"
-#include "loaders/checkpoint.h"
-#include "loaders/documents.h"
-#include "loaders/protocol.h"
-#include "loaders/tokenizer.h"
-#include "loaders/tokenizer_discovery.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/text/documents.h"
+#include "loaders/protocols/protocol.h"
+#include "loaders/tokenizers/tokenizer.h"
+#include "loaders/tokenizers/tokenizer_discovery.h"
 
 namespace qeval::cli {
 namespace {

@@ -8,11 +8,11 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hash.h"
-#include "loaders/checkpoint.h"
-#include "loaders/documents.h"
-#include "loaders/protocol.h"
-#include "loaders/token_file.h"
-#include "loaders/tokenizer.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/text/documents.h"
+#include "loaders/protocols/protocol.h"
+#include "loaders/text/token_file.h"
+#include "loaders/tokenizers/tokenizer.h"
 #include "model/transformer.h"
 
 namespace qeval::cli {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "eval/token_scores.h"
-#include "loaders/protocol.h"
+#include "loaders/protocols/protocol.h"
 #include "model/observer.h"
 #include "model/transformer.h"
 

@@ -28,16 +28,16 @@
 #include <string_view>
 #include <vector>
 
-#include "loaders/checkpoint.h"
-#include "loaders/documents.h"
-#include "loaders/gguf.h"
-#include "loaders/gpt2_bpe.h"
-#include "loaders/llama2c_tokenizer.h"
-#include "loaders/safetensors.h"
-#include "loaders/protocol.h"
-#include "loaders/safetensors_set.h"
-#include "loaders/token_file.h"
-#include "loaders/torch_checkpoint.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/text/documents.h"
+#include "loaders/checkpoints/gguf.h"
+#include "loaders/tokenizers/gpt2_bpe.h"
+#include "loaders/tokenizers/llama2c_tokenizer.h"
+#include "loaders/checkpoints/safetensors.h"
+#include "loaders/protocols/protocol.h"
+#include "loaders/checkpoints/safetensors_set.h"
+#include "loaders/text/token_file.h"
+#include "loaders/checkpoints/torch_checkpoint.h"
 
 #include <caffe2/serialize/inline_container.h>
 

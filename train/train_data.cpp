@@ -4,7 +4,7 @@
 #include <random>
 
 #include "common/error.h"
-#include "loaders/protocol.h"
+#include "loaders/protocols/protocol.h"
 
 namespace qeval::train {
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "loaders/documents.h"
-#include "loaders/tokenizer.h"
+#include "loaders/text/documents.h"
+#include "loaders/tokenizers/tokenizer.h"
 
 namespace qeval::train {
 

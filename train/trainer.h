@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "loaders/documents.h"
+#include "loaders/text/documents.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "train/optimizer.h"

@@ -9,7 +9,7 @@
 #include "eval/evaluator.h"
 #include "eval/record.h"
 #include "eval/token_scores.h"
-#include "loaders/protocol.h"
+#include "loaders/protocols/protocol.h"
 #include "tests/support/test_data.h"
 #include "tests/support/test_models.h"
 

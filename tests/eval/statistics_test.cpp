@@ -13,7 +13,7 @@
 #include <random>
 
 #include "common/error.h"
-#include "loaders/safetensors.h"
+#include "loaders/checkpoints/safetensors.h"
 #include "model/transformer.h"
 #include "tests/support/test_data.h"
 

@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "common/json_integer.h"
-#include "loaders/protocol.h"
+#include "loaders/protocols/protocol.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {

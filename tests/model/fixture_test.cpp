@@ -4,8 +4,8 @@
 // with softmax-1 attention, within 1e-4 absolute.
 #include <gtest/gtest.h>
 
-#include "loaders/checkpoint.h"
-#include "loaders/safetensors.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/checkpoints/safetensors.h"
 #include "model/transformer.h"
 #include "tests/support/test_data.h"
 

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "common/files.h"
-#include "loaders/checkpoint.h"
-#include "loaders/tokenizer.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/tokenizers/tokenizer.h"
 #include "model/transformer.h"
 #include "tests/support/test_data.h"
 

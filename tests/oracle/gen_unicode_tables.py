@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes loaders/gpt2_unicode_tables.cpp: the code point ranges of the Unicode general
+"""Writes loaders/tokenizers/gpt2_unicode_tables.cpp: the code point ranges of the Unicode general
 categories L* (letters) and N* (numbers) that GPT-2's pre-tokenisation regex tests with
 \\p{L} and \\p{N}, taken from Python's unicodedata (its Unicode version goes into the file).
 
@@ -8,7 +8,7 @@ Run from the repository root:  python3 tests/oracle/gen_unicode_tables.py
 import sys
 import unicodedata
 
-OUT = "loaders/gpt2_unicode_tables.cpp"
+OUT = "loaders/tokenizers/gpt2_unicode_tables.cpp"
 
 
 def ranges():
@@ -35,7 +35,7 @@ def main():
         f"// Unicode {unicodedata.unidata_version}. Do not edit by hand; re-run the script.",
         "// Maximal code point ranges of general category L* (Lu Ll Lt Lm Lo) and N* (Nd Nl No),",
         "// sorted and disjoint, for a binary search.",
-        '#include "loaders/gpt2_unicode.h"',
+        '#include "loaders/tokenizers/gpt2_unicode.h"',
         "",
         "namespace qeval::unicode {",
         "",

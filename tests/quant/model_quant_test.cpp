@@ -22,8 +22,8 @@
 
 #include "common/error.h"
 #include "common/files.h"
-#include "loaders/checkpoint.h"
-#include "loaders/tokenizer.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/tokenizers/tokenizer.h"
 #include "quant/packed_weights.h"
 #include "quant/quantize.h"
 #include "quant/quantized_linear.h"

@@ -26,6 +26,11 @@ std::filesystem::path data_path(const std::string& relative) {
   return p;
 }
 
+std::filesystem::path repo_path(const std::string& relative) {
+  // This file is tests/support/test_data.cpp.
+  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / relative;
+}
+
 TempDir::TempDir() {
   std::random_device rd;
   path_ = std::filesystem::temp_directory_path() / fmt::format("qeval-test-{:x}{:x}", rd(), rd());

@@ -15,6 +15,8 @@ namespace qeval::test {
 // ../shared/data (or $QEVAL_DATA_DIR). Fails the test, never skips, when it is missing.
 std::filesystem::path data_dir();
 std::filesystem::path data_path(const std::string& relative);
+// A path inside this repository (configs/, tests/oracle/, ...), wherever the test file sits.
+std::filesystem::path repo_path(const std::string& relative);
 
 // A fresh empty folder under the system temp dir, removed when the object dies.
 class TempDir {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "loaders/documents.h"
-#include "loaders/tokenizer.h"
+#include "loaders/text/documents.h"
+#include "loaders/tokenizers/tokenizer.h"
 #include "model/transformer.h"
 
 namespace qeval::test {

@@ -8,8 +8,8 @@
 
 #include "common/error.h"
 #include "common/files.h"
-#include "loaders/checkpoint.h"
-#include "loaders/qeval_checkpoint.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/checkpoints/qeval_checkpoint.h"
 #include "model/transformer.h"
 #include "tests/support/test_data.h"
 #include "train/trainer.h"

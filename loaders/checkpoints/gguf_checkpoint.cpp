@@ -1,0 +1,160 @@
+// GGUF "llama" models (F32/F16/BF16 tensors) mapped onto ModelConfig + ModelWeights.
+//
+// Rotary pairing: llama.cpp's converters store attn_q/attn_k in the interleaved layout
+// (HF's rotate-half weights are permuted on conversion; llama2.c exports were interleaved to
+// begin with: stories260K's GGUF tensors are bit-identical to its .bin), and llama.cpp applies
+// interleaved ("normal") rope to the llama architecture, so qeval does too.
+// llama.context_length is recorded as max_seq_len and in notes, but rope positions have no
+// limit, so it never limits evaluation windows (stories260K's GGUF says 128, its .bin 512).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <set>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/json_integer.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/checkpoints/checkpoint_internal.h"
+#include "loaders/checkpoints/gguf.h"
+
+namespace qeval {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kSupportedArchitectures = "llama";
+
+class GgufModelReader {
+ public:
+  explicit GgufModelReader(const GgufFile& f) : f_(f), file_(f.path().string()) {}
+
+  std::int64_t integer(const std::string& key) const {
+    QEVAL_CHECK(f_.has(key), "{}: missing metadata {}", file_, key);
+    const json& v = f_.metadata()[key];
+    const auto n = json_int64(v);
+    QEVAL_CHECK(n && *n >= 0, "{}: metadata {} should be a non-negative integer, found {}", file_, key, v.dump());
+    return *n;
+  }
+  std::int64_t integer(const std::string& key, std::int64_t fallback) const {
+    return f_.has(key) ? integer(key) : fallback;
+  }
+  double real(const std::string& key) const {
+    QEVAL_CHECK(f_.has(key), "{}: missing metadata {}", file_, key);
+    const json& v = f_.metadata()[key];
+    QEVAL_CHECK(v.is_number(), "{}: metadata {} should be a number, found {}", file_, key, v.dump());
+    // A float32 value is read back as the shortest decimal that round-trips (1e-5, not
+    // 9.99999974738e-06), so the config records what the exporter wrote.
+    if (f_.value_type(key) == 6) return std::stod(fmt::format("{}", static_cast<float>(v.get<double>())));
+    return v.get<double>();
+  }
+  double real(const std::string& key, double fallback) const { return f_.has(key) ? real(key) : fallback; }
+
+  at::Tensor take(const std::string& name, const std::vector<std::int64_t>& shape) {
+    const GgufTensorInfo& t = f_.tensor(name);
+    QEVAL_CHECK(t.shape() == shape, "{}: tensor {} has shape {} (ne {}), expected {}", file_, name,
+                shape_string(t.shape()), shape_string(std::vector<std::int64_t>(t.ne.begin(), t.ne.end())),
+                shape_string(shape));
+    used_.insert(name);
+    return f_.read_float32(name);
+  }
+  std::vector<std::string> unused() const {
+    std::vector<std::string> out;
+    for (const auto& t : f_.tensors())
+      if (!used_.count(t.name)) out.push_back(t.name);
+    return out;
+  }
+
+ private:
+  const GgufFile& f_;
+  std::string file_;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
+  const std::string file = path.string();
+  GgufFile f(path);
+  GgufModelReader r(f);
+  QEVAL_CHECK(f.has("general.architecture") && f.metadata()["general.architecture"].is_string(),
+              "{}: missing string metadata general.architecture", file);
+  const std::string arch = f.metadata()["general.architecture"].get<std::string>();
+  QEVAL_CHECK(arch == "llama", "{}: unsupported GGUF architecture \"{}\"; supported: {}", file, arch,
+              kSupportedArchitectures);
+  const std::string p = arch + ".";
+
+  LoadedCheckpoint out;
+  ModelConfig& c = out.config;
+  c.architecture = "llama";
+  c.d_model = r.integer(p + "embedding_length");
+  c.d_ff = r.integer(p + "feed_forward_length");
+  c.n_layers = r.integer(p + "block_count");
+  c.n_heads = r.integer(p + "attention.head_count");
+  c.n_kv_heads = r.integer(p + "attention.head_count_kv", c.n_heads);
+  c.max_seq_len = r.integer(p + "context_length", 0);
+  c.norm = NormKind::rmsnorm;
+  c.norm_eps = r.real(p + "attention.layer_norm_rms_epsilon");
+  c.position = PositionKind::rope;
+  c.rope_pairing = RopePairing::interleaved;
+  c.rope_theta = r.real(p + "rope.freq_base", 10000.0);
+  c.mlp = MlpKind::swiglu;
+  QEVAL_CHECK(f.has_tensor("token_embd.weight"), "{}: missing tensor token_embd.weight", file);
+  const auto& embd = f.tensor("token_embd.weight");
+  QEVAL_CHECK(embd.ne.size() == 2, "{}: token_embd.weight has {} dimensions, expected 2", file, embd.ne.size());
+  c.vocab_size = r.integer(p + "vocab_size", static_cast<std::int64_t>(embd.ne[1]));
+  c.tied_embeddings = !f.has_tensor("output.weight");
+  for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", &c.bos_id}, std::pair{"tokenizer.ggml.eos_token_id", &c.eos_id}})
+    if (f.has(key) && r.integer(key) < c.vocab_size) *id = r.integer(key);
+  c.validate(file);
+  if (f.has(p + "rope.dimension_count"))
+    QEVAL_CHECK(r.integer(p + "rope.dimension_count") == c.head_dim(),
+                "{}: {}rope.dimension_count {} differs from the head size {}; partial rotary is not supported", file, p,
+                r.integer(p + "rope.dimension_count"), c.head_dim());
+  QEVAL_CHECK(!f.has(p + "rope.scaling.type") || f.metadata()[p + "rope.scaling.type"] == "none",
+              "{}: {}rope.scaling.type {} is not supported", file, p,
+              f.has(p + "rope.scaling.type") ? f.metadata()[p + "rope.scaling.type"].dump() : "");
+
+  const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
+  ModelWeights& w = out.weights;
+  w.token_embedding = r.take("token_embd.weight", {c.vocab_size, D});
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string b = fmt::format("blk.{}.", i);
+    BlockWeights blk;
+    blk.attn_norm.weight = r.take(b + "attn_norm.weight", {D});
+    blk.q.weight = r.take(b + "attn_q.weight", {c.n_heads * hd, D});
+    blk.k.weight = r.take(b + "attn_k.weight", {c.n_kv_heads * hd, D});
+    blk.v.weight = r.take(b + "attn_v.weight", {c.n_kv_heads * hd, D});
+    blk.o.weight = r.take(b + "attn_output.weight", {D, c.n_heads * hd});
+    blk.mlp_norm.weight = r.take(b + "ffn_norm.weight", {D});
+    blk.gate.weight = r.take(b + "ffn_gate.weight", {F, D});
+    blk.up.weight = r.take(b + "ffn_up.weight", {F, D});
+    blk.down.weight = r.take(b + "ffn_down.weight", {D, F});
+    w.blocks.push_back(std::move(blk));
+  }
+  w.final_norm.weight = r.take("output_norm.weight", {D});
+  w.lm_head = c.tied_embeddings ? w.token_embedding : r.take("output.weight", {c.vocab_size, D});
+  for (const auto& name : r.unused())
+    fail("{}: unexpected tensor {} ({}) for a {} model; it would be ignored, so the model would be wrong", file, name,
+         ggml_type_name(f.tensor(name).type), arch);
+  validate_weights(w, c, file);
+
+  out.format = "gguf";
+  out.path = path;
+  out.weights_hash = hash_file(path);
+  out.notes["gguf_version"] = f.version();
+  out.notes["alignment"] = f.alignment();
+  if (f.has("general.name") && f.metadata()["general.name"].is_string()) out.notes["general.name"] = f.metadata()["general.name"];
+  out.notes["context_length"] = c.max_seq_len;
+  out.notes["positions"] = fmt::format(
+      "rope: {}context_length {} is recorded as max_seq_len, not a limit on evaluation windows", p, c.max_seq_len);
+  out.notes["rope_pairing"] = "interleaved (GGUF llama layout, as llama.cpp applies it)";
+  json types = json::object();
+  for (const auto& t : f.tensors()) types[ggml_type_name(t.type)] = types.value(ggml_type_name(t.type), 0) + 1;
+  out.notes["tensor_types"] = types;
+  return out;
+}
+
+}  // namespace qeval

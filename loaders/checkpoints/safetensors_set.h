@@ -1,0 +1,52 @@
+// A checkpoint's tensors spread over one or more safetensors files (Hugging Face shards),
+// looked up by name. Used by the folder loaders (Hugging Face and qeval's own); not a public
+// interface beyond loaders/.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "loaders/checkpoints/safetensors.h"
+
+namespace qeval {
+
+class SafetensorsSet {
+ public:
+  // `source` names the checkpoint (its folder) in errors.
+  explicit SafetensorsSet(std::string source) : source_(std::move(source)) {}
+
+  // Adds every tensor of `file`; a name already held by another file is an error naming both.
+  void add(const std::filesystem::path& file);
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+  std::vector<std::filesystem::path> paths() const;
+
+  bool has(const std::string& name) const { return where_.count(name) != 0; }
+  const SafetensorsFile& file_of(const std::string& name) const;  // throws like take() when missing
+
+  // float32, contiguous, with the expected shape (errors name the file, the tensor, both
+  // shapes); remembers the name as used.
+  at::Tensor take(const std::string& name, const std::vector<std::int64_t>& shape);
+  // Names present in the files and never taken, in file order.
+  std::vector<std::string> unused() const;
+
+ private:
+  std::string source_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::size_t> where_;  // tensor name → index into files_
+  std::set<std::string> used_;
+};
+
+// Opens the weights of a Hugging Face-style folder: `model.safetensors.index.json` with its
+// shards (every shard must exist, every indexed tensor must be in its shard and every shard
+// tensor in the index, each tensor in exactly one shard), else `model.safetensors`. Throws
+// naming the folder and what it holds when neither is there.
+SafetensorsSet open_safetensors_folder(const std::filesystem::path& dir);
+
+}  // namespace qeval

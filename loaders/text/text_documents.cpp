@@ -1,0 +1,90 @@
+// Plain-text documents: paragraph, line or whole-file splitting (the rule is in documents.h).
+#include <utility>
+
+#include "common/error.h"
+#include "loaders/text/compressed_stream.h"
+#include "loaders/text/documents.h"
+
+namespace qeval {
+namespace {
+
+std::string format_name(const ByteStream& stream) {
+  return stream.compression() == Compression::none ? "text" : "text." + to_string(stream.compression());
+}
+
+class TextDocuments final : public DocumentReader {
+ public:
+  TextDocuments(const std::filesystem::path& path, const DocumentOptions& options)
+      : split_(options.text_split), max_bytes_(options.max_document_bytes) {
+    auto stream = open_byte_stream(path);
+    format_ = format_name(*stream);
+    if (split_ == TextSplit::file) {
+      whole_ = std::move(stream);
+    } else {
+      lines_.emplace(std::move(stream), max_bytes_);
+    }
+  }
+
+  std::optional<std::string> next() override {
+    switch (split_) {
+      case TextSplit::file:
+        return next_file();
+      case TextSplit::line:
+        return next_line();
+      case TextSplit::paragraph:
+        return next_paragraph();
+    }
+    return std::nullopt;
+  }
+
+  std::string format() const override { return format_; }
+
+ private:
+  std::optional<std::string> next_file() {
+    if (!whole_) return std::nullopt;
+    std::string all = read_all(*whole_, max_bytes_);
+    whole_.reset();
+    if (all.empty()) return std::nullopt;
+    return all;
+  }
+
+  std::optional<std::string> next_line() {
+    while (lines_->next(line_)) {
+      if (!is_blank_line(line_)) return line_;
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::string> next_paragraph() {
+    std::string doc;
+    while (lines_->next(line_)) {
+      if (is_blank_line(line_)) {
+        if (doc.empty()) continue;  // leading blank lines, or a run of them
+        return doc;
+      }
+      if (!doc.empty()) doc += '\n';
+      if (doc.size() + line_.size() > max_bytes_) {
+        fail("the paragraph ending at line {} of {} is longer than the limit of {} bytes (split by line instead?)",
+             lines_->line_number(), lines_->stream().path().string(), max_bytes_);
+      }
+      doc += line_;
+    }
+    if (doc.empty()) return std::nullopt;
+    return doc;
+  }
+
+  TextSplit split_;
+  std::size_t max_bytes_;
+  std::string format_;
+  std::unique_ptr<ByteStream> whole_;  // file mode only
+  std::optional<LineReader> lines_;    // paragraph and line modes
+  std::string line_;
+};
+
+}  // namespace
+
+std::unique_ptr<DocumentReader> open_text_documents(const std::filesystem::path& path, const DocumentOptions& options) {
+  return std::make_unique<TextDocuments>(path, options);
+}
+
+}  // namespace qeval
