@@ -21,7 +21,9 @@ namespace {
 struct InspectArgs {
   std::string path, model, tokenizer, data, data_dir;
   std::int64_t seq_len = 0;      // 0: each protocol's own
-  std::string protocol = "all";  // a preset, a JSON protocol file, or all presets
+  // A preset, a JSON protocol file, or `all`. Only `windows` (eval's default) by default: each
+  // protocol tokenises the data again, and gptq-c4 may draw many documents.
+  std::string protocol = "windows";
   std::string text_split;        // empty: each protocol's, else paragraph
   std::string token_dtype = "auto";
   bool json = false;
@@ -117,6 +119,38 @@ nlohmann::json inspect_data(const std::filesystem::path& path, const InspectArgs
   return j;
 }
 
+std::string cell(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// Nested facts as "a.b: value" lines, one per leaf.
+void print_facts(const nlohmann::json& facts, const std::string& prefix) {
+  for (const auto& [key, value] : facts.items()) {
+    if (value.is_object())
+      print_facts(value, prefix + key + ".");
+    else
+      fmt::print("    {}{}: {}\n", prefix, key, cell(value));
+  }
+}
+
+// Per-protocol counts as one table, then each protocol's facts.
+void print_protocols(const nlohmann::json& protocols) {
+  fmt::print("\n| protocol | seq_len | windows | scored tokens | stream tokens | documents |\n|---|---:|---:|---:|---:|---:|\n");
+  for (const auto& [name, p] : protocols.items()) {
+    if (p.contains("error")) {
+      fmt::print("| {} | — | — | — | — | — |  error: {}\n", name, cell(p.at("error")));
+      continue;
+    }
+    fmt::print("| {} | {} | {} | {} | {} | {} |\n", name, cell(p.at("parameters").at("seq_len")), cell(p.at("windows")),
+               cell(p.at("scored_tokens")), cell(p.at("stream_tokens")), cell(p.at("documents")));
+  }
+  for (const auto& [name, p] : protocols.items()) {
+    if (p.contains("error")) continue;
+    fmt::print("\n  {}:\n", name);
+    print_facts(p.at("parameters"), "parameters.");
+    if (p.contains("window_lengths")) print_facts(p.at("window_lengths"), "window_lengths.");
+    print_facts(p.at("facts"), "");
+  }
+}
+
 void print_text(const nlohmann::json& report) {
   for (const auto& [section, body] : report.items()) {
     fmt::print("## {}\n", section);
@@ -126,10 +160,11 @@ void print_text(const nlohmann::json& report) {
         for (const auto& l : value)
           fmt::print("    {:<22} [{} -> {}]\n", l.at("name").get<std::string>(), l.at("in").dump(),
                      l.at("out").dump());
-      } else {
-        fmt::print("  {:<24} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
+      } else if (key != "protocols") {
+        fmt::print("  {:<24} {}\n", key, cell(value));
       }
     }
+    if (body.contains("protocols")) print_protocols(body.at("protocols"));
   }
 }
 
@@ -178,7 +213,7 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--data,-d", args->data, "data file to describe");
   cmd->add_option("--data-dir", args->data_dir, "shared data folder (default: $QEVAL_DATA_DIR, else ../shared/data)");
   cmd->add_option("--seq-len", args->seq_len, "window length for the window counts (0: each protocol's)")->capture_default_str();
-  cmd->add_option("--protocol", args->protocol, "with --data and --tokenizer: a protocol preset or JSON file, or all")
+  cmd->add_option("--protocol", args->protocol, "with --data and --tokenizer: count windows under this protocol preset or JSON file, or all presets")
       ->capture_default_str();
   cmd->add_option("--text-split", args->text_split, "plain-text documents: paragraph, line or file (default: each protocol's, else paragraph)")
       ->check(CLI::IsMember({"paragraph", "line", "file"}));

@@ -68,7 +68,15 @@ PreparedSchemes make_schemes(const Transformer& full, const std::vector<std::str
       scheme.model = std::move(q.model);
       scheme.description = q.report;
       scheme.description["execution"] = q.report.at("execution_path");
+      // A scheme file is shown by its "name" (its stem when it has none); the path is recorded.
+      if (spec.name != name) {
+        scheme.name = spec.name;
+        scheme.description["scheme_file"] = name;
+      }
     }
+    for (const auto& earlier : prepared.schemes)
+      QEVAL_CHECK(earlier.name != scheme.name, "--schemes: two schemes are named '{}' ({} and {}); give each a distinct \"name\"",
+                  scheme.name, earlier.description.value("scheme_file", earlier.name), name);
     std::shared_ptr<StatisticsCollector> stats;
     if (options.stats_for == StatsFor::all || (options.stats_for == StatsFor::full && i == 0)) {
       stats = std::make_shared<StatisticsCollector>(options.statistics);

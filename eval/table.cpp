@@ -1,6 +1,9 @@
 #include "eval/table.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <vector>
 
 namespace qeval {
 namespace {
@@ -11,10 +14,22 @@ const nlohmann::json* find_scheme(const nlohmann::json& record, const std::strin
   return nullptr;
 }
 
-std::string execution_of(const nlohmann::json& scheme) {
+// The execution path as one word for the table ("kernel", "reference", "fp32"); the reason a
+// scheme runs the reference path goes in a footnote (and in full in the record).
+std::string execution_word(const nlohmann::json& scheme) {
   const auto& d = scheme.at("description");
-  if (d.is_object() && d.contains("execution") && d["execution"].is_string()) return d["execution"].get<std::string>();
-  return "fp";
+  if (!d.is_object() || !d.contains("execution") || !d["execution"].is_string()) return "fp";
+  const std::string e = d["execution"].get<std::string>();
+  return e.substr(0, e.find(" ("));
+}
+
+std::string execution_reason(const nlohmann::json& scheme) {
+  const auto& d = scheme.at("description");
+  if (!d.is_object() || !d.contains("execution") || !d["execution"].is_string()) return "";
+  const std::string e = d["execution"].get<std::string>();
+  const auto open = e.find(" (");
+  if (open == std::string::npos || e.back() != ')') return "";
+  return e.substr(open + 2, e.size() - open - 3);
 }
 
 }  // namespace
@@ -23,12 +38,18 @@ std::string scheme_table_markdown(const nlohmann::json& record) {
   std::string out =
       "| scheme | execution | PPL | ± | ΔPPL | ΔPPL % | paired ΔNLL ± se | KL(full‖q) | top-1 agree | Δp(correct) | tok/s |\n"
       "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::vector<std::string> footnotes;  // one per scheme that runs a path chosen for a reason
   for (const auto& s : record.at("schemes")) {
     const auto& p = s.at("perplexity");
+    std::string execution = execution_word(s);
+    if (const std::string why = execution_reason(s); !why.empty()) {
+      footnotes.push_back(fmt::format("[{}] {}: {}", footnotes.size() + 1, s.at("name").get<std::string>(), why));
+      execution += fmt::format(" [{}]", footnotes.size());
+    }
     const auto& v = s.at("vs_full");
     bool is_full = &s == &record.at("schemes").front();
     out += fmt::format("| {} | {} | {:.4f} | {:.4f} | {} | {} | {} | {} | {} | {} | {:.0f} |\n", s.at("name").get<std::string>(),
-                       execution_of(s), p.at("ppl").get<double>(), p.at("ppl_pm").get<double>(),
+                       execution, p.at("ppl").get<double>(), p.at("ppl_pm").get<double>(),
                        is_full ? "—" : fmt::format("{:+.4f}", v.at("dppl").get<double>()),
                        is_full ? "—" : fmt::format("{:+.2f}", 100 * v.at("dppl_rel").get<double>()),
                        is_full ? "—"
@@ -39,6 +60,7 @@ std::string scheme_table_markdown(const nlohmann::json& record) {
                        is_full ? "—" : fmt::format("{:+.5f}", v.at("dp_correct_mean").get<double>()),
                        s.at("timing").at("tokens_per_second").get<double>());
   }
+  if (!footnotes.empty()) out += "\n" + fmt::format("{}", fmt::join(footnotes, "\n")) + "\n";
   return out;
 }
 

@@ -114,6 +114,48 @@ TEST(Cli, InspectDescribesCheckpointAsJson) {
   EXPECT_EQ(j.at("model").at("config").at("n_kv_heads"), 4);
 }
 
+// A scheme file is shown and recorded by its "name" (the path goes in the record); two schemes
+// with one name are refused; the execution column holds one word, the reason a footnote.
+TEST(Cli, SchemeFileShownByNameAndExecutionReasonInFootnote) {
+  test::TempDir dir;
+  test::write_bytes(dir / "mine.json", R"({"name": "my-fine", "weights": {"kind": "int8_absmax", "granularity": "channel"},
+    "input_activations": {"kind": "int8_absmax", "granularity": "feature"}})");
+  const std::string file = (dir / "mine.json").string();
+  CommandResult r = qeval(test::kEval + " --seq-len 64 --max-windows 2 --schemes full,int8-fine," + file + " --out " +
+                          (dir / "r.json").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "| my-fine | reference [2] |")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| int8-fine | reference [1] |")) << r.output;
+  EXPECT_TRUE(contains(r.output, "[1] int8-fine: ")) << r.output;
+  EXPECT_FALSE(contains(r.output, "| " + file)) << "the path is not the table's name: " << r.output;
+  auto record = nlohmann::json::parse(read_file(dir / "r.json"));
+  EXPECT_EQ(record.at("schemes").at(2).at("name"), "my-fine");
+  EXPECT_EQ(record.at("schemes").at(2).at("description").at("scheme_file"), file);
+  EXPECT_NE(record.at("schemes").at(1).at("description").at("execution").get<std::string>().find("reference ("),
+            std::string::npos) << "the record keeps the full reason";
+
+  test::write_bytes(dir / "clash.json", R"({"name": "int8-fine", "weights": {"kind": "int8_absmax", "granularity": "tensor"}})");
+  CommandResult clash = qeval(test::kEval + " --seq-len 64 --max-windows 2 --schemes full,int8-fine," +
+                              (dir / "clash.json").string() + " --out " + (dir / "c.json").string());
+  EXPECT_NE(clash.status, 0);
+  EXPECT_TRUE(contains(clash.output, "two schemes are named 'int8-fine'")) << clash.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "c.json"));
+}
+
+// inspect counts windows for eval's default protocol unless asked, as a table.
+TEST(Cli, InspectCountsOneProtocolAsATableUnlessAskedForAll) {
+  const std::string data = " --tokenizer " + test::kStoriesTokenizer + " --data text/tinystories/validation-head.txt --seq-len 256";
+  CommandResult one = qeval("inspect" + data);
+  ASSERT_EQ(one.status, 0) << one.output;
+  EXPECT_TRUE(contains(one.output, "| protocol | seq_len | windows |")) << one.output;
+  EXPECT_TRUE(contains(one.output, "| windows | 256 |")) << one.output;
+  EXPECT_FALSE(contains(one.output, "| stride |")) << one.output;
+  CommandResult all = qeval("inspect --protocol all" + data);
+  ASSERT_EQ(all.status, 0) << all.output;
+  for (const char* name : {"| windows |", "| stride |", "| llamacpp |", "| gptq-c4 |"})
+    EXPECT_TRUE(contains(all.output, name)) << name << "\n" << all.output;
+}
+
 }  // namespace
 }  // namespace qeval
 
