@@ -7,6 +7,7 @@
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/model_cache.h"
 #include "common/hash.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/text/documents.h"
@@ -172,7 +173,7 @@ void run_inspect(InspectArgs a) {
   const auto dir = opt(a.data_dir);
   if (!a.path.empty()) {
     // One positional path: guess its role from its name.
-    std::filesystem::path p = resolve_input_path(a.path, dir);
+    std::filesystem::path p = model_handle_path(a.path) ? resolve_model_path(a.path, dir) : resolve_input_path(a.path, dir);
     std::string name = p.filename().string();
     auto ends = [&](const std::string& suffix) {
       return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -188,7 +189,7 @@ void run_inspect(InspectArgs a) {
               "inspect: give a path, or --model / --tokenizer / --data");
   nlohmann::json report = nlohmann::json::object();
   std::unique_ptr<Tokenizer> tok;
-  if (!a.model.empty()) report["model"] = inspect_model(resolve_input_path(a.model, dir));
+  if (!a.model.empty()) report["model"] = inspect_model(resolve_model_path(a.model, dir));
   if (!a.tokenizer.empty()) {
     auto p = resolve_input_path(a.tokenizer, dir);
     tok = load_tokenizer(p);

@@ -17,6 +17,7 @@ struct PlotArgs {
   std::string out;
   std::string scheme = "full";
   std::string figure_data;
+  std::string colour_scale = "linear";
 };
 
 void run_plot(const PlotArgs& a) {
@@ -32,7 +33,7 @@ void run_plot(const PlotArgs& a) {
     } catch (const nlohmann::json::exception& e) {
       fail("{}: figure data is not valid JSON: {}", a.figure_data, e.what());
     }
-    auto maps = plot_figure_maps(fd, a.out, record_model_name(record));
+    auto maps = plot_figure_maps(fd, a.out, record_model_name(record), parse_colour_scale(a.colour_scale));
     images.insert(images.end(), maps.begin(), maps.end());
   }
   for (const auto& p : images) fmt::print("{}\n", p.string());
@@ -48,6 +49,8 @@ void add_plot_command(CLI::App& app) {
   cmd->add_option("--out,-o", args->out, "folder for the .dat, .gp and .png files");
   cmd->add_option("--scheme", args->scheme, "scheme whose statistics to draw")->capture_default_str();
   cmd->add_option("--figure-data", args->figure_data, "figure_data.json written by qeval eval --plots DIR: also draw the maps");
+  cmd->add_option("--colour-scale", args->colour_scale, "maps: linear or log colour scale")
+      ->capture_default_str()->check(CLI::IsMember({"linear", "log"}));
   cmd->callback([args] { run_plot(*args); });
 }
 

@@ -157,7 +157,18 @@ std::vector<fs::path> plot_layer_curves(const nlohmann::json& record, const fs::
   return {render(dir, "layer_curves")};
 }
 
-std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path& dir, const std::string& title) {
+ColourScale parse_colour_scale(const std::string& s) {
+  if (s == "linear") return ColourScale::linear;
+  if (s == "log") return ColourScale::log;
+  fail("unknown colour scale '{}': expected linear or log", s);
+}
+
+std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path& dir, const std::string& title,
+                                       ColourScale scale) {
+  const bool log = scale == ColourScale::log;
+  // Attention weights span 1 down to ~1e-5 over a window; below 1e-4 reads as "none" on a map.
+  const std::string attention_range = log ? "set logscale cb\nset cbrange [1e-4:1]\n" : "set cbrange [0:*]\n";
+  const std::string hidden_range = log ? "set logscale cb\nset cbrange [*:*]\n" : "set cbrange [0:*]\n";
   fs::create_directories(dir);
   std::vector<fs::path> out;
   try {
@@ -184,7 +195,8 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
       gp += fmt::format("set title {}\n", gp_quote(fmt::format("{}: mean attention over layers and heads (first {} tokens, "
                                                                 "{} windows)", title, T, am.at("windows").dump())));
       gp += fmt::format("set xrange [-0.5:{}.5]\nset yrange [{}.5:-0.5]\nset size ratio -1\n", T - 1, T - 1);
-      gp += "set xlabel 'key position'\nset ylabel 'query position'\nset cblabel 'attention weight'\nset cbrange [0:*]\n"
+      gp += "set xlabel 'key position'\nset ylabel 'query position'\nset cblabel 'attention weight" +
+            std::string(log ? " (log scale)" : "") + "'\n" + attention_range +
             "set tics out\nplot 'attention_map.dat' matrix with image notitle\n";
       write_file_atomic(dir / "attention_map.gp", gp);
       out.push_back(render(dir, "attention_map"));
@@ -215,7 +227,7 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
                       gp_quote(fmt::format("{}: mean |hidden state| per layer and channel ({} windows)", title,
                                            fd.value("windows", nlohmann::json(0)).dump())));
     gp += fmt::format("set xrange [-0.5:{}.5]\nset yrange [0.5:{}.5]\nset ytics 1\nset tics out\n", D - 1, M);
-    gp += "set xlabel 'channel'\nset ylabel 'layer'\nset cbrange [0:*]\n";
+    gp += "set xlabel 'channel'\nset ylabel 'layer'\n" + hidden_range;
     gp += "set title 'first token'\nplot 'hidden_abs.dat' index 0 matrix using 1:($2+1):3 with image notitle\n";
     if (has_rest)
       gp += "set title 'other tokens (mean over positions)'\n"
@@ -230,10 +242,10 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
 }
 
 std::vector<fs::path> render_eval_plots(const nlohmann::json& record, const nlohmann::json& figure_data,
-                                        const fs::path& dir) {
+                                        const fs::path& dir, ColourScale scale) {
   fs::create_directories(dir);
   write_file_atomic(dir / "figure_data.json", figure_data.dump() + "\n");
-  std::vector<fs::path> out = plot_figure_maps(figure_data, dir, record_model_name(record));
+  std::vector<fs::path> out = plot_figure_maps(figure_data, dir, record_model_name(record), scale);
   const auto& full = record.at("schemes").front();
   if (full.at("statistics").is_object()) {
     auto curves = plot_layer_curves(record, dir, full.at("name").get<std::string>());

@@ -29,14 +29,20 @@ std::filesystem::path find_gnuplot();
 std::vector<std::filesystem::path> plot_layer_curves(const nlohmann::json& record, const std::filesystem::path& dir,
                                                      const std::string& scheme = "full");
 
+// How the maps colour their values: linear, or log (so a first-token sink or one massive
+// channel does not wash out everything else; non-positive values are left blank).
+enum class ColourScale { linear, log };
+ColourScale parse_colour_scale(const std::string& s);  // throws listing linear, log
+
 // The maps from figure data (FigureDataObserver::to_json()); `title` names the model.
 std::vector<std::filesystem::path> plot_figure_maps(const nlohmann::json& figure_data, const std::filesystem::path& dir,
-                                                    const std::string& title);
+                                                    const std::string& title, ColourScale scale = ColourScale::linear);
 
 // `qeval eval --plots DIR`: figure_data.json, the maps and the curves of the full-precision
 // scheme (when it has statistics).
 std::vector<std::filesystem::path> render_eval_plots(const nlohmann::json& record, const nlohmann::json& figure_data,
-                                                     const std::filesystem::path& dir);
+                                                     const std::filesystem::path& dir,
+                                                     ColourScale scale = ColourScale::linear);
 
 // A short name for the model of a record (file stem or folder name), used in titles.
 std::string record_model_name(const nlohmann::json& record);

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -28,9 +29,12 @@
 #include <string_view>
 #include <vector>
 
+#include "common/error.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/text/documents.h"
 #include "loaders/checkpoints/gguf.h"
+#include "loaders/checkpoints/gguf_blocks.h"
+#include "loaders/tokenizers/gguf_tokenizer.h"
 #include "loaders/tokenizers/gpt2_bpe.h"
 #include "loaders/tokenizers/llama2c_tokenizer.h"
 #include "loaders/checkpoints/safetensors.h"
@@ -168,6 +172,34 @@ inline void gguf(std::string_view data) {
   (void)load_gguf_checkpoint(path);
 }
 
+// GGUF block decoders alone (gguf_blocks.h), without the container: byte 0 picks a ggml type id
+// (mod 42, so ids qeval refuses come up too: dequantize_ggml must throw qeval::Error for them),
+// the rest is blocks of that type (a partial block at the end is dropped), decoded from an
+// odd address. A block decodes alone as it does within the run.
+inline void gguf_blocks(std::string_view data) {
+  if (data.empty()) return;
+  const std::uint32_t type = static_cast<unsigned char>(data[0]) % 42;
+  data.remove_prefix(1);
+  if (!ggml_type_dequantizable(type)) {
+    dequantize_ggml(type, data.data(), data.size(), nullptr, 0, "gguf_blocks");  // throws
+    throw std::logic_error("dequantize_ggml accepted type " + ggml_type_name(type));
+  }
+  const GgmlBlockSize size = ggml_block_size(type);
+  const std::uint64_t blocks = data.size() / size.bytes;
+  std::vector<float> all(blocks * size.elements), last(size.elements);
+  dequantize_ggml(type, data.data(), blocks * size.bytes, all.data(), all.size(), "gguf_blocks");
+  if (blocks == 0) return;
+  dequantize_ggml(type, data.data() + (blocks - 1) * size.bytes, size.bytes, last.data(), last.size(), "gguf_blocks");
+  if (std::memcmp(last.data(), all.data() + (blocks - 1) * size.elements, size.elements * sizeof(float)) != 0)
+    throw std::logic_error("the last " + ggml_type_name(type) + " block decodes differently alone");
+}
+
+// A GGUF file whose tokenizer.ggml.* metadata builds a tokenizer (a "llama" SentencePiece-style
+// or a "gpt2" byte-level BPE vocabulary), which then encodes and decodes the probe text.
+inline void gguf_tokenizer(std::string_view data) {
+  exercise(*load_gguf_tokenizer(scratch_file("tokenizer.gguf", data)));
+}
+
 inline void llama2c_checkpoint(std::string_view data) {
   (void)load_llama2c_checkpoint(scratch_file("model.bin", data));
 }
@@ -290,6 +322,8 @@ inline const std::map<std::string, std::function<void(std::string_view)>>& harne
       {"checkpoint_folder", checkpoint_folder},
       {"config_json", config_json},
       {"gguf", gguf},
+      {"gguf_blocks", gguf_blocks},
+      {"gguf_tokenizer", gguf_tokenizer},
       {"llama2c_checkpoint", llama2c_checkpoint},
       {"llama2c_tokenizer", llama2c_tokenizer},
       {"gpt2_bpe", gpt2_bpe},

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "loaders/checkpoints/gguf_blocks.h"
 
 namespace qeval {
 
@@ -21,25 +22,29 @@ constexpr std::uint32_t kMaxDims = 4;        // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 4;            // arrays of arrays are legal; deeper nesting is not seen in practice
 constexpr std::uint32_t kNumValueTypes = 13;
 
-// ggml types: name, elements per block, bytes per block (0 = size unknown to this build).
-struct GgmlType {
+// ggml types: name, elements per block, bytes per block (ggml.c's type_traits; gguf-py's
+// GGML_QUANT_SIZES agrees except for Q8_1, which it sizes 40 for a layout ggml no longer has).
+// Every known type is sized, so the spans of tensors qeval cannot read are still checked; ids
+// 31-33 and 36-38 are retired ggml types. Which of these qeval dequantises: gguf_blocks.h.
+struct GgmlTypeInfo {
   std::uint32_t id;
   const char* name;
   std::uint64_t block;
   std::uint64_t bytes;
 };
-const std::array<GgmlType, 29> kGgmlTypes{{
-    {0, "F32", 1, 4},       {1, "F16", 1, 2},        {2, "Q4_0", 32, 18},     {3, "Q4_1", 32, 20},
-    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},     {8, "Q8_0", 32, 34},     {9, "Q8_1", 32, 36},
-    {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110},  {12, "Q4_K", 256, 144},  {13, "Q5_K", 256, 176},
-    {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292},  {16, "IQ2_XXS", 0, 0},   {17, "IQ2_XS", 0, 0},
-    {18, "IQ3_XXS", 0, 0},  {19, "IQ1_S", 0, 0},     {20, "IQ4_NL", 0, 0},    {21, "IQ3_S", 0, 0},
-    {22, "IQ2_S", 0, 0},    {23, "IQ4_XS", 0, 0},    {24, "I8", 1, 1},        {25, "I16", 1, 2},
-    {26, "I32", 1, 4},      {27, "I64", 1, 8},       {28, "F64", 1, 8},       {29, "IQ1_M", 0, 0},
-    {30, "BF16", 1, 2},
+const std::array<GgmlTypeInfo, 34> kGgmlTypes{{
+    {0, "F32", 1, 4},        {1, "F16", 1, 2},         {2, "Q4_0", 32, 18},      {3, "Q4_1", 32, 20},
+    {6, "Q5_0", 32, 22},     {7, "Q5_1", 32, 24},      {8, "Q8_0", 32, 34},      {9, "Q8_1", 32, 36},
+    {10, "Q2_K", 256, 84},   {11, "Q3_K", 256, 110},   {12, "Q4_K", 256, 144},   {13, "Q5_K", 256, 176},
+    {14, "Q6_K", 256, 210},  {15, "Q8_K", 256, 292},   {16, "IQ2_XXS", 256, 66}, {17, "IQ2_XS", 256, 74},
+    {18, "IQ3_XXS", 256, 98}, {19, "IQ1_S", 256, 50},  {20, "IQ4_NL", 32, 18},   {21, "IQ3_S", 256, 110},
+    {22, "IQ2_S", 256, 82},  {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},         {25, "I16", 1, 2},
+    {26, "I32", 1, 4},       {27, "I64", 1, 8},        {28, "F64", 1, 8},        {29, "IQ1_M", 256, 56},
+    {30, "BF16", 1, 2},      {34, "TQ1_0", 256, 54},   {35, "TQ2_0", 256, 66},   {39, "MXFP4", 32, 17},
+    {40, "NVFP4", 64, 36},   {41, "Q1_0", 128, 18},
 }};
 
-const GgmlType* find_type(std::uint32_t id) {
+const GgmlTypeInfo* find_type(std::uint32_t id) {
   for (const auto& t : kGgmlTypes)
     if (t.id == id) return &t;
   return nullptr;
@@ -127,7 +132,7 @@ json read_value(Cursor& c, std::uint32_t type, const std::string& key, const std
 }  // namespace
 
 std::string ggml_type_name(std::uint32_t type) {
-  const GgmlType* t = find_type(type);
+  const GgmlTypeInfo* t = find_type(type);
   return t ? t->name : fmt::format("type {}", type);
 }
 
@@ -182,7 +187,7 @@ GgufFile::GgufFile(fs::path path) : path_(std::move(path)) {
     }
     t.type = c.get<std::uint32_t>("the type of " + t.name);
     t.offset = c.get<std::uint64_t>("the offset of " + t.name);
-    const GgmlType* type = find_type(t.type);
+    const GgmlTypeInfo* type = find_type(t.type);
     if (type && type->block > 0) {
       QEVAL_CHECK(t.ne[0] % type->block == 0, "{}: tensor {} of type {} has {} columns, not a multiple of its block {}",
                   file, t.name, type->name, t.ne[0], type->block);
@@ -229,28 +234,29 @@ const GgufTensorInfo& GgufFile::tensor(const std::string& name) const {
 
 at::Tensor GgufFile::read_float32(const std::string& name) const {
   const GgufTensorInfo& t = tensor(name);
-  at::ScalarType stored;
-  switch (t.type) {
-    case 0: stored = at::kFloat; break;
-    case 1: stored = at::kHalf; break;
-    case 30: stored = at::kBFloat16; break;
-    default:
-      fail("{}: tensor {} has unsupported type {} (ggml type {}); qeval reads F32, F16 and BF16 GGUF tensors "
-           "(quantised GGUF files are not supported)",
-           path_.string(), name, ggml_type_name(t.type), t.type);
-  }
-  at::Tensor out = at::empty(t.shape(), at::TensorOptions().dtype(stored));
-  QEVAL_CHECK(static_cast<std::uint64_t>(out.numel() * out.element_size()) == t.bytes,
-              "{}: tensor {}: internal size mismatch", path_.string(), name);
+  QEVAL_CHECK(ggml_type_dequantizable(t.type),
+              "{}: tensor {} has type {} (ggml type {}), which qeval cannot read; supported GGUF tensor types: {}",
+              path_.string(), name, ggml_type_name(t.type), t.type, ggml_dequantizable_types());
+  at::Tensor out = at::empty(t.shape(), at::TensorOptions().dtype(at::kFloat));
+  const auto n = static_cast<std::uint64_t>(out.numel());
+  // The span was checked against the file on open: read it whole (F32 straight into the
+  // output), then dequantise; dequantize_ggml checks the byte count against n again.
+  const bool direct = t.type == static_cast<std::uint32_t>(GgmlType::F32);
+  QEVAL_CHECK(!direct || t.bytes == n * sizeof(float), "{}: tensor {}: {} bytes for {} F32 elements", path_.string(),
+              name, t.bytes, n);
+  std::vector<char> raw(direct ? 0 : t.bytes);
   if (t.bytes > 0) {
     std::ifstream in(path_, std::ios::binary);
     QEVAL_CHECK(in.good(), "cannot open {} to read tensor {}", path_.string(), name);
     in.seekg(static_cast<std::streamoff>(data_offset_ + t.offset));
-    in.read(static_cast<char*>(out.data_ptr()), static_cast<std::streamsize>(t.bytes));
+    in.read(direct ? reinterpret_cast<char*>(out.data_ptr<float>()) : raw.data(), static_cast<std::streamsize>(t.bytes));
     QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == t.bytes, "{}: tensor {}: short read (file changed?)",
                 path_.string(), name);
   }
-  return stored == at::kFloat ? out : out.to(at::kFloat);
+  if (!direct)
+    dequantize_ggml(t.type, raw.data(), raw.size(), out.data_ptr<float>(), n,
+                    fmt::format("{}: tensor {}", path_.string(), name));
+  return out;
 }
 
 }  // namespace qeval

@@ -8,7 +8,8 @@
 //
 // Everything is validated on open: counts, string and array lengths bounded by the bytes left
 // in the file (before allocating), value types, duplicate keys and names, dimensions, tensor
-// spans inside the data area, aligned and not overlapping. Tensor data is read on demand.
+// spans inside the data area, aligned and not overlapping; rows (ne[0]) a whole number of
+// blocks for block types. Tensor data is read on demand.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -27,7 +28,7 @@ struct GgufTensorInfo {
   std::vector<std::uint64_t> ne;  // fastest-first, as stored
   std::uint32_t type = 0;         // ggml type id (0 F32, 1 F16, 30 BF16, ...)
   std::uint64_t offset = 0;       // inside the data area
-  std::uint64_t bytes = 0;        // size of the data
+  std::uint64_t bytes = 0;        // n_elements / block * bytes per block; 0 for unknown type ids
   std::vector<std::int64_t> shape() const;  // row-major: ne reversed
 };
 
@@ -54,8 +55,11 @@ class GgufFile {
   bool has_tensor(const std::string& name) const { return index_.count(name) != 0; }
   const GgufTensorInfo& tensor(const std::string& name) const;  // throws naming the file when missing
 
-  // F32, F16 or BF16 data as an owned float32 tensor of shape(); any other type (quantised
-  // or integer) is refused with an error naming the tensor and its type.
+  // The tensor as an owned float32 tensor of shape(): F32 as stored, F16/BF16 widened, and
+  // the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K dequantised
+  // (gguf_blocks.h; bit-identical to llama.cpp's gguf.quants.dequantize). Any other type
+  // (IQ*, TQ*, Q8_1, Q8_K, integers, F64, ...) is refused with an error naming the file, the
+  // tensor and its type.
   at::Tensor read_float32(const std::string& name) const;
 
  private:

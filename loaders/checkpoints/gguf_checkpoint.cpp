@@ -1,4 +1,7 @@
-// GGUF "llama" models (F32/F16/BF16 tensors) mapped onto ModelConfig + ModelWeights.
+// GGUF "llama" models mapped onto ModelConfig + ModelWeights. F32/F16/BF16 tensors and the
+// block types Q4_0 ... Q6_K (gguf_blocks.h) are read as float32; for a quantised file the notes
+// say which types were dequantised ("dequantized_from", tensor counts per type) and that the
+// model's "full precision" means these dequantised weights.
 //
 // Rotary pairing: llama.cpp's converters store attn_q/attn_k in the interleaved layout
 // (HF's rotate-half weights are permuted on conversion; llama2.c exports were interleaved to
@@ -8,6 +11,7 @@
 // limit, so it never limits evaluation windows (stories260K's GGUF says 128, its .bin 512).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -17,6 +21,7 @@
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/gguf.h"
+#include "loaders/checkpoints/gguf_blocks.h"
 
 namespace qeval {
 
@@ -154,6 +159,16 @@ LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
   json types = json::object();
   for (const auto& t : f.tensors()) types[ggml_type_name(t.type)] = types.value(ggml_type_name(t.type), 0) + 1;
   out.notes["tensor_types"] = types;
+  const bool quantised = std::any_of(f.tensors().begin(), f.tensors().end(), [](const GgufTensorInfo& t) {
+    return ggml_block_size(t.type).elements > 1;  // every tensor was read above, so every type is known
+  });
+  if (quantised) {
+    out.notes["dequantized_from"] = types;
+    out.notes["full_precision"] =
+        "weights dequantised to float32 from the GGUF block types in dequantized_from (bit-identical to llama.cpp's "
+        "gguf.quants.dequantize): full precision for this model means its dequantised weights, not the original "
+        "unquantised model";
+  }
   return out;
 }
 

@@ -187,7 +187,7 @@ std::optional<std::int32_t> resolve_separator(Separator s, const Tokenizer* toke
 std::optional<std::int32_t> resolve_bos(BosMode b, const Tokenizer* tokenizer, const std::string& protocol) {
   if (b == BosMode::no) return std::nullopt;
   if (b == BosMode::auto_) {
-    if (!tokenizer || tokenizer->kind() == "gpt2-bpe") return std::nullopt;
+    if (!tokenizer || !tokenizer->adds_bos()) return std::nullopt;  // the tokenizer's own convention (GPT-2 BPE: none)
     return tokenizer->bos_id();
   }
   QEVAL_CHECK(tokenizer && tokenizer->bos_id(), "protocol {}: bos yes needs a tokenizer with a BOS token{}", protocol,

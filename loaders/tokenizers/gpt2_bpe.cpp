@@ -1,10 +1,10 @@
 #include "loaders/tokenizers/gpt2_bpe.h"
 
 #include <algorithm>
+#include <iterator>
 #include <queue>
 
 #include "common/error.h"
-#include "loaders/tokenizers/gpt2_pretokenize.h"
 #include "loaders/tokenizers/gpt2_unicode.h"
 
 namespace qeval {
@@ -58,7 +58,9 @@ char32_t gpt2_byte_to_unicode(std::uint8_t b) {
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
     : source_(std::move(spec.source)),
       add_prefix_space_(spec.add_prefix_space),
-      ignore_merges_(spec.ignore_merges) {
+      ignore_merges_(spec.ignore_merges),
+      pretokenizer_(spec.pretokenizer),
+      drop_missing_bytes_(spec.drop_missing_bytes) {
   std::int64_t max_id = -1;
   auto check_id = [&](const std::string& symbol, std::int64_t id) {
     QEVAL_CHECK(id >= 0 && id <= kMaxVocabId, "{}: token '{}' has id {}, expected 0..{}", source_, symbol, id,
@@ -104,6 +106,10 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(Spec spec)
     std::string symbol;
     unicode::append_utf8(gpt2_byte_to_unicode(static_cast<std::uint8_t>(b)), symbol);
     const auto it = vocab_.find(symbol);
+    if (it == vocab_.end() && spec.drop_missing_bytes) {
+      byte_ids_[b] = -1;
+      continue;
+    }
     QEVAL_CHECK(it != vocab_.end(),
                 "{}: byte-level BPE needs all 256 byte symbols in the vocabulary; byte 0x{:02X} ('{}') is missing",
                 source_, b, symbol);
@@ -146,6 +152,23 @@ std::optional<std::int32_t> Gpt2BpeTokenizer::token_id(const std::string& symbol
 // pair, then look again) gives the same result because a merged symbol's own merges always
 // rank after the merge that made it in a trained merge list.
 void Gpt2BpeTokenizer::bpe(std::string_view piece, std::vector<std::int32_t>& out) const {
+  // drop_missing_bytes: Hugging Face looks the whole piece up first (ignore_merges), then skips
+  // the characters it has no id for and merges what is left.
+  std::string kept;
+  auto missing = [&](char ch) { return byte_ids_[static_cast<unsigned char>(ch)] < 0; };
+  if (drop_missing_bytes_ && std::any_of(piece.begin(), piece.end(), missing)) {
+    if (ignore_merges_) {
+      std::string symbol;
+      for (char ch : piece) unicode::append_utf8(gpt2_byte_to_unicode(static_cast<unsigned char>(ch)), symbol);
+      if (const auto it = vocab_.find(symbol); it != vocab_.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
+    std::copy_if(piece.begin(), piece.end(), std::back_inserter(kept), [&](char ch) { return !missing(ch); });
+    if (kept.empty()) return;
+    piece = kept;
+  }
   const std::size_t n = piece.size();
   if (n == 1) {
     out.push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
@@ -210,7 +233,7 @@ std::vector<std::int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const 
     prefixed.append(text);
     text = prefixed;
   }
-  for (std::string_view piece : gpt2_pretokenize(text)) bpe(piece, ids);
+  for (std::string_view piece : bpe_pretokenize(pretokenizer_, text)) bpe(piece, ids);
   return ids;
 }
 

@@ -1,6 +1,7 @@
 // GPT-2 byte-level BPE (OpenAI encoder.py / Hugging Face ByteLevel + BPE).
 //
-// encode: the text is cut by GPT-2's regex (gpt2_pretokenize.h), each piece's bytes become the
+// encode: the text is cut by GPT-2's regex (gpt2_pretokenize.h; other byte-level vocabularies
+// name another pre-tokenizer, bpe_pretokenizers.h), each piece's bytes become the
 // 256 byte symbols ("Ġ" for a space: the bytes_to_unicode table), and within a piece the
 // adjacent pair with the lowest merge rank is merged, leftmost first, until no pair has a rank.
 // decode: each id's symbol string maps back through the byte table, exactly.
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "loaders/tokenizers/bpe_pretokenizers.h"
 #include "loaders/tokenizers/tokenizer.h"
 
 namespace qeval {
@@ -31,6 +33,11 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     std::vector<std::pair<std::string, std::int32_t>> added;   // tokenizer.json added_tokens
     bool add_prefix_space = false;  // HF ByteLevel option: " " before text not starting with one
     bool ignore_merges = false;     // HF BPE option: a piece that is a whole vocab entry is kept
+    BpePretokenizer pretokenizer = BpePretokenizer::kGpt2;  // how text is cut before BPE
+    // Byte symbols may be missing from the vocabulary (SmolLM2's lacks 21, such as 0x04); such
+    // bytes are dropped from a piece before merging, as Hugging Face's BPE without an unknown
+    // token skips characters it has no id for. Off: all 256 are required.
+    bool drop_missing_bytes = false;
   };
 
   // encoder.json + vocab.bpe (OpenAI names) or vocab.json + merges.txt (HF names).
@@ -47,6 +54,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::optional<std::int32_t> bos_id() const override { return end_of_text_; }
   std::optional<std::int32_t> eos_id() const override { return end_of_text_; }
   std::optional<std::int32_t> document_separator() const override { return end_of_text_; }
+  bool adds_bos() const override { return false; }
   std::string kind() const override { return "gpt2-bpe"; }
 
   // The id of a symbol string as the vocabulary spells it (e.g. "Ġworld"), if present.
@@ -66,12 +74,14 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::string source_;
   std::unordered_map<std::string, std::int32_t> vocab_;
   std::unordered_map<std::uint64_t, Merge> pair_merges_;
-  std::array<std::int32_t, 256> byte_ids_{};  // id of each single-byte symbol
+  std::array<std::int32_t, 256> byte_ids_{};  // id of each single-byte symbol (-1: dropped)
   std::vector<std::string> id_bytes_;         // raw bytes of each id ("" for holes)
   std::vector<bool> id_present_;
   std::optional<std::int32_t> end_of_text_;
   bool add_prefix_space_ = false;
   bool ignore_merges_ = false;
+  BpePretokenizer pretokenizer_ = BpePretokenizer::kGpt2;
+  bool drop_missing_bytes_ = false;
 };
 
 // The bytes_to_unicode table of GPT-2's encoder.py: byte b is written as this code point.

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "loaders/tokenizers/gguf_tokenizer.h"
 #include "loaders/tokenizers/gpt2_bpe.h"
 #include "loaders/tokenizers/llama2c_tokenizer.h"
 #include "loaders/tokenizers/sentencepiece_tokenizer.h"
@@ -68,6 +69,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
   const std::string ext = path.extension().string();
   if (ext == ".model") return SentencePieceTokenizer::load(path);
   if (ext == ".bin") return Llama2cTokenizer::load(path);
+  if (ext == ".gguf" || ext == ".GGUF") return load_gguf_tokenizer(path);
   if (name == "tokenizer.json") return Gpt2BpeTokenizer::from_tokenizer_json(path);
   if (ext == ".json") {
     if (name != "encoder.json" && name != "vocab.json" && is_byte_level_tokenizer_json(path)) {
@@ -78,7 +80,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
   if (name == "vocab.bpe") return Gpt2BpeTokenizer::from_vocab_and_merges(path.parent_path() / "encoder.json", path);
   if (name == "merges.txt") return Gpt2BpeTokenizer::from_vocab_and_merges(path.parent_path() / "vocab.json", path);
   fail("cannot tell the tokenizer format of {}: expected a folder, tokenizer.json, encoder.json / vocab.json (with "
-       "vocab.bpe / merges.txt beside it), a SentencePiece .model or a llama2.c tokenizer .bin",
+       "vocab.bpe / merges.txt beside it), a SentencePiece .model, a llama2.c tokenizer .bin or a .gguf",
        path.string());
 }
 

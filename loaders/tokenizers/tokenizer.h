@@ -1,5 +1,6 @@
 // Tokenizer: text <-> token ids. Encoding equals the reference tokenizer token for token
-// (GPT-2 byte-level BPE, SentencePiece via libsentencepiece, llama2.c tokenizer.bin).
+// (GPT-2 byte-level BPE, SentencePiece via libsentencepiece, llama2.c tokenizer.bin, and the
+// tokenizers embedded in GGUF files, as llama.cpp runs them: gguf_tokenizer.h).
 #pragma once
 
 #include <cstdint>
@@ -25,13 +26,18 @@ class Tokenizer {
   // The token that separates documents when a protocol joins them: GPT-2 <|endoftext|>,
   // BOS for Llama-style tokenizers (llama2.c trains on BOS + story).
   virtual std::optional<std::int32_t> document_separator() const = 0;
-  // "gpt2-bpe", "sentencepiece", "llama2c"
+  // Whether the reference tokenizer puts BOS before a text it encodes for the model (GPT-2: no;
+  // SentencePiece and llama2.c: yes; GGUF: tokenizer.ggml.add_bos_token, or llama.cpp's default
+  // for the vocabulary). encode() never adds it; a protocol with bos "auto" can follow this.
+  virtual bool adds_bos() const { return bos_id().has_value(); }
+  // "gpt2-bpe" (also byte-level BPE from GGUF), "sentencepiece", "llama2c", "gguf-spm"
   virtual std::string kind() const = 0;
 };
 
 // Detects the format: a folder (tokenizer.json, or vocab.json+merges.txt, or encoder.json+
 // vocab.bpe, or tokenizer.model), encoder.json / vocab.json (merges beside it), *.model
-// (SentencePiece), *.bin (llama2.c). Throws naming the file and what was expected.
+// (SentencePiece), *.bin (llama2.c), *.gguf (the tokenizer in its tokenizer.ggml.* metadata).
+// Throws naming the file and what was expected.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
 
 }  // namespace qeval

@@ -1,6 +1,11 @@
 #include "loaders/tokenizers/tokenizer_discovery.h"
 
+#include <algorithm>
+#include <cctype>
+#include <string>
 #include <vector>
+
+#include "loaders/tokenizers/gguf_tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -8,6 +13,10 @@ namespace qeval {
 
 std::optional<fs::path> find_tokenizer_beside(const fs::path& checkpoint) {
   std::error_code ec;
+  std::string ext = checkpoint.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (ext == ".gguf" && fs::is_regular_file(checkpoint, ec) && gguf_has_tokenizer(checkpoint)) return checkpoint;
   fs::path dir = fs::is_directory(checkpoint, ec) ? checkpoint : checkpoint.parent_path();
   if (dir.empty()) dir = ".";
   for (const char* name : {"tokenizer.json", "vocab.json", "encoder.json", "tokenizer.model"}) {

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "eval/figure_data.h"
 #include "tests/eval/hand_records.h"
 #include "tests/support/test_data.h"
@@ -124,6 +125,15 @@ TEST(Plot, LayerCurvesAndMapsArePngs) {
   }
   EXPECT_EQ(png_info(dir / "out" / "attention_map.png").width, 760u);
   EXPECT_EQ(png_info(dir / "out" / "hidden_abs.png").height, 760u);
+  EXPECT_EQ(read_file(dir / "out" / "attention_map.gp").find("logscale cb"), std::string::npos);
+
+  // The log colour scale: the same pictures, with gnuplot told to colour by log10.
+  auto log_maps = plot_figure_maps(fd.to_json(), dir / "log", "tiny", ColourScale::log);
+  ASSERT_EQ(log_maps.size(), 2u);
+  for (const auto& p : log_maps) EXPECT_TRUE(png_info(p).signature) << p;
+  for (const char* gp : {"attention_map.gp", "hidden_abs.gp"})
+    EXPECT_NE(read_file(dir / "log" / gp).find("set logscale cb"), std::string::npos) << gp;
+  EXPECT_THROW(parse_colour_scale("cubic"), Error);
 }
 
 TEST(Plot, RecordWithoutStatisticsIsRefused) {

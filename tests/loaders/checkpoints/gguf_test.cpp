@@ -1,9 +1,15 @@
-// GGUF: the stories260K file parsed (metadata, tensor infos, dims fastest-first), an F16
-// GGUF written here from the llama2.c weights, and corrupt files (magic, version, truncation
-// at every stage, quantised tensor types) that must each raise qeval::Error naming the file.
+// GGUF: the stories260K file parsed (metadata, tensor infos, dims fastest-first), F16 and Q8_0
+// GGUFs written here from the llama2.c weights, and corrupt files (magic, version, truncation
+// at every stage, tensor types qeval cannot read, rows that are not whole blocks) that must each
+// raise qeval::Error naming the file. The block dequantisers themselves: gguf_dequantize_test.cpp.
 #include <gtest/gtest.h>
 
+#include <c10/util/Half.h>
+
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -35,11 +41,17 @@ class GgufBuilder {
   // `t`: row-major [out, in] or [n]; stored with ne reversed, as F32 (type 0) or F16 (type 1).
   void tensor(const std::string& name, const at::Tensor& t, std::uint32_t type) {
     at::Tensor data = (type == 1 ? t.to(at::kHalf) : t.to(at::kFloat)).contiguous();
-    std::string info = str(name) + pod<std::uint32_t>(static_cast<std::uint32_t>(t.dim()));
-    for (std::int64_t d = t.dim() - 1; d >= 0; --d) info += pod<std::uint64_t>(static_cast<std::uint64_t>(t.size(d)));
+    raw_tensor(name, t.sizes().vec(), type,
+               std::string(static_cast<const char*>(data.data_ptr()), data.numel() * data.element_size()));
+  }
+  // Already encoded data of any type, shape row-major.
+  void raw_tensor(const std::string& name, const std::vector<std::int64_t>& shape, std::uint32_t type,
+                  const std::string& bytes) {
+    std::string info = str(name) + pod<std::uint32_t>(static_cast<std::uint32_t>(shape.size()));
+    for (auto d = shape.rbegin(); d != shape.rend(); ++d) info += pod<std::uint64_t>(static_cast<std::uint64_t>(*d));
     info += pod<std::uint32_t>(type) + pod<std::uint64_t>(data_.size());
     infos_ += info;
-    data_.append(static_cast<const char*>(data.data_ptr()), data.numel() * data.element_size());
+    data_ += bytes;
     data_.append((alignment_ - data_.size() % alignment_) % alignment_, '\0');
     ++n_tensors_;
   }
@@ -62,8 +74,37 @@ class GgufBuilder {
   std::uint64_t n_kv_ = 0, n_tensors_ = 0, alignment_ = 32;
 };
 
-// stories260K's weights (from the .bin) as a GGUF of `type`, optionally without one tensor.
-std::string stories_gguf(std::uint32_t type, const std::string& arch = "llama", const std::string& skip = "") {
+// Q8_0 as ggml's quantize_row_q8_0_ref: per 32 values d = amax / 127 (stored fp16),
+// q = round(x / d). Also returns what the block decodes to, fp16(d) * q, as float32.
+struct Q8_0Tensor {
+  std::string bytes;
+  at::Tensor decoded;
+};
+Q8_0Tensor quantize_q8_0(const at::Tensor& t) {
+  const at::Tensor x = t.to(at::kFloat).contiguous().reshape({-1, 32});
+  Q8_0Tensor out{"", at::empty_like(x)};
+  for (std::int64_t b = 0; b < x.size(0); ++b) {
+    const float* v = x[b].data_ptr<float>();
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+    const c10::Half dh(d);
+    out.bytes += GgufBuilder::pod(dh.x);
+    for (int j = 0; j < 32; ++j) {
+      const auto q = static_cast<std::int8_t>(std::round(v[j] * id));
+      out.bytes += static_cast<char>(q);
+      out.decoded[b][j] = static_cast<float>(q) * static_cast<float>(dh);
+    }
+  }
+  out.decoded = out.decoded.reshape(t.sizes());
+  return out;
+}
+
+// stories260K's weights (from the .bin) as a GGUF of `type` (0 F32, 1 F16, 8 Q8_0: the tensors
+// whose rows are whole 32-element blocks, the others F32), optionally without one tensor.
+// `decoded` receives what each tensor should read back as.
+std::string stories_gguf(std::uint32_t type, const std::string& arch = "llama", const std::string& skip = "",
+                         std::map<std::string, at::Tensor>* decoded = nullptr) {
   LoadedCheckpoint bin = load_checkpoint(test::data_path("models/stories260K/stories260K.bin"));
   GgufBuilder g;
   g.string("general.architecture", arch);
@@ -78,7 +119,16 @@ std::string stories_gguf(std::uint32_t type, const std::string& arch = "llama", 
   g.f32(arch + ".rope.freq_base", 20000.0f);
   const auto& w = bin.weights;
   auto add = [&](const std::string& name, const at::Tensor& t) {
-    if (name != skip) g.tensor(name, t, type);
+    if (name == skip) return;
+    if (type == 8 && t.dim() == 2 && t.size(1) % 32 == 0) {
+      Q8_0Tensor q = quantize_q8_0(t);
+      g.raw_tensor(name, t.sizes().vec(), 8, q.bytes);
+      if (decoded) (*decoded)[name] = q.decoded;
+    } else {
+      const std::uint32_t stored = type == 8 ? 0 : type;
+      g.tensor(name, t, stored);
+      if (decoded) (*decoded)[name] = stored == 1 ? t.to(at::kHalf).to(at::kFloat) : t;
+    }
   };
   add("token_embd.weight", w.token_embedding);
   for (int i = 0; i < 5; ++i) {
@@ -176,18 +226,79 @@ TEST(GgufBadInput, TruncatedAtEveryStage) {
   EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "huge.gguf"); }, {"huge.gguf", "truncated", "metadata key 0"}));
 }
 
-TEST(GgufBadInput, QuantisedTensorTypeIsRefusedByName) {
-  std::string bytes = read_file(gguf_path());
-  // The tensor info: name, u32 n_dims, u64 ne[2], then the u32 type.
-  const std::string name = "token_embd.weight";
-  const std::size_t at = bytes.find(name);
-  ASSERT_NE(at, std::string::npos);
-  const std::uint32_t q4_0 = 2;
-  std::memcpy(bytes.data() + at + name.size() + 4 + 16, &q4_0, 4);
+TEST(Gguf, Q8_0TensorsAreDequantisedAndTheNotesSaySo) {
   test::TempDir tmp;
-  test::write_bytes(tmp / "q4.gguf", bytes);
-  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "q4.gguf"); },
-                          {"q4.gguf", "token_embd.weight", "unsupported type Q4_0", "F32, F16"}));
+  std::map<std::string, at::Tensor> decoded;
+  test::write_bytes(tmp / "q8.gguf", stories_gguf(/*Q8_0*/ 8, "llama", "", &decoded));
+  LoadedCheckpoint q8 = load_checkpoint(tmp / "q8.gguf");
+  LoadedCheckpoint bin = load_checkpoint(test::data_path("models/stories260K/stories260K.bin"));
+  // Every 2-D tensor with 64 columns is Q8_0 (token_embd, q, k, v, o, gate, up: 1 + 5 × 6);
+  // ffn_down has 172 columns, not whole blocks, and stays F32 with the norms (5 × 3 + 1).
+  EXPECT_EQ(q8.notes.at("dequantized_from"), (nlohmann::json{{"F32", 16}, {"Q8_0", 31}}));
+  EXPECT_EQ(q8.notes.at("tensor_types"), q8.notes.at("dequantized_from"));
+  EXPECT_NE(q8.notes.at("full_precision").get<std::string>().find("dequantised weights"), std::string::npos);
+  EXPECT_TRUE(test::tensors_equal(q8.weights.token_embedding, decoded.at("token_embd.weight")));
+  EXPECT_TRUE(test::tensors_equal(q8.weights.blocks[2].q.weight, decoded.at("blk.2.attn_q.weight")));
+  EXPECT_TRUE(test::tensors_equal(q8.weights.blocks[4].up.weight, decoded.at("blk.4.ffn_up.weight")));
+  EXPECT_TRUE(test::tensors_equal(q8.weights.blocks[1].down.weight, bin.weights.blocks[1].down.weight));
+  // Half a step of d = amax / 127 at most (plus the fp16 rounding of d).
+  EXPECT_TRUE(test::tensors_close(q8.weights.blocks[3].gate.weight, bin.weights.blocks[3].gate.weight, 0.01));
+  // A model without quantised tensors says nothing of dequantisation.
+  EXPECT_FALSE(load_checkpoint(gguf_path()).notes.contains("dequantized_from"));
+}
+
+// Rewrites the type of tensor `name` in a copy of the stories260K GGUF. The tensor info is:
+// name, u32 n_dims, u64 ne[n_dims], then the u32 type.
+std::string with_type(std::string bytes, const std::string& name, std::uint32_t type) {
+  const std::size_t at = bytes.find(name);
+  EXPECT_NE(at, std::string::npos);
+  std::uint32_t n_dims = 0;
+  std::memcpy(&n_dims, bytes.data() + at + name.size(), 4);
+  std::memcpy(bytes.data() + at + name.size() + 4 + 8 * n_dims, &type, 4);
+  return bytes;
+}
+
+TEST(GgufBadInput, UnsupportedTensorTypesAreRefusedByName) {
+  const std::string bytes = read_file(gguf_path());
+  test::TempDir tmp;
+  // token_embd.weight is [512, 64]: 64 columns are whole blocks of 32 for these types, and none
+  // needs more bytes than the F32 data it replaces.
+  for (auto [type, name] : {std::pair{20u, "IQ4_NL"}, std::pair{9u, "Q8_1"}, std::pair{39u, "MXFP4"},
+                            std::pair{26u, "I32"}, std::pair{24u, "I8"}}) {
+    SCOPED_TRACE(name);
+    test::write_bytes(tmp / "q.gguf", with_type(bytes, "token_embd.weight", type));
+    EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "q.gguf"); },
+                                  {"q.gguf", "tensor token_embd.weight", std::string("type ") + name,
+                                   "cannot read", "F32, F16, BF16, Q4_0", "Q6_K"}));
+  }
+}
+
+TEST(GgufBadInput, RowsThatAreNotWholeBlocksAreRefused) {
+  const std::string bytes = read_file(gguf_path());
+  test::TempDir tmp;
+  // 64 columns: not a multiple of the K-quants' 256 (nor of IQ2_XXS's); a 1-D norm of 64 neither.
+  for (auto [tensor, type, name] : {std::tuple{"token_embd.weight", 12u, "Q4_K"}, std::tuple{"blk.0.attn_q.weight", 14u, "Q6_K"},
+                                    std::tuple{"output_norm.weight", 16u, "IQ2_XXS"}}) {
+    SCOPED_TRACE(name);
+    test::write_bytes(tmp / "rows.gguf", with_type(bytes, tensor, type));
+    EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "rows.gguf"); },
+                                  {"rows.gguf", std::string("tensor ") + tensor, std::string("type ") + name,
+                                   "64 columns", "not a multiple of its block 256"}));
+  }
+}
+
+TEST(GgufBadInput, QuantisedTensorBeyondTheDataAreaIsRefused) {
+  // A Q8_0 tensor (its span n / 32 * 34 bytes) moved 1 MiB on, past the end of the file.
+  std::string bytes = with_type(read_file(gguf_path()), "output.weight", 8);
+  const std::string name = "output.weight";
+  const std::size_t at = bytes.find(name);
+  std::uint64_t offset = 0;
+  std::memcpy(&offset, bytes.data() + at + name.size() + 4 + 16 + 4, 8);
+  offset += 1u << 20;  // still aligned, now beyond the end
+  std::memcpy(bytes.data() + at + name.size() + 4 + 16 + 4, &offset, 8);
+  test::TempDir tmp;
+  test::write_bytes(tmp / "span.gguf", bytes);
+  EXPECT_TRUE(test::throws_with([&] { GgufFile f(tmp / "span.gguf"); }, {"span.gguf", "tensor output.weight", "spans"}));
 }
 
 TEST(GgufBadInput, WrongArchitectureOrMissingTensor) {
