@@ -10,6 +10,8 @@
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/model_cache.h"
+#include "quant/rewrite.h"
 #include "common/hash.h"
 #include "eval/evaluator.h"
 #include "eval/figure_data.h"
@@ -53,6 +55,7 @@ struct EvalArgs {
   int threads = 0;
   std::string out;
   std::string plots;  // folder for the pictures (eval/plot.h)
+  std::string plots_colour_scale = "linear";
   bool quiet = false;
   std::string shard;        // "i/n": evaluate windows with index % n == i
   bool resume = false;      // checkpoint to a state file as we go; continue from it if present
@@ -86,7 +89,7 @@ Shard parse_shard(const std::string& text) {
 void run_eval(const EvalArgs& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
   const auto data_dir = opt(a.data_dir);
-  const auto model_path = resolve_input_path(a.model, data_dir);
+  const auto model_path = resolve_model_path(a.model, data_dir);
   const auto data_path = resolve_input_path(a.data, data_dir);
   const Shard shard = parse_shard(a.shard);
   QEVAL_CHECK(!a.resume || !a.out.empty() || !a.state_file.empty(), "--resume needs --out (or --state-file)");
@@ -218,6 +221,7 @@ void run_eval(const EvalArgs& a) {
       if (stop) throw StoppedEarly{r.windows};
     };
   }
+  for (const auto& s : prepared.schemes) reset_kept_positions(s.model);  // count only the evaluated windows
   EvalResult result;
   try {
     result = evaluate(schemes, windows, options, std::move(resumed));
@@ -231,6 +235,12 @@ void run_eval(const EvalArgs& a) {
   context.protocol["facts"] = windows.facts();  // complete now that the stream is consumed
 
   nlohmann::json record = build_record(context, infos, result, prepared.statistics_summaries());
+  // Schemes that keep tokens in full precision (quant/scheme.h keep_tokens) say which positions
+  // they kept, over the windows this process evaluated (a resumed run's earlier windows and
+  // other shards are not in these counts; "sequences" says how many are).
+  for (std::size_t i = 0; i < prepared.schemes.size(); ++i)
+    if (nlohmann::json kept = kept_positions_report(prepared.schemes[i].model); !kept.is_null())
+      record["schemes"][i]["kept_positions"] = kept;
   if (shard.count > 1)
     record["shard"] = {{"index", shard.index}, {"count", shard.count}, {"state", run_state_to_json(result, prepared.statistics)}};
 
@@ -244,7 +254,7 @@ void run_eval(const EvalArgs& a) {
     fmt::print(stderr, "record written to {}\n", a.out);
   }
   if (figures)
-    for (const auto& png : render_eval_plots(record, figures->to_json(), a.plots)) fmt::print(stderr, "picture written to {}\n", png.string());
+    for (const auto& png : render_eval_plots(record, figures->to_json(), a.plots, parse_colour_scale(a.plots_colour_scale))) fmt::print(stderr, "picture written to {}\n", png.string());
   if (a.resume && !state_path.empty()) std::filesystem::remove(state_path);
 }
 
@@ -254,7 +264,7 @@ void add_eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
   auto* cmd = app.add_subcommand("eval", "perplexity per scheme against full precision, with statistics");
   add_json_config(cmd);
-  cmd->add_option("--model,-m", args->model, "checkpoint: HF folder, llama2.c .bin, .gguf or qeval folder (relative paths also tried under the data folder)")
+  cmd->add_option("--model,-m", args->model, "checkpoint: HF folder, llama2.c .bin, .gguf or qeval folder (relative paths also tried under the data folder), or a model handle: " + model_handles_help())
       ->capture_default_str();
   cmd->add_option("--tokenizer,-t", args->tokenizer, "tokenizer file or folder (default: found beside the model)");
   cmd->add_option("--data,-d", args->data, "validation text: .txt, .jsonl, .json.gz, .jsonl.zst, or pre-tokenised .bin token ids (--token-dtype)")->capture_default_str();
@@ -301,6 +311,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   cmd->add_option("--plots", args->plots, "also draw PNG pictures (gnuplot): attention and |hidden state| maps and per-layer curves of full precision, into this folder");
+  cmd->add_option("--plots-colour-scale", args->plots_colour_scale, "--plots maps: linear or log colour scale")
+      ->capture_default_str()->check(CLI::IsMember({"linear", "log"}));
   cmd->add_option("--shard", args->shard, "evaluate only windows with index % n == i (\"i/n\"); combine with qeval merge");
   cmd->add_flag("--resume", args->resume, "save progress to a state file as it goes, and continue from it when present");
   cmd->add_option("--state-file", args->state_file, "state file for --resume (default: <out>.state.json)");

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
 #include "common/error.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/int8_quantize.h"
@@ -39,7 +43,8 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
       inputs_(spec.input_activations),
       outputs_(spec.output_activations),
       path_(path),
-      bias_(bias) {
+      bias_(bias),
+      keep_(spec.keep_tokens) {
   QEVAL_CHECK(weight.defined() && weight.dim() == 2 && weight.scalar_type() == at::kFloat,
               "QuantizedLinear {}: expected a float32 [out, in] weight", name);
   out_ = weight.size(0);
@@ -55,10 +60,19 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
     case QuantKind::int4_zeropoint: w4_ = quantize_w4_weight(weight.contiguous(), weights_, name); break;
     case QuantKind::none: float_weight_ = weight; break;
   }
+  QEVAL_CHECK(keep_.count >= 0, "QuantizedLinear {}: keep_tokens count must be non-negative, got {}", name,
+              keep_.count);
+  if (keep_.enabled()) {
+    QEVAL_CHECK(inputs_.enabled() || outputs_.enabled(),
+                "QuantizedLinear {}: scheme {} keeps tokens but quantises no activations", name, spec.name);
+    float_op_.emplace(weight, bias);
+  }
 }
 
 std::int64_t QuantizedLinear::weight_bytes() const {
   std::int64_t bytes = bias_.defined() ? bias_.numel() * 4 : 0;
+  // Kept rows run the fp32 weight, so a layer that keeps tokens holds it besides the packed one.
+  if (float_op_) bytes += float_op_->weight().numel() * 4;
   if (int8_) return bytes + int8_->bytes();
   if (w4_) return bytes + w4_->bytes();
   return bytes + float_weight_.numel() * static_cast<std::int64_t>(float_weight_.element_size());
@@ -73,8 +87,11 @@ std::string QuantizedLinear::describe() const {
     engine = int8_ ? "int8_gemm" : "w4_gemm";
   else
     engine = "dequantise + at::linear";
-  return fmt::format("quantised{}{}{}, {} path ({})", part("w", weights_), part("in", inputs_), part("out", outputs_),
-                     to_string(path_), engine);
+  const std::string keep =
+      keep_.enabled() ? fmt::format(", keep {}:{} in fp32 (fp32 weight held too)", to_string(keep_.rule), keep_.count)
+                      : std::string();
+  return fmt::format("quantised{}{}{}{}, {} path ({})", part("w", weights_), part("in", inputs_), part("out", outputs_),
+                     keep, to_string(path_), engine);
 }
 
 at::Tensor QuantizedLinear::dequantized_weight() const {
@@ -88,6 +105,71 @@ at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
               ": expected float32 [B, L, ", in_, "], got ", x.scalar_type(), " ", x.sizes());
   const std::int64_t B = x.size(0);
   if (B == 0) return at::empty({0, x.size(1), out_}, x.options());
+  return keep_.enabled() && x.size(1) > 0 ? forward_keeping(x) : forward_quantized(x);
+}
+
+at::Tensor QuantizedLinear::select_kept_positions(const at::Tensor& x) const {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == in_, "QuantizedLinear ", name_, ": expected [B, L, ", in_, "], got ",
+              x.sizes());
+  const std::int64_t B = x.size(0), L = x.size(1), k = std::min(keep_.count, L);
+  const auto ids = at::TensorOptions().dtype(at::kLong).device(x.device());
+  if (keep_.rule == KeepRule::first || k == L) return at::arange(k, ids).unsqueeze(0).expand({B, k}).contiguous();
+  // top_norm: sums of squares in float64 (same order as ||x||_2), ranked per sequence with an
+  // explicit tie rule so the choice never depends on a sort's stability.
+  const at::Tensor norms = x.to(at::kDouble).square().sum(2).cpu().contiguous();  // [B, L]
+  const auto n = norms.accessor<double, 2>();
+  at::Tensor kept = at::empty({B, k}, at::kLong);
+  auto out = kept.accessor<std::int64_t, 2>();
+  std::vector<std::int64_t> order(static_cast<std::size_t>(L));
+  for (std::int64_t b = 0; b < B; ++b) {
+    auto key = [&](std::int64_t l) { return std::isnan(n[b][l]) ? INFINITY : n[b][l]; };
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](std::int64_t i, std::int64_t j) {
+      return key(i) > key(j) || (key(i) == key(j) && i < j);
+    });
+    std::sort(order.begin(), order.begin() + k);
+    for (std::int64_t i = 0; i < k; ++i) out[b][i] = order[static_cast<std::size_t>(i)];
+  }
+  return kept.to(x.device());
+}
+
+QuantizedLinear::KeptPositions QuantizedLinear::kept_positions() const {
+  std::lock_guard<std::mutex> lock(kept_log_->mutex);
+  return kept_log_->positions;
+}
+
+void QuantizedLinear::reset_kept_positions() const {
+  std::lock_guard<std::mutex> lock(kept_log_->mutex);
+  kept_log_->positions = {};
+}
+
+at::Tensor QuantizedLinear::forward_keeping(const at::Tensor& x) const {
+  const std::int64_t B = x.size(0), L = x.size(1);
+  const at::Tensor kept = select_kept_positions(x);  // [B, k]
+  const std::int64_t k = kept.size(1);
+  {
+    const at::Tensor cpu = kept.cpu();
+    const auto ids = cpu.accessor<std::int64_t, 2>();
+    std::lock_guard<std::mutex> lock(kept_log_->mutex);
+    kept_log_->positions.sequences += B;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t i = 0; i < k; ++i) ++kept_log_->positions.counts[ids[b][i]];
+  }
+  // The full-precision layer's own op on every row (see the header for why not on the kept rows
+  // alone); the rows not kept are then overwritten with the quantised path's.
+  at::Tensor y = float_op_->forward(x).contiguous();  // [B, L, out]
+  if (k == L) return y;
+  at::Tensor keep_mask = at::zeros({B, L}, kept.options().dtype(at::kBool));
+  keep_mask.scatter_(1, kept, true);
+  const at::Tensor positions = at::arange(L, kept.options()).unsqueeze(0).expand({B, L});
+  const at::Tensor rest = positions.masked_select(keep_mask.logical_not()).reshape({B, L - k});  // ascending
+  const at::Tensor x_rest = x.gather(1, rest.unsqueeze(2).expand({B, L - k, in_}));            // [B, L−k, in]
+  y.scatter_(1, rest.unsqueeze(2).expand({B, L - k, out_}), forward_quantized(x_rest));
+  return y;
+}
+
+at::Tensor QuantizedLinear::forward_quantized(const at::Tensor& x) const {
+  const std::int64_t B = x.size(0);
   at::Tensor y;  // [B, L, out]
   if (path_ == ExecutionPath::kernel && int8_) {
     // Integer sums are exact and every scale is per row or per sequence, so one GEMM over all

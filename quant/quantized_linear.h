@@ -11,10 +11,26 @@
 // Output-activation quantisation (coarse) is applied to the output, bias included, per sequence,
 // identically on both paths. Outputs are bit-identical whatever the batch size: float GEMMs run
 // once per sequence, and the int8 GEMM's integer sums are exact.
+//
+// Kept tokens (scheme keep_tokens, k > 0): per sequence, k positions (the first k, or the k
+// largest input rows by ||x||_2, ties to the lower position) take the full-precision layer's
+// output, and the other L − k rows run the path above as a sequence of their own, so their
+// input and output scales come from those rows only. The kept rows are the rows of the
+// full-precision op itself (a FloatLinear over the whole input, then the kept rows picked): a
+// GEMM over only the k kept rows is not enough, since BLAS results for a row change with the
+// row count M (measured here: every M tried differed in the last bits from M = L). That costs
+// one float GEMM over all rows besides the quantised one, and buys: kept rows equal the
+// full-precision layer bit for bit, k ≥ L equals full precision bit for bit, and k = 0 is the
+// plain scheme bit for bit (nothing of this runs). Which positions were kept is logged per layer
+// (kept_positions()) so records can say so.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -50,7 +66,24 @@ class QuantizedLinear final : public Linear {
   const std::optional<Int8Weight>& int8_weight() const { return int8_; }
   const std::optional<W4Weight>& w4_weight() const { return w4_; }
 
+  const KeepTokens& keep_tokens() const { return keep_; }
+  // The positions kept for x [B, L, in]: [B, min(k, L)] int64, ascending within each sequence
+  // ([B, 0] when the scheme keeps none). Pure: logs nothing.
+  at::Tensor select_kept_positions(const at::Tensor& x) const;
+
+  // Over every forward call since construction or the last reset: the sequences this layer saw
+  // and, per position, in how many of them it was kept (bounded by L entries). Empty when the
+  // scheme keeps no tokens. Copies of a model share their layers, and so this log.
+  struct KeptPositions {
+    std::int64_t sequences = 0;
+    std::map<std::int64_t, std::int64_t> counts;  // position → sequences in which it was kept
+  };
+  KeptPositions kept_positions() const;
+  void reset_kept_positions() const;
+
  private:
+  at::Tensor forward_quantized(const at::Tensor& x) const;  // the scheme's path on every row
+  at::Tensor forward_keeping(const at::Tensor& x) const;    // kept rows full precision, the rest quantised
   at::Tensor forward_reference(const at::Tensor& x, const at::Tensor& w /*dequantised [out, in]*/) const;
   at::Tensor forward_w4_kernel(const at::Tensor& x) const;
   at::Tensor forward_int8_kernel(const at::Tensor& x) const;
@@ -63,6 +96,14 @@ class QuantizedLinear final : public Linear {
   std::optional<W4Weight> w4_;
   at::Tensor float_weight_;         // weights not quantised (activation-only schemes)
   at::Tensor bias_;                 // [out] float32 or undefined, kept in full precision
+
+  KeepTokens keep_;
+  std::optional<FloatLinear> float_op_;  // the full-precision layer, when keep_ is enabled
+  struct KeptLog {
+    std::mutex mutex;
+    KeptPositions positions;
+  };
+  std::unique_ptr<KeptLog> kept_log_ = std::make_unique<KeptLog>();
 };
 
 }  // namespace qeval

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <map>
+
 #include "common/error.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/w4_gemm.h"
@@ -96,6 +98,37 @@ QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec) {
                 {"model_linear_bytes", out.model.linear_weight_bytes()},
                 {"model_linear_bytes_fp32", full.linear_weight_bytes()}};
   return out;
+}
+
+nlohmann::json kept_positions_report(const Transformer& model) {
+  nlohmann::json layers = nlohmann::json::array();
+  std::map<std::int64_t, std::int64_t> total;
+  const QuantizedLinear* first = nullptr;
+  std::int64_t sequences = 0;
+  auto pairs = [](const std::map<std::int64_t, std::int64_t>& counts) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [position, n] : counts) out.push_back({position, n});
+    return out;
+  };
+  for (const auto& named : model.linears()) {
+    const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get());
+    if (q == nullptr || !q->keep_tokens().enabled()) continue;
+    const QuantizedLinear::KeptPositions kept = q->kept_positions();
+    if (first == nullptr) first = q, sequences = kept.sequences;
+    for (const auto& [position, n] : kept.counts) total[position] += n;
+    layers.push_back({{"name", named.name}, {"sequences", kept.sequences}, {"positions", pairs(kept.counts)}});
+  }
+  if (first == nullptr) return nullptr;
+  return {{"rule", to_string(first->keep_tokens().rule)},
+          {"count", first->keep_tokens().count},
+          {"sequences", sequences},
+          {"positions", pairs(total)},
+          {"layers", std::move(layers)}};
+}
+
+void reset_kept_positions(const Transformer& model) {
+  for (const auto& named : model.linears())
+    if (const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get())) q->reset_kept_positions();
 }
 
 }  // namespace qeval

@@ -19,6 +19,7 @@ struct QuantizedModel {
   //   kernels               the backends the kernel path dispatches to on this machine
   //   layers                [{name, in_features, out_features, quantized, describe, weight_bytes,
   //                           fp32_weight_bytes}] in execution order, unquantised ones included
+  //                         (weight_bytes counts the fp32 weight too when the scheme keeps tokens)
   //   quantized_layers      count
   //   quantized_weight_bytes / fp32_weight_bytes / weight_bytes_ratio   over the quantised layers
   //                         (packed codes + scales + zeros + bias, against fp32 weight + bias)
@@ -30,5 +31,16 @@ struct QuantizedModel {
 // include/exclude pattern matches no linear of this model (listing the model's linears), or when
 // a linear of `full` is not a float linear.
 QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec);
+
+// Which positions the quantised linears of `model` kept in full precision (scheme keep_tokens),
+// over every forward pass since quantize_model or the last reset_kept_positions. Null when no
+// linear keeps tokens; otherwise
+//   {"rule": "first" | "top_norm", "count": k,
+//    "sequences": sequences seen by the first such linear (each linear sees every window),
+//    "positions": [[position, n], ...]   ascending; n = (linear, sequence) pairs that kept it,
+//    "layers": [{"name", "sequences", "positions": [[position, n], ...]}, ...]  in execution order}
+// Bounded by the sequence length: at most L entries per list, whatever the number of windows.
+nlohmann::json kept_positions_report(const Transformer& model);
+void reset_kept_positions(const Transformer& model);
 
 }  // namespace qeval

@@ -102,6 +102,29 @@ nlohmann::json quant_to_json(const QuantSpec& q) {
   return {{"kind", to_string(q.kind)}, {"bits", q.bits()}, {"granularity", q.granularity_name()}};
 }
 
+// k of "keep_first_tokens" or of a "keep_tokens" rule: a non-negative JSON integer.
+std::int64_t keep_count(const nlohmann::json& v, const std::string& where) {
+  const std::int64_t k = json_integer(v, where);
+  QEVAL_CHECK(k >= 0, "{} should be a non-negative integer (positions kept per sequence), found {}", where, k);
+  return k;
+}
+
+KeepTokens keep_tokens_from_json(const nlohmann::json& j, const std::string& source) {
+  const std::string where = source + ": keep_tokens";
+  QEVAL_CHECK(j.is_object() && j.size() == 1,
+              "{}: expected an object with one rule, {{\"first\": k}} or {{\"top_norm\": k}}, got {}", where, j.dump());
+  KeepTokens keep;
+  const std::string rule = j.begin().key();
+  if (rule == "first")
+    keep.rule = KeepRule::first;
+  else if (rule == "top_norm")
+    keep.rule = KeepRule::top_norm;
+  else
+    fail("{}: unknown rule '{}'; valid: first, top_norm", where, rule);
+  keep.count = keep_count(j.begin().value(), where + "." + rule);
+  return keep;
+}
+
 std::vector<std::string> string_list(const nlohmann::json& j, const std::string& where) {
   QEVAL_CHECK(j.is_array(), "{}: expected a list of name patterns, got {}", where, j.dump());
   std::vector<std::string> out;
@@ -167,6 +190,14 @@ std::string to_string(Granularity v) {
   return "?";
 }
 
+std::string to_string(KeepRule v) {
+  switch (v) {
+    case KeepRule::first: return "first";
+    case KeepRule::top_norm: return "top_norm";
+  }
+  return "?";
+}
+
 std::string to_string(ExecutionPreference v) {
   switch (v) {
     case ExecutionPreference::automatic: return "auto";
@@ -189,6 +220,12 @@ void validate_scheme(const SchemeSpec& s, const std::string& source) {
   }
   for (const auto* list : {&s.include, &s.exclude})
     for (const auto& p : *list) QEVAL_CHECK(!p.empty(), "{}: empty name pattern in include/exclude", source);
+  QEVAL_CHECK(s.keep_tokens.count >= 0, "{}: keep_tokens.{} should be a non-negative integer, found {}", source,
+              to_string(s.keep_tokens.rule), s.keep_tokens.count);
+  QEVAL_CHECK(!s.keep_tokens.enabled() || s.input_activations.enabled() || s.output_activations.enabled(),
+              "{}: keep_tokens {{\"{}\": {}}} (keep_first_tokens) needs activation quantisation, but input_activations "
+              "and output_activations are both none: keeping positions in full precision would change nothing",
+              source, to_string(s.keep_tokens.rule), s.keep_tokens.count);
 }
 
 nlohmann::json scheme_to_json(const SchemeSpec& s) {
@@ -200,13 +237,14 @@ nlohmann::json scheme_to_json(const SchemeSpec& s) {
           {"quantize_lm_head", s.quantize_lm_head},
           {"include", s.include},
           {"exclude", s.exclude},
-          {"execution", to_string(s.execution)}};
+          {"execution", to_string(s.execution)},
+          {"keep_tokens", {{to_string(s.keep_tokens.rule), s.keep_tokens.count}}}};
 }
 
 SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) {
   static const std::vector<std::string> keys = {"name",    "description", "weights",   "input_activations",
                                                 "output_activations", "quantize_lm_head", "include", "exclude",
-                                                "execution"};
+                                                "execution", "keep_first_tokens", "keep_tokens"};
   QEVAL_CHECK(j.is_object(), "{}: a scheme spec must be a JSON object, got {}", source, j.type_name());
   for (auto it = j.begin(); it != j.end(); ++it)
     QEVAL_CHECK(std::find(keys.begin(), keys.end(), it.key()) != keys.end(), "{}: unknown key '{}'; valid keys: {}",
@@ -230,6 +268,13 @@ SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) 
         if (to_string(cand) == e) s.execution = cand, found = true;
       QEVAL_CHECK(found, "{}: unknown execution '{}'; valid: auto, reference, kernel", source, e);
     }
+    QEVAL_CHECK(!(j.contains("keep_first_tokens") && j.contains("keep_tokens")),
+                "{}: give keep_first_tokens or keep_tokens, not both "
+                "(keep_first_tokens: k is keep_tokens: {{\"first\": k}})",
+                source);
+    if (j.contains("keep_first_tokens"))
+      s.keep_tokens = {KeepRule::first, keep_count(j.at("keep_first_tokens"), source + ": keep_first_tokens")};
+    if (j.contains("keep_tokens")) s.keep_tokens = keep_tokens_from_json(j.at("keep_tokens"), source);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", source, e.what());
   }

@@ -13,12 +13,25 @@
 //     "output_activations": {"kind": "none"},
 //     "quantize_lm_head": false,
 //     "include": ["layers.*"], "exclude": ["layers.0.*"],
-//     "execution": "auto"                          auto | reference | kernel
+//     "execution": "auto",                         auto | reference | kernel
+//     "keep_first_tokens": 1                       or "keep_tokens": {"first": 1} | {"top_norm": 1}
 //   }
 // kind: none | int8_absmax | int4_zeropoint ("bits" may be given too and must agree).
 // granularity: weights tensor | channel | group:<g>; input activations tensor | token | feature;
 // output activations tensor | token. Activation scales are dynamic and per sequence: "tensor"
 // means one scale per sequence, "token" one per position, "feature" one per channel of a sequence.
+//
+// Kept tokens (issue 19, the post-hoc counterpart of softmax-1): activation quantisation leaves
+// k positions of each sequence in full precision, in every quantised linear. Those rows run the
+// full-precision layer exactly (float input, float weights, bias; output not quantised), and the
+// activation scales, input and output, are computed from the remaining positions only.
+//   "keep_first_tokens": k             the first k positions (the simple form; default 0)
+//   "keep_tokens": {"first": k}        the same
+//   "keep_tokens": {"top_norm": k}     per sequence and per linear, the k positions whose input
+//                                      row has the largest ||x||_2 (ties: the lower position)
+// k is a non-negative integer (k >= L keeps every position); at most one of the two keys; k > 0
+// needs input or output activation quantisation (with neither it would mean nothing). The
+// resolved spec always writes "keep_tokens": {"<rule>": k}.
 //
 // Which linears: every linear inside the blocks (layers.<i>.attn.{qkv|q|k|v|o},
 // layers.<i>.mlp.{up|gate|down}), plus lm_head when quantize_lm_head is true; then, when include
@@ -50,6 +63,17 @@ struct QuantSpec {
   }
 };
 
+// Which positions activation quantisation leaves in full precision (see above).
+enum class KeepRule { first, top_norm };
+
+struct KeepTokens {
+  KeepRule rule = KeepRule::first;
+  std::int64_t count = 0;  // k; 0 keeps nothing
+
+  bool enabled() const { return count > 0; }
+  bool operator==(const KeepTokens& o) const { return rule == o.rule && count == o.count; }
+};
+
 struct SchemeSpec {
   std::string name = "custom";
   std::string description;
@@ -60,6 +84,7 @@ struct SchemeSpec {
   std::vector<std::string> include;
   std::vector<std::string> exclude;
   ExecutionPreference execution = ExecutionPreference::automatic;
+  KeepTokens keep_tokens;
 
   // False for the full-precision scheme: nothing to rewrite.
   bool quantizes_anything() const;
@@ -70,6 +95,7 @@ struct SchemeSpec {
 std::string to_string(QuantKind v);
 std::string to_string(Granularity v);
 std::string to_string(ExecutionPreference v);
+std::string to_string(KeepRule v);  // "first" | "top_norm"
 
 // Throws qeval::Error naming `source` and listing the valid values when a field is out of range.
 void validate_scheme(const SchemeSpec& spec, const std::string& source);
@@ -80,7 +106,7 @@ nlohmann::json scheme_to_json(const SchemeSpec& spec);
 SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source);
 
 // Preset names in a fixed order: full, int8-fine, int8-moderate, int8-coarse, int8-vectorwise,
-// w4-zeropoint, w4-zeropoint-g128.
+// w4-zeropoint, w4-zeropoint-g128, int8-moderate-keep1, int8-coarse-keep1.
 std::vector<std::string> preset_names();
 // The built-in preset (throws listing the presets for an unknown name).
 SchemeSpec preset_scheme(const std::string& name);

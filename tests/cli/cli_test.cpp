@@ -142,6 +142,23 @@ TEST(Cli, SchemeFileShownByNameAndExecutionReasonInFootnote) {
   EXPECT_FALSE(std::filesystem::exists(dir / "c.json"));
 }
 
+// A scheme that keeps tokens in full precision records which positions it kept, over every window.
+TEST(Cli, KeptPositionsAreRecordedForKeepTokenSchemes) {
+  test::TempDir dir;
+  CommandResult r = qeval(test::kEval + " --seq-len 64 --max-windows 3 --batch-size 2 --schemes full,int8-moderate,int8-moderate-keep1 --out " +
+                          (dir / "r.json").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto record = nlohmann::json::parse(read_file(dir / "r.json"));
+  EXPECT_FALSE(record.at("schemes").at(1).contains("kept_positions"));
+  const auto& kept = record.at("schemes").at(2).at("kept_positions");
+  EXPECT_EQ(kept.at("rule"), "first");
+  EXPECT_EQ(kept.at("count"), 1);
+  // Position 0 only, kept by every quantised linear in each of the 3 windows.
+  ASSERT_EQ(kept.at("positions").size(), 1u) << kept.dump();
+  EXPECT_EQ(kept.at("positions").at(0).at(0), 0);
+  for (const auto& layer : kept.at("layers")) EXPECT_EQ(layer.at("sequences"), 3) << layer.dump();
+}
+
 // inspect counts windows for eval's default protocol unless asked, as a table.
 TEST(Cli, InspectCountsOneProtocolAsATableUnlessAskedForAll) {
   const std::string data = " --tokenizer " + test::kStoriesTokenizer + " --data text/tinystories/validation-head.txt --seq-len 256";

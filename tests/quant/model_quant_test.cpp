@@ -18,6 +18,7 @@
 //   (3) mean NLL agrees within 5e-3 nats (measured differences: up to 2.2e-3).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -134,6 +135,8 @@ TEST(ModelQuant, InSituLayersAgree) {
   // quantisation, as in quantized_linear_test.cpp).
   for (const auto& m : models()) {
     for (SchemeSpec spec : kernel_presets(true)) {
+      // Kept-token presets: the bound needs the rest rows' own quantisation (keep_tokens_test.cpp).
+      if (spec.keep_tokens.enabled()) continue;
       SCOPED_TRACE(m.name + " / " + spec.name);
       spec.output_activations = {};  // compare GEMMs; output quantisation is shared code
       QuantizedModel reference = quantize_model(m.model, with_execution(spec, ExecutionPreference::reference));
@@ -164,12 +167,22 @@ TEST(ModelQuant, InSituLayersAgree) {
 }
 
 // The integer maths of the int8 kernel path, evaluated independently: codes from the reference
-// quantisers, exact int64 sums, rounded once to float32, then (acc · s_x) · s_w + bias.
+// quantisers, exact int64 sums, rounded once to float32, then (acc · s_x) · s_w + bias. With
+// keep_tokens {"first": k}: the first k rows are the float layer's, the rest a sequence of their own.
 class EmulatedInt8Linear final : public Linear {
  public:
   EmulatedInt8Linear(const FloatLinear& fl, const SchemeSpec& spec)
-      : w_(quantize_int8_weight(fl.weight(), spec.weights, "emulated")), bias_(fl.bias()), spec_(spec) {}
+      : w_(quantize_int8_weight(fl.weight(), spec.weights, "emulated")), bias_(fl.bias()), spec_(spec), float_(fl) {
+    EXPECT_EQ(spec.keep_tokens.rule, KeepRule::first) << "the emulation keeps the first positions only";
+  }
   at::Tensor forward(const at::Tensor& x) const override {
+    const std::int64_t L = x.size(1), k = std::min(spec_.keep_tokens.count, L);
+    if (k == 0) return integer_maths(x);
+    at::Tensor y = float_.forward(x);
+    if (k < L) y.narrow(1, k, L - k).copy_(integer_maths(x.narrow(1, k, L - k).contiguous()));
+    return y;
+  }
+  at::Tensor integer_maths(const at::Tensor& x) const {
     const bool token = spec_.input_activations.granularity == Granularity::token;
     at::Tensor s = int8_absmax_scale(x, token ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{1, 2});
     at::Tensor q = int8_quantize(x, s);                                                    // [B, L, K]
@@ -187,6 +200,7 @@ class EmulatedInt8Linear final : public Linear {
   Int8Weight w_;
   at::Tensor bias_;
   SchemeSpec spec_;
+  FloatLinear float_;
 };
 
 TEST(ModelQuant, Int8KernelPathComputesItsIntegerMathsEndToEnd) {

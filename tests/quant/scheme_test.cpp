@@ -37,6 +37,7 @@ TEST(SchemePresets, MatchTheDesignTable) {
   struct Row {
     const char* name;
     QuantSpec w, in, out;
+    std::int64_t keep_first = 0;
   };
   const Row table[] = {
       {"full", kNone, kNone, kNone},
@@ -46,6 +47,9 @@ TEST(SchemePresets, MatchTheDesignTable) {
       {"int8-vectorwise", q(K::int8_absmax, G::channel), q(K::int8_absmax, G::token), kNone},
       {"w4-zeropoint", q(K::int4_zeropoint, G::channel), kNone, kNone},
       {"w4-zeropoint-g128", q(K::int4_zeropoint, G::group, 128), kNone, kNone},
+      // Issue 19: moderate and coarse with the first position kept in full precision.
+      {"int8-moderate-keep1", q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), kNone, 1},
+      {"int8-coarse-keep1", q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), 1},
   };
   std::vector<std::string> names;
   for (const auto& row : table) {
@@ -58,6 +62,7 @@ TEST(SchemePresets, MatchTheDesignTable) {
     EXPECT_FALSE(s.quantize_lm_head) << row.name;
     EXPECT_TRUE(s.include.empty() && s.exclude.empty()) << row.name;
     EXPECT_EQ(s.execution, ExecutionPreference::automatic) << row.name;
+    EXPECT_TRUE(s.keep_tokens == (KeepTokens{KeepRule::first, row.keep_first})) << row.name;
   }
   EXPECT_EQ(preset_names(), names);
 }
