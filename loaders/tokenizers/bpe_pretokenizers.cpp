@@ -9,24 +9,8 @@ namespace {
 
 using unicode::CharClass;
 
-struct Char {
-  std::size_t pos;  // byte offset in the text
-  char32_t cp;
-  CharClass cls;
-};
-
-// Every character with its class, and a sentinel at the end of the text (pos = text.size()).
-std::vector<Char> classify_text(std::string_view text) {
-  std::vector<Char> chars;
-  chars.reserve(text.size() + 1);
-  for (std::size_t pos = 0; pos < text.size();) {
-    const auto c = unicode::decode_utf8(text, pos);
-    chars.push_back({pos, c.cp, c.valid ? unicode::classify(c.cp) : CharClass::kOther});
-    pos += c.len;
-  }
-  chars.push_back({text.size(), 0, CharClass::kOther});
-  return chars;
-}
+using Char = unicode::ClassifiedChar;
+using unicode::classify_text;
 
 bool is_cr_or_lf(char32_t cp) { return cp == U'\r' || cp == U'\n'; }
 

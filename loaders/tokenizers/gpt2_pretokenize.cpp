@@ -75,32 +75,27 @@ void append_utf8(char32_t cp, std::string& out) {
   }
 }
 
-}  // namespace unicode
-
-namespace {
-
-using unicode::CharClass;
-
-// The class of every character, once, so the scanner can look ahead freely.
-struct Char {
-  std::size_t pos;
-  char32_t cp;
-  CharClass cls;
-};
-
-std::vector<Char> classify_text(std::string_view text) {
-  std::vector<Char> chars;
+std::vector<ClassifiedChar> classify_text(std::string_view text) {
+  std::vector<ClassifiedChar> chars;
   chars.reserve(text.size() + 1);
   for (std::size_t pos = 0; pos < text.size();) {
-    const auto c = unicode::decode_utf8(text, pos);
-    chars.push_back({pos, c.cp, c.valid ? unicode::classify(c.cp) : CharClass::kOther});
+    const auto c = decode_utf8(text, pos);
+    chars.push_back({pos, c.cp, c.valid ? classify(c.cp) : CharClass::kOther});
     pos += c.len;
   }
   chars.push_back({text.size(), 0, CharClass::kOther});  // sentinel: end of text
   return chars;
 }
 
-// Length in characters of a contraction ('s 't 're 've 'm 'll 'd; lower case only) at i.
+}  // namespace unicode
+
+namespace {
+
+using unicode::CharClass;
+
+using Char = unicode::ClassifiedChar;
+using unicode::classify_text;
+
 std::size_t contraction_length(const std::vector<Char>& c, std::size_t i, std::size_t n) {
   if (c[i].cp != U'\'' || i + 1 >= n) return 0;
   const char32_t a = c[i + 1].cp;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace qeval::unicode {
 
@@ -38,5 +39,14 @@ Utf8Char decode_utf8(std::string_view text, std::size_t pos);
 
 // The UTF-8 encoding of cp (cp <= U+10FFFF) appended to out.
 void append_utf8(char32_t cp, std::string& out);
+
+// Every character of a text with its class, computed once so a pre-tokenizer can look ahead
+// freely; a sentinel (pos = text.size(), kOther) ends the list.
+struct ClassifiedChar {
+  std::size_t pos;  // byte offset in the text
+  char32_t cp;
+  CharClass cls;
+};
+std::vector<ClassifiedChar> classify_text(std::string_view text);
 
 }  // namespace qeval::unicode

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "common/files.h"
+#include "common/model_cache.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/gguf.h"
 #include "loaders/checkpoints/gguf_blocks.h"
@@ -332,17 +333,8 @@ TEST(GgufDequantOracle, RandomBlocksMatchGgufPackageBitForBit) {
   }
 }
 
-// ${QEVAL_MODEL_DIR:-~/.cache/qeval/models}/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
-fs::path smollm2_path() {
-  fs::path dir;
-  if (const char* env = std::getenv("QEVAL_MODEL_DIR"); env && *env) {
-    dir = env;
-  } else {
-    const char* home = std::getenv("HOME");
-    dir = fs::path(home ? home : "") / ".cache" / "qeval" / "models";
-  }
-  return dir / "smollm2-135m" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+// ${QEVAL_MODEL_DIR:-~/.cache/qeval/models}/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/models)
+fs::path smollm2_path() { return *model_handle_path("smollm2-135m"); }
 
 // Reads the oracle's frames ("file" mode) from a pipe.
 class OracleStream {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "common/model_cache.h"
 #include "loaders/checkpoints/gguf.h"
 #include "loaders/tokenizers/bpe_pretokenizers.h"
 #include "loaders/tokenizers/gguf_tokenizer.h"
@@ -27,17 +28,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// ${QEVAL_MODEL_DIR:-~/.cache/qeval/models}/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
-fs::path smollm2_path() {
-  fs::path dir;
-  if (const char* env = std::getenv("QEVAL_MODEL_DIR"); env && *env) {
-    dir = env;
-  } else {
-    const char* home = std::getenv("HOME");
-    dir = fs::path(home ? home : "") / ".cache" / "qeval" / "models";
-  }
-  return dir / "smollm2-135m" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+// ${QEVAL_MODEL_DIR:-~/.cache/qeval/models}/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/models)
+fs::path smollm2_path() { return *model_handle_path("smollm2-135m"); }
 
 // Empty when the test can run, else why not.
 std::string why_not_runnable(const fs::path& model) {
