@@ -173,7 +173,7 @@ void run_inspect(InspectArgs a) {
   const auto dir = opt(a.data_dir);
   if (!a.path.empty()) {
     // One positional path: guess its role from its name.
-    std::filesystem::path p = model_handle_path(a.path) ? resolve_model_path(a.path, dir) : resolve_input_path(a.path, dir);
+    std::filesystem::path p = resolve_model_path(a.path, dir);  // a model handle, or any file as given or in the data folder
     std::string name = p.filename().string();
     auto ends = [&](const std::string& suffix) {
       return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;

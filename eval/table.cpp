@@ -14,22 +14,20 @@ const nlohmann::json* find_scheme(const nlohmann::json& record, const std::strin
   return nullptr;
 }
 
-// The execution path as one word for the table ("kernel", "reference", "fp32"); the reason a
-// scheme runs the reference path goes in a footnote (and in full in the record).
-std::string execution_word(const nlohmann::json& scheme) {
-  const auto& d = scheme.at("description");
-  if (!d.is_object() || !d.contains("execution") || !d["execution"].is_string()) return "fp";
-  const std::string e = d["execution"].get<std::string>();
-  return e.substr(0, e.find(" ("));
-}
+// The execution path as one word for the table ("kernel", "reference", "fp32") and, when the
+// record gives one ("reference (<why>)"), the reason, which goes in a footnote (the record keeps
+// the full text).
+struct Execution {
+  std::string word, reason;
+};
 
-std::string execution_reason(const nlohmann::json& scheme) {
+Execution execution_of(const nlohmann::json& scheme) {
   const auto& d = scheme.at("description");
-  if (!d.is_object() || !d.contains("execution") || !d["execution"].is_string()) return "";
+  if (!d.is_object() || !d.contains("execution") || !d["execution"].is_string()) return {"fp", ""};
   const std::string e = d["execution"].get<std::string>();
   const auto open = e.find(" (");
-  if (open == std::string::npos || e.back() != ')') return "";
-  return e.substr(open + 2, e.size() - open - 3);
+  if (open == std::string::npos || e.back() != ')') return {e.substr(0, open), ""};
+  return {e.substr(0, open), e.substr(open + 2, e.size() - open - 3)};
 }
 
 }  // namespace
@@ -41,8 +39,8 @@ std::string scheme_table_markdown(const nlohmann::json& record) {
   std::vector<std::string> footnotes;  // one per scheme that runs a path chosen for a reason
   for (const auto& s : record.at("schemes")) {
     const auto& p = s.at("perplexity");
-    std::string execution = execution_word(s);
-    if (const std::string why = execution_reason(s); !why.empty()) {
+    auto [execution, why] = execution_of(s);
+    if (!why.empty()) {
       footnotes.push_back(fmt::format("[{}] {}: {}", footnotes.size() + 1, s.at("name").get<std::string>(), why));
       execution += fmt::format(" [{}]", footnotes.size());
     }
