@@ -7,12 +7,10 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/eval_setup.h"
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "common/model_cache.h"
-#include "quant/rewrite.h"
-#include "common/hash.h"
 #include "eval/evaluator.h"
 #include "eval/figure_data.h"
 #include "eval/plot.h"
@@ -20,39 +18,19 @@
 #include "eval/run_state.h"
 #include "eval/schemes.h"
 #include "eval/table.h"
-#include "loaders/checkpoints/checkpoint.h"
-#include "loaders/text/documents.h"
-#include "loaders/protocols/protocol.h"
-#include "loaders/tokenizers/tokenizer.h"
-#include "loaders/tokenizers/tokenizer_discovery.h"
+#include "quant/rewrite.h"
 
 namespace qeval::cli {
 namespace {
 
 struct EvalArgs {
-  std::string model = "models/stories260K/stories260K.bin";
-  std::string tokenizer;  // default: found beside the model
-  std::string data = "text/tinystories/validation-head.txt";
-  std::string data_dir;
+  EvalDataArgs data;  // model, tokenizer, data, protocol, batch size, threads (cli/eval_setup.h)
   std::string schemes = "full,int8-coarse,int8-moderate,int8-fine,int8-vectorwise,w4-zeropoint,w4-zeropoint-g128";
   std::string stats_for = "full";
   bool no_attention_stats = false;
   std::int64_t sink_T = 64;
   double sink_eps = 0.3;
   bool quantize_lm_head = false;
-  std::string protocol = "windows";  // preset name or JSON file; the options below override it when given
-  std::int64_t seq_len = 0;          // 0: the protocol's
-  std::int64_t stride = 0;           // 0: the protocol's
-  std::int64_t max_windows = -1;     // -1: the protocol's
-  std::int64_t seed = -1;            // -1: the protocol's
-  bool bos_per_window = false;
-  std::string separator;             // empty: the protocol's
-  std::string bos;                   // empty: the protocol's
-  std::string text_split;            // empty: the protocol's, else paragraph
-  std::string token_dtype = "auto";
-  std::string json_field = "text";
-  std::int64_t batch_size = 1;
-  int threads = 0;
   std::string out;
   std::string plots;  // folder for the pictures (eval/plot.h)
   std::string plots_colour_scale = "linear";
@@ -64,8 +42,6 @@ struct EvalArgs {
   std::int64_t stop_after = 0;  // testing aid: stop (exit 3) once this many windows are done
   std::vector<std::string> argv;
 };
-
-std::optional<std::string> opt(const std::string& s) { return s.empty() ? std::nullopt : std::optional<std::string>(s); }
 
 struct StoppedEarly {
   std::int64_t windows;
@@ -87,10 +63,6 @@ Shard parse_shard(const std::string& text) {
 }
 
 void run_eval(const EvalArgs& a) {
-  if (a.threads > 0) at::set_num_threads(a.threads);
-  const auto data_dir = opt(a.data_dir);
-  const auto model_path = resolve_model_path(a.model, data_dir);
-  const auto data_path = resolve_input_path(a.data, data_dir);
   const Shard shard = parse_shard(a.shard);
   QEVAL_CHECK(!a.resume || !a.out.empty() || !a.state_file.empty(), "--resume needs --out (or --state-file)");
   const std::string state_path = !a.state_file.empty() ? a.state_file : (a.out.empty() ? "" : a.out + ".state.json");
@@ -100,51 +72,8 @@ void run_eval(const EvalArgs& a) {
     auto dir = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
     QEVAL_CHECK(std::filesystem::is_directory(dir), "--out {}: folder {} does not exist", a.out, dir.string());
   }
-
-  LoadedCheckpoint checkpoint = load_checkpoint(model_path);
-  std::filesystem::path tokenizer_path;
-  if (!a.tokenizer.empty()) {
-    tokenizer_path = resolve_input_path(a.tokenizer, data_dir);
-  } else {
-    auto found = find_tokenizer_beside(model_path);
-    QEVAL_CHECK(found.has_value(), "no tokenizer found beside {}; pass --tokenizer", model_path.string());
-    tokenizer_path = *found;
-  }
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_path);
-  QEVAL_CHECK(tokenizer->vocab_size() <= checkpoint.config.vocab_size,
-              "tokenizer {} has {} tokens but model {} has a vocabulary of {}: they do not belong together",
-              tokenizer_path.string(), tokenizer->vocab_size(), model_path.string(), checkpoint.config.vocab_size);
-
-  // The preset (or JSON file), then every protocol option given on the command line.
-  ProtocolSpec protocol = load_protocol(a.protocol);
-  {
-    nlohmann::json j = protocol.to_json();
-    if (a.seq_len > 0) j["seq_len"] = a.seq_len;
-    if (a.stride > 0) j["stride"] = a.stride;
-    if (a.max_windows >= 0) j["max_windows"] = a.max_windows;
-    if (a.seed >= 0) j["sample_seed"] = a.seed;
-    if (a.bos_per_window) j["bos_per_window"] = true;
-    if (!a.separator.empty()) j["separator"] = a.separator;
-    if (!a.bos.empty()) j["bos"] = a.bos;
-    if (!a.text_split.empty()) j["text_split"] = a.text_split;
-    protocol = ProtocolSpec::from_json(j, fmt::format("--protocol {} with the command-line options", a.protocol));
-  }
-  if (checkpoint.config.position == PositionKind::learned)
-    QEVAL_CHECK(protocol.seq_len <= checkpoint.config.max_seq_len,
-                "--seq-len {} exceeds the {} learned positions of {}", protocol.seq_len, checkpoint.config.max_seq_len,
-                model_path.string());
-
-  DocumentOptions doc_options;
-  doc_options.text_split = protocol.text_split.value_or(TextSplit::paragraph);
-  doc_options.json_field = a.json_field;
-  WindowSourceOptions source_options;
-  source_options.documents = doc_options;
-  source_options.token_dtype = parse_token_dtype(a.token_dtype);
-  source_options.vocab_size = checkpoint.config.vocab_size;
-  std::unique_ptr<WindowSource> window_source = open_window_source(data_path, tokenizer.get(), protocol, source_options);
-  const std::string data_format = window_source->data_format();
-
-  Transformer full(checkpoint.config, checkpoint.weights, model_path.string());
+  EvalInputs inputs = prepare_eval_inputs(a.data);
+  const Transformer& full = *inputs.full;
   SchemeOptions scheme_options;
   scheme_options.stats_for = parse_stats_for(a.stats_for);
   scheme_options.statistics.attention = !a.no_attention_stats;
@@ -159,32 +88,13 @@ void run_eval(const EvalArgs& a) {
     figures = attach_figure_observer(schemes.front());
   }
 
-  WindowSource& windows = *window_source;
-  RecordContext context;
+  WindowSource& windows = *inputs.windows;
+  RecordContext& context = inputs.context;
   context.command = a.argv;
-  context.model = {{"path", model_path.string()},
-                   {"format", checkpoint.format},
-                   {"weights_hash", checkpoint.weights_hash},
-                   {"config", config_to_json(checkpoint.config)},
-                   {"parameters", checkpoint.config.parameter_count()},
-                   {"notes", checkpoint.notes}};
-  context.tokenizer = {{"path", tokenizer_path.string()},
-                       {"kind", tokenizer->kind()},
-                       {"vocab_size", tokenizer->vocab_size()}};
-  context.data = {{"path", data_path.string()},
-                  {"format", data_format},
-                  {"hash", hash_file(data_path)},
-                  {"text_split", to_string(doc_options.text_split)},
-                  {"json_field", doc_options.json_field}};
-  context.protocol = protocol.to_json();
-  context.protocol["separator_id"] = windows.facts().value("separator_id", nlohmann::json(nullptr));
-  context.precision = {{"dtype", "fp32"}, {"device", "cpu"}};
-  context.options = {{"batch_size", a.batch_size},
-                     {"threads", at::get_num_threads()},
-                     {"stats_for", a.stats_for},
-                     {"attention_statistics", !a.no_attention_stats},
-                     {"quantize_lm_head", a.quantize_lm_head},
-                     {"shard", a.shard.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.shard)}};
+  context.options.update({{"stats_for", a.stats_for},
+                          {"attention_statistics", !a.no_attention_stats},
+                          {"quantize_lm_head", a.quantize_lm_head},
+                          {"shard", a.shard.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.shard)}});
   const std::vector<SchemeInfo> infos = scheme_infos(schemes);
   // What a saved state must match to be resumed: everything that decides the results.
   EvalResult empty;
@@ -203,7 +113,7 @@ void run_eval(const EvalArgs& a) {
   }
 
   EvalOptions options;
-  options.batch_size = a.batch_size;
+  options.batch_size = a.data.batch_size;
   options.progress = !a.quiet;
   options.expected_windows = windows.expected_windows();
   if (shard.count > 1) options.select_window = [shard](std::int64_t w) { return w % shard.count == shard.index; };
@@ -230,9 +140,7 @@ void run_eval(const EvalArgs& a) {
     exit_status = 3;
     return;
   }
-  context.data["documents_read"] = windows.documents_read();
-  context.data["stream_tokens_read"] = windows.stream_tokens();
-  context.protocol["facts"] = windows.facts();  // complete now that the stream is consumed
+  finish_context(inputs);
 
   nlohmann::json record = build_record(context, infos, result, prepared.statistics_summaries());
   // Schemes that keep tokens in full precision (quant/scheme.h keep_tokens) say which positions
@@ -244,8 +152,8 @@ void run_eval(const EvalArgs& a) {
   if (shard.count > 1)
     record["shard"] = {{"index", shard.index}, {"count", shard.count}, {"state", run_state_to_json(result, prepared.statistics)}};
 
-  fmt::print("{} on {} ({} windows of {} tokens, {} scored)\n\n", model_path.filename().string(),
-             data_path.filename().string(), result.windows, protocol.seq_len, result.scored_tokens);
+  fmt::print("{} on {} ({} windows of {} tokens, {} scored)\n\n", inputs.model_path.filename().string(),
+             inputs.data_path.filename().string(), result.windows, inputs.protocol.seq_len, result.scored_tokens);
   fmt::print("{}\n{}", scheme_table_markdown(record), schemes.size() > 1 ? "\n" + penalty_row_markdown(record) : "");
   std::string stats = statistics_table_markdown(record);
   if (!stats.empty()) fmt::print("\n{}", stats);
@@ -264,11 +172,7 @@ void add_eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
   auto* cmd = app.add_subcommand("eval", "perplexity per scheme against full precision, with statistics");
   add_json_config(cmd);
-  cmd->add_option("--model,-m", args->model, "checkpoint: HF folder, llama2.c .bin, .gguf or qeval folder (relative paths also tried under the data folder), or a model handle: " + model_handles_help())
-      ->capture_default_str();
-  cmd->add_option("--tokenizer,-t", args->tokenizer, "tokenizer file or folder (default: found beside the model)");
-  cmd->add_option("--data,-d", args->data, "validation text: .txt, .jsonl, .json.gz, .jsonl.zst, or pre-tokenised .bin token ids (--token-dtype)")->capture_default_str();
-  cmd->add_option("--data-dir", args->data_dir, "shared data folder (default: $QEVAL_DATA_DIR, else ../shared/data)");
+  add_eval_data_options(cmd, args->data);
   cmd->add_option("--schemes,-s", args->schemes, "comma-separated scheme presets or JSON spec files; full precision always runs first")
       ->capture_default_str();
   cmd->add_option("--stats-for", args->stats_for, "which schemes collect outlier/attention statistics: none, full, all")
@@ -277,37 +181,6 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--sink-T", args->sink_T, "Sink₁^ε: first T queries")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--sink-eps", args->sink_eps, "Sink₁^ε: threshold ε on the mean attention to key 1")->capture_default_str();
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "quantise the LM head too (every scheme)");
-  cmd->add_option("--protocol", args->protocol,
-                  "evaluation protocol: windows, stride, llamacpp, gptq-c4 (configs/protocols/) or a JSON protocol file; "
-                  "the options below override its parameters")
-      ->capture_default_str();
-  std::string preset_lengths;
-  for (const auto& name : protocol_names())
-    preset_lengths += fmt::format("{}{} {}", preset_lengths.empty() ? "" : ", ", name, ProtocolSpec::defaults_for(name).seq_len);
-  cmd->add_option("--seq-len", args->seq_len,
-                  fmt::format("window length in tokens (llamacpp: n_ctx; 0: the protocol's: {})", preset_lengths))
-      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--stride", args->stride, "stride protocol: tokens each window advances (0: the protocol's)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-windows", args->max_windows, "number of windows (0: all; gptq-c4: samples; -1: the protocol's)")
-      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
-  cmd->add_option("--seed", args->seed,
-                  "windows: sample --max-windows windows with this seed instead of taking the first; gptq-c4: Python "
-                  "random seed (-1: the protocol's)")
-      ->capture_default_str();
-  cmd->add_flag("--bos-per-window", args->bos_per_window, "windows protocol: start every window with BOS");
-  cmd->add_option("--separator", args->separator, "token opening each document: auto, eos, bos, none (default: the protocol's)")
-      ->check(CLI::IsMember({"auto", "eos", "bos", "none"}));
-  cmd->add_option("--bos", args->bos, "llamacpp / gptq-c4: add BOS: auto (not for GPT-2 BPE), yes, no (default: the protocol's)")
-      ->check(CLI::IsMember({"auto", "yes", "no"}));
-  cmd->add_option("--text-split", args->text_split, "plain-text documents: paragraph, line or file (default: the protocol's, else paragraph)")
-      ->check(CLI::IsMember({"paragraph", "line", "file"}));
-  cmd->add_option("--token-dtype", args->token_dtype, "pre-tokenised .bin data: auto, uint16, uint32")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "uint16", "uint32"}));
-  cmd->add_option("--json-field", args->json_field, "JSON-lines field holding the text")->capture_default_str();
-  cmd->add_option("--batch-size,-b", args->batch_size, "windows per forward pass (results do not depend on it)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", args->threads, "CPU threads (0: LibTorch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   cmd->add_option("--plots", args->plots, "also draw PNG pictures (gnuplot): attention and |hidden state| maps and per-layer curves of full precision, into this folder");

@@ -1,0 +1,142 @@
+#include "cli/eval_setup.h"
+
+#include <ATen/Parallel.h>
+#include <fmt/core.h>
+
+#include <optional>
+
+#include "cli/json_config.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/hash.h"
+#include "common/model_cache.h"
+#include "loaders/tokenizers/tokenizer_discovery.h"
+
+namespace qeval::cli {
+namespace {
+
+std::optional<std::string> opt(const std::string& s) { return s.empty() ? std::nullopt : std::optional<std::string>(s); }
+
+// The preset (or JSON file), then every protocol option given on the command line.
+ProtocolSpec resolve_protocol(const EvalDataArgs& a) {
+  ProtocolSpec protocol = load_protocol(a.protocol);
+  nlohmann::json j = protocol.to_json();
+  if (a.seq_len > 0) j["seq_len"] = a.seq_len;
+  if (a.stride > 0) j["stride"] = a.stride;
+  if (a.max_windows >= 0) j["max_windows"] = a.max_windows;
+  if (a.seed >= 0) j["sample_seed"] = a.seed;
+  if (a.bos_per_window) j["bos_per_window"] = true;
+  if (!a.separator.empty()) j["separator"] = a.separator;
+  if (!a.bos.empty()) j["bos"] = a.bos;
+  if (!a.text_split.empty()) j["text_split"] = a.text_split;
+  return ProtocolSpec::from_json(j, fmt::format("--protocol {} with the command-line options", a.protocol));
+}
+
+}  // namespace
+
+void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
+  cmd->add_option("--model,-m", args.model, "checkpoint: HF folder, llama2.c .bin, .gguf or qeval folder (relative paths also tried under the data folder), or a model handle: " + model_handles_help())
+      ->capture_default_str();
+  cmd->add_option("--tokenizer,-t", args.tokenizer, "tokenizer file or folder (default: found beside the model)");
+  cmd->add_option("--data,-d", args.data, "validation text: .txt, .jsonl, .json.gz, .jsonl.zst, or pre-tokenised .bin token ids (--token-dtype)")->capture_default_str();
+  cmd->add_option("--data-dir", args.data_dir, "shared data folder (default: $QEVAL_DATA_DIR, else ../shared/data)");
+  cmd->add_option("--protocol", args.protocol,
+                  "evaluation protocol: windows, stride, llamacpp, gptq-c4 (configs/protocols/) or a JSON protocol file; "
+                  "the options below override its parameters")
+      ->capture_default_str();
+  std::string preset_lengths;
+  for (const auto& name : protocol_names())
+    preset_lengths += fmt::format("{}{} {}", preset_lengths.empty() ? "" : ", ", name, ProtocolSpec::defaults_for(name).seq_len);
+  cmd->add_option("--seq-len", args.seq_len,
+                  fmt::format("window length in tokens (llamacpp: n_ctx; 0: the protocol's: {})", preset_lengths))
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--stride", args.stride, "stride protocol: tokens each window advances (0: the protocol's)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-windows", args.max_windows, "number of windows (0: all; gptq-c4: samples; -1: the protocol's)")
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+  cmd->add_option("--seed", args.seed,
+                  "windows: sample --max-windows windows with this seed instead of taking the first; gptq-c4: Python "
+                  "random seed (-1: the protocol's)")
+      ->capture_default_str();
+  cmd->add_flag("--bos-per-window", args.bos_per_window, "windows protocol: start every window with BOS");
+  cmd->add_option("--separator", args.separator, "token opening each document: auto, eos, bos, none (default: the protocol's)")
+      ->check(CLI::IsMember({"auto", "eos", "bos", "none"}));
+  cmd->add_option("--bos", args.bos, "llamacpp / gptq-c4: add BOS: auto (not for GPT-2 BPE), yes, no (default: the protocol's)")
+      ->check(CLI::IsMember({"auto", "yes", "no"}));
+  cmd->add_option("--text-split", args.text_split, "plain-text documents: paragraph, line or file (default: the protocol's, else paragraph)")
+      ->check(CLI::IsMember({"paragraph", "line", "file"}));
+  cmd->add_option("--token-dtype", args.token_dtype, "pre-tokenised .bin data: auto, uint16, uint32")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "uint16", "uint32"}));
+  cmd->add_option("--json-field", args.json_field, "JSON-lines field holding the text")->capture_default_str();
+  cmd->add_option("--batch-size,-b", args.batch_size, "windows per forward pass (results do not depend on it)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", args.threads, "CPU threads (0: LibTorch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
+}
+
+std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
+  return open_window_source(data_path, tokenizer.get(), protocol, source_options);
+}
+
+EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
+  if (a.threads > 0) at::set_num_threads(a.threads);
+  EvalInputs in;
+  const auto data_dir = opt(a.data_dir);
+  in.model_path = resolve_model_path(a.model, data_dir);
+  in.data_path = resolve_input_path(a.data, data_dir);
+
+  in.checkpoint = load_checkpoint(in.model_path);
+  if (!a.tokenizer.empty()) {
+    in.tokenizer_path = resolve_input_path(a.tokenizer, data_dir);
+  } else {
+    auto found = find_tokenizer_beside(in.model_path);
+    QEVAL_CHECK(found.has_value(), "no tokenizer found beside {}; pass --tokenizer", in.model_path.string());
+    in.tokenizer_path = *found;
+  }
+  in.tokenizer = load_tokenizer(in.tokenizer_path);
+  const ModelConfig& config = in.checkpoint.config;
+  QEVAL_CHECK(in.tokenizer->vocab_size() <= config.vocab_size,
+              "tokenizer {} has {} tokens but model {} has a vocabulary of {}: they do not belong together",
+              in.tokenizer_path.string(), in.tokenizer->vocab_size(), in.model_path.string(), config.vocab_size);
+
+  in.protocol = resolve_protocol(a);
+  if (config.position == PositionKind::learned)
+    QEVAL_CHECK(in.protocol.seq_len <= config.max_seq_len, "--seq-len {} exceeds the {} learned positions of {}",
+                in.protocol.seq_len, config.max_seq_len, in.model_path.string());
+
+  in.source_options.documents.text_split = in.protocol.text_split.value_or(TextSplit::paragraph);
+  in.source_options.documents.json_field = a.json_field;
+  in.source_options.token_dtype = parse_token_dtype(a.token_dtype);
+  in.source_options.vocab_size = config.vocab_size;
+  in.windows = in.open_windows();
+
+  in.full = std::make_unique<Transformer>(config, in.checkpoint.weights, in.model_path.string());
+
+  RecordContext& context = in.context;
+  context.model = {{"path", in.model_path.string()},
+                   {"format", in.checkpoint.format},
+                   {"weights_hash", in.checkpoint.weights_hash},
+                   {"config", config_to_json(config)},
+                   {"parameters", config.parameter_count()},
+                   {"notes", in.checkpoint.notes}};
+  context.tokenizer = {{"path", in.tokenizer_path.string()},
+                       {"kind", in.tokenizer->kind()},
+                       {"vocab_size", in.tokenizer->vocab_size()}};
+  context.data = {{"path", in.data_path.string()},
+                  {"format", in.windows->data_format()},
+                  {"hash", hash_file(in.data_path)},
+                  {"text_split", to_string(in.source_options.documents.text_split)},
+                  {"json_field", a.json_field}};
+  context.protocol = in.protocol.to_json();
+  context.protocol["separator_id"] = in.windows->facts().value("separator_id", nlohmann::json(nullptr));
+  context.precision = {{"dtype", "fp32"}, {"device", "cpu"}};
+  context.options = {{"batch_size", a.batch_size}, {"threads", at::get_num_threads()}};
+  return in;
+}
+
+void finish_context(EvalInputs& in) {
+  in.context.data["documents_read"] = in.windows->documents_read();
+  in.context.data["stream_tokens_read"] = in.windows->stream_tokens();
+  in.context.protocol["facts"] = in.windows->facts();  // complete now that the stream is consumed
+}
+
+}  // namespace qeval::cli

@@ -1,0 +1,70 @@
+// What `qeval eval` and the commands built on it (sensitivity) share: the options that name the
+// model, tokenizer, data and protocol, and the loading that turns them into a full-precision
+// model, a window source and the record's context. One place, so every such command accepts the
+// same options and records the same facts.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "eval/record.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/protocols/protocol.h"
+#include "loaders/text/documents.h"
+#include "loaders/tokenizers/tokenizer.h"
+#include "model/transformer.h"
+
+namespace qeval::cli {
+
+struct EvalDataArgs {
+  std::string model = "models/stories260K/stories260K.bin";
+  std::string tokenizer;  // default: found beside the model
+  std::string data = "text/tinystories/validation-head.txt";
+  std::string data_dir;
+  std::string protocol = "windows";  // preset name or JSON file; the options below override it when given
+  std::int64_t seq_len = 0;          // 0: the protocol's
+  std::int64_t stride = 0;           // 0: the protocol's
+  std::int64_t max_windows = -1;     // -1: the protocol's
+  std::int64_t seed = -1;            // -1: the protocol's
+  bool bos_per_window = false;
+  std::string separator;             // empty: the protocol's
+  std::string bos;                   // empty: the protocol's
+  std::string text_split;            // empty: the protocol's, else paragraph
+  std::string token_dtype = "auto";
+  std::string json_field = "text";
+  std::int64_t batch_size = 1;
+  int threads = 0;
+};
+
+// Registers the options above on `cmd` (same names, help and checks for every command).
+void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args);
+
+struct EvalInputs {
+  std::filesystem::path model_path, tokenizer_path, data_path;
+  LoadedCheckpoint checkpoint;
+  std::unique_ptr<Tokenizer> tokenizer;
+  ProtocolSpec protocol;  // the preset with the command-line overrides applied
+  WindowSourceOptions source_options;
+  std::unique_ptr<WindowSource> windows;  // the evaluation windows, not yet read
+  std::unique_ptr<Transformer> full;      // the full-precision model every scheme starts from
+  // model, tokenizer, data, protocol, precision and the options above; the caller adds its own
+  // options and the command line.
+  RecordContext context;
+
+  // A fresh source of the evaluation windows (the first one is consumed by the evaluation).
+  std::unique_ptr<WindowSource> open_windows() const;
+};
+
+// Loads everything, failing (naming the file) before any evaluation work. Sets the thread count.
+EvalInputs prepare_eval_inputs(const EvalDataArgs& args);
+
+// After the evaluation has consumed `inputs.windows`: the facts only known then (documents read,
+// stream tokens, the protocol's facts) go into the context.
+void finish_context(EvalInputs& inputs);
+
+}  // namespace qeval::cli
