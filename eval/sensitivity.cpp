@@ -1,0 +1,489 @@
+#include "eval/sensitivity.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "eval/plot.h"
+#include "quant/rewrite.h"
+
+namespace qeval {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+// ---------------------------------------------------------------------------------------------
+// Per-position ΔNLL. evaluate() keeps per-window sums only; these pieces see the same logits and
+// targets and keep, per scheme, sums per position of the target token in its window.
+
+struct PendingWindow {
+  std::vector<std::int32_t> tokens;
+  std::int64_t first_scored = 1;
+};
+
+struct PositionTotals {
+  std::vector<double> sum;           // Σ d by target position
+  std::vector<std::int64_t> count;   // tokens by target position
+  double first_sum = 0, rest_sum = 0;
+  std::int64_t first_tokens = 0, rest_tokens = 0;
+};
+
+class PositionPenalties {
+ public:
+  explicit PositionPenalties(std::size_t schemes) : totals_(schemes) {}
+
+  void remember(const Window& w) { pending_[w.index] = {w.tokens, w.first_scored}; }
+
+  // evaluate() calls the scheme's begin_batch right before its forward pass.
+  void begin_batch(std::size_t scheme, const std::vector<std::int64_t>& windows) {
+    scheme_ = scheme;
+    batch_ = windows;
+  }
+
+  // logits: [B, L, V] of scheme `scheme` for the batch named by the last begin_batch.
+  void on_logits(std::size_t scheme, const at::Tensor& logits) {
+    QEVAL_CHECK(scheme == scheme_ && static_cast<std::int64_t>(batch_.size()) == logits.size(0),
+                "sensitivity: logits of scheme {} arrived without its begin_batch", scheme);
+    const std::int64_t B = logits.size(0), L = logits.size(1);
+    if (L < 2) return;  // nothing scored
+    at::Tensor targets = at::empty({B, L}, at::kLong);
+    auto t = targets.accessor<std::int64_t, 2>();
+    std::vector<std::int64_t> first(static_cast<std::size_t>(B));
+    for (std::int64_t b = 0; b < B; ++b) {
+      auto it = pending_.find(batch_[static_cast<std::size_t>(b)]);
+      QEVAL_CHECK(it != pending_.end() && static_cast<std::int64_t>(it->second.tokens.size()) == L,
+                  "sensitivity: window {} was not seen by the window source", batch_[static_cast<std::size_t>(b)]);
+      for (std::int64_t l = 0; l < L; ++l) t[b][l] = it->second.tokens[static_cast<std::size_t>(l)];
+      first[static_cast<std::size_t>(b)] = it->second.first_scored;
+    }
+    // Exactly as score_batch: position p predicts token p + 1; float32 log-softmax, float64 values.
+    at::Tensor log_probs = at::log_softmax(logits.to(at::kFloat), -1);
+    at::Tensor pred = log_probs.narrow(1, 0, L - 1);
+    at::Tensor next = targets.narrow(1, 1, L - 1).to(log_probs.device()).unsqueeze(-1);
+    at::Tensor nll = (-pred.gather(-1, next).squeeze(-1)).to(at::kDouble).cpu().contiguous();  // [B, L−1]
+    if (scheme == 0) {
+      full_nll_ = nll;
+      full_batch_ = batch_;
+    } else {
+      QEVAL_CHECK(full_batch_ == batch_, "sensitivity: scheme {} ran a batch full precision did not", scheme);
+      PositionTotals& tot = totals_[scheme];
+      if (static_cast<std::int64_t>(tot.sum.size()) < L) {
+        tot.sum.resize(static_cast<std::size_t>(L), 0.0);
+        tot.count.resize(static_cast<std::size_t>(L), 0);
+      }
+      const double* n = nll.data_ptr<double>();
+      const double* fn = full_nll_.data_ptr<double>();
+      for (std::int64_t b = 0; b < B; ++b) {
+        const std::int64_t from = first[static_cast<std::size_t>(b)];
+        for (std::int64_t pos = from; pos < L; ++pos) {  // target position; its prediction is pos − 1
+          const double d = n[b * (L - 1) + pos - 1] - fn[b * (L - 1) + pos - 1];
+          tot.sum[static_cast<std::size_t>(pos)] += d;
+          tot.count[static_cast<std::size_t>(pos)] += 1;
+          if (pos == from) {
+            tot.first_sum += d;
+            tot.first_tokens += 1;
+          } else {
+            tot.rest_sum += d;
+            tot.rest_tokens += 1;
+          }
+        }
+      }
+    }
+    if (scheme + 1 == totals_.size())
+      for (std::int64_t w : batch_) pending_.erase(w);
+  }
+
+  const PositionTotals& totals(std::size_t scheme) const { return totals_.at(scheme); }
+
+ private:
+  std::vector<PositionTotals> totals_;
+  std::map<std::int64_t, PendingWindow> pending_;
+  std::size_t scheme_ = 0;
+  std::vector<std::int64_t> batch_, full_batch_;
+  at::Tensor full_nll_;
+};
+
+// Decorator for the LM head: hands its output (the logits) to the penalties, unchanged.
+class LogitsTap final : public Linear {
+ public:
+  LogitsTap(std::shared_ptr<const Linear> inner, std::shared_ptr<PositionPenalties> penalties, std::size_t scheme)
+      : inner_(std::move(inner)), penalties_(std::move(penalties)), scheme_(scheme) {}
+  at::Tensor forward(const at::Tensor& x) const override {
+    at::Tensor y = inner_->forward(x);
+    penalties_->on_logits(scheme_, y);
+    return y;
+  }
+  std::int64_t in_features() const override { return inner_->in_features(); }
+  std::int64_t out_features() const override { return inner_->out_features(); }
+  std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  std::string describe() const override { return inner_->describe(); }
+
+ private:
+  std::shared_ptr<const Linear> inner_;
+  std::shared_ptr<PositionPenalties> penalties_;
+  std::size_t scheme_;
+};
+
+void tap_logits(EvalScheme& scheme, const std::shared_ptr<PositionPenalties>& penalties, std::size_t index) {
+  const auto& linears = scheme.model.linears();
+  const auto head = std::find_if(linears.begin(), linears.end(), [](const NamedLinear& l) { return l.name == "lm_head"; });
+  QEVAL_CHECK(head != linears.end(), "sensitivity: the model has no lm_head");
+  scheme.model.replace_linear("lm_head", std::make_shared<LogitsTap>(head->linear, penalties, index));
+  scheme.begin_batch = [penalties, index](const std::vector<std::int64_t>& windows) {
+    penalties->begin_batch(index, windows);
+  };
+}
+
+// Forwards a window source and lets the penalties keep each window's tokens until scored.
+class RememberingSource final : public WindowSource {
+ public:
+  RememberingSource(WindowSource& inner, PositionPenalties& penalties) : inner_(inner), penalties_(penalties) {}
+  std::optional<Window> next() override {
+    std::optional<Window> w = inner_.next();
+    if (w) penalties_.remember(*w);
+    return w;
+  }
+  std::int64_t documents_read() const override { return inner_.documents_read(); }
+  std::int64_t stream_tokens() const override { return inner_.stream_tokens(); }
+  std::string data_format() const override { return inner_.data_format(); }
+  std::int64_t expected_windows() const override { return inner_.expected_windows(); }
+  json facts() const override { return inner_.facts(); }
+
+ private:
+  WindowSource& inner_;
+  PositionPenalties& penalties_;
+};
+
+void check_patterns(const Transformer& model, const SchemeSpec& spec) {
+  std::vector<std::string> names;
+  for (const auto& l : model.linears()) names.push_back(l.name);
+  for (const auto* list : {&spec.include, &spec.exclude})
+    for (const auto& pattern : *list) {
+      bool any = false;
+      for (const auto& n : names) any = any || glob_match(pattern, n);
+      QEVAL_CHECK(any, "sensitivity: scheme {}: {} pattern '{}' matches no linear of this model; its linears are: {}",
+                  spec.name, list == &spec.include ? "include" : "exclude", pattern, fmt::join(names, ", "));
+    }
+}
+
+UnitInputStats unit_inputs(const LinearInputRecorder& recorder, const SensitivityUnit& unit) {
+  UnitInputStats u;
+  const double n = static_cast<double>(unit.layers.size());
+  bool first = true;
+  for (const auto& layer : unit.layers) {
+    const LinearInputSummary s = recorder.summary(layer);
+    u.kurtosis_first += s.kurtosis_first / n;
+    u.kurtosis_rest += s.kurtosis_rest / n;
+    u.max_abs_first += s.max_abs_first / n;
+    u.max_abs_rest += s.max_abs_rest / n;
+    u.inf_over_l2_first += s.inf_over_l2_first / n;
+    u.inf_over_l2_rest += s.inf_over_l2_rest / n;
+    if (first || std::abs(s.largest_value) > std::abs(u.largest_value)) {
+      u.largest_value = s.largest_value;
+      u.largest_layer = layer;
+      u.largest_feature = s.largest_feature;
+    }
+    first = false;
+  }
+  return u;
+}
+
+std::vector<PositionPenalty> top_positions(const PositionTotals& t, std::int64_t k) {
+  std::vector<PositionPenalty> all;
+  for (std::size_t p = 0; p < t.count.size(); ++p)
+    if (t.count[p] > 0)
+      all.push_back({static_cast<std::int64_t>(p), t.count[p], t.sum[p] / static_cast<double>(t.count[p])});
+  std::stable_sort(all.begin(), all.end(),
+                   [](const PositionPenalty& a, const PositionPenalty& b) { return a.dnll_mean > b.dnll_mean; });
+  if (static_cast<std::int64_t>(all.size()) > k) all.resize(static_cast<std::size_t>(std::max<std::int64_t>(k, 0)));
+  return all;
+}
+
+// gnuplot single-quoted string: a quote is written twice.
+std::string gp_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+double get_or_nan(const json& j) { return j.is_number() ? j.get<double>() : std::numeric_limits<double>::quiet_NaN(); }
+
+std::string fixed(const json& j, int digits) {
+  return j.is_number() ? fmt::format("{:.{}f}", j.get<double>(), digits) : std::string("—");
+}
+
+// The title line shared by the table and the plot.
+std::string title_of(const json& record) {
+  const json& s = record.at("sensitivity");
+  std::string data = "data";
+  if (record.contains("data") && record["data"].contains("path") && record["data"]["path"].is_string())
+    data = fs::path(record["data"]["path"].get<std::string>()).filename().string();
+  const json protocol = record.value("protocol", json::object());
+  return fmt::format("{} on {}: {} windows of {} tokens ({} scored); {} applied to one {} at a time",
+                     record_model_name(record), data, protocol.value("windows", json(0)).dump(),
+                     protocol.value("seq_len", json(0)).dump(), protocol.value("scored_tokens", json(0)).dump(),
+                     s.at("scheme").get<std::string>(), s.at("by").get<std::string>() == "kind" ? "layer kind" : "layer");
+}
+
+}  // namespace
+
+SensitivityGrouping parse_sensitivity_grouping(const std::string& s) {
+  if (s == "layer") return SensitivityGrouping::layer;
+  if (s == "kind") return SensitivityGrouping::kind;
+  fail("unknown sensitivity grouping '{}': expected layer (one linear at a time) or kind (one layer kind across all "
+       "blocks at a time)",
+       s);
+}
+
+std::string to_string(SensitivityGrouping g) { return g == SensitivityGrouping::kind ? "kind" : "layer"; }
+
+std::string linear_kind(const std::string& linear_name) {
+  if (linear_name.rfind("layers.", 0) != 0) return linear_name;
+  const auto dot = linear_name.find('.', 7);
+  return dot == std::string::npos ? linear_name : linear_name.substr(dot + 1);
+}
+
+std::vector<SensitivityUnit> sensitivity_units(const Transformer& model, const SchemeSpec& base, SensitivityGrouping by) {
+  validate_scheme(base, "scheme " + base.name);
+  QEVAL_CHECK(base.quantizes_anything(),
+              "sensitivity: scheme {} quantises nothing (full precision): there is no penalty to attribute; give a "
+              "quantisation preset ({}) or a scheme file",
+              base.name, fmt::join(preset_names(), ", "));
+  check_patterns(model, base);
+  std::vector<SensitivityUnit> units;
+  std::map<std::string, std::size_t> by_kind;
+  std::vector<std::string> names;
+  for (const auto& l : model.linears()) {
+    names.push_back(l.name);
+    if (!base.selects(l.name)) continue;
+    if (by == SensitivityGrouping::layer) {
+      units.push_back({l.name, {l.name}});
+      continue;
+    }
+    const std::string kind = linear_kind(l.name);
+    auto [it, added] = by_kind.emplace(kind, units.size());
+    if (added) units.push_back({kind, {}});
+    units[it->second].layers.push_back(l.name);
+  }
+  QEVAL_CHECK(!units.empty(),
+              "sensitivity: scheme {} selects no linear of this model (include [{}], exclude [{}], quantize_lm_head {}); "
+              "its linears are: {}",
+              base.name, fmt::join(base.include, ", "), fmt::join(base.exclude, ", "), base.quantize_lm_head,
+              fmt::join(names, ", "));
+  return units;
+}
+
+SchemeSpec unit_scheme(const SchemeSpec& base, const SensitivityUnit& unit) {
+  SchemeSpec s = base;
+  s.name = base.name + "@" + unit.name;
+  s.include = unit.layers;
+  s.exclude.clear();  // every name in include is one the base selects: nothing left to exclude
+  return s;
+}
+
+SensitivityRun run_sensitivity(const Transformer& full, const SchemeSpec& base, WindowSource& windows,
+                               const SensitivityOptions& options) {
+  QEVAL_CHECK(options.top_positions >= 0, "sensitivity: top_positions must be >= 0, found {}", options.top_positions);
+  SensitivityRun run;
+  run.base = base;
+  run.by = options.by;
+  const std::vector<SensitivityUnit> units = sensitivity_units(full, base, options.by);
+  auto penalties = std::make_shared<PositionPenalties>(units.size() + 1);
+
+  // Scheme 0: full precision, its selected linears' inputs recorded. Quantised variants are made
+  // from `full` itself (quantize_model wants float linears, not recording wrappers).
+  std::vector<std::string> recorded;
+  for (const auto& u : units) recorded.insert(recorded.end(), u.layers.begin(), u.layers.end());
+  EvalScheme reference{"full", full, json::object(), nullptr, {}};
+  reference.description = {{"execution", "fp32"}, {"scheme", scheme_to_json(preset_scheme("full"))}};
+  run.inputs = record_linear_inputs(reference.model, recorded);
+  tap_logits(reference, penalties, 0);
+  run.schemes.push_back(std::move(reference));
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    const SchemeSpec spec = unit_scheme(base, units[i]);
+    QuantizedModel q = quantize_model(full, spec);
+    EvalScheme scheme{spec.name, std::move(q.model), q.report, nullptr, {}};
+    scheme.description["execution"] = q.report.at("execution_path");
+    scheme.description["sensitivity_unit"] = {{"by", to_string(options.by)}, {"unit", units[i].name}, {"layers", units[i].layers}};
+    tap_logits(scheme, penalties, i + 1);
+    run.schemes.push_back(std::move(scheme));
+  }
+
+  RememberingSource source(windows, *penalties);
+  EvalOptions eval_options;
+  eval_options.batch_size = options.batch_size;
+  eval_options.progress = options.progress;
+  eval_options.expected_windows = options.expected_windows;
+  run.result = evaluate(run.schemes, source, eval_options);
+
+  const SchemeSummary reference_summary = run.result.schemes.front().summary();
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    UnitSensitivity u;
+    u.unit = units[i];
+    u.scheme_index = i + 1;
+    u.scheme = run.schemes[u.scheme_index].name;
+    u.summary = run.result.schemes[u.scheme_index].summary();
+    u.dppl_rel = reference_summary.ppl > 0 ? (u.summary.ppl - reference_summary.ppl) / reference_summary.ppl : 0.0;
+    u.inputs = unit_inputs(*run.inputs, units[i]);
+    const PositionTotals& t = penalties->totals(u.scheme_index);
+    u.first_tokens = t.first_tokens;
+    u.rest_tokens = t.rest_tokens;
+    u.first_dnll_sum = t.first_sum;
+    u.rest_dnll_sum = t.rest_sum;
+    const double total = t.first_sum + t.rest_sum;
+    u.first_share = total > 0 ? t.first_sum / total : std::numeric_limits<double>::quiet_NaN();
+    u.top_positions = top_positions(t, options.top_positions);
+    run.units.push_back(std::move(u));
+  }
+  std::stable_sort(run.units.begin(), run.units.end(), [](const UnitSensitivity& a, const UnitSensitivity& b) {
+    return a.summary.diff_mean > b.summary.diff_mean;
+  });
+  return run;
+}
+
+json SensitivityRun::to_json() const {
+  const SchemeSummary reference = result.schemes.front().summary();
+  json list = json::array();
+  for (std::size_t r = 0; r < units.size(); ++r) {
+    const UnitSensitivity& u = units[r];
+    auto mean = [](double sum, std::int64_t n) { return n > 0 ? number(sum / static_cast<double>(n)) : json(nullptr); };
+    json top = json::array();
+    for (const auto& p : u.top_positions)
+      top.push_back({{"position", p.position}, {"tokens", p.tokens}, {"dnll_mean", number(p.dnll_mean)}});
+    list.push_back(
+        {{"rank", r + 1},
+         {"unit", u.unit.name},
+         {"scheme", u.scheme},
+         {"layers", u.unit.layers},
+         {"dnll_mean", number(u.summary.diff_mean)},
+         {"dnll_se", number(u.summary.diff_se)},
+         {"dppl", number(u.summary.ppl - reference.ppl)},
+         {"dppl_rel", number(u.dppl_rel)},
+         {"kl_mean", number(u.summary.kl_mean)},
+         {"top1_agreement", number(u.summary.top1_agreement)},
+         {"inputs",
+          {{"kurtosis", {{"first", number(u.inputs.kurtosis_first)}, {"rest", number(u.inputs.kurtosis_rest)}}},
+           {"max_abs", {{"first", number(u.inputs.max_abs_first)}, {"rest", number(u.inputs.max_abs_rest)}}},
+           {"inf_over_l2", {{"first", number(u.inputs.inf_over_l2_first)}, {"rest", number(u.inputs.inf_over_l2_rest)}}},
+           {"largest",
+            {{"value", number(u.inputs.largest_value)},
+             {"abs", number(std::abs(u.inputs.largest_value))},
+             {"layer", u.inputs.largest_layer},
+             {"feature", u.inputs.largest_feature}}}}},
+         {"tokens",
+          {{"first", {{"tokens", u.first_tokens}, {"dnll_sum", number(u.first_dnll_sum)}, {"dnll_mean", mean(u.first_dnll_sum, u.first_tokens)}}},
+           {"rest", {{"tokens", u.rest_tokens}, {"dnll_sum", number(u.rest_dnll_sum)}, {"dnll_mean", mean(u.rest_dnll_sum, u.rest_tokens)}}},
+           {"first_share", number(u.first_share)},
+           {"top_positions", top}}}});
+  }
+  return {{"scheme", base.name},
+          {"base_scheme", scheme_to_json(base)},
+          {"by", to_string(by)},
+          {"definitions",
+           {{"unit", "layer: one linear the scheme selects; kind: one canonical kind (e.g. mlp.down) across all blocks, "
+                     "among the linears the scheme selects. The unit's scheme is the base with include = its layers."},
+            {"dnll", "paired per-token NLL difference (unit's scheme minus full precision) over the scored tokens, mean "
+                     "and standard error, as the record's vs_full.paired_dnll_mean / paired_dnll_se"},
+            {"first_share", "sum of the per-token difference over the first scored position of every window, divided by "
+                            "its sum over all scored positions (null when that total is not positive)"},
+            {"top_positions", "positions (0-based index of the target token in its window) with the largest mean "
+                              "per-token difference over windows"},
+            {"inputs", "statistics of the unit's full-precision linear inputs (see linear_inputs.definitions); for a kind "
+                       "the mean over its layers, largest: the largest |x| of any of them"}}},
+          {"full", {{"nll_mean", number(reference.nll_mean)}, {"ppl", number(reference.ppl)}}},
+          {"units", list},
+          {"linear_inputs", inputs ? inputs->to_json(false) : json(nullptr)}};
+}
+
+std::string sensitivity_table_markdown(const json& record, std::int64_t top) {
+  const json& s = record.at("sensitivity");
+  std::string out = title_of(record) + "\n\n";
+  out += "| rank | unit | ΔNLL ± se | ΔPPL % | first-token share of ΔNLL | input kurtosis first / rest | "
+         "max\\|x\\| first / rest | ‖x‖∞/‖x‖₂ rest | largest-ΔNLL positions |\n"
+         "|---:|---|---:|---:|---:|---:|---:|---:|---|\n";
+  std::int64_t shown = 0;
+  for (const auto& u : s.at("units")) {
+    if (top > 0 && shown == top) break;
+    ++shown;
+    const json& in = u.at("inputs");
+    const json& share = u.at("tokens").at("first_share");
+    std::vector<std::string> positions;
+    for (const auto& p : u.at("tokens").at("top_positions")) positions.push_back(p.at("position").dump());
+    out += fmt::format("| {} | {} | {:+.5f} ± {:.5f} | {:+.2f} | {} | {} / {} | {} / {} | {} | {} |\n", u.at("rank").dump(),
+                       u.at("unit").get<std::string>(), get_or_nan(u.at("dnll_mean")), get_or_nan(u.at("dnll_se")),
+                       100 * get_or_nan(u.at("dppl_rel")),
+                       share.is_number() ? fmt::format("{:.1f}%", 100 * share.get<double>()) : std::string("—"),
+                       fixed(in.at("kurtosis").at("first"), 2), fixed(in.at("kurtosis").at("rest"), 2),
+                       fixed(in.at("max_abs").at("first"), 3), fixed(in.at("max_abs").at("rest"), 3),
+                       fixed(in.at("inf_over_l2").at("rest"), 3), fmt::join(positions, ", "));
+  }
+  const auto total = static_cast<std::int64_t>(s.at("units").size());
+  if (shown < total) out += fmt::format("\n({} of {} units shown; --top 0 shows all)\n", shown, total);
+  return out;
+}
+
+fs::path plot_sensitivity(const json& record, const fs::path& png) {
+  const json& s = record.at("sensitivity");
+  QEVAL_CHECK(png.extension() == ".png", "--plot {}: the picture's name must end in .png", png.string());
+  const fs::path gnuplot = find_gnuplot();
+  const fs::path dir = png.has_parent_path() ? png.parent_path() : fs::path(".");
+  QEVAL_CHECK(fs::is_directory(dir), "--plot {}: folder {} does not exist", png.string(), dir.string());
+  const std::string stem = png.stem().string();
+  const auto& units = s.at("units");
+  const std::size_t n = units.size();
+  auto num = [](const json& v) { return v.is_number() ? fmt::format("{:.9g}", v.get<double>()) : std::string("NaN"); };
+  std::string dat = "# qeval sensitivity: " + title_of(record) +
+                    "\n# rank unit dnll_mean dnll_se input_max_abs_first input_max_abs_rest\n";
+  for (const auto& u : units)
+    dat += fmt::format("{} {} {} {} {} {}\n", u.at("rank").dump(), u.at("unit").get<std::string>(), num(u.at("dnll_mean")),
+                       num(u.at("dnll_se")), num(u.at("inputs").at("max_abs").at("first")),
+                       num(u.at("inputs").at("max_abs").at("rest")));
+  write_file_atomic(dir / (stem + ".dat"), dat);
+
+  const std::size_t width = std::clamp<std::size_t>(160 + 34 * n, 900, 8000);
+  std::string gp = "# qeval sensitivity: ΔNLL per unit (bars, left axis), input max |x| (points, right axis)\n";
+  gp += fmt::format("set terminal pngcairo size {},620 noenhanced font 'sans,10'\nset output {}\n", width,
+                    gp_quote(stem + ".png"));
+  gp += fmt::format("set title {}\n", gp_quote(title_of(record)));
+  gp += fmt::format("set xrange [0.4:{}.6]\n", n);
+  gp += "set style fill solid 0.75 border -1\nset boxwidth 0.7\nset grid ytics\n"
+        "set xtics rotate by -50 scale 0 font ',9'\nset bmargin 9\nset key top right opaque\n"
+        "set ylabel 'ΔNLL vs full precision (nats per token)'\n"
+        "set y2label 'input max |x| (mean over sequences, log scale)'\nset y2tics\nset logscale y2\nset ytics nomirror\n";
+  gp += fmt::format("plot {0} using 1:3:xtic(2) with boxes lc rgb '#c0392b' title 'ΔNLL', "
+                    "'' using 1:3:4 with yerrorbars lc rgb '#000000' pt -1 title '± se', "
+                    "'' using 1:5 axes x1y2 with points pt 7 ps 1.1 lc rgb '#2e86c1' title 'max |x|, first position', "
+                    "'' using 1:6 axes x1y2 with points pt 5 ps 0.9 lc rgb '#27ae60' title 'max |x|, other positions'\n",
+                    gp_quote(stem + ".dat"));
+  write_file_atomic(dir / (stem + ".gp"), gp);
+
+  const fs::path log = dir / (stem + ".log");
+  const std::string cmd = fmt::format("cd {} && {} {} > {} 2>&1", shell_quote(dir.string()), shell_quote(gnuplot.string()),
+                                      shell_quote(stem + ".gp"), shell_quote(log.filename().string()));
+  fs::remove(png);
+  const int status = std::system(cmd.c_str());
+  const std::string messages = fs::exists(log) ? read_file(log) : "";
+  QEVAL_CHECK(status == 0 && fs::exists(png) && fs::file_size(png) > 0, "gnuplot failed on {} (status {}): {}",
+              (dir / (stem + ".gp")).string(), status, messages.substr(0, 2000));
+  fs::remove(log);
+  return png;
+}
+
+}  // namespace qeval
