@@ -44,7 +44,8 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
       outputs_(spec.output_activations),
       path_(path),
       bias_(bias),
-      keep_(spec.keep_tokens) {
+      keep_(spec.keep_tokens),
+      outlier_threshold_(spec.outlier_threshold) {
   QEVAL_CHECK(weight.defined() && weight.dim() == 2 && weight.scalar_type() == at::kFloat,
               "QuantizedLinear {}: expected a float32 [out, in] weight", name);
   out_ = weight.size(0);
@@ -67,11 +68,17 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
                 "QuantizedLinear {}: scheme {} keeps tokens but quantises no activations", name, spec.name);
     float_op_.emplace(weight, bias);
   }
+  if (outlier_threshold_) {
+    // The scheme's rules (vector-wise int8 only, threshold non-negative), with this layer named.
+    validate_scheme(spec, fmt::format("QuantizedLinear {} (scheme {})", name, spec.name));
+    float_op_.emplace(weight, bias);
+  }
 }
 
 std::int64_t QuantizedLinear::weight_bytes() const {
   std::int64_t bytes = bias_.defined() ? bias_.numel() * 4 : 0;
-  // Kept rows run the fp32 weight, so a layer that keeps tokens holds it besides the packed one.
+  // Kept rows and outlier features run the fp32 weight, so such a layer holds it besides the
+  // packed one.
   if (float_op_) bytes += float_op_->weight().numel() * 4;
   if (int8_) return bytes + int8_->bytes();
   if (w4_) return bytes + w4_->bytes();
@@ -90,8 +97,11 @@ std::string QuantizedLinear::describe() const {
   const std::string keep =
       keep_.enabled() ? fmt::format(", keep {}:{} in fp32 (fp32 weight held too)", to_string(keep_.rule), keep_.count)
                       : std::string();
-  return fmt::format("quantised{}{}{}{}, {} path ({})", part("w", weights_), part("in", inputs_), part("out", outputs_),
-                     keep, to_string(path_), engine);
+  const std::string outliers =
+      outlier_threshold_ ? fmt::format(", outliers |x|>={} in fp32 (fp32 weight held too)", *outlier_threshold_)
+                         : std::string();
+  return fmt::format("quantised{}{}{}{}{}, {} path ({})", part("w", weights_), part("in", inputs_),
+                     part("out", outputs_), keep, outliers, to_string(path_), engine);
 }
 
 at::Tensor QuantizedLinear::dequantized_weight() const {
@@ -105,7 +115,71 @@ at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
               ": expected float32 [B, L, ", in_, "], got ", x.scalar_type(), " ", x.sizes());
   const std::int64_t B = x.size(0);
   if (B == 0) return at::empty({0, x.size(1), out_}, x.options());
-  return keep_.enabled() && x.size(1) > 0 ? forward_keeping(x) : forward_quantized(x);
+  if (x.size(1) == 0) return forward_quantized(x);
+  if (outlier_threshold_) return forward_mixed(x);
+  return keep_.enabled() ? forward_keeping(x) : forward_quantized(x);
+}
+
+at::Tensor QuantizedLinear::select_outlier_features(const at::Tensor& x) const {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == in_, "QuantizedLinear ", name_, ": expected [B, L, ", in_, "], got ",
+              x.sizes());
+  const std::int64_t B = x.size(0);
+  if (!outlier_threshold_ || x.size(1) == 0) return at::zeros({B, in_}, x.options().dtype(at::kBool));
+  // max |x| per feature of each sequence is exact in float32; the comparison is in double so a
+  // threshold that float32 cannot hold (6.0000001) is not rounded first. NaN is never >= T.
+  return x.abs().amax(1).to(at::kDouble).ge(*outlier_threshold_);  // [B, in]
+}
+
+QuantizedLinear::OutlierFeatures QuantizedLinear::outlier_features() const {
+  std::lock_guard<std::mutex> lock(outlier_log_->mutex);
+  return outlier_log_->features;
+}
+
+void QuantizedLinear::reset_outlier_features() const {
+  std::lock_guard<std::mutex> lock(outlier_log_->mutex);
+  outlier_log_->features = {};
+}
+
+at::Tensor QuantizedLinear::forward_mixed(const at::Tensor& x) const {
+  const std::int64_t B = x.size(0);
+  const at::Tensor outlier = select_outlier_features(x);  // [B, in] bool
+  std::vector<at::Tensor> features(static_cast<std::size_t>(B));  // per sequence: [|O|] int64, ascending
+  bool any = false, all = true;
+  {
+    const at::Tensor cpu = outlier.cpu();
+    std::lock_guard<std::mutex> lock(outlier_log_->mutex);
+    OutlierFeatures& log = outlier_log_->features;
+    log.sequences += B;
+    for (std::int64_t b = 0; b < B; ++b) {
+      const at::Tensor ids = cpu[b].nonzero().reshape({-1});
+      const std::int64_t n = ids.numel();
+      log.total += n;
+      log.max = std::max(log.max, n);
+      const auto* p = ids.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < n; ++i) ++log.counts[p[i]];
+      any = any || n > 0;
+      all = all && n == in_;
+      features[static_cast<std::size_t>(b)] = ids.to(x.device());
+    }
+  }
+  if (!any) return forward_quantized(x);  // the vector-wise scheme exactly
+  if (all) return float_op_->forward(x);  // exactly what the full-precision layer computes
+  // Zeroed columns quantise to code 0 (exact zeros in the integer sums) and leave the per-token
+  // scales to the other columns.
+  at::Tensor y = forward_quantized(x.masked_fill(outlier.unsqueeze(1), 0.0f)).contiguous();  // [B, L, out]
+  const at::Tensor& w = float_op_->weight();  // [out, in] fp32
+  for (std::int64_t b = 0; b < B; ++b) {
+    const at::Tensor& ids = features[static_cast<std::size_t>(b)];
+    if (ids.numel() == 0) continue;
+    if (ids.numel() == in_) {
+      y.narrow(0, b, 1).copy_(float_op_->forward(x.narrow(0, b, 1)));
+      continue;
+    }
+    // One float GEMM per sequence over its outlier columns: [L, |O|] × [|O|, out].
+    const at::Tensor part = at::matmul(x[b].index_select(1, ids), w.index_select(1, ids).t());
+    y[b].add_(part);
+  }
+  return y;
 }
 
 at::Tensor QuantizedLinear::select_kept_positions(const at::Tensor& x) const {

@@ -23,6 +23,18 @@
 // full-precision layer bit for bit, k ≥ L equals full precision bit for bit, and k = 0 is the
 // plain scheme bit for bit (nothing of this runs). Which positions were kept is logged per layer
 // (kept_positions()) so records can say so.
+//
+// Outlier decomposition (scheme outlier_threshold T, LLM.int8()): per sequence, O = the input
+// features j with max_l |x[l, j]| >= T (compared in double), and
+//   y = [the vector-wise path on X with the columns in O zeroed] + X[:, O] W[:, O]^T (fp32 GEMM)
+// The zeroed columns quantise to code 0 and contribute exactly 0 to the integer sums, so the
+// kernel path runs the existing int8 GEMM over the full K (one GEMM over all B·L rows, exact);
+// the reference path dequantises the zeroed X and runs at::linear per sequence; the float part
+// (gathered columns of x and of the fp32 weight, one GEMM per sequence) is the same code on both
+// paths and is added after, so the bias counts once. With O empty nothing of this runs (T = +inf
+// is the vector-wise scheme bit for bit); with O every feature the sequence takes the
+// full-precision layer's own output (T = 0 is full precision bit for bit). Which features were
+// outliers is logged per layer (outlier_features()).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -81,9 +93,27 @@ class QuantizedLinear final : public Linear {
   KeptPositions kept_positions() const;
   void reset_kept_positions() const;
 
+  // The scheme's outlier threshold (nullopt: no decomposition).
+  const std::optional<double>& outlier_threshold() const { return outlier_threshold_; }
+  // The outlier features of x [B, L, in] under the threshold: [B, in] bool. Pure: logs nothing.
+  at::Tensor select_outlier_features(const at::Tensor& x) const;
+
+  // Over every forward call since construction or the last reset: the sequences seen, how many
+  // outlier features they had (sum and largest), and per feature in how many sequences it was an
+  // outlier (bounded by in_features entries). Empty when the scheme decomposes nothing.
+  struct OutlierFeatures {
+    std::int64_t sequences = 0;
+    std::int64_t total = 0;  // Σ over sequences of |O|
+    std::int64_t max = 0;    // max over sequences of |O|
+    std::map<std::int64_t, std::int64_t> counts;  // feature → sequences in which it was an outlier
+  };
+  OutlierFeatures outlier_features() const;
+  void reset_outlier_features() const;
+
  private:
   at::Tensor forward_quantized(const at::Tensor& x) const;  // the scheme's path on every row
   at::Tensor forward_keeping(const at::Tensor& x) const;    // kept rows full precision, the rest quantised
+  at::Tensor forward_mixed(const at::Tensor& x) const;      // outlier features in fp32, the rest int8
   at::Tensor forward_reference(const at::Tensor& x, const at::Tensor& w /*dequantised [out, in]*/) const;
   at::Tensor forward_w4_kernel(const at::Tensor& x) const;
   at::Tensor forward_int8_kernel(const at::Tensor& x) const;
@@ -98,12 +128,19 @@ class QuantizedLinear final : public Linear {
   at::Tensor bias_;                 // [out] float32 or undefined, kept in full precision
 
   KeepTokens keep_;
-  std::optional<FloatLinear> float_op_;  // the full-precision layer, when keep_ is enabled
+  std::optional<FloatLinear> float_op_;  // the full-precision layer, when keep_ or outlier_threshold_ is set
   struct KeptLog {
     std::mutex mutex;
     KeptPositions positions;
   };
   std::unique_ptr<KeptLog> kept_log_ = std::make_unique<KeptLog>();
+
+  std::optional<double> outlier_threshold_;
+  struct OutlierLog {
+    std::mutex mutex;
+    OutlierFeatures features;
+  };
+  std::unique_ptr<OutlierLog> outlier_log_ = std::make_unique<OutlierLog>();
 };
 
 }  // namespace qeval

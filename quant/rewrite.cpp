@@ -131,4 +131,38 @@ void reset_kept_positions(const Transformer& model) {
     if (const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get())) q->reset_kept_positions();
 }
 
+nlohmann::json outlier_features_report(const Transformer& model) {
+  nlohmann::json layers = nlohmann::json::array();
+  const QuantizedLinear* first = nullptr;
+  std::int64_t sequences = 0;
+  double sum_of_means = 0;
+  for (const auto& named : model.linears()) {
+    const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get());
+    if (q == nullptr || !q->outlier_threshold()) continue;
+    const QuantizedLinear::OutlierFeatures log = q->outlier_features();
+    if (first == nullptr) first = q, sequences = log.sequences;
+    const double mean = log.sequences > 0 ? static_cast<double>(log.total) / static_cast<double>(log.sequences) : 0.0;
+    sum_of_means += mean;
+    nlohmann::json features = nlohmann::json::array();
+    for (const auto& [feature, n] : log.counts) features.push_back({feature, n});
+    layers.push_back({{"name", named.name},
+                      {"in_features", q->in_features()},
+                      {"sequences", log.sequences},
+                      {"mean_outlier_features", mean},
+                      {"max_outlier_features", log.max},
+                      {"features", std::move(features)}});
+  }
+  if (first == nullptr) return nullptr;
+  const double mean = sum_of_means / static_cast<double>(layers.size());
+  return {{"threshold", outlier_threshold_for_json(*first->outlier_threshold())},
+          {"sequences", sequences},
+          {"layers", std::move(layers)},
+          {"mean_outlier_features", mean}};
+}
+
+void reset_outlier_features(const Transformer& model) {
+  for (const auto& named : model.linears())
+    if (const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get())) q->reset_outlier_features();
+}
+
 }  // namespace qeval

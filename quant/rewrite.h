@@ -19,7 +19,8 @@ struct QuantizedModel {
   //   kernels               the backends the kernel path dispatches to on this machine
   //   layers                [{name, in_features, out_features, quantized, describe, weight_bytes,
   //                           fp32_weight_bytes}] in execution order, unquantised ones included
-  //                         (weight_bytes counts the fp32 weight too when the scheme keeps tokens)
+  //                         (weight_bytes counts the fp32 weight too when the scheme keeps tokens
+  //                         or decomposes outliers)
   //   quantized_layers      count
   //   quantized_weight_bytes / fp32_weight_bytes / weight_bytes_ratio   over the quantised layers
   //                         (packed codes + scales + zeros + bias, against fp32 weight + bias)
@@ -42,5 +43,20 @@ QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec);
 // Bounded by the sequence length: at most L entries per list, whatever the number of windows.
 nlohmann::json kept_positions_report(const Transformer& model);
 void reset_kept_positions(const Transformer& model);
+
+// Which input features the quantised linears of `model` ran in fp32 (scheme outlier_threshold,
+// LLM.int8()), over every forward pass since quantize_model or the last reset_outlier_features.
+// Null when no linear decomposes outliers; otherwise
+//   {"threshold": T (+infinity written as the largest double, as scheme_to_json does),
+//    "sequences": sequences seen by the first such linear (each linear sees every window),
+//    "layers": [{"name", "in_features", "sequences",
+//                "mean_outlier_features": mean over sequences of |O| (0 before any sequence),
+//                "max_outlier_features": largest |O|,
+//                "features": [[feature, n], ...]   ascending; n = sequences in which it was an outlier,
+//                                                  only features seen (at most in_features entries)},
+//               ...]  in execution order,
+//    "mean_outlier_features": mean over the layers of their mean_outlier_features}
+nlohmann::json outlier_features_report(const Transformer& model);
+void reset_outlier_features(const Transformer& model);
 
 }  // namespace qeval

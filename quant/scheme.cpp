@@ -4,7 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -125,6 +127,20 @@ KeepTokens keep_tokens_from_json(const nlohmann::json& j, const std::string& sou
   return keep;
 }
 
+// "none" or "int8_absmax/channel", for errors.
+std::string quant_text(const QuantSpec& q) {
+  return q.enabled() ? fmt::format("{}/{}", to_string(q.kind), q.granularity_name()) : "none";
+}
+
+// T of "outlier_threshold": a non-negative JSON number, or null (no decomposition).
+std::optional<double> outlier_threshold_from_json(const nlohmann::json& v, const std::string& source) {
+  if (v.is_null()) return std::nullopt;
+  QEVAL_CHECK(v.is_number(),
+              "{}: outlier_threshold should be a non-negative number (or null for no decomposition), found {}", source,
+              v.dump());
+  return v.get<double>();
+}
+
 std::vector<std::string> string_list(const nlohmann::json& j, const std::string& where) {
   QEVAL_CHECK(j.is_array(), "{}: expected a list of name patterns, got {}", where, j.dump());
   std::vector<std::string> out;
@@ -226,6 +242,32 @@ void validate_scheme(const SchemeSpec& s, const std::string& source) {
               "{}: keep_tokens {{\"{}\": {}}} (keep_first_tokens) needs activation quantisation, but input_activations "
               "and output_activations are both none: keeping positions in full precision would change nothing",
               source, to_string(s.keep_tokens.rule), s.keep_tokens.count);
+  if (s.outlier_threshold) {
+    const double t = *s.outlier_threshold;
+    QEVAL_CHECK(!std::isnan(t) && t >= 0,
+                "{}: outlier_threshold should be a non-negative number (input features with |x| >= T anywhere in a "
+                "sequence run in fp32), found {}",
+                source, t);
+    // LLM.int8's decomposition is defined on its vector-wise scheme: per-token activation scales
+    // from the non-outlier columns, per-row weight scales over the whole row.
+    std::vector<std::string> found;
+    if (!(s.weights.kind == QuantKind::int8_absmax && s.weights.granularity == Granularity::channel))
+      found.push_back("weights " + quant_text(s.weights));
+    if (!(s.input_activations.kind == QuantKind::int8_absmax && s.input_activations.granularity == Granularity::token))
+      found.push_back("input_activations " + quant_text(s.input_activations));
+    if (s.output_activations.enabled()) found.push_back("output_activations " + quant_text(s.output_activations));
+    if (s.keep_tokens.enabled())
+      found.push_back(fmt::format("keep_tokens {{\"{}\": {}}}", to_string(s.keep_tokens.rule), s.keep_tokens.count));
+    QEVAL_CHECK(found.empty(),
+                "{}: outlier_threshold {} (LLM.int8() mixed-precision decomposition) needs int8_absmax weights per "
+                "channel, int8_absmax input_activations per token, output_activations none and no keep_tokens; "
+                "found {}",
+                source, t, fmt::join(found, ", "));
+  }
+}
+
+double outlier_threshold_for_json(double threshold) {
+  return std::isinf(threshold) ? std::numeric_limits<double>::max() : threshold;
 }
 
 nlohmann::json scheme_to_json(const SchemeSpec& s) {
@@ -238,13 +280,16 @@ nlohmann::json scheme_to_json(const SchemeSpec& s) {
           {"include", s.include},
           {"exclude", s.exclude},
           {"execution", to_string(s.execution)},
-          {"keep_tokens", {{to_string(s.keep_tokens.rule), s.keep_tokens.count}}}};
+          {"keep_tokens", {{to_string(s.keep_tokens.rule), s.keep_tokens.count}}},
+          {"outlier_threshold", s.outlier_threshold ? nlohmann::json(outlier_threshold_for_json(*s.outlier_threshold))
+                                                    : nlohmann::json(nullptr)}};
 }
 
 SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) {
   static const std::vector<std::string> keys = {"name",    "description", "weights",   "input_activations",
                                                 "output_activations", "quantize_lm_head", "include", "exclude",
-                                                "execution", "keep_first_tokens", "keep_tokens"};
+                                                "execution", "keep_first_tokens", "keep_tokens",
+                                                "outlier_threshold"};
   QEVAL_CHECK(j.is_object(), "{}: a scheme spec must be a JSON object, got {}", source, j.type_name());
   for (auto it = j.begin(); it != j.end(); ++it)
     QEVAL_CHECK(std::find(keys.begin(), keys.end(), it.key()) != keys.end(), "{}: unknown key '{}'; valid keys: {}",
@@ -275,6 +320,8 @@ SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) 
     if (j.contains("keep_first_tokens"))
       s.keep_tokens = {KeepRule::first, keep_count(j.at("keep_first_tokens"), source + ": keep_first_tokens")};
     if (j.contains("keep_tokens")) s.keep_tokens = keep_tokens_from_json(j.at("keep_tokens"), source);
+    if (j.contains("outlier_threshold"))
+      s.outlier_threshold = outlier_threshold_from_json(j.at("outlier_threshold"), source);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", source, e.what());
   }

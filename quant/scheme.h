@@ -14,7 +14,8 @@
 //     "quantize_lm_head": false,
 //     "include": ["layers.*"], "exclude": ["layers.0.*"],
 //     "execution": "auto",                         auto | reference | kernel
-//     "keep_first_tokens": 1                       or "keep_tokens": {"first": 1} | {"top_norm": 1}
+//     "keep_first_tokens": 1,                      or "keep_tokens": {"first": 1} | {"top_norm": 1}
+//     "outlier_threshold": 6.0                     null (default): no outlier decomposition
 //   }
 // kind: none | int8_absmax | int4_zeropoint ("bits" may be given too and must agree).
 // granularity: weights tensor | channel | group:<g>; input activations tensor | token | feature;
@@ -33,6 +34,21 @@
 // needs input or output activation quantisation (with neither it would mean nothing). The
 // resolved spec always writes "keep_tokens": {"<rule>": k}.
 //
+// Mixed-precision decomposition (LLM.int8(), issue 15): "outlier_threshold": T, a non-negative
+// JSON number (null or absent: off). Per sequence (axis 0, so results never depend on B), the
+// input features j with max_l |x[l, j]| >= T (as bitsandbytes: >=, so T = 0 makes every feature
+// an outlier; NaN never is) form O, and
+//   y = int8_vectorwise(X with the columns in O set to zero) + X[:, O] W[:, O]^T in fp32 (+ bias once)
+// so the per-token activation scales come from the other columns only; the weights are
+// quantised per output row over the whole row, once, as int8-vectorwise does. A sequence whose
+// every feature is an outlier takes the full-precision layer's own output. Valid only with
+// int8_absmax weights per channel and int8_absmax input activations per token (LLM.int8's
+// vector-wise scheme), no output activation quantisation and no keep_tokens. T = +infinity may be
+// set in C++ (std::numeric_limits<double>::infinity()); JSON has no infinity, so it is written as
+// 1.7976931348623157e308 (the largest double), which selects exactly the same features (only an
+// infinite |x| reaches either). Any very large number (1e30) is the plain vector-wise scheme.
+// The resolved spec always writes "outlier_threshold" (null when off).
+//
 // Which linears: every linear inside the blocks (layers.<i>.attn.{qkv|q|k|v|o},
 // layers.<i>.mlp.{up|gate|down}), plus lm_head when quantize_lm_head is true; then, when include
 // is non-empty, only names matching one of its patterns; then minus names matching exclude.
@@ -41,6 +57,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,7 +102,10 @@ struct SchemeSpec {
   std::vector<std::string> exclude;
   ExecutionPreference execution = ExecutionPreference::automatic;
   KeepTokens keep_tokens;
+  // LLM.int8() outlier threshold T (see above); nullopt: no decomposition. +infinity is allowed.
+  std::optional<double> outlier_threshold;
 
+  bool decomposes_outliers() const { return outlier_threshold.has_value(); }
   // False for the full-precision scheme: nothing to rewrite.
   bool quantizes_anything() const;
   // Whether the linear called `name` (canonical) is quantised under this scheme.
@@ -100,13 +120,16 @@ std::string to_string(KeepRule v);  // "first" | "top_norm"
 // Throws qeval::Error naming `source` and listing the valid values when a field is out of range.
 void validate_scheme(const SchemeSpec& spec, const std::string& source);
 
+// An outlier threshold as JSON writes it: +infinity becomes the largest double (see above).
+double outlier_threshold_for_json(double threshold);
+
 // The fully resolved spec (every key written), as result records store it.
 nlohmann::json scheme_to_json(const SchemeSpec& spec);
 // Parses and validates; `source` names the file (or preset) in errors.
 SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source);
 
 // Preset names in a fixed order: full, int8-fine, int8-moderate, int8-coarse, int8-vectorwise,
-// w4-zeropoint, w4-zeropoint-g128, int8-moderate-keep1, int8-coarse-keep1.
+// w4-zeropoint, w4-zeropoint-g128, int8-moderate-keep1, int8-coarse-keep1, int8-mixed.
 std::vector<std::string> preset_names();
 // The built-in preset (throws listing the presets for an unknown name).
 SchemeSpec preset_scheme(const std::string& name);
