@@ -3,7 +3,7 @@
 # definition (quant/scheme.h). The list fixes the order `qeval` shows them in; a JSON file in
 # configs/schemes/ that is missing from it is an error, so no preset is silently left out.
 set(QEVAL_SCHEME_PRESETS full int8-fine int8-moderate int8-coarse int8-vectorwise w4-zeropoint w4-zeropoint-g128
-    int8-moderate-keep1 int8-coarse-keep1)
+    int8-moderate-keep1 int8-coarse-keep1 int8-mixed)
 
 file(GLOB _qeval_preset_files CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/configs/schemes/*.json)
 foreach(_file ${_qeval_preset_files})

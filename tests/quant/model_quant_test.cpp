@@ -169,6 +169,9 @@ TEST(ModelQuant, InSituLayersAgree) {
 // The integer maths of the int8 kernel path, evaluated independently: codes from the reference
 // quantisers, exact int64 sums, rounded once to float32, then (acc · s_x) · s_w + bias. With
 // keep_tokens {"first": k}: the first k rows are the float layer's, the rest a sequence of their own.
+// With outlier_threshold T (LLM.int8()): per sequence, the integer maths on x with the columns
+// whose max |x| >= T zeroed, plus x[:, O] w[:, O]ᵀ in float; a sequence whose every feature is an
+// outlier takes the float layer's output.
 class EmulatedInt8Linear final : public Linear {
  public:
   EmulatedInt8Linear(const FloatLinear& fl, const SchemeSpec& spec)
@@ -176,10 +179,26 @@ class EmulatedInt8Linear final : public Linear {
     EXPECT_EQ(spec.keep_tokens.rule, KeepRule::first) << "the emulation keeps the first positions only";
   }
   at::Tensor forward(const at::Tensor& x) const override {
+    if (spec_.outlier_threshold) return decomposed(x);
     const std::int64_t L = x.size(1), k = std::min(spec_.keep_tokens.count, L);
     if (k == 0) return integer_maths(x);
     at::Tensor y = float_.forward(x);
     if (k < L) y.narrow(1, k, L - k).copy_(integer_maths(x.narrow(1, k, L - k).contiguous()));
+    return y;
+  }
+  at::Tensor decomposed(const at::Tensor& x) const {
+    const at::Tensor outlier = x.abs().amax(1).to(at::kDouble) >= *spec_.outlier_threshold;  // [B, K]
+    if (!outlier.any().item<bool>()) return integer_maths(x);
+    if (outlier.all().item<bool>()) return float_.forward(x);
+    at::Tensor y = integer_maths(x.masked_fill(outlier.unsqueeze(1), 0.0f));  // [B, L, N]
+    for (std::int64_t b = 0; b < x.size(0); ++b) {
+      const at::Tensor cols = outlier[b].nonzero().reshape({-1});
+      if (cols.numel() == 0) continue;
+      if (cols.numel() == x.size(2))
+        y[b].copy_(float_.forward(x.narrow(0, b, 1))[0]);
+      else
+        y[b].add_(at::matmul(x[b].index_select(1, cols), float_.weight().index_select(1, cols).t()));
+    }
     return y;
   }
   at::Tensor integer_maths(const at::Tensor& x) const {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -38,6 +39,7 @@ TEST(SchemePresets, MatchTheDesignTable) {
     const char* name;
     QuantSpec w, in, out;
     std::int64_t keep_first = 0;
+    std::optional<double> outlier_threshold = std::nullopt;
   };
   const Row table[] = {
       {"full", kNone, kNone, kNone},
@@ -50,6 +52,8 @@ TEST(SchemePresets, MatchTheDesignTable) {
       // Issue 19: moderate and coarse with the first position kept in full precision.
       {"int8-moderate-keep1", q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), kNone, 1},
       {"int8-coarse-keep1", q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), 1},
+      // Issue 15: LLM.int8's vector-wise scheme with outlier features (|x| >= 6) in fp32.
+      {"int8-mixed", q(K::int8_absmax, G::channel), q(K::int8_absmax, G::token), kNone, 0, 6.0},
   };
   std::vector<std::string> names;
   for (const auto& row : table) {
@@ -63,6 +67,7 @@ TEST(SchemePresets, MatchTheDesignTable) {
     EXPECT_TRUE(s.include.empty() && s.exclude.empty()) << row.name;
     EXPECT_EQ(s.execution, ExecutionPreference::automatic) << row.name;
     EXPECT_TRUE(s.keep_tokens == (KeepTokens{KeepRule::first, row.keep_first})) << row.name;
+    EXPECT_TRUE(s.outlier_threshold == row.outlier_threshold) << row.name;
   }
   EXPECT_EQ(preset_names(), names);
 }
