@@ -131,7 +131,10 @@ void run_eval(const EvalArgs& a) {
       if (stop) throw StoppedEarly{r.windows};
     };
   }
-  for (const auto& s : prepared.schemes) reset_kept_positions(s.model);  // count only the evaluated windows
+  for (const auto& s : prepared.schemes) {  // count only the evaluated windows
+    reset_kept_positions(s.model);
+    reset_outlier_features(s.model);
+  }
   EvalResult result;
   try {
     result = evaluate(schemes, windows, options, std::move(resumed));
@@ -146,13 +149,19 @@ void run_eval(const EvalArgs& a) {
   // Schemes that keep tokens in full precision (quant/scheme.h keep_tokens) say which positions
   // they kept, over the windows this process evaluated (a resumed run's earlier windows and
   // other shards are not in these counts; "sequences" says how many are).
-  for (std::size_t i = 0; i < prepared.schemes.size(); ++i)
+  for (std::size_t i = 0; i < prepared.schemes.size(); ++i) {
     if (nlohmann::json kept = kept_positions_report(prepared.schemes[i].model); !kept.is_null())
       record["schemes"][i]["kept_positions"] = kept;
+    // LLM.int8()-style schemes: how many input features ran in float, per layer.
+    if (nlohmann::json outliers = outlier_features_report(prepared.schemes[i].model); !outliers.is_null())
+      record["schemes"][i]["outlier_features"] = outliers;
+  }
   if (shard.count > 1)
     record["shard"] = {{"index", shard.index}, {"count", shard.count}, {"state", run_state_to_json(result, prepared.statistics)}};
 
-  fmt::print("{} on {} ({} windows of {} tokens, {} scored)\n\n", inputs.model_path.filename().string(),
+  std::string transformed;  // " after rotate, smooth:alpha=0.8"
+  for (const auto& t : a.data.transforms) transformed += (transformed.empty() ? " after " : ", ") + t;
+  fmt::print("{}{} on {} ({} windows of {} tokens, {} scored)\n\n", inputs.model_path.filename().string(), transformed,
              inputs.data_path.filename().string(), result.windows, inputs.protocol.seq_len, result.scored_tokens);
   fmt::print("{}\n{}", scheme_table_markdown(record), schemes.size() > 1 ? "\n" + penalty_row_markdown(record) : "");
   std::string stats = statistics_table_markdown(record);

@@ -10,6 +10,7 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "common/model_cache.h"
+#include "eval/model_transforms.h"
 #include "loaders/tokenizers/tokenizer_discovery.h"
 
 namespace qeval::cli {
@@ -71,6 +72,11 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
   cmd->add_option("--batch-size,-b", args.batch_size, "windows per forward pass (results do not depend on it)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--threads", args.threads, "CPU threads (0: LibTorch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--transform", args.transforms,
+                  "transform the full-precision model before any scheme (repeatable, applied in order): "
+                  "rotate[:kind=hadamard|orthogonal,seed=N,online_down=1] or "
+                  "smooth[:alpha=0.5,groups=qkv+up+down+o,calib=FILE,calib_windows=16]")
+      ->take_all()->allow_extra_args(false);
 }
 
 std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
@@ -79,6 +85,8 @@ std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
 
 EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
+  std::vector<TransformSpec> transforms;
+  for (const auto& text : a.transforms) transforms.push_back(parse_transform(text));  // bad specs fail before loading
   EvalInputs in;
   const auto data_dir = opt(a.data_dir);
   in.model_path = resolve_model_path(a.model, data_dir);
@@ -110,6 +118,21 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   in.windows = in.open_windows();
 
   in.full = std::make_unique<Transformer>(config, in.checkpoint.weights, in.model_path.string());
+  nlohmann::json transform_report = nlohmann::json::array();
+  if (!transforms.empty()) {
+    CalibrationSource calibration = [&](const std::string& path, std::int64_t n) {
+      const std::filesystem::path calib_path = path.empty() ? in.data_path : resolve_input_path(path, data_dir);
+      const bool same = std::filesystem::equivalent(calib_path, in.data_path);
+      CalibrationWindows c = calibration_windows(
+          [&] { return in.open_windows(); },
+          [&](const ProtocolSpec& spec) { return open_window_source(calib_path, in.tokenizer.get(), spec, in.source_options); },
+          in.protocol, same, n);
+      c.description["path"] = calib_path.string();
+      c.description["hash"] = hash_file(calib_path);
+      return c;
+    };
+    in.full = std::make_unique<Transformer>(apply_transforms(*in.full, transforms, calibration, transform_report));
+  }
 
   RecordContext& context = in.context;
   context.model = {{"path", in.model_path.string()},
@@ -117,7 +140,8 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
                    {"weights_hash", in.checkpoint.weights_hash},
                    {"config", config_to_json(config)},
                    {"parameters", config.parameter_count()},
-                   {"notes", in.checkpoint.notes}};
+                   {"notes", in.checkpoint.notes},
+                   {"transforms", transform_report}};
   context.tokenizer = {{"path", in.tokenizer_path.string()},
                        {"kind", in.tokenizer->kind()},
                        {"vocab_size", in.tokenizer->vocab_size()}};

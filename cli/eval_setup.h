@@ -39,6 +39,7 @@ struct EvalDataArgs {
   std::string json_field = "text";
   std::int64_t batch_size = 1;
   int threads = 0;
+  std::vector<std::string> transforms;  // --transform, in order (eval/model_transforms.h)
 };
 
 // Registers the options above on `cmd` (same names, help and checks for every command).
@@ -51,7 +52,7 @@ struct EvalInputs {
   ProtocolSpec protocol;  // the preset with the command-line overrides applied
   WindowSourceOptions source_options;
   std::unique_ptr<WindowSource> windows;  // the evaluation windows, not yet read
-  std::unique_ptr<Transformer> full;      // the full-precision model every scheme starts from
+  std::unique_ptr<Transformer> full;      // the full-precision model every scheme starts from (transformed)
   // model, tokenizer, data, protocol, precision and the options above; the caller adds its own
   // options and the command line.
   RecordContext context;

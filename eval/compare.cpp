@@ -141,6 +141,11 @@ void label_records(std::vector<LabeledRecord>& records) {
     // HF and qeval folders hold generic file names: the folder says which model it is.
     if (stem == "model" || stem == "pytorch_model" || stem == "config") stem = model.parent_path().filename().string();
     r.label = stem.empty() ? std::filesystem::path(r.source).stem().string() : stem;
+    // A transformed model is another row of the same model: "stories260K + rotate".
+    const nlohmann::json transforms = lookup(r.record, {"model", "transforms"});
+    if (transforms.is_array())
+      for (const auto& t : transforms)
+        if (t.is_object() && t.contains("spec") && t["spec"].is_string()) r.label += " + " + t["spec"].get<std::string>();
     generated[i] = true;
   }
   for (const auto& r : records) seen[r.label]++;
@@ -153,7 +158,9 @@ const std::vector<PenaltyColumn>& penalty_columns() {
   static const std::vector<PenaltyColumn> columns = {
       {"int8-coarse", "coarse Δ", false},           {"int8-moderate", "moderate Δ", false},
       {"int8-fine", "fine Δ", false},               {"w4-zeropoint", "4-bit Δ", false},
-      {"int8-vectorwise", "vectorwise Δ", true},    {"w4-zeropoint-g128", "4-bit g128 Δ", true}};
+      {"int8-vectorwise", "vectorwise Δ", true},    {"w4-zeropoint-g128", "4-bit g128 Δ", true},
+      {"int8-mixed", "mixed Δ", true},              {"int8-coarse-keep1", "coarse keep1 Δ", true},
+      {"int8-moderate-keep1", "moderate keep1 Δ", true}};
   return columns;
 }
 

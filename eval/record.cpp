@@ -41,6 +41,7 @@ nlohmann::json evaluation_identity(const nlohmann::json& record) {
   for (const char* key : {"threads", "batch_size", "shard"}) options.erase(key);  // results do not depend on them
   return {{"model_weights", record.at("model").at("weights_hash")},
           {"model_config", record.at("model").at("config")},
+          {"model_transforms", record.at("model").value("transforms", nlohmann::json::array())},
           {"tokenizer", record.at("tokenizer").value("kind", "")},
           {"tokenizer_vocab", record.at("tokenizer").value("vocab_size", nlohmann::json(0))},  // compared as JSON, never cast
           {"data", record.at("data").at("hash")},

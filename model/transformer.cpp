@@ -37,7 +37,7 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, const std::st
     idx.down = add(p + "mlp.down", b.down);
     blocks_.push_back(idx);
   }
-  lm_head_ = add("lm_head", LinearWeights{weights_.lm_head, at::Tensor()});
+  lm_head_ = add("lm_head", LinearWeights{weights_.lm_head, weights_.lm_head_bias});
 }
 
 void Transformer::replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement) {
@@ -128,9 +128,11 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, Forwa
 
 at::Tensor Transformer::mlp(std::int64_t layer, const at::Tensor& h) const {
   const auto& idx = blocks_[static_cast<std::size_t>(layer)];
-  if (config_.mlp == MlpKind::swiglu)
-    return linear(idx.down).forward(at::silu(linear(idx.gate).forward(h)) * linear(idx.up).forward(h));
-  return linear(idx.down).forward(at::gelu(linear(idx.up).forward(h), "tanh"));
+  at::Tensor hidden = config_.mlp == MlpKind::swiglu ? at::silu(linear(idx.gate).forward(h)) * linear(idx.up).forward(h)
+                                                     : at::gelu(linear(idx.up).forward(h), "tanh");
+  const at::Tensor& rotation = weights_.blocks[static_cast<std::size_t>(layer)].down_input_rotation;
+  if (rotation.defined()) hidden = at::matmul(hidden, rotation);
+  return linear(idx.down).forward(hidden);
 }
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, ForwardObserver* observer) const {

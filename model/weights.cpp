@@ -67,9 +67,11 @@ void validate_weights(const ModelWeights& w, const ModelConfig& c, const std::st
     expect_linear(b.up, c.d_ff, D, c.mlp_bias, p + "mlp.up", source);
     if (c.mlp == MlpKind::swiglu) expect_linear(b.gate, c.d_ff, D, c.mlp_bias, p + "mlp.gate", source);
     expect_linear(b.down, D, c.d_ff, c.mlp_bias, p + "mlp.down", source);
+    if (b.down_input_rotation.defined()) expect(b.down_input_rotation, {c.d_ff, c.d_ff}, p + "mlp.down_input_rotation", source);
   }
   expect_norm(w.final_norm, c, "final_norm", source);
   expect(w.lm_head, {c.vocab_size, D}, "lm_head", source);
+  if (w.lm_head_bias.defined()) expect(w.lm_head_bias, {c.vocab_size}, "lm_head_bias", source);
 }
 
 }  // namespace qeval

@@ -32,6 +32,9 @@ struct BlockWeights {
   LinearWeights up;    // [F, D] (GPT-2 c_fc; Llama up_proj / llama2.c w3)
   LinearWeights gate;  // [F, D] swiglu only (Llama gate_proj / llama2.c w1)
   LinearWeights down;  // [D, F] (GPT-2 c_proj of the MLP; Llama down_proj / llama2.c w2)
+  // [F, F] orthogonal, or undefined: the MLP's hidden activation is multiplied by it online
+  // before the down projection (QuaRot's online Hadamard, set only by transforms/rotate).
+  at::Tensor down_input_rotation;
 };
 
 struct ModelWeights {
@@ -40,6 +43,9 @@ struct ModelWeights {
   std::vector<BlockWeights> blocks;
   NormWeights final_norm;
   at::Tensor lm_head;  // [V, D]; the same tensor as token_embedding when tied
+  // [V] or undefined. No checkpoint has one; transforms/ create it when they fold a LayerNorm's
+  // bias into the LM head.
+  at::Tensor lm_head_bias;
 };
 
 // Checks every shape, dtype and presence against `config`; throws naming `source`, the

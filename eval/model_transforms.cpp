@@ -1,0 +1,179 @@
+#include "eval/model_transforms.h"
+
+#include <fmt/core.h>
+
+#include <set>
+
+#include "common/error.h"
+#include "eval/linear_inputs.h"
+#include "transforms/rotate.h"
+#include "transforms/smooth.h"
+
+namespace qeval {
+namespace {
+
+const std::map<std::string, std::vector<std::string>>& valid_keys() {
+  static const std::map<std::string, std::vector<std::string>> keys = {
+      {"rotate", {"kind", "seed", "online_down"}},
+      {"smooth", {"alpha", "groups", "calib", "calib_windows"}}};
+  return keys;
+}
+
+std::string option(const TransformSpec& t, const std::string& key, const std::string& fallback) {
+  auto it = t.options.find(key);
+  return it == t.options.end() ? fallback : it->second;
+}
+
+std::int64_t integer_option(const TransformSpec& t, const std::string& key, std::int64_t fallback) {
+  const std::string v = option(t, key, "");
+  if (v.empty()) return fallback;
+  std::size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  QEVAL_CHECK(used == v.size() && x >= 0, "--transform {}: {}={} is not a non-negative integer", t.text, key, v);
+  return x;
+}
+
+double number_option(const TransformSpec& t, const std::string& key, double fallback) {
+  const std::string v = option(t, key, "");
+  if (v.empty()) return fallback;
+  std::size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  QEVAL_CHECK(used == v.size(), "--transform {}: {}={} is not a number", t.text, key, v);
+  return x;
+}
+
+bool flag_option(const TransformSpec& t, const std::string& key) {
+  const std::string v = option(t, key, "0");
+  QEVAL_CHECK(v == "0" || v == "1" || v == "true" || v == "false", "--transform {}: {}={}: expected 0, 1, true or false",
+              t.text, key, v);
+  return v == "1" || v == "true";
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t at = s.find(sep, start);
+    out.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) return out;
+    start = at + 1;
+  }
+}
+
+// One forward pass per calibration window through a copy whose linears record their inputs.
+std::shared_ptr<LinearInputRecorder> calibrate(const Transformer& model, const std::vector<Window>& windows) {
+  Transformer probe = model;
+  auto recorder = record_linear_inputs(probe);
+  for (const Window& w : windows) {
+    at::Tensor tokens = at::tensor(w.tokens, at::kLong).unsqueeze(0);
+    probe.forward(tokens);
+  }
+  return recorder;
+}
+
+}  // namespace
+
+TransformSpec parse_transform(const std::string& text) {
+  TransformSpec t;
+  t.text = text;
+  const std::size_t colon = text.find(':');
+  t.name = text.substr(0, colon);
+  auto keys = valid_keys().find(t.name);
+  QEVAL_CHECK(keys != valid_keys().end(), "--transform {}: unknown transform '{}': expected rotate or smooth", text, t.name);
+  if (colon == std::string::npos) return t;
+  for (const std::string& pair : split(text.substr(colon + 1), ',')) {
+    const std::size_t eq = pair.find('=');
+    QEVAL_CHECK(eq != std::string::npos && eq > 0, "--transform {}: '{}' is not key=value", text, pair);
+    const std::string key = pair.substr(0, eq);
+    std::string valid;
+    for (const auto& k : keys->second) valid += (valid.empty() ? "" : ", ") + k;
+    QEVAL_CHECK(std::find(keys->second.begin(), keys->second.end(), key) != keys->second.end(),
+                "--transform {}: unknown key '{}' for {}: expected {}", text, key, t.name, valid);
+    QEVAL_CHECK(t.options.emplace(key, pair.substr(eq + 1)).second, "--transform {}: key '{}' given twice", text, key);
+  }
+  return t;
+}
+
+Transformer apply_transforms(const Transformer& model, const std::vector<TransformSpec>& transforms,
+                             const CalibrationSource& calibration, nlohmann::json& report) {
+  report = nlohmann::json::array();
+  Transformer current = model;
+  for (const TransformSpec& t : transforms) {
+    ModelConfig config = current.config();
+    ModelWeights weights = current.weights();
+    nlohmann::json entry;
+    if (t.name == "rotate") {
+      RotateOptions o;
+      o.kind = option(t, "kind", o.kind);
+      o.seed = static_cast<std::uint64_t>(integer_option(t, "seed", 0));
+      o.online_down = flag_option(t, "online_down");
+      entry = rotate_model(config, weights, o);
+    } else {
+      SmoothOptions o;
+      o.alpha = number_option(t, "alpha", o.alpha);
+      if (t.options.count("groups")) o.groups = split(option(t, "groups", ""), '+');
+      const std::int64_t n = integer_option(t, "calib_windows", 16);
+      QEVAL_CHECK(n > 0, "--transform {}: calib_windows must be at least 1", t.text);
+      QEVAL_CHECK(calibration != nullptr, "--transform {}: no calibration data available here", t.text);
+      CalibrationWindows calib = calibration(option(t, "calib", ""), n);
+      auto recorder = calibrate(current, calib.windows);
+      entry = smooth_model(config, weights, o, [&](const std::string& name) { return recorder->feature_max_abs(name); });
+      entry["calibration"] = calib.description;
+    }
+    entry["spec"] = t.text;
+    report.push_back(entry);
+    current = Transformer(config, weights, fmt::format("{} after --transform {}", "model", t.text));
+  }
+  return current;
+}
+
+CalibrationWindows calibration_windows(const std::function<std::unique_ptr<WindowSource>()>& open_evaluation,
+                                       const std::function<std::unique_ptr<WindowSource>(const ProtocolSpec&)>& open_calibration,
+                                       const ProtocolSpec& evaluation, bool same_data, std::int64_t n) {
+  std::set<std::int64_t> evaluated;
+  if (same_data) {
+    QEVAL_CHECK(evaluation.name == "windows",
+                "smooth: calibrating on the evaluation data needs the windows protocol (to know which windows are "
+                "evaluated); the protocol is {}: give a separate file with calib=FILE",
+                evaluation.name);
+    auto source = open_evaluation();
+    while (auto w = source->next()) evaluated.insert(w->index);
+  }
+  ProtocolSpec spec = ProtocolSpec::defaults_for("windows");
+  spec.seq_len = evaluation.seq_len;
+  spec.separator = evaluation.separator;
+  spec.text_split = evaluation.text_split;
+  spec.bos_per_window = evaluation.name == "windows" && evaluation.bos_per_window;
+  CalibrationWindows out;
+  std::vector<std::int64_t> indices;
+  auto source = open_calibration(spec);
+  while (static_cast<std::int64_t>(out.windows.size()) < n) {
+    auto w = source->next();
+    if (!w) break;
+    if (evaluated.count(w->index)) continue;
+    indices.push_back(w->index);
+    out.windows.push_back(std::move(*w));
+  }
+  QEVAL_CHECK(static_cast<std::int64_t>(out.windows.size()) == n,
+              "smooth: {} calibration windows of {} tokens asked, {} left after the {} evaluated ones; "
+              "evaluate fewer windows (--max-windows), ask fewer (calib_windows=N) or give calib=FILE",
+              n, spec.seq_len, out.windows.size(), evaluated.size());
+  out.description = {{"protocol", spec.to_json()},
+                     {"windows", indices},
+                     {"same_data_as_evaluation", same_data},
+                     {"evaluated_windows_excluded", evaluated.size()},
+                     {"disjoint_from_evaluation", true}};
+  return out;
+}
+
+}  // namespace qeval
