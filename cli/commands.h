@@ -22,5 +22,6 @@ void add_merge_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_check_command(CLI::App& app);
 void add_plot_command(CLI::App& app);
+void add_sensitivity_command(CLI::App& app);
 
 }  // namespace qeval::cli

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   qeval::cli::add_compare_command(app);
   qeval::cli::add_check_command(app);
   qeval::cli::add_plot_command(app);
+  qeval::cli::add_sensitivity_command(app);
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them reversed, without argv[0]
     app.parse(reversed);

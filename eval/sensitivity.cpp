@@ -436,6 +436,16 @@ std::string sensitivity_table_markdown(const json& record, std::int64_t top) {
   }
   const auto total = static_cast<std::int64_t>(s.at("units").size());
   if (shown < total) out += fmt::format("\n({} of {} units shown; --top 0 shows all)\n", shown, total);
+  if (total > 0) {
+    // What the share would be if the penalty were spread evenly over the scored tokens.
+    const json& tokens = s.at("units").at(0).at("tokens");
+    const double first = get_or_nan(tokens.at("first").at("tokens")), rest = get_or_nan(tokens.at("rest").at("tokens"));
+    out += fmt::format("\nFirst-token share: the part of the unit's total ΔNLL on the first scored token of each window "
+                       "({} of {} scored tokens, so {:.2f}% when spread evenly; — when the total is not positive). "
+                       "Positions: index of the target token in its window, largest mean ΔNLL first.\n",
+                       tokens.at("first").at("tokens").dump(), fmt::format("{:.0f}", first + rest),
+                       100 * first / (first + rest));
+  }
   return out;
 }
 
@@ -464,7 +474,7 @@ fs::path plot_sensitivity(const json& record, const fs::path& png) {
   gp += fmt::format("set title {}\n", gp_quote(title_of(record)));
   gp += fmt::format("set xrange [0.4:{}.6]\n", n);
   gp += "set style fill solid 0.75 border -1\nset boxwidth 0.7\nset grid ytics\n"
-        "set xtics rotate by -50 scale 0 font ',9'\nset bmargin 9\nset key top right opaque\n"
+        "set xtics rotate by -50 scale 0 font ',9'\nset bmargin 8\nset key top right opaque\n"
         "set ylabel 'ΔNLL vs full precision (nats per token)'\n"
         "set y2label 'input max |x| (mean over sequences, log scale)'\nset y2tics\nset logscale y2\nset ytics nomirror\n";
   gp += fmt::format("plot {0} using 1:3:xtic(2) with boxes lc rgb '#c0392b' title 'ΔNLL', "

@@ -1,0 +1,101 @@
+// `qeval sensitivity`: a scheme applied to one linear layer, or one layer kind across all blocks,
+// at a time (eval/sensitivity.h); the ΔNLL of each beside its layers' input statistics, sorted
+// by harm, as a Markdown table on stdout, a record with --out and a bar chart with --plot.
+// Model, data and protocol options are eval's (cli/eval_setup.h).
+#include <fmt/core.h>
+
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/eval_setup.h"
+#include "cli/json_config.h"
+#include "common/error.h"
+#include "eval/plot.h"
+#include "eval/record.h"
+#include "eval/sensitivity.h"
+#include "quant/scheme.h"
+
+namespace qeval::cli {
+namespace {
+
+struct SensitivityArgs {
+  EvalDataArgs data;  // model, tokenizer, data, protocol, batch size, threads
+  std::string scheme = "int8-moderate";
+  std::string by = "layer";
+  bool quantize_lm_head = false;
+  std::string out;
+  std::string plot;
+  std::int64_t top = 20;
+  bool quiet = false;
+  std::vector<std::string> argv;
+};
+
+void check_folder(const std::string& option, const std::string& path) {
+  const std::filesystem::path p(path);
+  const auto dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  QEVAL_CHECK(std::filesystem::is_directory(dir), "{} {}: folder {} does not exist", option, path, dir.string());
+}
+
+void run_sensitivity_command(const SensitivityArgs& a) {
+  // Everything that can be refused is refused before the model is loaded or a window is read.
+  const SensitivityGrouping by = parse_sensitivity_grouping(a.by);
+  if (!a.out.empty()) check_folder("--out", a.out);
+  if (!a.plot.empty()) {
+    QEVAL_CHECK(std::filesystem::path(a.plot).extension() == ".png", "--plot {}: the picture's name must end in .png",
+                a.plot);
+    check_folder("--plot", a.plot);
+    find_gnuplot();
+  }
+  SchemeSpec base = resolve_scheme(a.scheme);
+  if (a.quantize_lm_head) base.quantize_lm_head = true;
+
+  EvalInputs inputs = prepare_eval_inputs(a.data);
+  sensitivity_units(*inputs.full, base, by);  // the scheme must select something in this model
+
+  SensitivityOptions options;
+  options.by = by;
+  options.batch_size = a.data.batch_size;
+  options.progress = !a.quiet;
+  options.expected_windows = inputs.windows->expected_windows();
+  SensitivityRun run = run_sensitivity(*inputs.full, base, *inputs.windows, options);
+  finish_context(inputs);
+
+  RecordContext& context = inputs.context;
+  context.command = a.argv;
+  context.options.update({{"quantize_lm_head", a.quantize_lm_head},
+                          {"sensitivity", {{"scheme", a.scheme}, {"by", to_string(by)}}}});
+  nlohmann::json record = build_record(context, scheme_infos(run.schemes), run.result, {});
+  record["sensitivity"] = run.to_json();
+
+  fmt::print("{}", sensitivity_table_markdown(record, a.top));
+  if (!a.out.empty()) {
+    write_record(a.out, record);
+    fmt::print(stderr, "record written to {}\n", a.out);
+  }
+  if (!a.plot.empty()) fmt::print(stderr, "picture written to {}\n", plot_sensitivity(record, a.plot).string());
+}
+
+}  // namespace
+
+void add_sensitivity_command(CLI::App& app) {
+  auto args = std::make_shared<SensitivityArgs>();
+  auto* cmd = app.add_subcommand(
+      "sensitivity", "per-layer sensitivity: a scheme on one layer (or one layer kind) at a time, ΔNLL beside input statistics");
+  add_json_config(cmd);
+  add_eval_data_options(cmd, args->data);
+  cmd->add_option("--scheme,-s", args->scheme, "scheme preset or JSON spec file to apply one unit at a time")
+      ->capture_default_str();
+  cmd->add_option("--by", args->by, "unit: layer (each linear the scheme selects) or kind (e.g. mlp.down across all blocks)")
+      ->capture_default_str()->check(CLI::IsMember({"layer", "kind"}));
+  cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "let the scheme select the LM head too");
+  cmd->add_option("--top", args->top, "rows in the printed table (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--out,-o", args->out, "write the result record (JSON, with a \"sensitivity\" section) here, atomically");
+  cmd->add_option("--plot", args->plot, "also draw a bar chart of ΔNLL per unit with the input max |x| (gnuplot) to this .png");
+  cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
+  cmd->callback([args] {
+    args->argv = command_line;
+    run_sensitivity_command(*args);
+  });
+}
+
+}  // namespace qeval::cli
