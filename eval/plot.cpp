@@ -23,13 +23,6 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-// gnuplot single-quoted string: a quote is written twice.
-std::string gp_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string num(const nlohmann::json& v) {
   return v.is_number() ? fmt::format("{:.9g}", v.get<double>()) : std::string("NaN");
 }
@@ -38,8 +31,15 @@ std::string num(const nlohmann::json& v) {
 constexpr const char* kPalette =
     "set palette defined (0 '#000004', 0.2 '#3b0f70', 0.4 '#8c2981', 0.6 '#de4968', 0.8 '#fe9f6d', 1 '#fcfdbf')\n";
 
-// Runs `script` (inside `dir`) and checks that it wrote `png`; gnuplot's messages go into the error.
-fs::path render(const fs::path& dir, const std::string& name) {
+}  // namespace
+
+std::string gnuplot_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+fs::path render_gnuplot(const fs::path& dir, const std::string& name) {
   const fs::path gnuplot = find_gnuplot();
   const fs::path log = dir / (name + ".log");
   const std::string cmd = fmt::format("cd {} && {} {} > {} 2>&1", shell_quote(dir.string()), shell_quote(gnuplot.string()),
@@ -53,6 +53,8 @@ fs::path render(const fs::path& dir, const std::string& name) {
   fs::remove(log);
   return png;
 }
+
+namespace {
 
 std::vector<double> numbers(const nlohmann::json& list) {
   std::vector<double> out;
@@ -133,7 +135,7 @@ std::vector<fs::path> plot_layer_curves(const nlohmann::json& record, const fs::
   std::string gp = "# qeval plot: per-layer kurtosis, max |activation| and first-token attention\n";
   gp += fmt::format("set terminal pngcairo size {},460 noenhanced font 'sans,10'\nset output 'layer_curves.png'\n",
                     attention ? 1500 : 1000);
-  gp += fmt::format("set multiplot layout 1,{} title {}\n", attention ? 3 : 2, gp_quote(title));
+  gp += fmt::format("set multiplot layout 1,{} title {}\n", attention ? 3 : 2, gnuplot_quote(title));
   gp += fmt::format("set xrange [0.5:{}.5]\n", kf.size());
   gp += "set grid\nset key top left opaque\nset xlabel 'layer'\nset xtics 1\n"
         "set offsets 0, 0, graph 0.22, 0\n"  // head room for the key above the curves
@@ -149,12 +151,12 @@ std::vector<fs::path> plot_layer_curves(const nlohmann::json& record, const fs::
     gp += "unset logscale y\nset title 'attention to the first token'\nset ylabel '%'\nset yrange [0:*]\n"
           "plot 'layer_curves.dat' using 1:6 with linespoints ls 1 title '%first-attn (argmax on key 1)', "
           "'' using 1:7 with linespoints ls 2 title " +
-          gp_quote(fmt::format("sink rate (alpha_1 > {})", num(st["attention"].value("sink_eps", nlohmann::json(0.3))))) +
+          gnuplot_quote(fmt::format("sink rate (alpha_1 > {})", num(st["attention"].value("sink_eps", nlohmann::json(0.3))))) +
           "\n";
   }
   gp += "unset multiplot\n";
   write_file_atomic(dir / "layer_curves.gp", gp);
-  return {render(dir, "layer_curves")};
+  return {render_gnuplot(dir, "layer_curves")};
 }
 
 ColourScale parse_colour_scale(const std::string& s) {
@@ -192,14 +194,14 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
       std::string gp = "# qeval: mean attention map (matrix: row = query, column = key)\n"
                        "set terminal pngcairo size 760,680 noenhanced font 'sans,10'\nset output 'attention_map.png'\n";
       gp += kPalette;
-      gp += fmt::format("set title {}\n", gp_quote(fmt::format("{}: mean attention over layers and heads (first {} tokens, "
+      gp += fmt::format("set title {}\n", gnuplot_quote(fmt::format("{}: mean attention over layers and heads (first {} tokens, "
                                                                 "{} windows)", title, T, am.at("windows").dump())));
       gp += fmt::format("set xrange [-0.5:{}.5]\nset yrange [{}.5:-0.5]\nset size ratio -1\n", T - 1, T - 1);
       gp += "set xlabel 'key position'\nset ylabel 'query position'\nset cblabel 'attention weight" +
             std::string(log ? " (log scale)" : "") + "'\n" + attention_range +
             "set tics out\nplot 'attention_map.dat' matrix with image notitle\n";
       write_file_atomic(dir / "attention_map.gp", gp);
-      out.push_back(render(dir, "attention_map"));
+      out.push_back(render_gnuplot(dir, "attention_map"));
     }
 
     const auto& first = fd.at("hidden_abs").at("first");
@@ -224,7 +226,7 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
                       has_rest ? 760 : 420);
     gp += kPalette;
     gp += fmt::format("set multiplot layout {},1 title {}\n", has_rest ? 2 : 1,
-                      gp_quote(fmt::format("{}: mean |hidden state| per layer and channel ({} windows)", title,
+                      gnuplot_quote(fmt::format("{}: mean |hidden state| per layer and channel ({} windows)", title,
                                            fd.value("windows", nlohmann::json(0)).dump())));
     gp += fmt::format("set xrange [-0.5:{}.5]\nset yrange [0.5:{}.5]\nset ytics 1\nset tics out\n", D - 1, M);
     gp += "set xlabel 'channel'\nset ylabel 'layer'\n" + hidden_range;
@@ -234,7 +236,7 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
             "plot 'hidden_abs.dat' index 1 matrix using 1:($2+1):3 with image notitle\n";
     gp += "unset multiplot\n";
     write_file_atomic(dir / "hidden_abs.gp", gp);
-    out.push_back(render(dir, "hidden_abs"));
+    out.push_back(render_gnuplot(dir, "hidden_abs"));
   } catch (const nlohmann::json::exception& e) {
     fail("figure data is malformed: {}", e.what());
   }

@@ -24,6 +24,12 @@ namespace qeval {
 // Throws qeval::Error naming the Debian package when gnuplot cannot be found.
 std::filesystem::path find_gnuplot();
 
+// Runs `dir`/NAME.gp with gnuplot inside `dir` and checks that it wrote NAME.png (returned);
+// gnuplot's messages go into the error.
+std::filesystem::path render_gnuplot(const std::filesystem::path& dir, const std::string& name);
+// A gnuplot single-quoted string literal (a quote inside is written twice).
+std::string gnuplot_quote(const std::string& s);
+
 // Per-layer curves of `scheme`'s statistics in `record`; returns the PNGs written. Throws when
 // the scheme has no statistics.
 std::vector<std::filesystem::path> plot_layer_curves(const nlohmann::json& record, const std::filesystem::path& dir,

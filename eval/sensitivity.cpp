@@ -210,18 +210,6 @@ std::vector<PositionPenalty> top_positions(const PositionTotals& t, std::int64_t
   return all;
 }
 
-// gnuplot single-quoted string: a quote is written twice.
-std::string gp_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 double get_or_nan(const json& j) { return j.is_number() ? j.get<double>() : std::numeric_limits<double>::quiet_NaN(); }
 
@@ -452,7 +440,7 @@ std::string sensitivity_table_markdown(const json& record, std::int64_t top) {
 fs::path plot_sensitivity(const json& record, const fs::path& png) {
   const json& s = record.at("sensitivity");
   QEVAL_CHECK(png.extension() == ".png", "--plot {}: the picture's name must end in .png", png.string());
-  const fs::path gnuplot = find_gnuplot();
+  find_gnuplot();  // fail before writing anything
   const fs::path dir = png.has_parent_path() ? png.parent_path() : fs::path(".");
   QEVAL_CHECK(fs::is_directory(dir), "--plot {}: folder {} does not exist", png.string(), dir.string());
   const std::string stem = png.stem().string();
@@ -470,8 +458,8 @@ fs::path plot_sensitivity(const json& record, const fs::path& png) {
   const std::size_t width = std::clamp<std::size_t>(160 + 34 * n, 900, 8000);
   std::string gp = "# qeval sensitivity: ΔNLL per unit (bars, left axis), input max |x| (points, right axis)\n";
   gp += fmt::format("set terminal pngcairo size {},620 noenhanced font 'sans,10'\nset output {}\n", width,
-                    gp_quote(stem + ".png"));
-  gp += fmt::format("set title {}\n", gp_quote(title_of(record)));
+                    gnuplot_quote(stem + ".png"));
+  gp += fmt::format("set title {}\n", gnuplot_quote(title_of(record)));
   gp += fmt::format("set xrange [0.4:{}.6]\n", n);
   gp += "set style fill solid 0.75 border -1\nset boxwidth 0.7\nset grid ytics\n"
         "set xtics rotate by -50 scale 0 font ',9'\nset bmargin 8\nset key top right opaque\n"
@@ -481,19 +469,10 @@ fs::path plot_sensitivity(const json& record, const fs::path& png) {
                     "'' using 1:3:4 with yerrorbars lc rgb '#000000' pt -1 title '± se', "
                     "'' using 1:5 axes x1y2 with points pt 7 ps 1.1 lc rgb '#2e86c1' title 'max |x|, first position', "
                     "'' using 1:6 axes x1y2 with points pt 5 ps 0.9 lc rgb '#27ae60' title 'max |x|, other positions'\n",
-                    gp_quote(stem + ".dat"));
+                    gnuplot_quote(stem + ".dat"));
   write_file_atomic(dir / (stem + ".gp"), gp);
 
-  const fs::path log = dir / (stem + ".log");
-  const std::string cmd = fmt::format("cd {} && {} {} > {} 2>&1", shell_quote(dir.string()), shell_quote(gnuplot.string()),
-                                      shell_quote(stem + ".gp"), shell_quote(log.filename().string()));
-  fs::remove(png);
-  const int status = std::system(cmd.c_str());
-  const std::string messages = fs::exists(log) ? read_file(log) : "";
-  QEVAL_CHECK(status == 0 && fs::exists(png) && fs::file_size(png) > 0, "gnuplot failed on {} (status {}): {}",
-              (dir / (stem + ".gp")).string(), status, messages.substr(0, 2000));
-  fs::remove(log);
-  return png;
+  return render_gnuplot(dir, stem);
 }
 
 }  // namespace qeval

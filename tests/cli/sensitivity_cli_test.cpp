@@ -12,33 +12,16 @@
 #include <set>
 
 #include "common/files.h"
+#include "tests/cli/run_qeval.h"
 #include "tests/cli/stories_eval.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {
 namespace {
 
-struct CommandResult {
-  int status;
-  std::string output;  // stdout and stderr together
-};
-
-CommandResult qeval(const std::string& args) {
-  const char* bin = std::getenv("QEVAL_BINARY");
-  if (!bin) {
-    ADD_FAILURE() << "QEVAL_BINARY is not set (run through ctest)";
-    return {-1, ""};
-  }
-  std::string cmd = std::string(bin) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using test::CommandResult;
+using test::contains;
+CommandResult qeval(const std::string& args) { return test::run_qeval(args); }
 
 const std::string kSensitivity = "sensitivity -q --tokenizer " + test::kStoriesTokenizer + " --seq-len 128 --max-windows 4";
 
