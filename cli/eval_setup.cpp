@@ -11,6 +11,7 @@
 #include "common/hash.h"
 #include "common/model_cache.h"
 #include "eval/model_transforms.h"
+#include "kernels/fp32_gemm.h"
 #include "loaders/tokenizers/tokenizer_discovery.h"
 
 namespace qeval::cli {
@@ -153,7 +154,11 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   context.protocol = in.protocol.to_json();
   context.protocol["separator_id"] = in.windows->facts().value("separator_id", nlohmann::json(nullptr));
   context.precision = {{"dtype", "fp32"}, {"device", "cpu"}};
-  context.options = {{"batch_size", a.batch_size}, {"threads", at::get_num_threads()}};
+  // Which fp32 GEMM the full-precision linears ran on (kernels/fp32_gemm.h): results differ
+  // between backends in the last bits, so shards and resumed runs must agree on it.
+  context.options = {{"batch_size", a.batch_size},
+                     {"threads", at::get_num_threads()},
+                     {"fp32_gemm", kernels::fp32_gemm_description()}};
   return in;
 }
 

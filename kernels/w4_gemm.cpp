@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cpu/w4_gemm_cpu.h"
+#include "kernels/fp32_gemm.h"
 
 namespace qeval::kernels {
 namespace {
@@ -112,7 +113,7 @@ at::Tensor w4_gemm(const at::Tensor& x_in, const at::Tensor& qweight, const at::
   if (backend == W4GemmBackend::automatic) backend = w4_gemm_backend_for(M, K, N);
   if (backend == W4GemmBackend::dequantize_fallback) {
     at::Tensor w = w4_dequantize(qweight, scales_in, zeros_in, K, group_size);  // [N, K]
-    return bias.defined() ? at::linear(x_in, w, bias) : at::linear(x_in, w);
+    return fp32_linear(x_in.contiguous(), w.contiguous(), bias.defined() ? bias.contiguous() : bias);
   }
   at::Tensor x = x_in.contiguous(), q = qweight.contiguous(), s = scales_in.contiguous(), z = zeros_in.contiguous();
   at::Tensor b = bias.defined() ? bias.contiguous() : bias;

@@ -1,6 +1,7 @@
 #include "model/linear.h"
 
 #include "common/error.h"
+#include "kernels/fp32_gemm.h"
 
 namespace qeval {
 
@@ -16,9 +17,8 @@ at::Tensor FloatLinear::forward(const at::Tensor& x) const {
   // One GEMM per sequence: a GEMM's rounding can depend on M, so sharing one GEMM across the
   // batch would make a window's logits depend on its neighbours. Per sequence, results are
   // bit-identical for every batch size.
-  auto one = [&](const at::Tensor& rows) {
-    return bias_.defined() ? at::linear(rows, weight_, bias_) : at::linear(rows, weight_);
-  };
+  // kernels/fp32_gemm.h: oneDNN's AVX-512 GEMM where it runs, LibTorch's otherwise.
+  auto one = [&](const at::Tensor& rows) { return kernels::fp32_linear_rows(rows, weight_, bias_); };
   if (x.dim() != 3 || x.size(0) == 1) return one(x);
   std::vector<at::Tensor> outputs;
   outputs.reserve(static_cast<std::size_t>(x.size(0)));

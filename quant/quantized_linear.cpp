@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "kernels/fp32_gemm.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/int8_quantize.h"
 #include "kernels/w4_gemm.h"
@@ -93,7 +94,7 @@ std::string QuantizedLinear::describe() const {
   if (path_ == ExecutionPath::kernel)
     engine = int8_ ? "int8_gemm" : "w4_gemm";
   else
-    engine = "dequantise + at::linear";
+    engine = "dequantise + fp32 GEMM";
   const std::string keep =
       keep_.enabled() ? fmt::format(", keep {}:{} in fp32 (fp32 weight held too)", to_string(keep_.rule), keep_.count)
                       : std::string();
@@ -273,7 +274,7 @@ at::Tensor QuantizedLinear::forward_quantized(const at::Tensor& x) const {
 
 at::Tensor QuantizedLinear::forward_reference(const at::Tensor& x, const at::Tensor& w) const {
   at::Tensor xq = fake_quantize_activations(x, inputs_);
-  return bias_.defined() ? at::linear(xq, w, bias_) : at::linear(xq, w);
+  return kernels::fp32_linear_rows(xq, w, bias_);
 }
 
 at::Tensor QuantizedLinear::forward_w4_kernel(const at::Tensor& x) const {

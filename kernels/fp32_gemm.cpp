@@ -1,0 +1,87 @@
+#include "kernels/fp32_gemm.h"
+
+#include <cstdlib>
+
+#include "kernels/cpu/onednn_matmul.h"
+
+namespace qeval::kernels {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+bool onednn_fp32_available() {
+  // oneDNN always has a reference implementation ("ref:any"); only a JIT one is worth dispatching to.
+  static const bool available = [] {
+    try {
+      return cpu::onednn_matmul(dt::f32, dt::f32, 16, 64, 16, false)->impl.rfind("ref", 0) != 0;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+bool onednn_can_run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  auto plain = [](const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(); };
+  return x.dim() == 2 && w.dim() == 2 && plain(x) && plain(w) && (!bias.defined() || plain(bias));
+}
+
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  if (M == 0 || N == 0 || K == 0) return at::linear(x, w, bias);
+  at::Tensor y = at::empty({M, N}, x.options());
+  cpu::run_onednn_matmul(*cpu::onednn_matmul(dt::f32, dt::f32, M, K, N, bias.defined()), x.data_ptr(), w.data_ptr(),
+                         bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr());
+  return y;
+}
+
+}  // namespace
+
+std::string to_string(Fp32GemmBackend backend) {
+  switch (backend) {
+    case Fp32GemmBackend::automatic: return "automatic";
+    case Fp32GemmBackend::aten: return "aten";
+    case Fp32GemmBackend::onednn: return "onednn";
+  }
+  return "?";
+}
+
+Fp32GemmBackend fp32_gemm_cpu_backend() {
+  static const Fp32GemmBackend chosen = [] {
+    const char* env = std::getenv("QEVAL_FP32_GEMM");
+    const std::string forced = env ? env : "";
+    if (forced == "aten") return Fp32GemmBackend::aten;
+    if (forced == "onednn") {
+      TORCH_CHECK(onednn_fp32_available(), "QEVAL_FP32_GEMM=onednn: oneDNN has no JIT fp32 matmul for this CPU");
+      return Fp32GemmBackend::onednn;
+    }
+    TORCH_CHECK(forced.empty(), "QEVAL_FP32_GEMM=", forced, ": expected aten or onednn (or unset)");
+    return onednn_fp32_available() ? Fp32GemmBackend::onednn : Fp32GemmBackend::aten;
+  }();
+  return chosen;
+}
+
+std::string fp32_gemm_description() {
+  if (fp32_gemm_cpu_backend() == Fp32GemmBackend::onednn)
+    return "onednn (" + cpu::onednn_matmul(dt::f32, dt::f32, 16, 64, 16, false)->impl + ")";
+  return "aten (LibTorch at::linear, BLAS)";
+}
+
+at::Tensor fp32_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, Fp32GemmBackend backend) {
+  if (backend == Fp32GemmBackend::automatic)
+    backend = onednn_can_run(x, w, bias) ? fp32_gemm_cpu_backend() : Fp32GemmBackend::aten;
+  if (backend == Fp32GemmBackend::onednn) {
+    TORCH_CHECK(onednn_can_run(x, w, bias), "fp32_linear: oneDNN needs contiguous 2-D float32 CPU operands");
+    return onednn_linear(x, w, bias);
+  }
+  return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+}
+
+at::Tensor fp32_linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  if (x.dim() == 2) return fp32_linear(x.contiguous(), w, bias);
+  std::vector<std::int64_t> shape = x.sizes().vec();
+  shape.back() = w.size(0);
+  return fp32_linear(x.reshape({-1, x.size(-1)}).contiguous(), w, bias).view(shape);
+}
+
+}  // namespace qeval::kernels

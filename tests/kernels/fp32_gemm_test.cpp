@@ -1,0 +1,67 @@
+// The fp32 GEMM of the full-precision linears (kernels/fp32_gemm.h): every backend against a
+// float64 product on random inputs (shapes of the real models included), and the same bits for 1
+// and 2 threads, which the evaluator's thread-count independence relies on. (The same bits for a
+// row alone and among more rows are not promised: a GEMM's rounding may depend on M, which is
+// why linears run one sequence per call.)
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include "kernels/fp32_gemm.h"
+#include "tests/support/test_data.h"
+
+namespace qeval::kernels {
+namespace {
+
+struct Shape {
+  std::int64_t M, K, N;
+};
+
+class Fp32GemmShapes : public ::testing::TestWithParam<Shape> {};
+
+// |y − y64| ≤ 1e-6 · Σ_k |x||w| + |b| per element: fp32 accumulation of K products.
+::testing::AssertionResult close_to_float64(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  at::Tensor x64 = x.to(at::kDouble), w64 = w.to(at::kDouble);
+  at::Tensor exact = at::matmul(x64, w64.t()) + (b.defined() ? b.to(at::kDouble) : at::zeros({w.size(0)}, at::kDouble));
+  at::Tensor bound = 1e-6 * (at::matmul(x64.abs(), w64.abs().t()) + (b.defined() ? b.to(at::kDouble).abs() : at::zeros({w.size(0)}, at::kDouble))) + 1e-30;
+  at::Tensor excess = (y.to(at::kDouble) - exact).abs() / bound;
+  if (excess.max().item<double>() <= 1.0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "error exceeds the fp32 bound by " << excess.max().item<double>() << "x";
+}
+
+TEST_P(Fp32GemmShapes, EveryBackendIsCloseToFloat64AndThreadCountsGiveTheSameBits) {
+  const Shape s = GetParam();
+  at::manual_seed(s.M * 7919 + s.K * 31 + s.N);
+  at::Tensor x = at::randn({s.M, s.K}), w = at::randn({s.N, s.K}) / 8, b = at::randn({s.N});
+  for (Fp32GemmBackend backend : {Fp32GemmBackend::aten, Fp32GemmBackend::onednn, Fp32GemmBackend::automatic}) {
+    if (backend == Fp32GemmBackend::onednn && fp32_gemm_cpu_backend() != Fp32GemmBackend::onednn) continue;
+    for (bool with_bias : {false, true}) {
+      const at::Tensor bias = with_bias ? b : at::Tensor();
+      const int threads = at::get_num_threads();
+      at::set_num_threads(1);
+      at::Tensor one = fp32_linear(x, w, bias, backend);
+      at::set_num_threads(2);
+      at::Tensor two = fp32_linear(x, w, bias, backend);
+      at::set_num_threads(threads);
+      EXPECT_TRUE(close_to_float64(two, x, w, bias)) << to_string(backend) << " bias " << with_bias;
+      EXPECT_TRUE(test::tensors_equal(one, two)) << to_string(backend) << ": 1 and 2 threads differ";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Fp32GemmShapes,
+                         ::testing::Values(Shape{1, 64, 64}, Shape{7, 576, 1536}, Shape{37, 64, 200}, Shape{512, 576, 576},
+                                           Shape{512, 576, 192}, Shape{512, 1536, 576}, Shape{128, 576, 49152},
+                                           Shape{1024, 768, 2304}, Shape{1024, 3072, 768}, Shape{3, 4096, 8}));
+
+TEST(Fp32Gemm, FallsBackToLibTorchForWhatOnednnDoesNotTake) {
+  at::Tensor x = at::randn({5, 16}), w = at::randn({8, 16});
+  // Non-contiguous input and double precision take at::linear, with the same result.
+  at::Tensor xt = at::randn({16, 5}).t();
+  EXPECT_TRUE(test::tensors_equal(fp32_linear(xt, w, at::Tensor()), at::linear(xt, w)));
+  at::Tensor xd = x.to(at::kDouble), wd = w.to(at::kDouble);
+  EXPECT_TRUE(test::tensors_equal(fp32_linear(xd, wd, at::Tensor()), at::linear(xd, wd)));
+  EXPECT_FALSE(fp32_gemm_description().empty());
+}
+
+}  // namespace
+}  // namespace qeval::kernels
