@@ -1,5 +1,7 @@
 #include "kernels/fp32_gemm.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cstdlib>
 
 #include "kernels/cpu/onednn_matmul.h"
@@ -23,7 +25,10 @@ bool onednn_fp32_available() {
 
 bool onednn_can_run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
   auto plain = [](const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(); };
-  return x.dim() == 2 && w.dim() == 2 && plain(x) && plain(w) && (!bias.defined() || plain(bias));
+  // oneDNN works on raw memory, outside autograd: training (gradients wanted) stays on at::linear.
+  const bool wants_grad = at::GradMode::is_enabled() &&
+                          (x.requires_grad() || w.requires_grad() || (bias.defined() && bias.requires_grad()));
+  return !wants_grad && x.dim() == 2 && w.dim() == 2 && plain(x) && plain(w) && (!bias.defined() || plain(bias));
 }
 
 at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {

@@ -4,7 +4,8 @@
 // brgemm uses AVX-512 at ~450 (bench/results/). So on the CPU the dispatch prefers oneDNN's
 // matmul (primitives cached by shape, the weight read in place) whenever oneDNN has a JIT
 // implementation, and LibTorch's at::linear otherwise (other dtypes, devices, non-contiguous
-// inputs). Results depend on neither the batch size (callers run one sequence per call) nor the
+// inputs, and whenever autograd wants gradients: oneDNN runs outside it, so training keeps
+// LibTorch's differentiable op). Results depend on neither the batch size (callers run one sequence per call) nor the
 // thread count (oneDNN's fp32 brgemm does not split the reduction; tests/kernels check it).
 // QEVAL_FP32_GEMM=aten|onednn in the environment forces a backend (profiling, comparisons).
 #pragma once

@@ -13,7 +13,8 @@ class ForwardObserver {
   virtual ~ForwardObserver() = default;
 
   // Hidden state after block `layer` (0-based): after the second residual add, before the
-  // final norm. hidden: [B, L, D] float.
+  // final norm. hidden: [B, L, D] float. It is the live residual stream, updated in place by the
+  // next block: reduce it during the call, or clone it to keep it.
   virtual void on_block_output(std::int64_t layer, const at::Tensor& hidden) {}
 
   // Asked before each layer's attention; the probabilities are handed over only when true.

@@ -1,5 +1,7 @@
 #include "model/transformer.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 
 #include "common/error.h"
@@ -71,14 +73,26 @@ at::Tensor Transformer::norm(const at::Tensor& x, const NormWeights& w) const {
   return x * inv_rms * w.weight;
 }
 
-at::Tensor Transformer::apply_rope(const at::Tensor& x) const {
-  const std::int64_t L = x.size(2), hd = x.size(3), half = hd / 2;
-  // Angles in double, then cos/sin rounded once to the compute dtype.
-  auto opts = at::TensorOptions().dtype(at::kDouble);
-  at::Tensor inv_freq = at::pow(config_.rope_theta, -at::arange(0, hd, 2, opts) / static_cast<double>(hd));  // [hd/2]
-  at::Tensor angles = at::outer(at::arange(L, opts), inv_freq);                                               // [L, hd/2]
-  at::Tensor cos = angles.cos().to(x.scalar_type()).to(x.device());
-  at::Tensor sin = angles.sin().to(x.scalar_type()).to(x.device());
+Transformer::PositionTables Transformer::position_tables(std::int64_t L, const at::Tensor& like) const {
+  PositionTables t;
+  if (config_.position == PositionKind::rope) {
+    const std::int64_t hd = config_.head_dim();
+    // Angles in double, then cos/sin rounded once to the compute dtype.
+    auto opts = at::TensorOptions().dtype(at::kDouble);
+    at::Tensor inv_freq = at::pow(config_.rope_theta, -at::arange(0, hd, 2, opts) / static_cast<double>(hd));  // [hd/2]
+    at::Tensor angles = at::outer(at::arange(L, opts), inv_freq);                                               // [L, hd/2]
+    t.cos = angles.cos().to(like.scalar_type()).to(like.device());
+    t.sin = angles.sin().to(like.scalar_type()).to(like.device());
+  }
+  t.causal_bias = at::zeros({L, L}, like.options())
+                      .masked_fill_(at::ones({L, L}, like.options().dtype(at::kBool)).triu(1),
+                                    -std::numeric_limits<double>::infinity());
+  return t;
+}
+
+at::Tensor Transformer::apply_rope(const at::Tensor& x, const PositionTables& tables) const {
+  const std::int64_t L = x.size(2), half = x.size(3) / 2;
+  const at::Tensor &cos = tables.cos, &sin = tables.sin;
   at::Tensor a, b;  // the two members of each rotated pair, [B, H, L, hd/2]
   if (config_.rope_pairing == RopePairing::interleaved) {
     at::Tensor pairs = x.reshape({x.size(0), x.size(1), L, half, 2});
@@ -91,7 +105,8 @@ at::Tensor Transformer::apply_rope(const at::Tensor& x) const {
   return at::cat({a * cos - b * sin, a * sin + b * cos}, -1);
 }
 
-at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, ForwardObserver* observer) const {
+at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const PositionTables& tables,
+                                  ForwardObserver* observer) const {
   const auto& idx = blocks_[static_cast<std::size_t>(layer)];
   const std::int64_t B = h.size(0), L = h.size(1), H = config_.n_heads, Hkv = config_.n_kv_heads;
   const std::int64_t hd = config_.head_dim();
@@ -109,16 +124,17 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, Forwa
   k = k.reshape({B, L, Hkv, hd}).transpose(1, 2);
   v = v.reshape({B, L, Hkv, hd}).transpose(1, 2);
   if (config_.position == PositionKind::rope) {
-    q = apply_rope(q);
-    k = apply_rope(k);
+    q = apply_rope(q, tables);
+    k = apply_rope(k, tables);
   }
   if (Hkv != H) {  // grouped-query: query head i reads kv head i / (H / Hkv)
     k = k.repeat_interleave(H / Hkv, 1);
     v = v.repeat_interleave(H / Hkv, 1);
   }
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));  // [B, H, L, L]
-  at::Tensor future = at::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(h.device())).triu(1);
-  scores.masked_fill_(future, -std::numeric_limits<double>::infinity());
+  // Scaled scores and the causal mask in one pass: baddbmm(bias, q, kᵀ, β = 1, α = 1/√hd).
+  at::Tensor scores = at::baddbmm(tables.causal_bias.expand({B * H, L, L}), q.reshape({B * H, L, hd}),
+                                  k.reshape({B * H, L, hd}).transpose(1, 2), 1.0, 1.0 / std::sqrt(static_cast<double>(hd)))
+                          .view({B, H, L, L});
   at::Tensor probs =
       config_.attention_softmax == SoftmaxKind::softmax1 ? softmax1(scores) : at::softmax(scores, -1);
   if (observer && observer->wants_attention(layer)) observer->on_attention(layer, probs);
@@ -148,10 +164,17 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, ForwardObserver* obser
   }
   at::Tensor x = weights_.token_embedding.index_select(0, tokens.reshape({-1})).reshape({tokens.size(0), L, -1});
   if (config_.position == PositionKind::learned) x = x + weights_.position_embedding.narrow(0, 0, L);
+  const PositionTables tables = position_tables(L, x);
+  // x is this pass's own tensor (index_select made it), so without autograd the residual adds
+  // run in place; observers reduce what they are handed during the call and keep no reference.
+  const bool autograd = at::GradMode::is_enabled();
+  auto residual_add = [&](const at::Tensor& y) {
+    x = !autograd || (!x.requires_grad() && !y.requires_grad()) ? x.add_(y) : x + y;
+  };
   for (std::int64_t i = 0; i < config_.n_layers; ++i) {
     const auto& b = weights_.blocks[static_cast<std::size_t>(i)];
-    x = x + attention(i, norm(x, b.attn_norm), observer);
-    x = x + mlp(i, norm(x, b.mlp_norm));
+    residual_add(attention(i, norm(x, b.attn_norm), tables, observer));
+    residual_add(mlp(i, norm(x, b.mlp_norm)));
     if (observer) observer->on_block_output(i, x);
   }
   return linear(lm_head_).forward(norm(x, weights_.final_norm));

@@ -45,10 +45,16 @@ class Transformer {
   struct BlockLinears {
     int qkv = -1, q = -1, k = -1, v = -1, o = -1, up = -1, gate = -1, down = -1;  // indices into linears_
   };
-  at::Tensor attention(std::int64_t layer, const at::Tensor& h, ForwardObserver* observer) const;
+  // What every layer's attention shares within one forward pass, computed once per pass.
+  struct PositionTables {
+    at::Tensor cos, sin;     // [L, hd/2] rotary angles in the compute dtype (rope only)
+    at::Tensor causal_bias;  // [L, L]: 0 on and below the diagonal, -inf above
+  };
+  PositionTables position_tables(std::int64_t L, const at::Tensor& like) const;
+  at::Tensor attention(std::int64_t layer, const at::Tensor& h, const PositionTables& tables, ForwardObserver* observer) const;
   at::Tensor mlp(std::int64_t layer, const at::Tensor& h) const;
   at::Tensor norm(const at::Tensor& x, const NormWeights& w) const;
-  at::Tensor apply_rope(const at::Tensor& x /*[B, H, L, hd]*/) const;
+  at::Tensor apply_rope(const at::Tensor& x /*[B, H, L, hd]*/, const PositionTables& tables) const;
   const Linear& linear(int index) const { return *linears_[static_cast<std::size_t>(index)].linear; }
 
   ModelConfig config_;
