@@ -16,8 +16,6 @@ import time
 import numpy as np
 import torch
 
-import gguf
-
 
 def absmax_int8(x, dim):
     """int8 absmax quantise-dequantise over `dim` (None: the whole tensor); zeros keep s = 1."""
@@ -65,6 +63,7 @@ def main():
     seq_len, n_windows, threads = (int(v) for v in sys.argv[3:6])
     schemes = sys.argv[6:]
     torch.set_num_threads(threads)
+    import gguf  # here, so gpt2_eager.py can share the scheme definitions without it
     reader = gguf.GGUFReader(model_path)
     n_layers = field(reader, "llama.block_count")
     n_heads = field(reader, "llama.attention.head_count")

@@ -1,8 +1,10 @@
-// fp32 forward throughput (issue 2): tokens/s on stories260K and on a GPT-2-small-shaped model
-// (random weights, 124M parameters, seq 1024), with the achieved FLOP rate as a fraction of
-// this machine's fp32 GEMM rate measured in the same run. Prints; never passes or fails.
+// fp32 forward throughput (issues 2, 16): tokens/s on stories260K, on a GPT-2-small-shaped model
+// (random weights, 124M parameters, seq 1024) and on any checkpoint given with --model (at
+// --seq), with the achieved FLOP rate as a fraction of this machine's fp32 GEMM peak measured in
+// the same run: the faster of LibTorch's at::matmul (the installed BLAS) and qeval's fp32 GEMM
+// (kernels/fp32_gemm.h) on 2048³. Prints; never passes or fails.
 //
-//   build/bench/forward_bench [--data-dir DIR] [--windows N] [--threads T]
+//   build/bench/forward_bench [--data-dir DIR] [--windows N] [--threads T] [--model PATH --seq L]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
@@ -12,6 +14,8 @@
 #include <string>
 
 #include "common/files.h"
+#include "common/model_cache.h"
+#include "kernels/fp32_gemm.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "model/init.h"
 #include "model/transformer.h"
@@ -59,8 +63,12 @@ void report(const char* name, const Transformer& m, std::int64_t L, int windows,
 int main(int argc, char** argv) {
   std::optional<std::string> data_dir;
   int windows = 3;
+  std::string model_path;
+  std::int64_t model_seq = 512;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--data-dir")) data_dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--model")) model_path = argv[i + 1];
+    if (!std::strcmp(argv[i], "--seq")) model_seq = std::stoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--windows")) windows = std::stoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--threads")) at::set_num_threads(std::stoi(argv[i + 1]));
   }
@@ -68,13 +76,18 @@ int main(int argc, char** argv) {
   // Baseline: the fp32 GEMM rate of this machine, now, with these threads.
   const std::int64_t n = 2048;
   at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
-  double gemm_s = best_seconds(5, [&] { (void)at::matmul(a, b); });
-  double gemm_gflops = 2.0 * n * n * n / gemm_s / 1e9;
+  const at::Tensor bt = b.t().contiguous();  // [N, K] as a linear weight
+  const double flop = 2.0 * n * n * n;
+  const double blas_gflops = flop / best_seconds(5, [&] { (void)at::matmul(a, b); }) / 1e9;
+  const double qeval_gflops = flop / best_seconds(5, [&] { (void)kernels::fp32_linear(a, bt, at::Tensor()); }) / 1e9;
+  const double gemm_gflops = std::max(blas_gflops, qeval_gflops);
   // The GPT-2 MLP shape at seq 1024, for reference.
   at::Tensor x = at::randn({1024, 768}), w = at::randn({3072, 768});
-  double mlp_s = best_seconds(5, [&] { (void)at::linear(x, w); });
-  fmt::print("threads: {}\nfp32 GEMM 2048³: {:.1f} GFLOP/s (baseline); GPT-2 c_fc 1024×768×3072: {:.1f} GFLOP/s\n\n",
-             at::get_num_threads(), gemm_gflops, 2.0 * 1024 * 768 * 3072 / mlp_s / 1e9);
+  double mlp_s = best_seconds(5, [&] { (void)kernels::fp32_linear(x, w, at::Tensor()); });
+  fmt::print("threads: {}\nfp32 GEMM 2048³: at::matmul (BLAS) {:.1f} GFLOP/s, qeval fp32 GEMM ({}) {:.1f} GFLOP/s; "
+             "peak (baseline) {:.1f}\nGPT-2 c_fc 1024×768×3072 (qeval fp32 GEMM): {:.1f} GFLOP/s\n\n",
+             at::get_num_threads(), blas_gflops, kernels::fp32_gemm_description(), qeval_gflops, gemm_gflops,
+             2.0 * 1024 * 768 * 3072 / mlp_s / 1e9);
 
   fmt::print("| model | seq | params | tokens/s | GFLOP/s | of GEMM baseline |\n|---|---:|---:|---:|---:|---:|\n");
   LoadedCheckpoint stories = load_checkpoint(resolve_data_dir(data_dir) / "models/stories260K/stories260K.bin");
@@ -82,5 +95,9 @@ int main(int argc, char** argv) {
 
   const ModelConfig gpt2 = gpt2_small_config();
   report("GPT-2 small (random)", Transformer(gpt2, init_weights(gpt2, 0)), 1024, windows, gemm_gflops);
+  if (!model_path.empty()) {
+    LoadedCheckpoint ck = load_checkpoint(resolve_model_path(model_path, data_dir));
+    report(ck.path.filename().string().c_str(), Transformer(ck.config, ck.weights), model_seq, windows, gemm_gflops);
+  }
   return 0;
 }
