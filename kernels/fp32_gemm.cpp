@@ -82,6 +82,28 @@ at::Tensor fp32_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
 }
 
+at::Tensor fp32_bmm(const at::Tensor& a, const at::Tensor& b, double alpha) {
+  auto plain = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 3 && t.stride(2) >= 1 && t.stride(1) >= 1;
+  };
+  const bool wants_grad = at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad());
+  if (wants_grad || !plain(a) || !plain(b) || fp32_gemm_cpu_backend() != Fp32GemmBackend::onednn || a.numel() == 0 ||
+      b.numel() == 0) {
+    at::Tensor y = at::bmm(a, b);
+    return alpha == 1.0 ? y : y * alpha;
+  }
+  const std::int64_t batch = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  TORCH_CHECK(b.size(0) == batch && b.size(1) == K, "fp32_bmm: [", batch, ", ", M, ", ", K, "] x ", b.sizes(), " do not fit");
+  // oneDNN wants a non-zero batch stride even for one entry.
+  auto strides = [](const at::Tensor& t) {
+    return std::array<std::int64_t, 3>{t.size(0) == 1 ? t.size(1) * t.size(2) : t.stride(0), t.stride(1), t.stride(2)};
+  };
+  at::Tensor y = at::empty({batch, M, N}, a.options());
+  const auto p = cpu::onednn_batched_matmul(batch, M, K, N, strides(a), strides(b), static_cast<float>(alpha));
+  cpu::run_onednn_matmul(*p, a.data_ptr(), b.data_ptr(), nullptr, y.data_ptr());
+  return y;
+}
+
 at::Tensor fp32_linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
   if (x.dim() == 2) return fp32_linear(x.contiguous(), w, bias);
   std::vector<std::int64_t> shape = x.sizes().vec();

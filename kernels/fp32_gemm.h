@@ -27,6 +27,11 @@ at::Tensor fp32_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 // The same for x [..., K] of any leading shape (as at::linear takes it): one GEMM over all rows.
 at::Tensor fp32_linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
+// Batched: a [batch, M, K] × b [batch, K, N] (any strides, e.g. a transposed view) times alpha →
+// [batch, M, N] contiguous float32, one product per batch entry (so entries do not depend on the
+// batch size). oneDNN under the same conditions as fp32_linear, else at::bmm.
+at::Tensor fp32_bmm(const at::Tensor& a, const at::Tensor& b, double alpha = 1.0);
+
 // What `automatic` resolves to for contiguous float32 CPU operands on this machine (QEVAL_FP32_GEMM
 // honoured; an unknown value there is an error naming the valid ones).
 Fp32GemmBackend fp32_gemm_cpu_backend();

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "kernels/fp32_gemm.h"
 
 namespace qeval {
 
@@ -131,14 +132,18 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const
     k = k.repeat_interleave(H / Hkv, 1);
     v = v.repeat_interleave(H / Hkv, 1);
   }
-  // Scaled scores and the causal mask in one pass: baddbmm(bias, q, kᵀ, β = 1, α = 1/√hd).
-  at::Tensor scores = at::baddbmm(tables.causal_bias.expand({B * H, L, L}), q.reshape({B * H, L, hd}),
-                                  k.reshape({B * H, L, hd}).transpose(1, 2), 1.0, 1.0 / std::sqrt(static_cast<double>(hd)))
-                          .view({B, H, L, L});
+  // Scores scaled inside the GEMM (kernels/fp32_gemm.h: oneDNN where it runs), then the causal mask.
+  at::Tensor scores = kernels::fp32_bmm(q.reshape({B * H, L, hd}), k.reshape({B * H, L, hd}).transpose(1, 2),
+                                        1.0 / std::sqrt(static_cast<double>(hd)));
+  scores.add_(tables.causal_bias);
+  scores = scores.view({B, H, L, L});
   at::Tensor probs =
       config_.attention_softmax == SoftmaxKind::softmax1 ? softmax1(scores) : at::softmax(scores, -1);
   if (observer && observer->wants_attention(layer)) observer->on_attention(layer, probs);
-  at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({B, L, H * hd});
+  at::Tensor out = kernels::fp32_bmm(probs.reshape({B * H, L, L}), v.reshape({B * H, L, hd}))
+                       .view({B, H, L, hd})
+                       .transpose(1, 2)
+                       .reshape({B, L, H * hd});
   return linear(idx.o).forward(out);
 }
 

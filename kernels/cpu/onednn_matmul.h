@@ -7,6 +7,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +26,12 @@ struct OnednnMatmul {
 // Shared so a primitive stays alive for a caller even if another thread clears the cache.
 std::shared_ptr<const OnednnMatmul> onednn_matmul(dnnl::memory::data_type src_type, dnnl::memory::data_type weights_type,
                                                   std::int64_t M, std::int64_t K, std::int64_t N, bool with_bias);
+
+// Batched, with any strides (in elements): a [batch, M, K], b [batch, K, N], f32, dst [batch, M, N]
+// contiguous f32, every product multiplied by `alpha` (oneDNN output scale). Cached like the above.
+std::shared_ptr<const OnednnMatmul> onednn_batched_matmul(std::int64_t batch, std::int64_t M, std::int64_t K,
+                                                          std::int64_t N, const std::array<std::int64_t, 3>& a_strides,
+                                                          const std::array<std::int64_t, 3>& b_strides, float alpha);
 
 // Runs `p` on raw pointers (contiguous row-major operands as described above); waits for it.
 void run_onednn_matmul(const OnednnMatmul& p, const void* a, const void* b, const void* bias, void* dst);

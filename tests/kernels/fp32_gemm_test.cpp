@@ -6,6 +6,9 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
+
 #include "kernels/fp32_gemm.h"
 #include "tests/support/test_data.h"
 
@@ -52,6 +55,31 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Fp32GemmShapes,
                          ::testing::Values(Shape{1, 64, 64}, Shape{7, 576, 1536}, Shape{37, 64, 200}, Shape{512, 576, 576},
                                            Shape{512, 576, 192}, Shape{512, 1536, 576}, Shape{128, 576, 49152},
                                            Shape{1024, 768, 2304}, Shape{1024, 3072, 768}, Shape{3, 4096, 8}));
+
+TEST(Fp32Gemm, BatchedProductsWithTransposedOperandsAreCloseToFloat64AndIndependentOfBatchAndThreads) {
+  at::manual_seed(5);
+  // The attention shapes: q kᵀ (k read transposed in place) scaled, and probabilities times v.
+  for (const auto& [batch, L, hd] : {std::array<std::int64_t, 3>{9, 512, 64}, {2, 37, 16}, {1, 5, 8}}) {
+    at::Tensor q = at::randn({batch, L, hd}), k = at::randn({batch, L, hd}), v = at::randn({batch, L, hd});
+    const double alpha = 1.0 / std::sqrt(static_cast<double>(hd));
+    const int threads = at::get_num_threads();
+    at::set_num_threads(1);
+    at::Tensor one = fp32_bmm(q, k.transpose(1, 2), alpha);
+    at::set_num_threads(2);
+    at::Tensor scores = fp32_bmm(q, k.transpose(1, 2), alpha);
+    at::set_num_threads(threads);
+    EXPECT_TRUE(test::tensors_equal(one, scores)) << "1 and 2 threads differ";
+    at::Tensor exact = at::bmm(q.to(at::kDouble), k.to(at::kDouble).transpose(1, 2)) * alpha;
+    at::Tensor bound = 1e-6 * at::bmm(q.to(at::kDouble).abs(), k.to(at::kDouble).abs().transpose(1, 2)) * alpha + 1e-30;
+    EXPECT_LE(((scores.to(at::kDouble) - exact).abs() / bound).max().item<double>(), 1.0);
+    at::Tensor probs = at::softmax(scores, -1);
+    at::Tensor out = fp32_bmm(probs, v);
+    EXPECT_TRUE(test::tensors_close(out, at::bmm(probs.to(at::kDouble), v.to(at::kDouble)).to(at::kFloat), 1e-5, 1e-5));
+    // An entry computed alone equals the same entry in the batch.
+    at::Tensor last_alone = fp32_bmm(q.narrow(0, batch - 1, 1), k.narrow(0, batch - 1, 1).transpose(1, 2), alpha);
+    EXPECT_TRUE(test::tensors_equal(last_alone[0], scores[batch - 1]));
+  }
+}
 
 TEST(Fp32Gemm, FallsBackToLibTorchForWhatOnednnDoesNotTake) {
   at::Tensor x = at::randn({5, 16}), w = at::randn({8, 16});
