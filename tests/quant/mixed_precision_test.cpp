@@ -21,6 +21,7 @@
 #include "quant/quantize.h"
 #include "quant/quantized_linear.h"
 #include "quant/rewrite.h"
+#include "tests/quant/quant_models.h"
 #include "tests/support/test_data.h"
 #include "tests/support/test_models.h"
 
@@ -360,42 +361,10 @@ TEST(MixedPrecisionLinear, DescribeAndBytesNameTheFp32Weight) {
 
 // --- Whole models -----------------------------------------------------------------------------
 
-Transformer load(const std::string& relative) {
-  LoadedCheckpoint c = load_checkpoint(test::data_path(relative));
-  return Transformer(c.config, c.weights, relative);
-}
+using test::NamedModel;
+using test::per_token_nll;
 
-struct NamedModel {
-  std::string name;
-  Transformer model;
-  at::Tensor tokens;  // [3, L]
-};
-
-std::vector<NamedModel> models() {
-  at::manual_seed(51);
-  std::vector<NamedModel> out;
-  auto tok = load_tokenizer(test::data_path("models/stories260K/tok512.bin"));
-  const std::vector<std::int32_t> ids =
-      tok->encode(read_file(test::data_path("text/tinystories/validation-head.txt")).substr(0, 6000));
-  const std::int64_t L = 48;
-  at::Tensor t = at::empty({3, L}, at::kLong);
-  for (std::int64_t b = 0; b < 3; ++b) {
-    t[b][0] = 1;
-    for (std::int64_t l = 1; l < L; ++l) t[b][l] = ids.at(static_cast<std::size_t>(b * (L - 1) + l));
-  }
-  out.push_back({"stories260K", load("models/stories260K/stories260K.bin"), t});
-  Transformer gpt2 = load("fixtures/tiny-gpt2-hf");
-  out.push_back({"tiny-gpt2-hf", gpt2, at::randint(0, gpt2.config().vocab_size, {3, 24}, at::kLong)});
-  out.push_back({"random-gpt2", test::random_transformer(3, true, 96, 64, 2), at::randint(0, 96, {3, 40}, at::kLong)});
-  out.push_back({"random-llama", test::random_transformer(4, false, 96, 64, 2), at::randint(0, 96, {3, 40}, at::kLong)});
-  return out;
-}
-
-at::Tensor per_token_nll(const Transformer& model, const at::Tensor& tokens) {
-  at::Tensor logp = at::log_softmax(model.forward(tokens), -1);
-  at::Tensor next = tokens.narrow(1, 1, tokens.size(1) - 1).unsqueeze(-1);
-  return -logp.narrow(1, 0, tokens.size(1) - 1).gather(-1, next).squeeze(-1).to(at::kDouble);
-}
+std::vector<NamedModel> models() { return test::quant_test_models(51, 3, 48); }
 
 TEST(MixedPrecisionModel, ZeroThresholdIsFullPrecisionAndInfiniteIsVectorwiseBitForBit) {
   for (const auto& m : models()) {

@@ -30,54 +30,16 @@
 #include "quant/quantized_linear.h"
 #include "quant/rewrite.h"
 #include "tests/support/test_data.h"
+#include "tests/quant/quant_models.h"
 #include "tests/support/test_models.h"
 
 namespace qeval {
 namespace {
 
-// NLL of token t+1 given tokens ≤ t: [B, L−1] float64.
-at::Tensor per_token_nll(const Transformer& model, const at::Tensor& tokens) {
-  at::Tensor logp = at::log_softmax(model.forward(tokens), -1);  // [B, L, V]
-  at::Tensor next = tokens.narrow(1, 1, tokens.size(1) - 1).unsqueeze(-1);
-  return -logp.narrow(1, 0, tokens.size(1) - 1).gather(-1, next).squeeze(-1).to(at::kDouble);
-}
+using test::NamedModel;
+using test::per_token_nll;
 
-struct NamedModel {
-  std::string name;
-  Transformer model;
-  at::Tensor tokens;  // [8, L] int64
-};
-
-Transformer load(const std::string& relative) {
-  LoadedCheckpoint c = load_checkpoint(test::data_path(relative));
-  return Transformer(c.config, c.weights, relative);
-}
-
-// 8 windows of `L` tokens of TinyStories text for stories260K, BOS first.
-at::Tensor stories_tokens(std::int64_t L) {
-  auto tok = load_tokenizer(test::data_path("models/stories260K/tok512.bin"));
-  std::string text = read_file(test::data_path("text/tinystories/validation-head.txt")).substr(0, 20000);
-  std::vector<std::int32_t> ids = tok->encode(text);
-  at::Tensor t = at::empty({8, L}, at::kLong);
-  for (std::int64_t b = 0; b < 8; ++b) {
-    t[b][0] = 1;
-    for (std::int64_t l = 1; l < L; ++l) t[b][l] = ids.at(static_cast<std::size_t>(b * (L - 1) + l));
-  }
-  return t;
-}
-
-std::vector<NamedModel> models() {
-  std::vector<NamedModel> out;
-  at::manual_seed(99);
-  out.push_back({"stories260K", load("models/stories260K/stories260K.bin"), stories_tokens(64)});
-  Transformer gpt2 = load("fixtures/tiny-gpt2-hf");
-  out.push_back({"tiny-gpt2-hf", gpt2, at::randint(0, gpt2.config().vocab_size, {8, 24}, at::kLong)});
-  Transformer llama = load("fixtures/tiny-llama-hf");
-  out.push_back({"tiny-llama-hf", llama, at::randint(0, llama.config().vocab_size, {8, 24}, at::kLong)});
-  out.push_back({"random-gpt2", test::random_transformer(3, true, 96, 64, 2), at::randint(0, 96, {8, 40}, at::kLong)});
-  out.push_back({"random-llama", test::random_transformer(4, false, 96, 64, 2), at::randint(0, 96, {8, 40}, at::kLong)});
-  return out;
-}
+std::vector<NamedModel> models() { return test::quant_test_models(99, 8, 64); }
 
 SchemeSpec with_execution(SchemeSpec s, ExecutionPreference e) {
   s.execution = e;
@@ -268,7 +230,7 @@ TEST(ModelQuant, LogitsDoNotDependOnTheBatchSize) {
 }
 
 TEST(ModelQuant, ReportNamesThePathLayersAndBytes) {
-  Transformer gpt2 = load("fixtures/tiny-gpt2-hf");
+  Transformer gpt2 = test::load_data_model("fixtures/tiny-gpt2-hf");
   QuantizedModel fine = quantize_model(gpt2, preset_scheme("int8-fine"));
   EXPECT_EQ(fine.report.at("execution_path"),
             "reference (per-feature activation scales cannot be factored out of an integer GEMM)");
@@ -310,7 +272,7 @@ TEST(ModelQuant, ReportNamesThePathLayersAndBytes) {
 }
 
 TEST(ModelQuant, LayerSelectionHeadFlagAndPatterns) {
-  Transformer llama = load("fixtures/tiny-llama-hf");
+  Transformer llama = test::load_data_model("fixtures/tiny-llama-hf");
   SchemeSpec s = preset_scheme("int8-vectorwise");
   s.quantize_lm_head = true;
   s.exclude = {"layers.1.*"};

@@ -13,16 +13,13 @@
 #include <functional>
 
 #include "quant/rewrite.h"
+#include "tests/quant/quant_models.h"
 #include "tests/support/test_models.h"
 
 namespace qeval {
 namespace {
 
-at::Tensor per_token_nll(const Transformer& model, const at::Tensor& tokens) {
-  at::Tensor logp = at::log_softmax(model.forward(tokens), -1);
-  at::Tensor next = tokens.narrow(1, 1, tokens.size(1) - 1).unsqueeze(-1);
-  return -logp.narrow(1, 0, tokens.size(1) - 1).gather(-1, next).squeeze(-1).to(at::kDouble);
-}
+using test::per_token_nll;
 
 // B sequences of L tokens sampled from `model`, starting from random first tokens.
 at::Tensor sample(const Transformer& model, std::int64_t B, std::int64_t L, std::uint64_t seed) {
