@@ -53,6 +53,22 @@ SCHEMES = {
 }
 
 
+def score(name, windows, logits_of):
+    """Evaluates every window (one forward each, no autograd), every token after the first scored:
+    {"scheme", "tokens", "seconds", "tokens_per_second", "ppl"}."""
+    nll_sum, scored = 0.0, 0
+    start = time.perf_counter()
+    with torch.no_grad():
+        for tokens in windows:
+            logp = torch.log_softmax(logits_of(tokens)[:-1].double(), -1)
+            nll_sum -= logp.gather(1, tokens[1:, None]).sum().item()
+            scored += len(tokens) - 1
+    seconds = time.perf_counter() - start
+    n = sum(len(t) for t in windows)
+    return {"scheme": name, "tokens": n, "seconds": seconds, "tokens_per_second": n / seconds,
+            "ppl": math.exp(nll_sum / scored)}
+
+
 def field(reader, key, default=None):
     f = reader.fields.get(key)
     return default if f is None else f.parts[f.data[0]].tolist()[0]
@@ -105,32 +121,24 @@ def main():
             y = x @ w[key].T
             return y if out_dim == "none" else absmax_int8(y, out_dim)
 
-        nll_sum, scored = 0.0, 0
-        start = time.perf_counter()
-        with torch.no_grad():
-            for tokens in windows:
-                x = emb[tokens]
-                for i in range(n_layers):
-                    p = f"blk.{i}."
-                    h = rms(x, w[p + "attn_norm.weight"])
-                    q = rope(linear(h, p + "attn_q.weight").view(seq_len, n_heads, hd).transpose(0, 1))
-                    k = rope(linear(h, p + "attn_k.weight").view(seq_len, n_kv, hd).transpose(0, 1))
-                    v = linear(h, p + "attn_v.weight").view(seq_len, n_kv, hd).transpose(0, 1)
-                    k = k.repeat_interleave(n_heads // n_kv, 0)
-                    v = v.repeat_interleave(n_heads // n_kv, 0)
-                    att = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(hd) + mask, -1)
-                    x = x + linear((att @ v).transpose(0, 1).reshape(seq_len, d), p + "attn_output.weight")
-                    h = rms(x, w[p + "ffn_norm.weight"])
-                    x = x + linear(torch.nn.functional.silu(linear(h, p + "ffn_gate.weight")) * linear(h, p + "ffn_up.weight"),
-                                   p + "ffn_down.weight")
-                logits = rms(x, w["output_norm.weight"]) @ head.T
-                logp = torch.log_softmax(logits[:-1].double(), -1)
-                nll_sum -= logp.gather(1, tokens[1:, None]).sum().item()
-                scored += seq_len - 1
-        seconds = time.perf_counter() - start
-        print(json.dumps({"scheme": name, "tokens": n_windows * seq_len, "seconds": seconds,
-                          "tokens_per_second": n_windows * seq_len / seconds, "ppl": math.exp(nll_sum / scored)}),
-              flush=True)
+        def logits_of(tokens):
+            x = emb[tokens]
+            for i in range(n_layers):
+                p = f"blk.{i}."
+                h = rms(x, w[p + "attn_norm.weight"])
+                q = rope(linear(h, p + "attn_q.weight").view(seq_len, n_heads, hd).transpose(0, 1))
+                k = rope(linear(h, p + "attn_k.weight").view(seq_len, n_kv, hd).transpose(0, 1))
+                v = linear(h, p + "attn_v.weight").view(seq_len, n_kv, hd).transpose(0, 1)
+                k = k.repeat_interleave(n_heads // n_kv, 0)
+                v = v.repeat_interleave(n_heads // n_kv, 0)
+                att = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(hd) + mask, -1)
+                x = x + linear((att @ v).transpose(0, 1).reshape(seq_len, d), p + "attn_output.weight")
+                h = rms(x, w[p + "ffn_norm.weight"])
+                x = x + linear(torch.nn.functional.silu(linear(h, p + "ffn_gate.weight")) * linear(h, p + "ffn_up.weight"),
+                               p + "ffn_down.weight")
+            return rms(x, w["output_norm.weight"]) @ head.T
+
+        print(json.dumps(score(name, windows, logits_of)), flush=True)
 
 
 if __name__ == "__main__":

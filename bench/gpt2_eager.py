@@ -14,12 +14,11 @@ import json
 import math
 import struct
 import sys
-import time
 
 import numpy as np
 import torch
 
-from eager_eval import SCHEMES, absmax_int8
+from eager_eval import SCHEMES, absmax_int8, score
 
 D, LAYERS, HEADS, VOCAB, CTX = 768, 12, 12, 50257, 1024
 
@@ -100,27 +99,19 @@ def evaluate(folder, tokens_path, seq_len, n_windows, threads, schemes):
         def ln(x, key):
             return torch.nn.functional.layer_norm(x, (D,), w[key + ".weight"], w[key + ".bias"], 1e-5)
 
-        nll_sum, scored = 0.0, 0
-        start = time.perf_counter()
-        with torch.no_grad():
-            for tokens in windows:
-                x = w["transformer.wte.weight"][tokens] + w["transformer.wpe.weight"][:seq_len]
-                for i in range(LAYERS):
-                    p = f"transformer.h.{i}."
-                    q, k, v = linear(ln(x, p + "ln_1"), p + "attn.c_attn").split(D, -1)
-                    q, k, v = (t.view(seq_len, HEADS, hd).transpose(0, 1) for t in (q, k, v))
-                    att = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(hd) + mask, -1)
-                    x = x + linear((att @ v).transpose(0, 1).reshape(seq_len, D), p + "attn.c_proj")
-                    h = torch.nn.functional.gelu(linear(ln(x, p + "ln_2"), p + "mlp.c_fc"), approximate="tanh")
-                    x = x + linear(h, p + "mlp.c_proj")
-                logits = ln(x, "transformer.ln_f") @ w["transformer.wte.weight"].T
-                logp = torch.log_softmax(logits[:-1].double(), -1)
-                nll_sum -= logp.gather(1, tokens[1:, None]).sum().item()
-                scored += seq_len - 1
-        seconds = time.perf_counter() - start
-        print(json.dumps({"scheme": name, "tokens": n_windows * seq_len, "seconds": seconds,
-                          "tokens_per_second": n_windows * seq_len / seconds, "ppl": math.exp(nll_sum / scored)}),
-              flush=True)
+        def logits_of(tokens):
+            x = w["transformer.wte.weight"][tokens] + w["transformer.wpe.weight"][:seq_len]
+            for i in range(LAYERS):
+                p = f"transformer.h.{i}."
+                q, k, v = linear(ln(x, p + "ln_1"), p + "attn.c_attn").split(D, -1)
+                q, k, v = (t.view(seq_len, HEADS, hd).transpose(0, 1) for t in (q, k, v))
+                att = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(hd) + mask, -1)
+                x = x + linear((att @ v).transpose(0, 1).reshape(seq_len, D), p + "attn.c_proj")
+                h = torch.nn.functional.gelu(linear(ln(x, p + "ln_2"), p + "mlp.c_fc"), approximate="tanh")
+                x = x + linear(h, p + "mlp.c_proj")
+            return ln(x, "transformer.ln_f") @ w["transformer.wte.weight"].T
+
+        print(json.dumps(score(name, windows, logits_of)), flush=True)
 
 
 if __name__ == "__main__":
