@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/files.h"
+#include "common/memory.h"
 #include "common/model_cache.h"
 #include "kernels/fp32_gemm.h"
 #include "loaders/checkpoints/checkpoint.h"
@@ -61,6 +62,7 @@ void report(const char* name, const Transformer& m, std::int64_t L, int windows,
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_freed_memory_for_reuse();  // as qeval's main does
   std::optional<std::string> data_dir;
   int windows = 3;
   std::string model_path;

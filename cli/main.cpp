@@ -8,6 +8,7 @@
 #include "cli/json_config.h"
 #include "common/build_info.h"
 #include "common/error.h"
+#include "common/memory.h"
 
 namespace qeval::cli {
 int exit_status = 0;
@@ -15,6 +16,7 @@ std::vector<std::string> command_line;
 }
 
 int main(int argc, char** argv) {
+  qeval::keep_freed_memory_for_reuse();  // common/memory.h: no page faults on every window's logits
   qeval::cli::command_line.assign(argv, argv + argc);
   std::vector<std::string> args;
   try {
