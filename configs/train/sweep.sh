@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Issue 18, step 2: the peak learning rate of each recipe on a short budget, picked by the
+# trainer's validation loss (its last 5 % of windows of the shuffled training mix,
+# configs/train/mix.py), before the final pair is trained at those settings.
+#   A: Adam      + softmax   + LayerNorm
+#   B: OrthoAdam + softmax-1 + RMSNormSingle
+# Both GPT-2 style, d 128, 4 layers, 4 heads, seq 128, batch 16 (2,048 tokens a step), β 0.9/0.95,
+# clip 1, no weight decay, seed 0, warm-up STEPS/10 then cosine to 0.1·lr; one thread each, the
+# two recipes side by side for each learning rate.
+#   configs/train/sweep.sh [STEPS (300)] [LRS ("1e-3 3e-3 1e-2 3e-2")]
+#   (from the repository root; QEVAL=path/to/qeval OUT=folder)
+set -euo pipefail
+QEVAL=${QEVAL:-build/qeval}
+OUT=${OUT:-results/train/mix/sweep}
+DATA=${QEVAL_DATA_DIR:-../shared/data}
+STEPS=${1:-300}
+LRS=${2:-"1e-3 3e-3 1e-2 3e-2"}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$OUT"
+python3 "$(dirname "$0")/mix.py" "$DATA" "$WORK" > "$OUT/mix.json"
+
+train() {  # name lr recipe-options...
+  local name=$1 lr=$2
+  shift 2
+  "$QEVAL" train --arch gpt2 --d-model 128 --n-layers 4 --n-heads 4 --seq-len 128 --batch-size 16 \
+    --steps "$STEPS" --warmup $((STEPS / 10)) --lr "$lr" --min-lr-ratio 0.1 --clip 1 --beta2 0.95 \
+    --val-every "$STEPS" --val-windows 64 --threads 1 --seed 0 "$@" \
+    --data "$WORK/mix-train.txt" --tokenizer "$DATA/models/stories260K/tok512.model" \
+    --out "$WORK/$name" > "$OUT/$name.out" 2> "$OUT/$name.log"
+}
+for lr in $LRS; do
+  train "A-lr$lr" "$lr" --optimizer adam --softmax softmax --norm layernorm &
+  a=$!
+  train "B-lr$lr" "$lr" --optimizer orthoadam --softmax softmax1 --norm rmsnorm_single &
+  b=$!
+  wait $a
+  wait $b
+done
+
+{
+  echo "| recipe | peak lr | steps | validation loss |"
+  echo "|---|---:|---:|---:|"
+  for lr in $LRS; do
+    for r in A B; do
+      loss=$(sed -n 's/.*validation loss \([0-9.]*\).*/\1/p' "$OUT/$r-lr$lr.out" | tail -n 1)
+      echo "| $r | $lr | $STEPS | ${loss:-failed (see $r-lr$lr.log)} |"
+    done
+  done
+} | tee "$OUT/sweep.md"
