@@ -31,7 +31,7 @@ nlohmann::json kernel_backends(const SchemeSpec& spec) {
     return {{"int8_gemm", kernels::to_string(kernels::int8_gemm_cpu_backend())},
             {"activation_quantization", "kernels/int8_quantize (fused)"}};
   if (spec.weights.kind == QuantKind::int4_zeropoint)
-    return {{"w4_gemm", fmt::format("vectorized ({}) for small row counts, dequantise + BLAS for large",
+    return {{"w4_gemm", fmt::format("vectorized ({}) for small row counts, dequantise + fp32 GEMM for large",
                                     kernels::w4_gemm_uses_avx512() ? "avx512" : "portable")}};
   return nlohmann::json::object();
 }
