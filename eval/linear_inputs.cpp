@@ -157,8 +157,8 @@ void LinearInputRecorder::reset() {
 
 RecordingLinear::RecordingLinear(std::shared_ptr<const Linear> inner, std::shared_ptr<LinearInputRecorder> recorder,
                                  std::size_t slot)
-    : inner_(std::move(inner)), recorder_(std::move(recorder)), slot_(slot) {
-  QEVAL_CHECK(inner_ != nullptr && recorder_ != nullptr, "RecordingLinear: null linear or recorder");
+    : LinearDecorator(std::move(inner)), recorder_(std::move(recorder)), slot_(slot) {
+  QEVAL_CHECK(recorder_ != nullptr, "RecordingLinear: null recorder");
 }
 
 at::Tensor RecordingLinear::forward(const at::Tensor& x) const {

@@ -101,18 +101,12 @@ class LinearInputRecorder {
 
 // The decorator: forward(x) records x, then returns inner->forward(x). Everything else is the
 // inner linear's (describe() too, so records of the wrapped model read as before).
-class RecordingLinear final : public Linear {
+class RecordingLinear final : public LinearDecorator {
  public:
   RecordingLinear(std::shared_ptr<const Linear> inner, std::shared_ptr<LinearInputRecorder> recorder, std::size_t slot);
   at::Tensor forward(const at::Tensor& x) const override;
-  std::int64_t in_features() const override { return inner_->in_features(); }
-  std::int64_t out_features() const override { return inner_->out_features(); }
-  std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
-  std::string describe() const override { return inner_->describe(); }
-  const std::shared_ptr<const Linear>& inner() const { return inner_; }
 
  private:
-  std::shared_ptr<const Linear> inner_;
   std::shared_ptr<LinearInputRecorder> recorder_;
   std::size_t slot_;
 };

@@ -115,22 +115,17 @@ class PositionPenalties {
 };
 
 // Decorator for the LM head: hands its output (the logits) to the penalties, unchanged.
-class LogitsTap final : public Linear {
+class LogitsTap final : public LinearDecorator {
  public:
   LogitsTap(std::shared_ptr<const Linear> inner, std::shared_ptr<PositionPenalties> penalties, std::size_t scheme)
-      : inner_(std::move(inner)), penalties_(std::move(penalties)), scheme_(scheme) {}
+      : LinearDecorator(std::move(inner)), penalties_(std::move(penalties)), scheme_(scheme) {}
   at::Tensor forward(const at::Tensor& x) const override {
     at::Tensor y = inner_->forward(x);
     penalties_->on_logits(scheme_, y);
     return y;
   }
-  std::int64_t in_features() const override { return inner_->in_features(); }
-  std::int64_t out_features() const override { return inner_->out_features(); }
-  std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
-  std::string describe() const override { return inner_->describe(); }
 
  private:
-  std::shared_ptr<const Linear> inner_;
   std::shared_ptr<PositionPenalties> penalties_;
   std::size_t scheme_;
 };

@@ -5,6 +5,10 @@
 
 namespace qeval {
 
+LinearDecorator::LinearDecorator(std::shared_ptr<const Linear> inner) : inner_(std::move(inner)) {
+  QEVAL_CHECK(inner_ != nullptr, "LinearDecorator: null linear to wrap");
+}
+
 FloatLinear::FloatLinear(at::Tensor weight, at::Tensor bias) : weight_(std::move(weight)), bias_(std::move(bias)) {
   QEVAL_CHECK(weight_.defined() && weight_.dim() == 2, "FloatLinear: weight must be 2-D [out, in]");
   QEVAL_CHECK(!bias_.defined() || (bias_.dim() == 1 && bias_.size(0) == weight_.size(0)),

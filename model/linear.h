@@ -24,6 +24,22 @@ class Linear {
   virtual std::string describe() const = 0;
 };
 
+// A Linear that wraps another and changes only what forward does around it (watching its input
+// or output: statistics, tests); sizes, bytes and describe() are the wrapped layer's, so records
+// of a wrapped model read as before.
+class LinearDecorator : public Linear {
+ public:
+  explicit LinearDecorator(std::shared_ptr<const Linear> inner);  // throws on null
+  std::int64_t in_features() const override { return inner_->in_features(); }
+  std::int64_t out_features() const override { return inner_->out_features(); }
+  std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  std::string describe() const override { return inner_->describe(); }
+  const std::shared_ptr<const Linear>& inner() const { return inner_; }
+
+ protected:
+  std::shared_ptr<const Linear> inner_;
+};
+
 // y = x Wᵀ + b in the weights' float dtype, one GEMM per sequence (batch-size independent).
 class FloatLinear final : public Linear {
  public:

@@ -93,21 +93,16 @@ void expect_summary(const LinearInputSummary& got, const Expected& e, const at::
 }
 
 // The test's own hook: keeps every input it is called with.
-class CapturingLinear final : public Linear {
+class CapturingLinear final : public LinearDecorator {
  public:
-  explicit CapturingLinear(std::shared_ptr<const Linear> inner) : inner_(std::move(inner)) {}
+  explicit CapturingLinear(std::shared_ptr<const Linear> inner) : LinearDecorator(std::move(inner)) {}
   at::Tensor forward(const at::Tensor& x) const override {
     inputs.push_back(x.clone());
     return inner_->forward(x);
   }
-  std::int64_t in_features() const override { return inner_->in_features(); }
-  std::int64_t out_features() const override { return inner_->out_features(); }
-  std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
-  std::string describe() const override { return inner_->describe(); }
   mutable std::vector<at::Tensor> inputs;
 
  private:
-  std::shared_ptr<const Linear> inner_;
 };
 
 TEST(LinearInputs, WrappedLogitsEqualUnwrappedBitForBit) {

@@ -269,23 +269,18 @@ TEST(KeepTokensModel, AllPositionsKeptIsFullPrecisionBitForBit) {
 }
 
 // Wraps a linear and keeps its outputs.
-class OutputRecorder final : public Linear {
+class OutputRecorder final : public LinearDecorator {
  public:
   OutputRecorder(std::shared_ptr<const Linear> inner, std::vector<at::Tensor>* inputs, std::vector<at::Tensor>* outputs)
-      : inner_(inner), inputs_(inputs), outputs_(outputs) {}
+      : LinearDecorator(std::move(inner)), inputs_(inputs), outputs_(outputs) {}
   at::Tensor forward(const at::Tensor& x) const override {
     at::Tensor y = inner_->forward(x);
     inputs_->push_back(x.clone());
     outputs_->push_back(y.clone());
     return y;
   }
-  std::int64_t in_features() const override { return inner_->in_features(); }
-  std::int64_t out_features() const override { return inner_->out_features(); }
-  std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
-  std::string describe() const override { return inner_->describe(); }
 
  private:
-  std::shared_ptr<const Linear> inner_;
   std::vector<at::Tensor>* inputs_;
   std::vector<at::Tensor>* outputs_;
 };

@@ -74,20 +74,15 @@ TEST(ModelQuant, WeightOnlySchemesKernelPathEqualsReferenceInPerTokenNll) {
 }
 
 // Records the input of the linear it wraps (to replay real activations through single layers).
-class RecordingLinear final : public Linear {
+class RecordingLinear final : public LinearDecorator {
  public:
-  RecordingLinear(std::shared_ptr<const Linear> inner, std::vector<at::Tensor>* sink) : inner_(inner), sink_(sink) {}
+  RecordingLinear(std::shared_ptr<const Linear> inner, std::vector<at::Tensor>* sink) : LinearDecorator(std::move(inner)), sink_(sink) {}
   at::Tensor forward(const at::Tensor& x) const override {
     sink_->push_back(x.clone());
     return inner_->forward(x);
   }
-  std::int64_t in_features() const override { return inner_->in_features(); }
-  std::int64_t out_features() const override { return inner_->out_features(); }
-  std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
-  std::string describe() const override { return inner_->describe(); }
 
  private:
-  std::shared_ptr<const Linear> inner_;
   std::vector<at::Tensor>* sink_;
 };
 
