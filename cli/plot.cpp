@@ -1,5 +1,6 @@
-// `qeval plot RECORD --out DIR`: per-layer curves from a record's statistics, and the attention
-// and hidden-state maps from figure data written by `qeval eval --plots` (--figure-data).
+// `qeval plot RECORD... --out DIR`: per-layer curves from a record's statistics (several records:
+// on shared axes), and the attention and hidden-state maps from figure data written by
+// `qeval eval --plots` (--figure-data, one record).
 #include <fmt/core.h>
 
 #include "cli/commands.h"
@@ -21,11 +22,15 @@ struct PlotArgs {
 };
 
 void run_plot(const PlotArgs& a) {
-  QEVAL_CHECK(a.records.size() == 1, "plot: give exactly one result record, found {}", a.records.size());
+  QEVAL_CHECK(!a.records.empty(), "plot: give one result record, or several to draw on shared axes");
   QEVAL_CHECK(!a.out.empty(), "plot: --out DIR is required");
+  QEVAL_CHECK(a.figure_data.empty() || a.records.size() == 1,
+              "plot: --figure-data draws one model's maps; give one record with it, found {}", a.records.size());
   find_gnuplot();  // before any file is written
-  const nlohmann::json record = read_record(a.records.front());
-  std::vector<std::filesystem::path> images = plot_layer_curves(record, a.out, a.scheme);
+  std::vector<nlohmann::json> records;
+  for (const auto& path : a.records) records.push_back(read_record(path));
+  const nlohmann::json& record = records.front();
+  std::vector<std::filesystem::path> images = plot_layer_curves(records, a.out, a.scheme);
   if (!a.figure_data.empty()) {
     nlohmann::json fd;
     try {
@@ -43,9 +48,9 @@ void run_plot(const PlotArgs& a) {
 
 void add_plot_command(CLI::App& app) {
   auto args = std::make_shared<PlotArgs>();
-  auto* cmd = app.add_subcommand("plot", "PNG pictures (gnuplot) of a record's per-layer statistics and eval --plots maps");
+  auto* cmd = app.add_subcommand("plot", "PNG pictures (gnuplot) of records' per-layer statistics and eval --plots maps");
   add_json_config(cmd);
-  cmd->add_option("record", args->records, "result record (qeval eval --out)");
+  cmd->add_option("record", args->records, "result record (qeval eval --out); several: their curves on shared axes");
   cmd->add_option("--out,-o", args->out, "folder for the .dat, .gp and .png files");
   cmd->add_option("--scheme", args->scheme, "scheme whose statistics to draw")->capture_default_str();
   cmd->add_option("--figure-data", args->figure_data, "figure_data.json written by qeval eval --plots DIR: also draw the maps");

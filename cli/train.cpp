@@ -32,6 +32,7 @@ struct TrainArgs {
   double norm_eps = 1e-5;
 
   std::int64_t seq_len = 128, batch_size = 16, steps = 1000, warmup = 100;
+  bool bos_per_window = false;
   double lr = 1e-3, min_lr_ratio = 0.1, clip = 1.0, init_std = 0.02;
   std::string optimizer = "adamw";
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, momentum = 0.9;
@@ -98,6 +99,7 @@ void run_train(const TrainArgs& a) {
   o.val_every = a.val_every;
   o.val_windows = a.val_windows;
   o.seq_len = a.seq_len;
+  o.bos_per_window = a.bos_per_window;
   o.batch_size = a.batch_size;
   o.steps = a.steps;
   o.lr = a.lr;
@@ -164,6 +166,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--norm-eps", a->norm_eps, "norm epsilon")->capture_default_str();
 
   cmd->add_option("--seq-len", a->seq_len, "window length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 16));
+  cmd->add_flag("--bos-per-window", a->bos_per_window,
+                "open every window with BOS, then seq_len - 1 stream tokens (as eval's --bos-per-window)");
   cmd->add_option("--batch-size,-b", a->batch_size, "windows per step")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--steps", a->steps, "optimizer steps (the schedule's length)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--lr", a->lr, "peak learning rate")->capture_default_str();

@@ -56,20 +56,13 @@ fs::path render_gnuplot(const fs::path& dir, const std::string& name) {
 
 namespace {
 
-std::vector<double> numbers(const nlohmann::json& list) {
-  std::vector<double> out;
-  for (const auto& v : list)
-    if (v.is_number()) out.push_back(v.get<double>());
-  return out;
-}
-
 // Log scale when the values span more than a factor 30 (kurtosis and max |X| of models with
 // massive activations do; a healthy model's sit near 3 and would look flat on a log axis).
-bool wants_log(const std::vector<double>& a, const std::vector<double>& b) {
+// Non-positive and NaN values (a layer a record lacks) do not count.
+bool wants_log(const std::vector<double>& values) {
   double lo = INFINITY, hi = 0;
-  for (const auto* v : {&a, &b})
-    for (double x : *v)
-      if (x > 0) lo = std::min(lo, x), hi = std::max(hi, x);
+  for (double x : values)
+    if (x > 0) lo = std::min(lo, x), hi = std::max(hi, x);
   return hi > 0 && lo < INFINITY && hi / lo > 30;
 }
 
@@ -104,55 +97,140 @@ std::string record_model_name(const nlohmann::json& record) {
 }
 
 std::vector<fs::path> plot_layer_curves(const nlohmann::json& record, const fs::path& dir, const std::string& scheme) {
+  return plot_layer_curves(std::vector<nlohmann::json>{record}, dir, scheme);
+}
+
+namespace {
+
+// One record's per-layer statistics of one scheme, as read from the record.
+struct LayerCurves {
+  std::string label;
+  std::vector<double> kurtosis_first, kurtosis_rest, max_first, max_rest, first_attn, sink_rate;  // NaN: absent
+  std::string windows;
+  nlohmann::json sink_eps;
+};
+
+LayerCurves read_layer_curves(const nlohmann::json& record, const std::string& scheme, const std::string& label) {
   const nlohmann::json* entry = nullptr;
   for (const auto& s : record.at("schemes"))
     if (s.at("name") == scheme) entry = &s;
-  QEVAL_CHECK(entry, "plot: the record has no scheme '{}'", scheme);
+  QEVAL_CHECK(entry, "plot: {}: the record has no scheme '{}'", label, scheme);
   const nlohmann::json& st = entry->at("statistics");
-  QEVAL_CHECK(st.is_object(), "plot: scheme '{}' has no statistics in the record (evaluate with --stats-for {})", scheme,
-              scheme == "full" ? "full" : "all");
-  fs::create_directories(dir);
+  QEVAL_CHECK(st.is_object(), "plot: {}: scheme '{}' has no statistics in the record (evaluate with --stats-for {})", label,
+              scheme, scheme == "full" ? "full" : "all");
   const auto& h = st.at("hidden");
-  const auto& kf = h.at("kurtosis").at("per_layer").at("first");
-  const auto& kr = h.at("kurtosis").at("per_layer").at("rest");
-  const auto& mf = h.at("max_abs").at("per_layer").at("first");
-  const auto& mr = h.at("max_abs").at("per_layer").at("rest");
-  const bool attention = st.contains("attention") && st["attention"].is_object();
+  auto column = [](const nlohmann::json& list) {
+    std::vector<double> out;
+    for (const auto& v : list) out.push_back(v.is_number() ? v.get<double>() : NAN);
+    return out;
+  };
+  LayerCurves c;
+  c.label = label;
+  c.kurtosis_first = column(h.at("kurtosis").at("per_layer").at("first"));
+  c.kurtosis_rest = column(h.at("kurtosis").at("per_layer").at("rest"));
+  c.max_first = column(h.at("max_abs").at("per_layer").at("first"));
+  c.max_rest = column(h.at("max_abs").at("per_layer").at("rest"));
+  if (st.contains("attention") && st["attention"].is_object()) {
+    c.first_attn = column(st["attention"].at("per_layer").at("first_attn_pct"));
+    c.sink_rate = column(st["attention"].at("per_layer").at("sink_rate_pct"));
+    c.sink_eps = st["attention"].value("sink_eps", nlohmann::json(0.3));
+  }
+  c.windows = st.value("windows", nlohmann::json(0)).dump();  // as written: no cast of what a file says
+  return c;
+}
+
+std::string cell(const std::vector<double>& v, std::size_t m) {
+  return m < v.size() && std::isfinite(v[m]) ? fmt::format("{:.9g}", v[m]) : std::string("NaN");
+}
+
+// Record names as titles: the model's name, made unique by a suffix when two records share it.
+std::vector<std::string> unique_labels(const std::vector<nlohmann::json>& records) {
+  std::vector<std::string> names, labels;
+  for (const auto& r : records) names.push_back(record_model_name(r));
+  for (std::size_t i = 0; i < names.size(); ++i)
+    labels.push_back(std::count(names.begin(), names.end(), names[i]) > 1 ? fmt::format("{} [{}]", names[i], i + 1)
+                                                                          : names[i]);
+  return labels;
+}
+
+}  // namespace
+
+std::vector<fs::path> plot_layer_curves(const std::vector<nlohmann::json>& records, const fs::path& dir,
+                                        const std::string& scheme) {
+  QEVAL_CHECK(!records.empty(), "plot: no record to draw");
+  const std::vector<std::string> labels = unique_labels(records);
+  std::vector<LayerCurves> curves;
+  for (std::size_t i = 0; i < records.size(); ++i) curves.push_back(read_layer_curves(records[i], scheme, labels[i]));
+  fs::create_directories(dir);
+
+  // One data block per record (gnuplot's `index i`), in the order given.
   std::string dat = "# per-layer statistics of scheme " + scheme + " (qeval plot; layer is 1-based)\n"
                     "# layer kurtosis_first kurtosis_rest max_abs_first max_abs_rest first_attn_pct sink_rate_pct\n";
-  for (std::size_t m = 0; m < kf.size(); ++m) {
-    std::string fa = "NaN", sr = "NaN";
-    if (attention) {
-      fa = num(st["attention"].at("per_layer").at("first_attn_pct").at(m));
-      sr = num(st["attention"].at("per_layer").at("sink_rate_pct").at(m));
-    }
-    dat += fmt::format("{} {} {} {} {} {} {}\n", m + 1, num(kf.at(m)), num(kr.at(m)), num(mf.at(m)), num(mr.at(m)), fa, sr);
+  std::size_t layers = 0;
+  bool attention = false;
+  std::vector<double> kurtosis, max_abs;  // every value, for the choice of log scale
+  for (std::size_t i = 0; i < curves.size(); ++i) {
+    const LayerCurves& c = curves[i];
+    dat += fmt::format("{}# index {}: {}\n", i ? "\n\n" : "", i, c.label);
+    for (std::size_t m = 0; m < c.kurtosis_first.size(); ++m)
+      dat += fmt::format("{} {} {} {} {} {} {}\n", m + 1, cell(c.kurtosis_first, m), cell(c.kurtosis_rest, m),
+                         cell(c.max_first, m), cell(c.max_rest, m), cell(c.first_attn, m), cell(c.sink_rate, m));
+    layers = std::max(layers, c.kurtosis_first.size());
+    attention = attention || !c.first_attn.empty();
+    kurtosis.insert(kurtosis.end(), c.kurtosis_first.begin(), c.kurtosis_first.end());
+    kurtosis.insert(kurtosis.end(), c.kurtosis_rest.begin(), c.kurtosis_rest.end());
+    max_abs.insert(max_abs.end(), c.max_first.begin(), c.max_first.end());
+    max_abs.insert(max_abs.end(), c.max_rest.begin(), c.max_rest.end());
   }
   write_file_atomic(dir / "layer_curves.dat", dat);
 
-  const std::string title = fmt::format("{} ({}): per-layer statistics over {} windows", record_model_name(record), scheme,
-                                        st.value("windows", nlohmann::json(0)).dump());  // as written: no cast of what a file says
+  // One record: first token red, other tokens blue. Several: one colour per record, the first
+  // token dashed with open points, the other tokens solid, on shared axes so the models compare.
+  const bool single = curves.size() == 1;
+  const std::string title =
+      single ? fmt::format("{} ({}): per-layer statistics over {} windows", curves[0].label, scheme, curves[0].windows)
+             : fmt::format("{} models ({}): per-layer statistics; dashed: first token (sink rate), solid: other tokens (%first-attn)", curves.size(),
+                           scheme);
+  static constexpr const char* kColours[] = {"#c0392b", "#2e86c1", "#27ae60", "#8e44ad",
+                                             "#d68910", "#17a589", "#7f8c8d", "#000000"};
   std::string gp = "# qeval plot: per-layer kurtosis, max |activation| and first-token attention\n";
   gp += fmt::format("set terminal pngcairo size {},460 noenhanced font 'sans,10'\nset output 'layer_curves.png'\n",
                     attention ? 1500 : 1000);
   gp += fmt::format("set multiplot layout 1,{} title {}\n", attention ? 3 : 2, gnuplot_quote(title));
-  gp += fmt::format("set xrange [0.5:{}.5]\n", kf.size());
+  gp += fmt::format("set xrange [0.5:{}.5]\n", layers);
   gp += "set grid\nset key top left opaque\nset xlabel 'layer'\nset xtics 1\n"
-        "set offsets 0, 0, graph 0.22, 0\n"  // head room for the key above the curves
-        "set style line 1 lc rgb '#c0392b' lw 2 pt 7 ps 0.8\nset style line 2 lc rgb '#2e86c1' lw 2 pt 5 ps 0.8\n";
-  const std::string curves =
-      "plot 'layer_curves.dat' using 1:{} with linespoints ls 1 title 'first token', "
-      "'' using 1:{} with linespoints ls 2 title 'other tokens'\n";
-  gp += wants_log(numbers(kf), numbers(kr)) ? "set logscale y\n" : "unset logscale y\n";
-  gp += "set title 'kurtosis of hidden states (Gaussian = 3)'\nset ylabel 'kurtosis'\n" + fmt::format(fmt::runtime(curves), 2, 3);
-  gp += wants_log(numbers(mf), numbers(mr)) ? "set logscale y\n" : "unset logscale y\n";
-  gp += "set title 'max |activation|'\nset ylabel 'max_d |X|'\n" + fmt::format(fmt::runtime(curves), 4, 5);
+        "set offsets 0, 0, graph 0.22, 0\n";  // head room for the key above the curves
+  if (single) {
+    gp += "set style line 1 lc rgb '#c0392b' lw 2 pt 7 ps 0.8\nset style line 2 lc rgb '#2e86c1' lw 2 pt 5 ps 0.8\n";
+  } else {
+    for (std::size_t i = 0; i < curves.size(); ++i) {
+      const char* colour = kColours[i % std::size(kColours)];
+      gp += fmt::format("set style line {} lc rgb '{}' lw 2 dt 2 pt 6 ps 0.8\n", 2 * i + 1, colour);
+      gp += fmt::format("set style line {} lc rgb '{}' lw 2 pt 7 ps 0.8\n", 2 * i + 2, colour);
+    }
+  }
+  // A plot command drawing columns `a` (first-token style) and `b` (solid style) of every record.
+  auto plot_pair = [&](int a, int b, const std::string& a_name, const std::string& b_name) {
+    std::string cmd = "plot ";
+    for (std::size_t i = 0; i < curves.size(); ++i) {
+      const std::string prefix = single ? "" : curves[i].label + ": ";
+      cmd += fmt::format("{}'layer_curves.dat' index {} using 1:{} with linespoints ls {} title {}, ", i ? ", " : "", i, a,
+                         2 * i + 1, gnuplot_quote(prefix + a_name));
+      cmd += fmt::format("'' index {} using 1:{} with linespoints ls {} title {}", i, b, 2 * i + 2,
+                         gnuplot_quote(prefix + b_name));
+    }
+    return cmd + "\n";
+  };
+  gp += wants_log(kurtosis) ? "set logscale y\n" : "unset logscale y\n";
+  gp += "set title 'kurtosis of hidden states (Gaussian = 3)'\nset ylabel 'kurtosis'\n" +
+        plot_pair(2, 3, "first token", "other tokens");
+  gp += wants_log(max_abs) ? "set logscale y\n" : "unset logscale y\n";
+  gp += "set title 'max |activation|'\nset ylabel 'max_d |X|'\n" + plot_pair(4, 5, "first token", "other tokens");
   if (attention) {
-    gp += "unset logscale y\nset title 'attention to the first token'\nset ylabel '%'\nset yrange [0:*]\n"
-          "plot 'layer_curves.dat' using 1:6 with linespoints ls 1 title '%first-attn (argmax on key 1)', "
-          "'' using 1:7 with linespoints ls 2 title " +
-          gnuplot_quote(fmt::format("sink rate (alpha_1 > {})", num(st["attention"].value("sink_eps", nlohmann::json(0.3))))) +
-          "\n";
+    const nlohmann::json eps = curves[0].sink_eps.is_null() ? nlohmann::json(0.3) : curves[0].sink_eps;
+    gp += "unset logscale y\nset title 'attention to the first token'\nset ylabel '%'\nset yrange [0:*]\n";
+    // Here the solid curve is %first-attn and the dashed one the sink rate.
+    gp += plot_pair(7, 6, fmt::format("sink rate (alpha_1 > {})", num(eps)), "%first-attn (argmax on key 1)");
   }
   gp += "unset multiplot\n";
   write_file_atomic(dir / "layer_curves.gp", gp);

@@ -4,7 +4,8 @@
 //
 //   layer_curves.{dat,gp,png}    per layer (1..M): kurtosis first/other tokens, max |activation|
 //                                first/other tokens, %first-attn and Sink₁^ε rate — from a
-//                                record's statistics (`qeval plot RECORD --out DIR`)
+//                                record's statistics (`qeval plot RECORD --out DIR`), or from
+//                                several records on shared axes (`qeval plot A.json B.json ...`)
 //   attention_map.{dat,gp,png}   mean attention over layers and heads, first T queries × keys
 //   hidden_abs.{dat,gp,png}      mean |hidden state| per layer × channel, first token and the rest
 //                                — the maps come from figure data (eval/figure_data.h), written as
@@ -34,6 +35,10 @@ std::string gnuplot_quote(const std::string& s);
 // the scheme has no statistics.
 std::vector<std::filesystem::path> plot_layer_curves(const nlohmann::json& record, const std::filesystem::path& dir,
                                                      const std::string& scheme = "full");
+// Several records on shared axes (e.g. an Adam model beside its OrthoAdam twin): one colour per
+// record, its first token dashed and the other tokens solid; titled by record_model_name.
+std::vector<std::filesystem::path> plot_layer_curves(const std::vector<nlohmann::json>& records,
+                                                     const std::filesystem::path& dir, const std::string& scheme = "full");
 
 // How the maps colour their values: linear, or log (so a first-token sink or one massive
 // channel does not wash out everything else; non-positive values are left blank).

@@ -9,11 +9,12 @@
 namespace qeval::train {
 
 TrainWindows load_train_windows(const std::filesystem::path& data, const Tokenizer& tokenizer, std::int64_t seq_len,
-                                double val_fraction, const DocumentOptions& documents) {
+                                double val_fraction, const DocumentOptions& documents, bool bos_per_window) {
   QEVAL_CHECK(val_fraction >= 0 && val_fraction < 1, "training data: val fraction must be in [0, 1), got {}",
               val_fraction);
   ProtocolSpec spec;
   spec.seq_len = seq_len;
+  spec.bos_per_window = bos_per_window;
   WindowStream stream(open_documents(data, documents), tokenizer, spec);
   std::vector<std::int64_t> flat;
   std::int64_t n = 0;

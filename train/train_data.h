@@ -31,8 +31,11 @@ struct TrainWindows {
   std::optional<std::int32_t> separator;
 };
 
+// bos_per_window: every window is BOS followed by seq_len - 1 stream tokens (eval's
+// `--bos-per-window`), so every window opens the way a document does.
 TrainWindows load_train_windows(const std::filesystem::path& data, const Tokenizer& tokenizer, std::int64_t seq_len,
-                                double val_fraction, const DocumentOptions& documents = {});
+                                double val_fraction, const DocumentOptions& documents = {},
+                                bool bos_per_window = false);
 
 class BatchOrder {
  public:

@@ -139,6 +139,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"val_every", val_every},
           {"val_windows", val_windows},
           {"seq_len", seq_len},
+          {"bos_per_window", bos_per_window},
           {"batch_size", batch_size},
           {"steps", steps},
           {"lr", lr},
@@ -178,7 +179,7 @@ TrainResult run_training(TrainOptions o) {
   o.model.optimizer = o.optimizer.kind;
   o.model.validate("train");
 
-  TrainWindows data = load_train_windows(o.data, *tokenizer, o.seq_len, o.val_fraction, o.documents);
+  TrainWindows data = load_train_windows(o.data, *tokenizer, o.seq_len, o.val_fraction, o.documents, o.bos_per_window);
   const std::int64_t n_train = data.train.size(0);
   if (o.progress)
     fmt::print(stderr, "train: {} documents, {} tokens -> {} training and {} validation windows of {}\n",
@@ -199,6 +200,10 @@ TrainResult run_training(TrainOptions o) {
       for (const char* key : {"seq_len", "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "clip", "seed"})
         QEVAL_CHECK(saved.at(key) == o.to_json().at(key), "--resume {}: '{}' was {} in the run, this run has {}",
                     source, key, saved.at(key).dump(), o.to_json().at(key).dump());
+      // Checkpoints from before the option existed trained without it.
+      QEVAL_CHECK(saved.value("bos_per_window", false) == o.bos_per_window,
+                  "--resume {}: the run {} --bos-per-window, this run {}", source,
+                  saved.value("bos_per_window", false) ? "had" : "did not have", o.bos_per_window ? "has it" : "does not");
       state.step = json_integer(resume_state.at("step"), "--resume " + source + ": train_state.json step");
       state.history = resume_state.at("history");
     } catch (const nlohmann::json::exception& e) {

@@ -40,6 +40,7 @@ struct TrainOptions {
   std::int64_t val_windows = 64; // at most this many held-out windows per validation (0: all)
 
   std::int64_t seq_len = 128;
+  bool bos_per_window = false;   // every window opens with BOS, then seq_len - 1 stream tokens
   std::int64_t batch_size = 16;
   std::int64_t steps = 1000;     // length of the schedule
   double lr = 1e-3;              // peak

@@ -8,13 +8,16 @@
 # clip 1, no weight decay, seed 0, warm-up STEPS/10 then cosine to 0.1·lr; one thread each, the
 # two recipes side by side for each learning rate.
 #   configs/train/sweep.sh [STEPS (300)] [LRS ("1e-3 3e-3 1e-2 3e-2")]
-#   (from the repository root; QEVAL=path/to/qeval OUT=folder)
+#   (from the repository root; QEVAL=path/to/qeval OUT=folder WARMUP=steps, default STEPS/10;
+#   a run with another warm-up is named A-lr3e-3-wu10; the table covers every run in OUT)
 set -euo pipefail
 QEVAL=${QEVAL:-build/qeval}
 OUT=${OUT:-results/train/mix/sweep}
 DATA=${QEVAL_DATA_DIR:-../shared/data}
 STEPS=${1:-300}
 LRS=${2:-"1e-3 3e-3 1e-2 3e-2"}
+WARMUP=${WARMUP:-$((STEPS / 10))}
+SUFFIX=$([[ $WARMUP == $((STEPS / 10)) ]] || echo "-wu$WARMUP")
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
@@ -24,27 +27,31 @@ train() {  # name lr recipe-options...
   local name=$1 lr=$2
   shift 2
   "$QEVAL" train --arch gpt2 --d-model 128 --n-layers 4 --n-heads 4 --seq-len 128 --batch-size 16 \
-    --steps "$STEPS" --warmup $((STEPS / 10)) --lr "$lr" --min-lr-ratio 0.1 --clip 1 --beta2 0.95 \
+    --steps "$STEPS" --warmup "$WARMUP" --lr "$lr" --min-lr-ratio 0.1 --clip 1 --beta2 0.95 \
     --val-every "$STEPS" --val-windows 64 --threads 1 --seed 0 "$@" \
     --data "$WORK/mix-train.txt" --tokenizer "$DATA/models/stories260K/tok512.model" \
     --out "$WORK/$name" > "$OUT/$name.out" 2> "$OUT/$name.log"
 }
 for lr in $LRS; do
-  train "A-lr$lr" "$lr" --optimizer adam --softmax softmax --norm layernorm &
+  train "A-lr$lr$SUFFIX" "$lr" --optimizer adam --softmax softmax --norm layernorm &
   a=$!
-  train "B-lr$lr" "$lr" --optimizer orthoadam --softmax softmax1 --norm rmsnorm_single &
+  train "B-lr$lr$SUFFIX" "$lr" --optimizer orthoadam --softmax softmax1 --norm rmsnorm_single &
   b=$!
   wait $a
   wait $b
 done
 
 {
-  echo "| recipe | peak lr | steps | validation loss |"
-  echo "|---|---:|---:|---:|"
-  for lr in $LRS; do
-    for r in A B; do
-      loss=$(sed -n 's/.*validation loss \([0-9.]*\).*/\1/p' "$OUT/$r-lr$lr.out" | tail -n 1)
-      echo "| $r | $lr | $STEPS | ${loss:-failed (see $r-lr$lr.log)} |"
-    done
-  done
+  echo "| recipe | peak lr | warm-up | steps | validation loss |"
+  echo "|---|---:|---:|---:|---:|"
+  for out in "$OUT"/[AB]-lr*.out; do
+    run=$(basename "$out" .out)
+    recipe=${run%%-*}
+    lr=${run#*-lr}
+    lr=${lr%-wu*}
+    warmup=$([[ $run == *-wu* ]] && echo "${run##*-wu}" || echo "steps/10")
+    steps=$(sed -n 's/^trained \([0-9]*\) steps.*/\1/p' "$out")
+    loss=$(sed -n 's/.*validation loss \([0-9.]*\).*/\1/p' "$out" | tail -n 1)
+    echo "| $recipe | $lr | $warmup | ${steps:-?} | ${loss:-failed (see $run.log)} |"
+  done | sort -t '|' -k3,3g -k4,4 -k2,2
 } | tee "$OUT/sweep.md"

@@ -182,6 +182,13 @@ TEST(ReportCli, PlotDrawsTheCurvesOfARecord) {
   r = run("plot " + rec + " --scheme int8-coarse --out " + f.path("pics"));  // no statistics for it
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "--stats-for all")) << r.output;
+  // Several records: their curves on shared axes; figure-data maps are one model's, so not with two.
+  r = run("plot " + rec + " " + rec + " --out " + f.path("two"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_GT(std::filesystem::file_size(f.dir / "two" / "layer_curves.png"), 5000u);
+  r = run("plot " + rec + " " + rec + " --figure-data " + f.path("fd.json") + " --out " + f.path("three"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "give one record with it, found 2")) << r.output;
 }
 
 TEST(ReportCli, EvalPlotsWritesFigureDataAndPictures) {

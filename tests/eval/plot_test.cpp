@@ -109,6 +109,24 @@ TEST(Plot, LayerCurvesAndMapsArePngs) {
   EXPECT_TRUE(std::filesystem::exists(dir / "out" / "layer_curves.dat"));
   EXPECT_TRUE(std::filesystem::exists(dir / "out" / "layer_curves.gp"));
 
+  // Two models on shared axes: one data block each, titled by model, a log axis for kurtosis
+  // because together they span 2.5..77; a record with fewer layers is drawn as far as it goes.
+  nlohmann::json ortho = test::hand_record("runs/ortho", "softmax1", "orthoadam",
+                                           {{"full", 10.4, 0.0, test::hand_statistics(3.0, 2.5, 40.0, 30.0, 2.0, 1.0, 3)}});
+  auto both = plot_layer_curves(std::vector<nlohmann::json>{record, ortho}, dir / "pair");
+  ASSERT_EQ(both.size(), 1u);
+  EXPECT_TRUE(png_info(both[0]).signature);
+  EXPECT_GT(png_info(both[0]).bytes, 5000u);
+  const std::string dat = read_file(dir / "pair" / "layer_curves.dat");
+  EXPECT_NE(dat.find("# index 0: tiny"), std::string::npos) << dat;
+  EXPECT_NE(dat.find("\n\n\n# index 1: ortho\n1 3 2.5"), std::string::npos) << dat;
+  const std::string gp = read_file(dir / "pair" / "layer_curves.gp");
+  EXPECT_NE(gp.find("index 1 using 1:3 with linespoints ls 4 title 'ortho: other tokens'"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("set logscale y\nset title 'kurtosis"), std::string::npos) << gp;
+  // Two records of one model name stay apart.
+  plot_layer_curves(std::vector<nlohmann::json>{record, record}, dir / "twice");
+  EXPECT_NE(read_file(dir / "twice" / "layer_curves.gp").find("'tiny [2]: first token'"), std::string::npos);
+
   FigureDataObserver fd(8);
   at::Tensor probs = at::tril(at::ones({8, 8}));
   probs = (probs / probs.sum(-1, true)).expand({1, 2, 8, 8});

@@ -12,6 +12,8 @@
 #include "loaders/checkpoints/qeval_checkpoint.h"
 #include "model/transformer.h"
 #include "tests/support/test_data.h"
+#include "loaders/tokenizers/tokenizer.h"
+#include "train/train_data.h"
 #include "train/trainer.h"
 
 namespace qeval::train {
@@ -155,6 +157,38 @@ TEST(Trainer, ResumeGivesBitIdenticalParameters) {
     test::write_bytes(moved.data, read_file(straight.data).substr(100));
     EXPECT_THROW(run_training(moved), Error);
   }
+}
+
+// --bos-per-window: every window (training and validation) is BOS followed by the next
+// seq_len - 1 tokens of the same stream the plain windows are cut from, and a run that trained
+// without it cannot be resumed with it.
+TEST(Trainer, BosPerWindowOpensEveryWindowWithBos) {
+  test::TempDir dir;
+  TrainOptions o = tiny(dir, false);
+  auto tokenizer = load_tokenizer(o.tokenizer);
+  ASSERT_TRUE(tokenizer->bos_id().has_value());
+  const std::int64_t bos = *tokenizer->bos_id();
+  TrainWindows plain = load_train_windows(o.data, *tokenizer, o.seq_len, 0.1);
+  TrainWindows opened = load_train_windows(o.data, *tokenizer, o.seq_len, 0.1, {}, true);
+  at::Tensor stream = at::cat({plain.train, plain.val}).reshape({-1});
+  at::Tensor windows = at::cat({opened.train, opened.val});
+  ASSERT_GT(windows.size(0), 4);
+  EXPECT_TRUE(at::all(windows.select(1, 0) == bos).item<bool>());
+  at::Tensor rest = windows.narrow(1, 1, o.seq_len - 1).reshape({-1});
+  // Both drop a partial last window, at different places (windows of 31 vs 32 stream tokens).
+  const std::int64_t common = std::min(rest.numel(), stream.numel());
+  ASSERT_GT(common, 4 * o.seq_len);
+  EXPECT_TRUE(at::equal(rest.narrow(0, 0, common), stream.narrow(0, 0, common)));
+  // The plain stream's windows do not all open with BOS, or this test would show nothing.
+  EXPECT_FALSE(at::all(plain.train.select(1, 0) == bos).item<bool>());
+
+  o.out = dir / "half";
+  o.stop_after = 3;
+  run_training(o);
+  TrainOptions resumed = tiny(dir, false);
+  resumed.resume = dir / "half";
+  resumed.bos_per_window = true;
+  EXPECT_THROW(run_training(resumed), Error);
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 18: one training run of the mixed-text study, then its evaluation on the held-out mix.
+#
+#   configs/train/mix-run.sh NAME RECIPE STEPS SEED [extra `qeval train` options...]
+#
+# RECIPE (the optimizer / attention / norm triple; everything else is shared):
+#   A     Adam      + softmax   + LayerNorm        (the baseline)
+#   B     OrthoAdam + softmax-1 + RMSNormSingle    (Kaul et al.'s recipe)
+#   A-B   Adam      + softmax-1 + RMSNormSingle    (ablation: B's architecture, A's optimizer)
+#   B-A   OrthoAdam + softmax   + LayerNorm        (ablation: A's architecture, B's optimizer)
+# Shared (chosen by configs/train/sweep.sh, results/train/mix/sweep.md): GPT-2 style (learned
+# positions, GELU, biases, tied embeddings), d 128, 4 layers, 4 heads, 2,048 tokens a step
+# (seq 128 × batch 16 unless the extra options change them), peak lr 3e-3, warm-up STEPS/10 then
+# cosine to 0.1·lr, β 0.9/0.95, clip 1, no weight decay, one thread. Extra options come last and
+# win (e.g. --seq-len 512 --batch-size 4 --bos-per-window).
+#
+# Data: configs/train/mix.py writes mix-train.txt / mix-heldout.txt to $MIX (default
+# ~/.cache/qeval/train/mix; regenerated each time, it is deterministic). The trainer's validation
+# loss uses the last 5 % of mix-train's windows; `qeval eval` measures mix-heldout.txt, every
+# window of the run's own length, every int8 scheme and w4, with the outlier statistics.
+#
+# Writes results/train/mix/NAME/ (the checkpoint, without the optimizer moments) and
+# NAME.train.{out,log}, NAME.eval.{json,md,log}. SKIP_TRAIN=1 evaluates an existing checkpoint.
+# Resumable: a run stopped by --time-limit continues with RESUME=1 (same arguments).
+set -euo pipefail
+[ $# -ge 4 ] || { sed -n '2,4p' "$0"; exit 2; }
+NAME=$1 RECIPE=$2 STEPS=$3 SEED=$4
+shift 4
+QEVAL=${QEVAL:-build/qeval}
+DATA=${QEVAL_DATA_DIR:-../shared/data}
+OUT=${OUT:-results/train/mix}
+MIX=${MIX:-$HOME/.cache/qeval/train/mix}
+TOK="$DATA/models/stories260K/tok512.model"
+
+case $RECIPE in
+  A) recipe=(--optimizer adam --softmax softmax --norm layernorm) ;;
+  B) recipe=(--optimizer orthoadam --softmax softmax1 --norm rmsnorm_single) ;;
+  A-B) recipe=(--optimizer adam --softmax softmax1 --norm rmsnorm_single) ;;
+  B-A) recipe=(--optimizer orthoadam --softmax softmax --norm layernorm) ;;
+  *) echo "mix-run.sh: RECIPE must be A, B, A-B or B-A, got '$RECIPE'" >&2; exit 2 ;;
+esac
+
+mkdir -p "$OUT" "$MIX"
+python3 "$(dirname "$0")/mix.py" "$DATA" "$MIX" > "$MIX/mix.json"
+
+if [ "${SKIP_TRAIN:-0}" = 0 ]; then
+  resume=()
+  [ "${RESUME:-0}" = 0 ] || resume=(--resume "$OUT/$NAME")
+  "$QEVAL" train --arch gpt2 --d-model 128 --n-layers 4 --n-heads 4 --seq-len 128 --batch-size 16 \
+    --steps "$STEPS" --warmup $((STEPS / 10)) --lr 3e-3 --min-lr-ratio 0.1 --clip 1 --beta2 0.95 \
+    --val-every $((STEPS / 10)) --val-windows 64 --checkpoint-every $((STEPS / 10)) --threads 1 \
+    --seed "$SEED" "${recipe[@]}" "${resume[@]}" \
+    --data "$MIX/mix-train.txt" --tokenizer "$TOK" --out "$OUT/$NAME" "$@" \
+    > "$OUT/$NAME.train.out" 2> "$OUT/$NAME.train.log"
+fi
+
+# The evaluation uses the run's own window length and BOS convention (read back from the
+# checkpoint, so SKIP_TRAIN=1 needs no options).
+read -r seq bos < <(python3 -c 'import json, sys
+t = json.load(open(sys.argv[1]))["training"]
+print(t["seq_len"], 1 if t.get("bos_per_window") else 0)' "$OUT/$NAME/train_state.json")
+bos_flag=()
+[ "$bos" = 0 ] || bos_flag=(--bos-per-window)
+"$QEVAL" eval --model "$OUT/$NAME" --data "$MIX/mix-heldout.txt" --seq-len "$seq" "${bos_flag[@]}" \
+  --schemes full,int8-coarse,int8-moderate,int8-fine,int8-vectorwise,w4-zeropoint --threads 1 \
+  --out "$OUT/$NAME.eval.json" > "$OUT/$NAME.eval.md" 2> "$OUT/$NAME.eval.log"
