@@ -10,7 +10,7 @@
 #   B-A   OrthoAdam + softmax   + LayerNorm        (ablation: A's architecture, B's optimizer)
 # Shared (chosen by configs/train/sweep.sh, results/train/mix/sweep.md): GPT-2 style (learned
 # positions, GELU, biases, tied embeddings), d 128, 4 layers, 4 heads, 2,048 tokens a step
-# (seq 128 × batch 16 unless the extra options change them), peak lr 3e-3, warm-up STEPS/10 then
+# (seq 128 × batch 16 unless the extra options change them), peak lr $LR (5e-3), warm-up STEPS/10 then
 # cosine to 0.1·lr, β 0.9/0.95, clip 1, no weight decay, one thread. Extra options come last and
 # win (e.g. --seq-len 512 --batch-size 4 --bos-per-window).
 #
@@ -31,6 +31,7 @@ DATA=${QEVAL_DATA_DIR:-../shared/data}
 OUT=${OUT:-results/train/mix}
 MIX=${MIX:-$HOME/.cache/qeval/train/mix}
 TOK="$DATA/models/stories260K/tok512.model"
+LR=${LR:-5e-3}
 
 case $RECIPE in
   A) recipe=(--optimizer adam --softmax softmax --norm layernorm) ;;
@@ -47,7 +48,7 @@ if [ "${SKIP_TRAIN:-0}" = 0 ]; then
   resume=()
   [ "${RESUME:-0}" = 0 ] || resume=(--resume "$OUT/$NAME")
   "$QEVAL" train --arch gpt2 --d-model 128 --n-layers 4 --n-heads 4 --seq-len 128 --batch-size 16 \
-    --steps "$STEPS" --warmup $((STEPS / 10)) --lr 3e-3 --min-lr-ratio 0.1 --clip 1 --beta2 0.95 \
+    --steps "$STEPS" --warmup $((STEPS / 10)) --lr "$LR" --min-lr-ratio 0.1 --clip 1 --beta2 0.95 \
     --val-every $((STEPS / 10)) --val-windows 64 --checkpoint-every $((STEPS / 10)) --threads 1 \
     --seed "$SEED" "${recipe[@]}" "${resume[@]}" \
     --data "$MIX/mix-train.txt" --tokenizer "$TOK" --out "$OUT/$NAME" "$@" \
