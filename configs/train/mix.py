@@ -16,6 +16,7 @@ too. Writes OUT_DIR/mix-train.txt and mix-heldout.txt (documents separated by bl
 `--text-split paragraph` reads them) and mix.json (documents and characters per source and side).
 """
 import json
+import os
 import random
 import re
 import sys
@@ -34,6 +35,15 @@ def c4(path):
             text = json.loads(line)["text"]
             docs.append(re.sub(r"\n\s*\n+", "\n", text).strip())
     return [d for d in docs if d]
+
+
+def write_atomic(path, text):
+    """Runs started side by side regenerate the same files while another run may be reading
+    them: write a temporary file and rename it over, so a reader sees the old or the new file
+    (identical), never a half-written one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def main(data, out):
@@ -55,9 +65,9 @@ def main(data, out):
     random.Random(0).shuffle(train)
     random.Random(0).shuffle(heldout)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "mix-train.txt").write_text("\n\n".join(train) + "\n", encoding="utf-8")
-    (out / "mix-heldout.txt").write_text("\n\n".join(heldout) + "\n", encoding="utf-8")
-    (out / "mix.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    write_atomic(out / "mix-train.txt", "\n\n".join(train) + "\n")
+    write_atomic(out / "mix-heldout.txt", "\n\n".join(heldout) + "\n")
+    write_atomic(out / "mix.json", json.dumps(manifest, indent=1) + "\n")
     print(json.dumps(manifest, indent=1))
 
 

@@ -142,17 +142,26 @@ TEST(Cli, KeptPositionsAreRecordedForKeepTokenSchemes) {
   for (const auto& layer : kept.at("layers")) EXPECT_EQ(layer.at("sequences"), 3) << layer.dump();
 }
 
-// The README's CI-gate example: today's evaluation passes against the committed baseline (a record
-// written by an older qeval must not stop the gate it documents).
+// The README's CI-gate example, run as the README shows it (from the repository root): today's
+// evaluation of the committed OrthoAdam model passes against the committed baseline (a record
+// written by an older qeval must not stop the gate it documents), and the Adam model trained
+// alike is stopped by its outliers.
 TEST(Cli, ReadmeGateExamplePassesAgainstTheCommittedBaseline) {
   test::TempDir dir;
-  const std::string ci = test::repo_path("configs/ci").string();
-  CommandResult r = qeval("eval -q --config " + ci + "/eval.json --out " + (dir / "new.json").string());
+  const std::string repo = test::repo_path("").string();
+  const std::string gate = "check --baseline configs/ci/orthoadam-baseline.json --tolerances configs/ci/tolerances.json ";
+  const std::string orthoadam = (dir / "orthoadam.json").string(), adam = (dir / "adam.json").string();
+  CommandResult r = test::run_qeval("eval -q --config configs/ci/eval.json --out " + orthoadam, "", repo);
   ASSERT_EQ(r.status, 0) << r.output;
-  CommandResult check = qeval("check --baseline " + ci + "/stories260K-baseline.json --tolerances " + ci +
-                              "/tolerances.json " + (dir / "new.json").string());
+  CommandResult check = test::run_qeval(gate + orthoadam, "", repo);
   EXPECT_EQ(check.status, 0) << check.output;
   EXPECT_TRUE(contains(check.output, "PASS")) << check.output;
+
+  r = test::run_qeval("eval -q --config configs/ci/eval.json --model results/train/mix/A-s0 --out " + adam, "", repo);
+  ASSERT_EQ(r.status, 0) << r.output;
+  check = test::run_qeval(gate + adam, "", repo);
+  EXPECT_EQ(check.status, 1) << check.output;
+  EXPECT_TRUE(contains(check.output, "- full kurtosis_rest: baseline")) << check.output;
 }
 
 // inspect counts windows for eval's default protocol unless asked, as a table.

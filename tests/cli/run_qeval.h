@@ -17,14 +17,16 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// `env`: "NAME=value ..." set for this command only.
-inline CommandResult run_qeval(const std::string& args, const std::string& env = "") {
+// `env`: "NAME=value ..." set for this command only; `cwd`: the folder it runs in (default: the
+// test's own).
+inline CommandResult run_qeval(const std::string& args, const std::string& env = "", const std::string& cwd = "") {
   const char* bin = std::getenv("QEVAL_BINARY");
   if (!bin) {
     ADD_FAILURE() << "QEVAL_BINARY is not set (run through ctest)";
     return {-1, ""};
   }
-  std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(bin) + " " + args + " 2>&1";
+  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + (env.empty() ? "" : "env " + env + " ") + std::string(bin) +
+                    " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf{};
