@@ -10,6 +10,8 @@ training time) and prints, in Markdown:
   2. the issue's must-show checks for every A/B pair trained alike (same seed, steps and window):
      kurtosis (rest) of A ≥ 5× B's, int8-coarse and int8-fine penalties larger for A, PPL within 5 %;
   3. mean ± standard deviation over the seeds of the main recipe (seq 128) for A and B;
+  4. the statistics over training, from DIR/trajectory/RUN-STEP.json (checkpoints evaluated
+     on the first 256 held-out windows), and the per-layer kurtosis of every run.
 Only the standard library: the numbers come from the records, nothing is recomputed.
 """
 import json
@@ -74,6 +76,9 @@ def load(path: Path):
         "first_share": a.get("first_token_share"),
         "sink": a.get("sink_rate_pct"),
         "dppl": {s: schemes[s]["vs_full"]["dppl"] for s in SCHEMES if s in schemes},
+        # The paired per-token NLL difference and its standard error: whether a penalty is noise.
+        "dnll": {s: (schemes[s]["vs_full"]["paired_dnll_mean"], schemes[s]["vs_full"]["paired_dnll_se"])
+                 for s in SCHEMES if s in schemes},
     }
 
 
@@ -112,6 +117,8 @@ def main():
               + " | ".join(signed(r["dppl"].get(s)) for s in SCHEMES) + " |")
 
     print("\n## The issue's checks, per A/B pair trained alike\n")
+    print("ΔPPL of each model against its own full precision, with the paired ΔNLL per token ± its standard error "
+          "(nats) in brackets.\n")
     print("| seed | tokens | window | kurtosis rest A / B | ≥ 5×? | coarse Δ A vs B | larger for A? | fine Δ A vs B | "
           "larger for A? | PPL B / A − 1 | within 5 %? |")
     print("|---:|---:|---|---:|---|---:|---|---:|---|---:|---|")
@@ -126,8 +133,10 @@ def main():
         c_a, c_b = a["dppl"]["int8-coarse"], b["dppl"]["int8-coarse"]
         f_a, f_b = a["dppl"]["int8-fine"], b["dppl"]["int8-fine"]
         yes = lambda ok: "yes" if ok else "**no**"
+        nll = lambda r, s: "({:+.5f} ± {:.5f})".format(*r["dnll"][s])
         print(f"| {a['seed']} | {budget(a)} | {window(a)} | {ratio:.1f}× ({a['k_rest']:.2f} / {b['k_rest']:.2f}) | "
-              f"{yes(ratio >= 5)} | {c_a:+.4f} vs {c_b:+.4f} | {yes(c_a > c_b)} | {f_a:+.4f} vs {f_b:+.4f} | "
+              f"{yes(ratio >= 5)} | {c_a:+.4f} {nll(a, 'int8-coarse')} vs {c_b:+.4f} {nll(b, 'int8-coarse')} | "
+              f"{yes(c_a > c_b)} | {f_a:+.4f} {nll(a, 'int8-fine')} vs {f_b:+.4f} {nll(b, 'int8-fine')} | "
               f"{yes(f_a > f_b)} | {gap * 100:+.1f} % | {yes(abs(gap) <= 0.05)} |")
 
     main_pairs = [(a, b) for a, b in pairs if a["seq"] == 128 and not a["bos"]]
@@ -157,6 +166,22 @@ def main():
             xb = [b["dppl"][s] for _, b in main_pairs]
             print(f"| {s} ΔPPL | {statistics.mean(xa):+.4f} ± {statistics.stdev(xa):.4f} | "
                   f"{statistics.mean(xb):+.4f} ± {statistics.stdev(xb):.4f} | – |")
+
+    snapshots = []
+    for p in sorted((folder / "trajectory").glob("*.json")):
+        r = json.loads(p.read_text())
+        st = r["schemes"][0]["statistics"]
+        run, step = p.stem.rsplit("-", 1)
+        snapshots.append((run, int(step), r["schemes"][0]["perplexity"]["ppl"], st["hidden"]["kurtosis"]["first"],
+                          st["hidden"]["kurtosis"]["rest"], st["hidden"]["max_abs"]["first"], st["hidden"]["max_abs"]["rest"],
+                          st["attention"]["first_attn_pct"]))
+    if snapshots:
+        print("\n## Over training: the checkpoints written every tenth of the schedule\n")
+        print("The first 256 held-out windows, full precision only (`trajectory/`).\n")
+        print("| run | step | tokens | PPL | kurtosis first / rest | max \\|X\\| first / rest | %first-attn |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for run, step, ppl, kf, kr, mf, mr, fa in sorted(snapshots):
+            print(f"| {run} | {step} | {step * 2048 / 1e6:.1f} M | {ppl:.3f} | {kf:.1f} / {kr:.2f} | {mf:.1f} / {mr:.1f} | {fa:.2f} |")
 
     print("\n## Per-layer kurtosis (other tokens)\n")
     print("| run | " + " | ".join(f"layer {i + 1}" for i in range(max(len(r["k_rest_layers"]) for r in runs))) + " |")
