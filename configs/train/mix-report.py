@@ -147,20 +147,21 @@ def main():
         print("| quantity | A | B | A / B |")
         print("|---|---:|---:|---:|")
 
-        def row(label, key, digits):
-            xa = [a[key] if not callable(key) else key(a) for a, _ in main_pairs]
-            xb = [b[key] if not callable(key) else key(b) for _, b in main_pairs]
-            ratios = [x / y for x, y in zip(xa, xb)]
+        def row(label, key, digits, ratio=True):
+            xa = [a[key] for a, _ in main_pairs]
+            xb = [b[key] for _, b in main_pairs]
             ms = lambda xs, d: f"{statistics.mean(xs):.{d}f} ± {statistics.stdev(xs):.{d}f}"
-            print(f"| {label} | {ms(xa, digits)} | {ms(xb, digits)} | {ms(ratios, 2)} |")
+            # No ratio of percentages near zero (a sink rate of 0.05 % against 0.14 % says nothing).
+            r = ms([x / y for x, y in zip(xa, xb)], 2) if ratio else "–"
+            print(f"| {label} | {ms(xa, digits)} | {ms(xb, digits)} | {r} |")
 
         row("PPL (held out)", "ppl", 3)
         row("kurtosis, first token", "k_first", 2)
         row("kurtosis, other tokens", "k_rest", 2)
         row("max \\|X\\|, first token", "m_first", 1)
         row("max \\|X\\|, other tokens", "m_rest", 1)
-        row("%first-attn", "first_attn", 2)
-        row("sink rate %", "sink", 2)
+        row("%first-attn", "first_attn", 2, ratio=False)
+        row("sink rate %", "sink", 2, ratio=False)
         for s in ("int8-coarse", "int8-fine"):
             xa = [a["dppl"][s] for a, _ in main_pairs]
             xb = [b["dppl"][s] for _, b in main_pairs]
