@@ -60,6 +60,7 @@ def load(path: Path):
         "steps": meta.get("step"),
         "tokens": meta.get("tokens_seen"),
         "seq": training.get("seq_len"),
+        "lr": training.get("lr"),
         "bos": bool(training.get("bos_per_window", False)),
         "stopped_early": bool(meta.get("stopped_early", False)),
         "val_loss": meta.get("val_loss"),
@@ -98,19 +99,27 @@ def window(r):
     return f"{r['seq']}" + (" + BOS" if r["bos"] else "")
 
 
+MAIN_LR = 5e-3  # the tuned peak learning rate (sweep/sweep.md); other rates are side experiments
+
+
+def alike(r):
+    """What makes two runs a pair: everything but the recipe."""
+    return (r["seed"], r["steps"], r["seq"], r["bos"], r["lr"])
+
+
 def main():
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results/train/mix")
-    runs = sorted((load(p) for p in folder.glob("*.eval.json")), key=lambda r: (r["seq"], r["bos"], -r["steps"], r["seed"], r["recipe"]))
+    runs = sorted((load(p) for p in folder.glob("*.eval.json")), key=lambda r: (r["lr"] != MAIN_LR, r["seq"], r["bos"], -r["steps"], r["seed"], r["recipe"]))
     if not runs:
         sys.exit(f"mix-report: no *.eval.json in {folder}")
 
     print("## Every run\n")
     print("Held-out mix (`mix-heldout.txt`), every window of the run's length; statistics of the full-precision model.\n")
-    print("| run | recipe | seed | tokens | window | train min | val loss | PPL (held out) | kurtosis first / rest | "
+    print("| run | recipe | seed | tokens | window | peak lr | train min | val loss | PPL (held out) | kurtosis first / rest | "
           "max \\|X\\| first / rest | %first-attn | first-token share | sink % | " + " | ".join(f"{s} Δ" for s in SCHEMES) + " |")
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(SCHEMES))
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(SCHEMES))
     for r in runs:
-        print(f"| {r['name']} | {RECIPE_TEXT.get(r['recipe'], '?')} | {r['seed']} | {budget(r)} | {window(r)} | "
+        print(f"| {r['name']} | {RECIPE_TEXT.get(r['recipe'], '?')} | {r['seed']} | {budget(r)} | {window(r)} | {r['lr']:g} | "
               f"{f(r['minutes'], 1)} | {f(r['val_loss'], 4)} | {r['ppl']:.3f} ± {r['ppl_pm']:.3f} | "
               f"{f(r['k_first'], 1)} / {f(r['k_rest'], 2)} | {f(r['m_first'], 1)} / {f(r['m_rest'], 1)} | "
               f"{f(r['first_attn'])} | {f(r['first_share'], 3)} | {f(r['sink'])} | "
@@ -119,13 +128,13 @@ def main():
     print("\n## The issue's checks, per A/B pair trained alike\n")
     print("ΔPPL of each model against its own full precision, with the paired ΔNLL per token ± its standard error "
           "(nats) in brackets.\n")
-    print("| seed | tokens | window | kurtosis rest A / B | ≥ 5×? | coarse Δ A vs B | larger for A? | fine Δ A vs B | "
+    print("| seed | tokens | window | peak lr | kurtosis rest A / B | ≥ 5×? | coarse Δ A vs B | larger for A? | fine Δ A vs B | "
           "larger for A? | PPL B / A − 1 | within 5 %? |")
-    print("|---:|---:|---|---:|---|---:|---|---:|---|---:|---|")
+    print("|---:|---:|---|---:|---:|---|---:|---|---:|---|---:|---|")
     pairs = []
     for a in (r for r in runs if r["recipe"] == "A"):
         for b in (r for r in runs if r["recipe"] == "B"):
-            if (a["seed"], a["steps"], a["seq"], a["bos"]) == (b["seed"], b["steps"], b["seq"], b["bos"]):
+            if alike(a) == alike(b):
                 pairs.append((a, b))
     for a, b in pairs:
         ratio = a["k_rest"] / b["k_rest"]
@@ -134,14 +143,14 @@ def main():
         f_a, f_b = a["dppl"]["int8-fine"], b["dppl"]["int8-fine"]
         yes = lambda ok: "yes" if ok else "**no**"
         nll = lambda r, s: "({:+.5f} ± {:.5f})".format(*r["dnll"][s])
-        print(f"| {a['seed']} | {budget(a)} | {window(a)} | {ratio:.1f}× ({a['k_rest']:.2f} / {b['k_rest']:.2f}) | "
+        print(f"| {a['seed']} | {budget(a)} | {window(a)} | {a['lr']:g} | {ratio:.1f}× ({a['k_rest']:.2f} / {b['k_rest']:.2f}) | "
               f"{yes(ratio >= 5)} | {c_a:+.4f} {nll(a, 'int8-coarse')} vs {c_b:+.4f} {nll(b, 'int8-coarse')} | "
               f"{yes(c_a > c_b)} | {f_a:+.4f} {nll(a, 'int8-fine')} vs {f_b:+.4f} {nll(b, 'int8-fine')} | "
               f"{yes(f_a > f_b)} | {gap * 100:+.1f} % | {yes(abs(gap) <= 0.05)} |")
 
-    main_pairs = [(a, b) for a, b in pairs if a["seq"] == 128 and not a["bos"]]
+    main_pairs = [(a, b) for a, b in pairs if a["seq"] == 128 and not a["bos"] and a["lr"] == MAIN_LR]
     if len(main_pairs) >= 2:
-        print(f"\n## Over the {len(main_pairs)} seeds of the main recipe (window 128), mean ± standard deviation\n")
+        print(f"\n## Over the {len(main_pairs)} seeds of the main recipe (window 128, lr {MAIN_LR:g}), mean ± standard deviation\n")
         print("Seeds trained for different budgets are pooled as the issue asks (a shorter budget for seeds "
               "2 and 3); the per-pair rows above are the exact figures.\n")
         print("| quantity | A | B | A / B |")

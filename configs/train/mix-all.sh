@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 18: every run of the mixed-text study, two at a time (one thread each on a 2-core
+# machine), then the tables, the comparison and the per-layer curves.
+#
+#   configs/train/mix-all.sh            (from the repository root; QEVAL=path/to/qeval)
+#
+# A job starts when fewer than two `qeval` processes are running, so the list can also be
+# started while other runs finish (SKIP="A-s0 B-s0" leaves jobs out). Each job is
+# configs/train/mix-run.sh NAME RECIPE STEPS SEED [options].
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-results/train/mix}
+JOBS=(
+  "A-s0 A 10000 0"          # the final pair: 20.5 M tokens each
+  "B-s0 B 10000 0"
+  "A-s1 A 2500 1"           # seeds 2 and 3 on a quarter of the budget (5.1 M tokens)
+  "B-s1 B 2500 1"
+  "A-s2 A 2500 2"
+  "B-s2 B 2500 2"
+  "A-B-s1 A-B 2500 1"       # the ablations, beside seed 1
+  "B-A-s1 B-A 2500 1"
+  # First-token attention: windows of 512 that all open with BOS, as many tokens a step.
+  "A-s1-L512bos A 2500 1 --seq-len 512 --batch-size 4 --bos-per-window"
+  "B-s1-L512bos B 2500 1 --seq-len 512 --batch-size 4 --bos-per-window"
+  # Off the tuned learning rate: the issue's probe used 1e-2 (more outliers, a larger PPL gap).
+  "A-s1-lr1e-2 A 2500 1 --lr 1e-2"
+  "B-s1-lr1e-2 B 2500 1 --lr 1e-2"
+)
+running() { pgrep -x qeval | wc -l; }
+for job in "${JOBS[@]}"; do
+  read -r name _ <<< "$job"
+  [[ " ${SKIP:-} " == *" $name "* ]] && continue
+  while [ "$(running)" -ge 2 ]; do sleep 15; done
+  # shellcheck disable=SC2086  # the job's words are its arguments
+  configs/train/mix-run.sh $job &
+  sleep 15  # let it start its qeval before the next slot is counted
+done
+wait
+
+python3 configs/train/mix-report.py "$OUT" > "$OUT/summary.md"
+QEVAL=${QEVAL:-build/qeval}
+"$QEVAL" compare "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" > "$OUT/compare.md"
+"$QEVAL" compare "$OUT/A-s1.eval.json" "$OUT/A-B-s1.eval.json" "$OUT/B-A-s1.eval.json" "$OUT/B-s1.eval.json" \
+  > "$OUT/compare-ablations.md"
+"$QEVAL" plot "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" --out "$OUT/figures"
