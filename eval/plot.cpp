@@ -139,8 +139,9 @@ LayerCurves read_layer_curves(const nlohmann::json& record, const std::string& s
   return c;
 }
 
+// A layer a record lacks, or a value it did not have, is gnuplot's NaN (a gap in the curve).
 std::string cell(const std::vector<double>& v, std::size_t m) {
-  return m < v.size() && std::isfinite(v[m]) ? fmt::format("{:.9g}", v[m]) : std::string("NaN");
+  return m < v.size() && std::isfinite(v[m]) ? num(v[m]) : std::string("NaN");
 }
 
 // Record names as titles: the model's name, made unique by a suffix when two records share it.

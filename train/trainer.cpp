@@ -196,14 +196,13 @@ TrainResult run_training(TrainOptions o) {
                 config_to_json(ck.config).dump(), config_to_json(o.model).dump());
     try {
       resume_state = nlohmann::json::parse(read_file(o.resume / "train_state.json"));
-      const auto& saved = resume_state.at("training");
-      for (const char* key : {"seq_len", "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "clip", "seed"})
-        QEVAL_CHECK(saved.at(key) == o.to_json().at(key), "--resume {}: '{}' was {} in the run, this run has {}",
-                    source, key, saved.at(key).dump(), o.to_json().at(key).dump());
-      // Checkpoints from before the option existed trained without it.
-      QEVAL_CHECK(saved.value("bos_per_window", false) == o.bos_per_window,
-                  "--resume {}: the run {} --bos-per-window, this run {}", source,
-                  saved.value("bos_per_window", false) ? "had" : "did not have", o.bos_per_window ? "has it" : "does not");
+      nlohmann::json saved = resume_state.at("training");
+      if (!saved.contains("bos_per_window")) saved["bos_per_window"] = false;  // written before the option existed
+      const nlohmann::json now = o.to_json();
+      for (const char* key :
+           {"seq_len", "bos_per_window", "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "clip", "seed"})
+        QEVAL_CHECK(saved.at(key) == now.at(key), "--resume {}: '{}' was {} in the run, this run has {}", source, key,
+                    saved.at(key).dump(), now.at(key).dump());
       state.step = json_integer(resume_state.at("step"), "--resume " + source + ": train_state.json step");
       state.history = resume_state.at("history");
     } catch (const nlohmann::json::exception& e) {

@@ -101,8 +101,6 @@ class CapturingLinear final : public LinearDecorator {
     return inner_->forward(x);
   }
   mutable std::vector<at::Tensor> inputs;
-
- private:
 };
 
 TEST(LinearInputs, WrappedLogitsEqualUnwrappedBitForBit) {
