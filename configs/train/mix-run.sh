@@ -8,7 +8,7 @@
 #   B     OrthoAdam + softmax-1 + RMSNormSingle    (Kaul et al.'s recipe)
 #   A-B   Adam      + softmax-1 + RMSNormSingle    (ablation: B's architecture, A's optimizer)
 #   B-A   OrthoAdam + softmax   + LayerNorm        (ablation: A's architecture, B's optimizer)
-# Shared (chosen by configs/train/sweep.sh, results/train/mix/sweep.md): GPT-2 style (learned
+# Shared (configs/train/mix-recipes.sh; the lr chosen by sweep.sh, results/train/mix/sweep/sweep.md): GPT-2 style (learned
 # positions, GELU, biases, tied embeddings), d 128, 4 layers, 4 heads, 2,048 tokens a step
 # (seq 128 × batch 16 unless the extra options change them), peak lr $LR (5e-3), warm-up STEPS/10 then
 # cosine to 0.1·lr, β 0.9/0.95, clip 1, no weight decay, one thread. Extra options come last and
@@ -33,13 +33,9 @@ MIX=${MIX:-$HOME/.cache/qeval/train/mix}
 TOK="$DATA/models/stories260K/tok512.model"
 LR=${LR:-5e-3}
 
-case $RECIPE in
-  A) recipe=(--optimizer adam --softmax softmax --norm layernorm) ;;
-  B) recipe=(--optimizer orthoadam --softmax softmax1 --norm rmsnorm_single) ;;
-  A-B) recipe=(--optimizer adam --softmax softmax1 --norm rmsnorm_single) ;;
-  B-A) recipe=(--optimizer orthoadam --softmax softmax --norm layernorm) ;;
-  *) echo "mix-run.sh: RECIPE must be A, B, A-B or B-A, got '$RECIPE'" >&2; exit 2 ;;
-esac
+# shellcheck source=configs/train/mix-recipes.sh
+source "$(dirname "$0")/mix-recipes.sh"
+mix_recipe "$RECIPE" || exit 2
 
 mkdir -p "$OUT" "$MIX"
 python3 "$(dirname "$0")/mix.py" "$DATA" "$MIX" > "$MIX/mix.json"
@@ -47,10 +43,9 @@ python3 "$(dirname "$0")/mix.py" "$DATA" "$MIX" > "$MIX/mix.json"
 if [ "${SKIP_TRAIN:-0}" = 0 ]; then
   resume=()
   [ "${RESUME:-0}" = 0 ] || resume=(--resume "$OUT/$NAME")
-  "$QEVAL" train --arch gpt2 --d-model 128 --n-layers 4 --n-heads 4 --seq-len 128 --batch-size 16 \
-    --steps "$STEPS" --warmup $((STEPS / 10)) --lr "$LR" --min-lr-ratio 0.1 --clip 1 --beta2 0.95 \
-    --val-every $((STEPS / 10)) --val-windows 64 --checkpoint-every $((STEPS / 10)) --threads 1 \
-    --seed "$SEED" "${recipe[@]}" "${resume[@]}" \
+  "$QEVAL" train "${MIX_SHAPE[@]}" --steps "$STEPS" --warmup $((STEPS / 10)) --lr "$LR" \
+    --val-every $((STEPS / 10)) --val-windows 64 --checkpoint-every $((STEPS / 10)) \
+    --seed "$SEED" "${MIX_RECIPE[@]}" "${resume[@]}" \
     --data "$MIX/mix-train.txt" --tokenizer "$TOK" --out "$OUT/$NAME" "$@" \
     > "$OUT/$NAME.train.out" 2> "$OUT/$NAME.train.log"
 fi

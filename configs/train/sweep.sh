@@ -23,19 +23,20 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
 python3 "$(dirname "$0")/mix.py" "$DATA" "$WORK" > "$OUT/mix.json"
 
-train() {  # name lr recipe-options...
+# shellcheck source=configs/train/mix-recipes.sh
+source "$(dirname "$0")/mix-recipes.sh"
+train() {  # name lr recipe
   local name=$1 lr=$2
-  shift 2
-  "$QEVAL" train --arch gpt2 --d-model 128 --n-layers 4 --n-heads 4 --seq-len 128 --batch-size 16 \
-    --steps "$STEPS" --warmup "$WARMUP" --lr "$lr" --min-lr-ratio 0.1 --clip 1 --beta2 0.95 \
-    --val-every "$STEPS" --val-windows 64 --threads 1 --seed 0 "$@" \
+  mix_recipe "$3"
+  "$QEVAL" train "${MIX_SHAPE[@]}" --steps "$STEPS" --warmup "$WARMUP" --lr "$lr" \
+    --val-every "$STEPS" --val-windows 64 --seed 0 "${MIX_RECIPE[@]}" \
     --data "$WORK/mix-train.txt" --tokenizer "$DATA/models/stories260K/tok512.model" \
     --out "$WORK/$name" > "$OUT/$name.out" 2> "$OUT/$name.log"
 }
 for lr in $LRS; do
-  train "A-lr$lr$SUFFIX" "$lr" --optimizer adam --softmax softmax --norm layernorm &
+  train "A-lr$lr$SUFFIX" "$lr" A &
   a=$!
-  train "B-lr$lr$SUFFIX" "$lr" --optimizer orthoadam --softmax softmax1 --norm rmsnorm_single &
+  train "B-lr$lr$SUFFIX" "$lr" B &
   b=$!
   wait $a
   wait $b

@@ -1,0 +1,17 @@
+# Issue 18: the recipes of the mixed-text study, sourced by sweep.sh and mix-run.sh so that the
+# tuning and the final runs train exactly the same models.
+#   MIX_SHAPE: what every run shares (GPT-2 style, d 128, 4 layers, 4 heads, 2,048 tokens a step,
+#              cosine to 0.1·lr, β₂ 0.95, clip 1, no weight decay, one thread)
+#   mix_recipe RECIPE: the optimizer / attention / norm triple, into the array MIX_RECIPE
+MIX_SHAPE=(--arch gpt2 --d-model 128 --n-layers 4 --n-heads 4 --seq-len 128 --batch-size 16
+           --min-lr-ratio 0.1 --clip 1 --beta2 0.95 --threads 1)
+
+mix_recipe() {
+  case $1 in
+    A) MIX_RECIPE=(--optimizer adam --softmax softmax --norm layernorm) ;;                   # the baseline
+    B) MIX_RECIPE=(--optimizer orthoadam --softmax softmax1 --norm rmsnorm_single) ;;        # Kaul et al.
+    A-B) MIX_RECIPE=(--optimizer adam --softmax softmax1 --norm rmsnorm_single) ;;           # ablation
+    B-A) MIX_RECIPE=(--optimizer orthoadam --softmax softmax --norm layernorm) ;;            # ablation
+    *) echo "mix_recipe: RECIPE must be A, B, A-B or B-A, got '$1'" >&2; return 2 ;;
+  esac
+}
