@@ -13,7 +13,13 @@ OUT=${OUT:-results/train/mix}
 JOBS=(
   "A-s0 A 10000 0"          # the final pair: 20.5 M tokens each
   "B-s0 B 10000 0"
-  "A-s1 A 2500 1"           # seeds 2 and 3 on a quarter of the budget (5.1 M tokens)
+  "A-s1-10k A 10000 1"      # seeds 2 and 3 at the same budget
+  "B-s1-10k B 10000 1"
+  "A-s2-10k A 10000 2"
+  "B-s2-10k B 10000 2"
+  # Seeds 2 and 3 on a quarter of the budget (5.1 M tokens): the ablations, first-token, learning-rate
+  # and depth runs below use this budget and sit beside them.
+  "A-s1 A 2500 1"
   "B-s1 B 2500 1"
   "A-s2 A 2500 2"
   "B-s2 B 2500 2"
@@ -25,6 +31,9 @@ JOBS=(
   # Off the tuned learning rate: the issue's probe used 1e-2 (more outliers, a larger PPL gap).
   "A-s1-lr1e-2 A 2500 1 --lr 1e-2"
   "B-s1-lr1e-2 B 2500 1 --lr 1e-2"
+  # Depth probe: 8 layers instead of 4 (Adam's kurtosis grows layer by layer), seed 1's budget.
+  "A-s1-L8 A 2500 1 --n-layers 8"
+  "B-s1-L8 B 2500 1 --n-layers 8"
 )
 running() { pgrep -x qeval | wc -l; }
 for job in "${JOBS[@]}"; do
@@ -37,6 +46,7 @@ for job in "${JOBS[@]}"; do
 done
 wait
 
+configs/train/mix-by-source.sh A-s0 B-s0 A-s1-10k B-s1-10k A-s2-10k B-s2-10k
 python3 configs/train/mix-report.py "$OUT" > "$OUT/summary.md"
 QEVAL=${QEVAL:-build/qeval}
 "$QEVAL" compare "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" > "$OUT/compare.md"

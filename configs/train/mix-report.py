@@ -57,6 +57,7 @@ def load(path: Path):
         "name": name,
         "recipe": RECIPES.get((cfg.get("optimizer"), cfg["attention_softmax"], cfg["norm"]), "?"),
         "seed": training.get("seed"),
+        "arch": (cfg["d_model"], cfg["n_layers"]),
         "steps": meta.get("step"),
         "tokens": meta.get("tokens_seen"),
         "seq": training.get("seq_len"),
@@ -100,11 +101,72 @@ def window(r):
 
 
 MAIN_LR = 5e-3  # the tuned peak learning rate (sweep/sweep.md); other rates are side experiments
+MAIN_ARCH = (128, 4)  # d_model, layers of the study's model; other shapes are probes
+
+
+def seed_means(pairs):
+    """Mean ± standard deviation over seeds trained alike (one budget), A beside B."""
+    a0 = pairs[0][0]
+    print(f"\n## Over the {len(pairs)} seeds of the main recipe at {budget(a0)} tokens (window 128, lr {MAIN_LR:g}), "
+          "mean ± standard deviation\n")
+    print("Seeds " + ", ".join(str(a["seed"]) for a, _ in pairs) + "; the per-pair rows above are the exact figures.\n")
+    print("| quantity | A | B | A / B |")
+    print("|---|---:|---:|---:|")
+    ms = lambda xs, d: f"{statistics.mean(xs):.{d}f} ± {statistics.stdev(xs):.{d}f}"
+
+    def row(label, key, digits, ratio=True):
+        xa = [a[key] for a, _ in pairs]
+        xb = [b[key] for _, b in pairs]
+        # No ratio of percentages near zero (a sink rate of 0.05 % against 0.14 % says nothing).
+        r = ms([x / y for x, y in zip(xa, xb)], 2) if ratio else "–"
+        print(f"| {label} | {ms(xa, digits)} | {ms(xb, digits)} | {r} |")
+
+    row("PPL (held out)", "ppl", 3)
+    row("kurtosis, first token", "k_first", 2)
+    row("kurtosis, other tokens", "k_rest", 2)
+    row("max \\|X\\|, first token", "m_first", 1)
+    row("max \\|X\\|, other tokens", "m_rest", 1)
+    row("%first-attn", "first_attn", 2, ratio=False)
+    row("sink rate %", "sink", 2, ratio=False)
+    for s in ("int8-coarse", "int8-fine"):
+        xa = [a["dppl"][s] for a, _ in pairs]
+        xb = [b["dppl"][s] for _, b in pairs]
+        print(f"| {s} ΔPPL | {statistics.mean(xa):+.4f} ± {statistics.stdev(xa):.4f} | "
+              f"{statistics.mean(xb):+.4f} ± {statistics.stdev(xb):.4f} | – |")
+
+
+SOURCES = ["tinystories", "austen", "tinyshakespeare", "c4"]
+
+
+def by_source(folder, runs):
+    """The full-precision statistics on each held-out source alone (configs/train/mix-by-source.sh)."""
+    rows = []
+    for r in runs:
+        for source in SOURCES:
+            p = folder / "by-source" / f"{r['name']}.{source}.eval.json"
+            if p.exists():
+                rows.append((r, source, load(p)))
+    if not rows:
+        return
+    print("\n## Per held-out source\n")
+    print("Each source's held-out documents alone (`heldout-SOURCE.txt` of mix.py), full precision, every window of the "
+          "run's length (`by-source/`). A / B: the kurtosis (rest) ratio against the B run trained alike.\n")
+    print("| run | source | tokens | PPL | kurtosis first / rest | max \\|X\\| first / rest | %first-attn | A / B kurtosis rest |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    stats = {(r["name"], source): x for r, source, x in rows}
+    for r, source, x in rows:
+        ratio = "–"
+        if r["recipe"] == "A":
+            twin = next((b for b in runs if b["recipe"] == "B" and alike(b) == alike(r)), None)
+            if twin and (twin["name"], source) in stats:
+                ratio = f"{x['k_rest'] / stats[(twin['name'], source)]['k_rest']:.1f}×"
+        print(f"| {r['name']} | {source} | {x['eval_tokens']} | {x['ppl']:.3f} | {x['k_first']:.1f} / {x['k_rest']:.2f} | "
+              f"{x['m_first']:.1f} / {x['m_rest']:.1f} | {f(x['first_attn'])} | {ratio} |")
 
 
 def alike(r):
     """What makes two runs a pair: everything but the recipe."""
-    return (r["seed"], r["steps"], r["seq"], r["bos"], r["lr"])
+    return (r["seed"], r["steps"], r["seq"], r["bos"], r["lr"], r["arch"])
 
 
 def main():
@@ -148,34 +210,14 @@ def main():
               f"{yes(c_a > c_b)} | {f_a:+.4f} {nll(a, 'int8-fine')} vs {f_b:+.4f} {nll(b, 'int8-fine')} | "
               f"{yes(f_a > f_b)} | {gap * 100:+.1f} % | {yes(abs(gap) <= 0.05)} |")
 
-    main_pairs = [(a, b) for a, b in pairs if a["seq"] == 128 and not a["bos"] and a["lr"] == MAIN_LR]
-    if len(main_pairs) >= 2:
-        print(f"\n## Over the {len(main_pairs)} seeds of the main recipe (window 128, lr {MAIN_LR:g}), mean ± standard deviation\n")
-        print("Seeds trained for different budgets are pooled as the issue asks (a shorter budget for seeds "
-              "2 and 3); the per-pair rows above are the exact figures.\n")
-        print("| quantity | A | B | A / B |")
-        print("|---|---:|---:|---:|")
+    main_pairs = [(a, b) for a, b in pairs if a["seq"] == 128 and not a["bos"] and a["lr"] == MAIN_LR
+                  and a["arch"] == b["arch"] == MAIN_ARCH]
+    for steps in sorted({a["steps"] for a, _ in main_pairs}, reverse=True):
+        seeds = [(a, b) for a, b in main_pairs if a["steps"] == steps]
+        if len(seeds) >= 2:
+            seed_means(seeds)
 
-        def row(label, key, digits, ratio=True):
-            xa = [a[key] for a, _ in main_pairs]
-            xb = [b[key] for _, b in main_pairs]
-            ms = lambda xs, d: f"{statistics.mean(xs):.{d}f} ± {statistics.stdev(xs):.{d}f}"
-            # No ratio of percentages near zero (a sink rate of 0.05 % against 0.14 % says nothing).
-            r = ms([x / y for x, y in zip(xa, xb)], 2) if ratio else "–"
-            print(f"| {label} | {ms(xa, digits)} | {ms(xb, digits)} | {r} |")
-
-        row("PPL (held out)", "ppl", 3)
-        row("kurtosis, first token", "k_first", 2)
-        row("kurtosis, other tokens", "k_rest", 2)
-        row("max \\|X\\|, first token", "m_first", 1)
-        row("max \\|X\\|, other tokens", "m_rest", 1)
-        row("%first-attn", "first_attn", 2, ratio=False)
-        row("sink rate %", "sink", 2, ratio=False)
-        for s in ("int8-coarse", "int8-fine"):
-            xa = [a["dppl"][s] for a, _ in main_pairs]
-            xb = [b["dppl"][s] for _, b in main_pairs]
-            print(f"| {s} ΔPPL | {statistics.mean(xa):+.4f} ± {statistics.stdev(xa):.4f} | "
-                  f"{statistics.mean(xb):+.4f} ± {statistics.stdev(xb):.4f} | – |")
+    by_source(folder, runs)
 
     snapshots = []
     for p in sorted((folder / "trajectory").glob("*.json")):

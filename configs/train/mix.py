@@ -13,7 +13,9 @@ Split: within each source, document i (0-based, file order) is held out when i %
 (5 %), trained on otherwise. Each side's documents are then shuffled together with Python's
 random.Random(0), so the trainer's own validation windows (the last 5 % of its stream) are a mix
 too. Writes OUT_DIR/mix-train.txt and mix-heldout.txt (documents separated by blank lines, as
-`--text-split paragraph` reads them) and mix.json (documents and characters per source and side).
+`--text-split paragraph` reads them), mix.json (documents and characters per source and side)
+and heldout-SOURCE.txt: each source's held-out documents alone, in file order, for the
+statistics per source (configs/train/mix-by-source.sh).
 """
 import json
 import os
@@ -62,9 +64,11 @@ def main(data, out):
         heldout += h
         manifest[name] = {"train_documents": len(t), "train_chars": sum(map(len, t)),
                           "heldout_documents": len(h), "heldout_chars": sum(map(len, h))}
+    out.mkdir(parents=True, exist_ok=True)
+    for name, docs in sources.items():
+        write_atomic(out / f"heldout-{name}.txt", "\n\n".join(d for i, d in enumerate(docs) if i % 20 == 19) + "\n")
     random.Random(0).shuffle(train)
     random.Random(0).shuffle(heldout)
-    out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "mix-train.txt", "\n\n".join(train) + "\n")
     write_atomic(out / "mix-heldout.txt", "\n\n".join(heldout) + "\n")
     write_atomic(out / "mix.json", json.dumps(manifest, indent=1) + "\n")
