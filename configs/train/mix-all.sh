@@ -46,10 +46,18 @@ for job in "${JOBS[@]}"; do
 done
 wait
 
-configs/train/mix-by-source.sh A-s0 B-s0 A-s1-10k B-s1-10k A-s2-10k B-s2-10k
+SEEDS="A-s0 B-s0 A-s1-10k B-s1-10k A-s2-10k B-s2-10k"
+# shellcheck disable=SC2086  # the run names are separate arguments
+configs/train/mix-by-source.sh $SEEDS
+# shellcheck disable=SC2086
+configs/train/mix-fine-split.sh $SEEDS
+# shellcheck disable=SC2046  # one argument per run folder
+python3 configs/train/mix-weights.py $(for r in $SEEDS A-s1 B-s1 A-B-s1 B-A-s1; do echo "$OUT/$r"; done) > "$OUT/weights.md"
 python3 configs/train/mix-report.py "$OUT" > "$OUT/summary.md"
 QEVAL=${QEVAL:-build/qeval}
 "$QEVAL" compare "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" > "$OUT/compare.md"
+# shellcheck disable=SC2046  # one argument per record
+"$QEVAL" compare $(for r in $SEEDS; do echo "$OUT/$r.eval.json"; done) > "$OUT/compare-seeds.md"
 "$QEVAL" compare "$OUT/A-s1.eval.json" "$OUT/A-B-s1.eval.json" "$OUT/B-A-s1.eval.json" "$OUT/B-s1.eval.json" \
   > "$OUT/compare-ablations.md"
 "$QEVAL" plot "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" --out "$OUT/figures"
