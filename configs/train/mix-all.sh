@@ -34,6 +34,9 @@ JOBS=(
   # Depth probe: 8 layers instead of 4 (Adam's kurtosis grows layer by layer), seed 1's budget.
   "A-s1-L8 A 2500 1 --n-layers 8"
   "B-s1-L8 B 2500 1 --n-layers 8"
+  # Width probe: d 256 instead of 128 (3.4 M parameters), seed 1's budget.
+  "A-s1-d256 A 2500 1 --d-model 256"
+  "B-s1-d256 B 2500 1 --d-model 256"
 )
 running() { pgrep -x qeval | wc -l; }
 for job in "${JOBS[@]}"; do

@@ -190,7 +190,7 @@ def main():
     print("\n## The issue's checks, per A/B pair trained alike\n")
     print("ΔPPL of each model against its own full precision, with the paired ΔNLL per token ± its standard error "
           "(nats) in brackets.\n")
-    print("| seed | layers | tokens | window | peak lr | kurtosis rest A / B | ≥ 5×? | coarse Δ A vs B | larger for A? | fine Δ A vs B | "
+    print("| seed | d × layers | tokens | window | peak lr | kurtosis rest A / B | ≥ 5×? | coarse Δ A vs B | larger for A? | fine Δ A vs B | "
           "larger for A? | PPL B / A − 1 | within 5 %? |")
     print("|---:|---:|---:|---|---:|---:|---|---:|---|---:|---|---:|---|")
     pairs = []
@@ -205,7 +205,7 @@ def main():
         f_a, f_b = a["dppl"]["int8-fine"], b["dppl"]["int8-fine"]
         yes = lambda ok: "yes" if ok else "**no**"
         nll = lambda r, s: "({:+.5f} ± {:.5f})".format(*r["dnll"][s])
-        print(f"| {a['seed']} | {a['arch'][1]} | {budget(a)} | {window(a)} | {a['lr']:g} | {ratio:.1f}× ({a['k_rest']:.2f} / {b['k_rest']:.2f}) | "
+        print(f"| {a['seed']} | {a['arch'][0]} × {a['arch'][1]} | {budget(a)} | {window(a)} | {a['lr']:g} | {ratio:.1f}× ({a['k_rest']:.2f} / {b['k_rest']:.2f}) | "
               f"{yes(ratio >= 5)} | {c_a:+.4f} {nll(a, 'int8-coarse')} vs {c_b:+.4f} {nll(b, 'int8-coarse')} | "
               f"{yes(c_a > c_b)} | {f_a:+.4f} {nll(a, 'int8-fine')} vs {f_b:+.4f} {nll(b, 'int8-fine')} | "
               f"{yes(f_a > f_b)} | {gap * 100:+.1f} % | {yes(abs(gap) <= 0.05)} |")
