@@ -9,7 +9,9 @@
 # two recipes side by side for each learning rate.
 #   configs/train/sweep.sh [STEPS (300)] [LRS ("1e-3 3e-3 1e-2 3e-2")]
 #   (from the repository root; QEVAL=path/to/qeval OUT=folder WARMUP=steps, default STEPS/10;
-#   a run with another warm-up is named A-lr3e-3-wu10; the table covers every run in OUT)
+#   a run with another warm-up is named A-lr3e-3-wu10; the table covers every run in OUT;
+#   EXTRA="--d-model 256" appends `qeval train` options to every run, for another model shape:
+#   give it its own OUT)
 set -euo pipefail
 QEVAL=${QEVAL:-build/qeval}
 OUT=${OUT:-results/train/mix/sweep}
@@ -18,6 +20,7 @@ STEPS=${1:-300}
 LRS=${2:-"1e-3 3e-3 1e-2 3e-2"}
 WARMUP=${WARMUP:-$((STEPS / 10))}
 SUFFIX=$([[ $WARMUP == $((STEPS / 10)) ]] || echo "-wu$WARMUP")
+read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
@@ -31,7 +34,7 @@ train() {  # name lr recipe
   "$QEVAL" train "${MIX_SHAPE[@]}" --steps "$STEPS" --warmup "$WARMUP" --lr "$lr" \
     --val-every "$STEPS" --val-windows 64 --seed 0 "${MIX_RECIPE[@]}" \
     --data "$WORK/mix-train.txt" --tokenizer "$DATA/models/stories260K/tok512.model" \
-    --out "$WORK/$name" > "$OUT/$name.out" 2> "$OUT/$name.log"
+    --out "$WORK/$name" "${EXTRA_ARGS[@]}" > "$OUT/$name.out" 2> "$OUT/$name.log"
 }
 for lr in $LRS; do
   train "A-lr$lr$SUFFIX" "$lr" A &
