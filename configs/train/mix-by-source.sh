@@ -16,14 +16,12 @@ SOURCES=(tinystories austen tinyshakespeare c4)
 
 mkdir -p "$OUT/by-source" "$MIX"
 python3 "$(dirname "$0")/mix.py" "$DATA" "$MIX" > /dev/null  # deterministic: writes heldout-SOURCE.txt
+# shellcheck source=configs/train/mix-recipes.sh
+source "$(dirname "$0")/mix-recipes.sh"
 for run in "$@"; do
-  read -r seq bos < <(python3 -c 'import json, sys
-t = json.load(open(sys.argv[1]))["training"]
-print(t["seq_len"], 1 if t.get("bos_per_window") else 0)' "$OUT/$run/train_state.json")
-  bos_flag=()
-  [ "$bos" = 0 ] || bos_flag=(--bos-per-window)
+  mix_eval_window "$OUT/$run"
   for source in "${SOURCES[@]}"; do
-    "$QEVAL" eval --model "$OUT/$run" --data "$MIX/heldout-$source.txt" --seq-len "$seq" "${bos_flag[@]}" \
+    "$QEVAL" eval --model "$OUT/$run" --data "$MIX/heldout-$source.txt" "${MIX_WINDOW[@]}" \
       --schemes full --threads 1 --quiet \
       --out "$OUT/by-source/$run.$source.eval.json" > "$OUT/by-source/$run.$source.eval.md"
   done

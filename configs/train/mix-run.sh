@@ -52,11 +52,7 @@ fi
 
 # The evaluation uses the run's own window length and BOS convention (read back from the
 # checkpoint, so SKIP_TRAIN=1 needs no options).
-read -r seq bos < <(python3 -c 'import json, sys
-t = json.load(open(sys.argv[1]))["training"]
-print(t["seq_len"], 1 if t.get("bos_per_window") else 0)' "$OUT/$NAME/train_state.json")
-bos_flag=()
-[ "$bos" = 0 ] || bos_flag=(--bos-per-window)
-"$QEVAL" eval --model "$OUT/$NAME" --data "$MIX/mix-heldout.txt" --seq-len "$seq" "${bos_flag[@]}" \
+mix_eval_window "$OUT/$NAME"
+"$QEVAL" eval --model "$OUT/$NAME" --data "$MIX/mix-heldout.txt" "${MIX_WINDOW[@]}" \
   --schemes full,int8-coarse,int8-moderate,int8-fine,int8-vectorwise,w4-zeropoint --threads 1 \
   --out "$OUT/$NAME.eval.json" > "$OUT/$NAME.eval.md" 2> "$OUT/$NAME.eval.log"
