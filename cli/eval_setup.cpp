@@ -85,6 +85,9 @@ std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
 }
 
 EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
+  // LibTorch's pool only: OpenBLAS's is left at its default, because its bits change with its
+  // thread count (an AVX2 EPYC: 1 and 2 threads differ), and evaluation results must not depend
+  // on --threads. (`train` sets both: kernels/compute_threads.h.)
   if (a.threads > 0) at::set_num_threads(a.threads);
   std::vector<TransformSpec> transforms;
   for (const auto& text : a.transforms) transforms.push_back(parse_transform(text));  // bad specs fail before loading

@@ -1,7 +1,6 @@
 // `qeval train`: small-scale training of GPT-2- and Llama-style models with the paper's
 // switches (softmax / softmax-1, layernorm / rmsnorm / rmsnorm_single, biases, positions) and
 // Adam, AdamW, OrthoAdam or SGD, producing checkpoints `qeval eval` loads (train/trainer.h).
-#include <ATen/Parallel.h>
 #include <fmt/core.h>
 
 #include <cmath>
@@ -10,6 +9,7 @@
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "kernels/compute_threads.h"
 #include "train/trainer.h"
 
 namespace qeval::cli {
@@ -87,7 +87,7 @@ ModelConfig model_config(const TrainArgs& a) {
 }
 
 void run_train(const TrainArgs& a) {
-  if (a.threads > 0) at::set_num_threads(a.threads);
+  if (a.threads > 0) kernels::set_compute_threads(a.threads);
   const std::optional<std::string> data_dir = a.data_dir.empty() ? std::nullopt : std::optional<std::string>(a.data_dir);
   train::TrainOptions o;
   o.model = model_config(a);
