@@ -11,16 +11,27 @@ namespace {
 
 using dt = dnnl::memory::data_type;
 
-bool onednn_fp32_available() {
-  // oneDNN always has a reference implementation ("ref:any"); only a JIT one is worth dispatching to.
-  static const bool available = [] {
-    try {
-      return cpu::onednn_matmul(dt::f32, dt::f32, 16, 64, 16, false)->impl.rfind("ref", 0) != 0;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return available;
+std::string onednn_fp32_impl() {
+  try {
+    return cpu::onednn_matmul(dt::f32, dt::f32, 16, 64, 16, false)->impl;
+  } catch (const dnnl::error&) {
+    return "none";
+  }
+}
+
+// oneDNN always has a reference implementation ("ref:any"); only a JIT one is worth forcing.
+bool onednn_fp32_jit() {
+  static const bool jit = onednn_fp32_impl().rfind("ref", 0) != 0 && onednn_fp32_impl() != "none";
+  return jit;
+}
+
+// What `automatic` dispatches to: only oneDNN's brgemm (AVX-512 and newer), which never splits
+// the reduction across threads. Its other JIT path, gemm:jit (what an AVX2 CPU gets), splits K
+// when the output is small (M 3, K 4096, N 8 on an AVX2 EPYC: 1 and 2 threads differ in the
+// last bit), so the evaluator's bits would depend on --threads; there LibTorch's BLAS is used.
+bool onednn_fp32_automatic() {
+  static const bool brgemm = onednn_fp32_impl().rfind("brg", 0) == 0;
+  return brgemm;
 }
 
 bool onednn_can_run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
@@ -57,11 +68,11 @@ Fp32GemmBackend fp32_gemm_cpu_backend() {
     const std::string forced = env ? env : "";
     if (forced == "aten") return Fp32GemmBackend::aten;
     if (forced == "onednn") {
-      TORCH_CHECK(onednn_fp32_available(), "QEVAL_FP32_GEMM=onednn: oneDNN has no JIT fp32 matmul for this CPU");
+      TORCH_CHECK(onednn_fp32_jit(), "QEVAL_FP32_GEMM=onednn: oneDNN has no JIT fp32 matmul for this CPU");
       return Fp32GemmBackend::onednn;
     }
     TORCH_CHECK(forced.empty(), "QEVAL_FP32_GEMM=", forced, ": expected aten or onednn (or unset)");
-    return onednn_fp32_available() ? Fp32GemmBackend::onednn : Fp32GemmBackend::aten;
+    return onednn_fp32_automatic() ? Fp32GemmBackend::onednn : Fp32GemmBackend::aten;
   }();
   return chosen;
 }

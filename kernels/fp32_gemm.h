@@ -2,8 +2,9 @@
 // to whatever BLAS is installed; Debian's OpenBLAS 0.3.21 does not know this machine's CPU
 // generation and runs its AVX2 (Haswell) kernel at ~100 GFLOP/s on 2 cores, while oneDNN's
 // brgemm uses AVX-512 at ~450 (bench/results/). So on the CPU the dispatch prefers oneDNN's
-// matmul (primitives cached by shape, the weight read in place) whenever oneDNN has a JIT
-// implementation, and LibTorch's at::linear otherwise (other dtypes, devices, non-contiguous
+// matmul (primitives cached by shape, the weight read in place) whenever oneDNN's implementation
+// is brgemm (AVX-512 and newer; its gemm:jit path on AVX2 CPUs splits the reduction across
+// threads), and LibTorch's at::linear otherwise (other dtypes, devices, non-contiguous
 // inputs, and whenever autograd wants gradients: oneDNN runs outside it, so training keeps
 // LibTorch's differentiable op). Results depend on neither the batch size (callers run one sequence per call) nor the
 // thread count (oneDNN's fp32 brgemm does not split the reduction; tests/kernels check it).

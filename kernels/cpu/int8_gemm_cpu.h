@@ -13,13 +13,20 @@ namespace qeval::kernels::cpu {
 // Readable reference: one int32 dot product per output (kernels/cpu/int8_gemm_reference.cpp).
 at::Tensor int8_matmul_acc_reference(const at::Tensor& a, const at::Tensor& b);
 
+// The same sums through LibTorch's float64 GEMM (kernels/cpu/int8_gemm_float64.cpp): exact,
+// since |Σ| ≤ 127² · K < 2³¹ and every partial sum is an integer, which float64 holds exactly.
+at::Tensor int8_matmul_acc_float64(const at::Tensor& a, const at::Tensor& b);
+
 // oneDNN matmul s8 × s8 → f32 (s32 accumulation), primitives cached by shape (kernels/cpu/int8_gemm_onednn.cpp).
 at::Tensor int8_matmul_acc_onednn(const at::Tensor& a, const at::Tensor& b);
 
 // oneDNN's name for the implementation it uses at this shape ("brg:avx512_core_amx", ...).
 std::string onednn_int8_impl(std::int64_t M, std::int64_t K, std::int64_t N);
 
-// Whether oneDNN has an int8 matmul implementation on this CPU (checked once).
-bool onednn_int8_available();
+// Whether oneDNN has a JIT int8 matmul on this CPU (checked once).
+bool onednn_int8_jit();
+// Whether that matmul also computes the exact sums: a self-test on operands whose adjacent
+// products overflow 16 bits, against the reference (checked once). False without VNNI.
+bool onednn_int8_exact();
 
 }  // namespace qeval::kernels::cpu

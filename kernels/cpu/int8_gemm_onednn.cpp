@@ -31,16 +31,39 @@ at::Tensor int8_matmul_acc_onednn(const at::Tensor& a, const at::Tensor& b) {
 
 std::string onednn_int8_impl(std::int64_t M, std::int64_t K, std::int64_t N) { return primitive_for(M, K, N)->impl; }
 
-bool onednn_int8_available() {
+bool onednn_int8_jit() {
   // oneDNN always has a reference implementation ("ref:any"); only a JIT one is worth dispatching to.
-  static const bool available = [] {
+  static const bool jit = [] {
     try {
       return primitive_for(16, 64, 16)->impl.rfind("ref", 0) != 0;
     } catch (const dnnl::error&) {
       return false;
     }
   }();
-  return available;
+  return jit;
+}
+
+bool onednn_int8_exact() {
+  // Without VNNI, oneDNN multiplies s8 × s8 as (a + 128) u8 × b s8 with vpmaddubsw, which adds
+  // adjacent products into a saturating int16: 255 · 127 · 2 does not fit. Operands at the int8
+  // extremes (and a pseudo-random part, so that a sign pattern cannot hide it) expose that.
+  static const bool exact = [] {
+    if (!onednn_int8_jit()) return false;
+    const std::int64_t M = 4, K = 96, N = 8;
+    at::Tensor a = at::empty({M, K}, at::TensorOptions().dtype(at::kChar));
+    at::Tensor b = at::empty({N, K}, at::TensorOptions().dtype(at::kChar));
+    auto* pa = a.data_ptr<std::int8_t>();
+    auto* pb = b.data_ptr<std::int8_t>();
+    std::uint32_t state = 12345;
+    auto next = [&state] {
+      state = state * 1664525u + 1013904223u;
+      return static_cast<std::int8_t>(static_cast<int>(state >> 24) - 128);
+    };
+    for (std::int64_t i = 0; i < M * K; ++i) pa[i] = i < 2 * K ? (i < K ? 127 : -128) : next();
+    for (std::int64_t i = 0; i < N * K; ++i) pb[i] = i < 2 * K ? (i < K ? 127 : -128) : next();
+    return at::equal(int8_matmul_acc_onednn(a, b), int8_matmul_acc_reference(a, b));
+  }();
+  return exact;
 }
 
 }  // namespace qeval::kernels::cpu

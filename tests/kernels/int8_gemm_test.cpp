@@ -25,7 +25,7 @@ struct Shape {
 
 class Int8GemmShapes : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(Int8GemmShapes, ReferenceAndOnednnEqualExactProducts) {
+TEST_P(Int8GemmShapes, IntegerBackendsEqualExactProducts) {
   const Shape s = GetParam();
   at::manual_seed(s.M * 1000003 + s.K * 101 + s.N);
   at::Tensor a = random_int8(s.M, s.K), b = random_int8(s.N, s.K);
@@ -34,7 +34,9 @@ TEST_P(Int8GemmShapes, ReferenceAndOnednnEqualExactProducts) {
   ASSERT_LT(expected.abs().max().item<std::int64_t>(), std::int64_t{1} << 24);
   expected = expected.to(at::kFloat);
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
-  ASSERT_TRUE(cpu::onednn_int8_available()) << "oneDNN has no JIT int8 matmul on this CPU";
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float64), expected));
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b), expected)) << "automatic";
+  if (!cpu::onednn_int8_exact()) GTEST_SKIP() << "oneDNN's int8 matmul is not exact on this CPU (no VNNI): dispatch uses float64";
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected))
       << "oneDNN implementation " << cpu::onednn_int8_impl(s.M, s.K, s.N);
 }
@@ -62,8 +64,13 @@ TEST(Int8Gemm, LargeSumsAreExactBeforeTheOneRoundingToFloat) {
   EXPECT_EQ(exact[1][1].item<std::int64_t>(), 127LL * 127 * K);
   EXPECT_GT(exact.abs().max().item<std::int64_t>(), std::int64_t{1} << 25);
   at::Tensor expected = exact.to(at::kFloat);  // int64 -> float32 rounds to nearest, once
-  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float64), expected));
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b), expected)) << "automatic";
+  // The dispatch's self-test must agree with what oneDNN computes here: exact, or not used.
+  if (cpu::onednn_int8_jit())
+    EXPECT_EQ(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected), cpu::onednn_int8_exact())
+        << "oneDNN implementation " << cpu::onednn_int8_impl(2, K, 3);
 }
 
 TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
@@ -78,14 +85,19 @@ TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
       at::Tensor expected = exact_products(a, b).to(at::kDouble) * sa.to(at::kDouble).reshape({-1, 1}) *
                                 sb.to(at::kDouble).reshape({1, -1}) +
                             bias.to(at::kDouble);
-      for (auto backend : {Int8GemmBackend::reference, Int8GemmBackend::onednn, Int8GemmBackend::automatic}) {
+      for (auto backend : {Int8GemmBackend::reference, Int8GemmBackend::float64, Int8GemmBackend::onednn,
+                           Int8GemmBackend::automatic}) {
+        if (backend == Int8GemmBackend::onednn && !cpu::onednn_int8_exact()) continue;
         at::Tensor got = int8_gemm(a, b, sa, sb, bias, backend);
         // Two float multiplies and an add after an exact sum: a few float32 ulps.
         EXPECT_TRUE(test::tensors_close(got, expected, 1e-6, 1e-6)) << to_string(backend);
       }
       // Integer backends apply the scales identically: bit-equal floats.
-      EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::onednn),
+      EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::float64),
                                       int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::reference)));
+      if (cpu::onednn_int8_exact())
+        EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::onednn),
+                                        int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::reference)));
       // The fallback sums in float: equal to float rounding (K = 45 terms).
       EXPECT_TRUE(test::tensors_close(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::dequantize_fallback), expected,
                                       1e-5 * expected.abs().max().item<double>(), 1e-5));
@@ -97,16 +109,17 @@ TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
                                   exact_products(a, b).to(at::kFloat)));
 }
 
-TEST(Int8Gemm, AutomaticDispatchPicksOnednnAndTheFallbackIsAvailable) {
+TEST(Int8Gemm, AutomaticDispatchPicksAnExactIntegerBackendAndTheFallbackIsAvailable) {
   at::Tensor a = random_int8(4, 8), b = random_int8(5, 8);
-  EXPECT_EQ(int8_gemm_backend_for(a, b), Int8GemmBackend::onednn);
+  EXPECT_EQ(int8_gemm_backend_for(a, b), cpu::onednn_int8_exact() ? Int8GemmBackend::onednn : Int8GemmBackend::float64);
+  EXPECT_EQ(parse_int8_gemm_backend("float64"), Int8GemmBackend::float64);
   EXPECT_THROW(int8_matmul_acc(a, b, Int8GemmBackend::dequantize_fallback), c10::Error);
   EXPECT_EQ(parse_int8_gemm_backend("dequantize_fallback"), Int8GemmBackend::dequantize_fallback);
   try {
     parse_int8_gemm_backend("mkl");
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("automatic, reference, onednn, dequantize_fallback"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("automatic, reference, onednn, float64, dequantize_fallback"), std::string::npos)
         << e.what();
   }
 }
