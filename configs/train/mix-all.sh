@@ -37,6 +37,11 @@ JOBS=(
   # Width probe: d 256 instead of 128 (3.4 M parameters), seed 1's budget.
   "A-s1-d256 A 2500 1 --d-model 256"
   "B-s1-d256 B 2500 1 --d-model 256"
+  # The d-256 pair at each recipe's own tuned lr (sweep-d256/sweep.md: A 2e-3, B 3e-3) on the
+  # quarter budget, seed 0; and A on seed 1, beside the width probe's 5e-3 (A-s1-d256).
+  "A-d256-s0 A 2500 0 --d-model 256 --lr 2e-3"
+  "B-d256-s0 B 2500 0 --d-model 256 --lr 3e-3"
+  "A-d256-s1 A 2500 1 --d-model 256 --lr 2e-3"
 )
 running() { pgrep -x qeval | wc -l; }
 for job in "${JOBS[@]}"; do

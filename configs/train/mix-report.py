@@ -7,9 +7,10 @@ Reads every DIR/NAME.eval.json written by configs/train/mix-run.sh (and NAME.tra
 training time) and prints, in Markdown:
   1. every run: recipe, seed, budget, window, validation loss, held-out PPL, the outlier
      statistics of the full-precision model and the ΔPPL of every scheme;
-  2. the issue's must-show checks for every A/B pair trained alike (same seed, steps and window):
-     kurtosis (rest) of A ≥ 5× B's, int8-coarse and int8-fine penalties larger for A, PPL within 5 %;
-  3. mean ± standard deviation over the seeds of the main recipe (seq 128) for A and B;
+  2. the issue's must-show checks for every A/B pair trained alike (same shape, seed, steps and
+     window; one learning rate, or each recipe at its tuned one): kurtosis (rest) of A ≥ 5× B's,
+     int8-coarse and int8-fine penalties larger for A, PPL within 5 %;
+  3. mean ± standard deviation over the seeds of each shape's tuned pair (seq 128), per budget;
   4. the statistics over training, from DIR/trajectory/RUN-STEP.json (checkpoints evaluated
      on the first 256 held-out windows), and the per-layer kurtosis of every run.
 Only the standard library: the numbers come from the records, nothing is recomputed.
@@ -100,15 +101,23 @@ def window(r):
     return f"{r['seq']}" + (" + BOS" if r["bos"] else "")
 
 
-MAIN_LR = 5e-3  # the tuned peak learning rate (sweep/sweep.md); other rates are side experiments
-MAIN_ARCH = (128, 4)  # d_model, layers of the study's model; other shapes are probes
+# Each model shape's peak learning rate per recipe, picked by its sweep (sweep/sweep.md for d 128,
+# sweep-d256/sweep.md for d 256); runs at other rates are side experiments or probes.
+TUNED_LR = {
+    (128, 4): {"A": 5e-3, "B": 5e-3},
+    (256, 4): {"A": 2e-3, "B": 3e-3},
+}
+
+
+def tuned(r):
+    return TUNED_LR.get(r["arch"], {}).get(r["recipe"]) == r["lr"]
 
 
 def seed_means(pairs):
-    """Mean ± standard deviation over seeds trained alike (one budget), A beside B."""
-    a0 = pairs[0][0]
-    print(f"\n## Over the {len(pairs)} seeds of the main recipe at {budget(a0)} tokens (window 128, lr {MAIN_LR:g}), "
-          "mean ± standard deviation\n")
+    """Mean ± standard deviation over seeds trained alike (one shape, one budget), A beside B."""
+    a0, b0 = pairs[0]
+    print(f"\n## Over the {len(pairs)} seeds at d {a0['arch'][0]} × {a0['arch'][1]} layers, {budget(a0)} tokens "
+          f"(window 128, tuned lr: A {a0['lr']:g}, B {b0['lr']:g}), mean ± standard deviation\n")
     print("Seeds " + ", ".join(str(a["seed"]) for a, _ in pairs) + "; the per-pair rows above are the exact figures.\n")
     print("| quantity | A | B | A / B |")
     print("|---|---:|---:|---:|")
@@ -157,7 +166,7 @@ def by_source(folder, runs):
     for r, source, x in rows:
         ratio = "–"
         if r["recipe"] == "A":
-            twin = next((b for b in runs if b["recipe"] == "B" and alike(b) == alike(r)), None)
+            twin = next((b for b in runs if b["recipe"] == "B" and paired(r, b)), None)
             if twin and (twin["name"], source) in stats:
                 ratio = f"{x['k_rest'] / stats[(twin['name'], source)]['k_rest']:.1f}×"
         print(f"| {r['name']} | {source} | {x['eval_tokens']} | {x['ppl']:.3f} | {x['k_first']:.1f} / {x['k_rest']:.2f} | "
@@ -165,13 +174,22 @@ def by_source(folder, runs):
 
 
 def alike(r):
-    """What makes two runs a pair: everything but the recipe."""
-    return (r["seed"], r["steps"], r["seq"], r["bos"], r["lr"], r["arch"])
+    """What two runs of a pair share: everything but the recipe and the peak learning rate."""
+    return (r["seed"], r["steps"], r["seq"], r["bos"], r["arch"])
+
+
+def paired(a, b):
+    """A pair is trained alike, either at one learning rate or each at its recipe's tuned rate."""
+    return alike(a) == alike(b) and (a["lr"] == b["lr"] or (tuned(a) and tuned(b)))
+
+
+def lr_text(a, b):
+    return f"{a['lr']:g}" if a["lr"] == b["lr"] else f"{a['lr']:g} / {b['lr']:g}"
 
 
 def main():
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results/train/mix")
-    runs = sorted((load(p) for p in folder.glob("*.eval.json")), key=lambda r: (r["lr"] != MAIN_LR, r["seq"], r["bos"], -r["steps"], r["seed"], r["recipe"]))
+    runs = sorted((load(p) for p in folder.glob("*.eval.json")), key=lambda r: (r["arch"], not tuned(r), r["seq"], r["bos"], -r["steps"], r["seed"], r["recipe"]))
     if not runs:
         sys.exit(f"mix-report: no *.eval.json in {folder}")
 
@@ -196,7 +214,7 @@ def main():
     pairs = []
     for a in (r for r in runs if r["recipe"] == "A"):
         for b in (r for r in runs if r["recipe"] == "B"):
-            if alike(a) == alike(b):
+            if paired(a, b):
                 pairs.append((a, b))
     for a, b in pairs:
         ratio = a["k_rest"] / b["k_rest"]
@@ -205,15 +223,14 @@ def main():
         f_a, f_b = a["dppl"]["int8-fine"], b["dppl"]["int8-fine"]
         yes = lambda ok: "yes" if ok else "**no**"
         nll = lambda r, s: "({:+.5f} ± {:.5f})".format(*r["dnll"][s])
-        print(f"| {a['seed']} | {a['arch'][0]} × {a['arch'][1]} | {budget(a)} | {window(a)} | {a['lr']:g} | {ratio:.1f}× ({a['k_rest']:.2f} / {b['k_rest']:.2f}) | "
+        print(f"| {a['seed']} | {a['arch'][0]} × {a['arch'][1]} | {budget(a)} | {window(a)} | {lr_text(a, b)} | {ratio:.1f}× ({a['k_rest']:.2f} / {b['k_rest']:.2f}) | "
               f"{yes(ratio >= 5)} | {c_a:+.4f} {nll(a, 'int8-coarse')} vs {c_b:+.4f} {nll(b, 'int8-coarse')} | "
               f"{yes(c_a > c_b)} | {f_a:+.4f} {nll(a, 'int8-fine')} vs {f_b:+.4f} {nll(b, 'int8-fine')} | "
               f"{yes(f_a > f_b)} | {gap * 100:+.1f} % | {yes(abs(gap) <= 0.05)} |")
 
-    main_pairs = [(a, b) for a, b in pairs if a["seq"] == 128 and not a["bos"] and a["lr"] == MAIN_LR
-                  and a["arch"] == b["arch"] == MAIN_ARCH]
-    for steps in sorted({a["steps"] for a, _ in main_pairs}, reverse=True):
-        seeds = [(a, b) for a, b in main_pairs if a["steps"] == steps]
+    tuned_pairs = [(a, b) for a, b in pairs if a["seq"] == 128 and not a["bos"] and tuned(a) and tuned(b)]
+    for arch, steps in sorted({(a["arch"], a["steps"]) for a, _ in tuned_pairs}, key=lambda k: (k[0], -k[1])):
+        seeds = [(a, b) for a, b in tuned_pairs if (a["arch"], a["steps"]) == (arch, steps)]
         if len(seeds) >= 2:
             seed_means(seeds)
 
