@@ -2,7 +2,8 @@
 // (and oneDNN's, which runs on it), but not the BLAS library LibTorch calls for float matmul:
 // Debian's OpenBLAS (the pthreads build, scripts/setup) keeps its own pool of one thread per
 // core. Without this, `qeval train --threads 1` still ran every sgemm on two threads, and two
-// "one-thread" runs side by side fought over two cores (2.2k instead of 3.5k tokens/s at d 256).
+// "one-thread" runs side by side fought over two cores (d 256 on an AVX2 EPYC: about 2.2k tokens/s
+// a run instead of 2.7k).
 #pragma once
 
 #include <optional>
