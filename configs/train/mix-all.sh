@@ -64,6 +64,7 @@ python3 configs/train/mix-weights.py $(for r in $SEEDS A-s1 B-s1 A-B-s1 B-A-s1; 
 python3 configs/train/mix-report.py "$OUT" > "$OUT/summary.md"
 QEVAL=${QEVAL:-build/qeval}
 "$QEVAL" compare "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" > "$OUT/compare.md"
+"$QEVAL" compare "$OUT/A-d256-s0.eval.json" "$OUT/B-d256-s0.eval.json" > "$OUT/compare-d256.md"
 # shellcheck disable=SC2046  # one argument per record
 "$QEVAL" compare $(for r in $SEEDS; do echo "$OUT/$r.eval.json"; done) > "$OUT/compare-seeds.md"
 "$QEVAL" compare "$OUT/A-s1.eval.json" "$OUT/A-B-s1.eval.json" "$OUT/B-A-s1.eval.json" "$OUT/B-s1.eval.json" \
