@@ -11,28 +11,26 @@ namespace {
 
 using dt = dnnl::memory::data_type;
 
-std::string onednn_fp32_impl() {
-  try {
-    return cpu::onednn_matmul(dt::f32, dt::f32, 16, 64, 16, false)->impl;
-  } catch (const dnnl::error&) {
-    return "none";
-  }
+// oneDNN's fp32 matmul implementation on this CPU ("none" if it has none), looked up once.
+const std::string& onednn_fp32_impl() {
+  static const std::string impl = [] {
+    try {
+      return cpu::onednn_matmul(dt::f32, dt::f32, 16, 64, 16, false)->impl;
+    } catch (const dnnl::error&) {
+      return std::string("none");
+    }
+  }();
+  return impl;
 }
 
 // oneDNN always has a reference implementation ("ref:any"); only a JIT one is worth forcing.
-bool onednn_fp32_jit() {
-  static const bool jit = onednn_fp32_impl().rfind("ref", 0) != 0 && onednn_fp32_impl() != "none";
-  return jit;
-}
+bool onednn_fp32_jit() { return onednn_fp32_impl() != "none" && onednn_fp32_impl().rfind("ref", 0) != 0; }
 
 // What `automatic` dispatches to: only oneDNN's brgemm (AVX-512 and newer), which never splits
 // the reduction across threads. Its other JIT path, gemm:jit (what an AVX2 CPU gets), splits K
 // when the output is small (M 3, K 4096, N 8 on an AVX2 EPYC: 1 and 2 threads differ in the
 // last bit), so the evaluator's bits would depend on --threads; there LibTorch's BLAS is used.
-bool onednn_fp32_automatic() {
-  static const bool brgemm = onednn_fp32_impl().rfind("brg", 0) == 0;
-  return brgemm;
-}
+bool onednn_fp32_automatic() { return onednn_fp32_impl().rfind("brg", 0) == 0; }
 
 bool onednn_can_run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
   auto plain = [](const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(); };
@@ -79,7 +77,7 @@ Fp32GemmBackend fp32_gemm_cpu_backend() {
 
 std::string fp32_gemm_description() {
   if (fp32_gemm_cpu_backend() == Fp32GemmBackend::onednn)
-    return "onednn (" + cpu::onednn_matmul(dt::f32, dt::f32, 16, 64, 16, false)->impl + ")";
+    return "onednn (" + onednn_fp32_impl() + ")";
   return "aten (LibTorch at::linear, BLAS)";
 }
 
