@@ -42,6 +42,10 @@ JOBS=(
   "A-d256-s0 A 2500 0 --d-model 256 --lr 2e-3"
   "B-d256-s0 B 2500 0 --d-model 256 --lr 3e-3"
   "A-d256-s1 A 2500 1 --d-model 256 --lr 2e-3"
+  # The same tuned d-256 pair on twice the tokens (10.2 M; warm-up and schedule scale with the
+  # steps): whether more tokens move the kurtosis ratio at d 256, as 4x the tokens did at d 128.
+  "A-d256-s0-5k A 5000 0 --d-model 256 --lr 2e-3"
+  "B-d256-s0-5k B 5000 0 --d-model 256 --lr 3e-3"
 )
 running() { pgrep -x qeval | wc -l; }
 for job in "${JOBS[@]}"; do
@@ -65,6 +69,7 @@ python3 configs/train/mix-report.py "$OUT" > "$OUT/summary.md"
 QEVAL=${QEVAL:-build/qeval}
 "$QEVAL" compare "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" > "$OUT/compare.md"
 "$QEVAL" compare "$OUT/A-d256-s0.eval.json" "$OUT/B-d256-s0.eval.json" > "$OUT/compare-d256.md"
+"$QEVAL" compare "$OUT/A-d256-s0-5k.eval.json" "$OUT/B-d256-s0-5k.eval.json" > "$OUT/compare-d256-5k.md"
 # shellcheck disable=SC2046  # one argument per record
 "$QEVAL" compare $(for r in $SEEDS; do echo "$OUT/$r.eval.json"; done) > "$OUT/compare-seeds.md"
 "$QEVAL" compare "$OUT/A-s1.eval.json" "$OUT/A-B-s1.eval.json" "$OUT/B-A-s1.eval.json" "$OUT/B-s1.eval.json" \

@@ -13,9 +13,11 @@ namespace qeval::kernels::cpu {
 // Readable reference: one int32 dot product per output (kernels/cpu/int8_gemm_reference.cpp).
 at::Tensor int8_matmul_acc_reference(const at::Tensor& a, const at::Tensor& b);
 
-// The same sums through LibTorch's float64 GEMM (kernels/cpu/int8_gemm_float64.cpp): exact,
-// since |Σ| ≤ 127² · K < 2³¹ and every partial sum is an integer, which float64 holds exactly.
-at::Tensor int8_matmul_acc_float64(const at::Tensor& a, const at::Tensor& b);
+// The same sums through LibTorch's float GEMMs (kernels/cpu/int8_gemm_float.cpp): every partial
+// sum is an integer of magnitude ≤ 128² · K, which float32 holds exactly up to K = 1024 (2²⁴) and
+// float64 beyond, so the result is exact in any summation order.
+constexpr std::int64_t kMaxFloat32ExactK = 1024;
+at::Tensor int8_matmul_acc_float(const at::Tensor& a, const at::Tensor& b);
 
 // oneDNN matmul s8 × s8 → f32 (s32 accumulation), primitives cached by shape (kernels/cpu/int8_gemm_onednn.cpp).
 at::Tensor int8_matmul_acc_onednn(const at::Tensor& a, const at::Tensor& b);

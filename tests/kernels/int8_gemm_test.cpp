@@ -34,9 +34,9 @@ TEST_P(Int8GemmShapes, IntegerBackendsEqualExactProducts) {
   ASSERT_LT(expected.abs().max().item<std::int64_t>(), std::int64_t{1} << 24);
   expected = expected.to(at::kFloat);
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
-  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float64), expected));
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float_exact), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b), expected)) << "automatic";
-  if (!cpu::onednn_int8_exact()) GTEST_SKIP() << "oneDNN's int8 matmul is not exact on this CPU (no VNNI): dispatch uses float64";
+  if (!cpu::onednn_int8_exact()) GTEST_SKIP() << "oneDNN's int8 matmul is not exact on this CPU (no VNNI): dispatch uses float_exact";
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected))
       << "oneDNN implementation " << cpu::onednn_int8_impl(s.M, s.K, s.N);
 }
@@ -65,12 +65,34 @@ TEST(Int8Gemm, LargeSumsAreExactBeforeTheOneRoundingToFloat) {
   EXPECT_GT(exact.abs().max().item<std::int64_t>(), std::int64_t{1} << 25);
   at::Tensor expected = exact.to(at::kFloat);  // int64 -> float32 rounds to nearest, once
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
-  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float64), expected));
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float_exact), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b), expected)) << "automatic";
   // The dispatch's self-test must agree with what oneDNN computes here: exact, or not used.
   if (cpu::onednn_int8_jit())
     EXPECT_EQ(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected), cpu::onednn_int8_exact())
         << "oneDNN implementation " << cpu::onednn_int8_impl(2, K, 3);
+}
+
+TEST(Int8Gemm, FloatExactIsExactOnBothSidesOfTheFloat32Bound) {
+  // float_exact sums in float32 up to K = 1024, where the largest possible sum, (-128)·(-128)·1024,
+  // is 2^24, the last integer of a run float32 holds without gaps; beyond, in float64. Each K here
+  // has a row pair at that extreme, a row pair of 127 · 127 products with one odd term, whose
+  // partial sums pass 2^24 for K > 1040 (float32 summing them in sequence would round them), and
+  // random rows.
+  for (std::int64_t K : {1023, 1024, 1025, 1500}) {
+    at::manual_seed(K);
+    at::Tensor a = random_int8(4, K, -128, 128), b = random_int8(4, K, -128, 128);
+    a[0].fill_(-128);
+    b[0].fill_(-128);
+    a[1].fill_(127);
+    b[1].fill_(127);
+    a[1][0] = 1;
+    at::Tensor exact = exact_products(a, b);
+    EXPECT_EQ(exact[0][0].item<std::int64_t>(), 128LL * 128 * K);
+    at::Tensor expected = exact.to(at::kFloat);
+    EXPECT_TRUE(test::tensors_equal(cpu::int8_matmul_acc_float(a, b), expected)) << "K " << K;
+    EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected)) << "K " << K;
+  }
 }
 
 TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
@@ -85,7 +107,7 @@ TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
       at::Tensor expected = exact_products(a, b).to(at::kDouble) * sa.to(at::kDouble).reshape({-1, 1}) *
                                 sb.to(at::kDouble).reshape({1, -1}) +
                             bias.to(at::kDouble);
-      for (auto backend : {Int8GemmBackend::reference, Int8GemmBackend::float64, Int8GemmBackend::onednn,
+      for (auto backend : {Int8GemmBackend::reference, Int8GemmBackend::float_exact, Int8GemmBackend::onednn,
                            Int8GemmBackend::automatic}) {
         if (backend == Int8GemmBackend::onednn && !cpu::onednn_int8_exact()) continue;
         at::Tensor got = int8_gemm(a, b, sa, sb, bias, backend);
@@ -93,7 +115,7 @@ TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
         EXPECT_TRUE(test::tensors_close(got, expected, 1e-6, 1e-6)) << to_string(backend);
       }
       // Integer backends apply the scales identically: bit-equal floats.
-      EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::float64),
+      EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::float_exact),
                                       int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::reference)));
       if (cpu::onednn_int8_exact())
         EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::onednn),
@@ -111,15 +133,15 @@ TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
 
 TEST(Int8Gemm, AutomaticDispatchPicksAnExactIntegerBackendAndTheFallbackIsAvailable) {
   at::Tensor a = random_int8(4, 8), b = random_int8(5, 8);
-  EXPECT_EQ(int8_gemm_backend_for(a, b), cpu::onednn_int8_exact() ? Int8GemmBackend::onednn : Int8GemmBackend::float64);
-  EXPECT_EQ(parse_int8_gemm_backend("float64"), Int8GemmBackend::float64);
+  EXPECT_EQ(int8_gemm_backend_for(a, b), cpu::onednn_int8_exact() ? Int8GemmBackend::onednn : Int8GemmBackend::float_exact);
+  EXPECT_EQ(parse_int8_gemm_backend("float_exact"), Int8GemmBackend::float_exact);
   EXPECT_THROW(int8_matmul_acc(a, b, Int8GemmBackend::dequantize_fallback), c10::Error);
   EXPECT_EQ(parse_int8_gemm_backend("dequantize_fallback"), Int8GemmBackend::dequantize_fallback);
   try {
     parse_int8_gemm_backend("mkl");
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("automatic, reference, onednn, float64, dequantize_fallback"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("automatic, reference, onednn, float_exact, dequantize_fallback"), std::string::npos)
         << e.what();
   }
 }
