@@ -46,6 +46,10 @@ JOBS=(
   # steps): whether more tokens move the kurtosis ratio at d 256, as 4x the tokens did at d 128.
   "A-d256-s0-5k A 5000 0 --d-model 256 --lr 2e-3"
   "B-d256-s0-5k B 5000 0 --d-model 256 --lr 3e-3"
+  # And on the full budget of the d-128 seeds (20.5 M tokens): 2.1 h (A) and 2.8 h (B) side by
+  # side on the AVX2 EPYC; add --time-limit MINUTES to stop with a checkpoint, RESUME=1 to go on.
+  "A-d256-s0-10k A 10000 0 --d-model 256 --lr 2e-3"
+  "B-d256-s0-10k B 10000 0 --d-model 256 --lr 3e-3"
 )
 running() { pgrep -x qeval | wc -l; }
 for job in "${JOBS[@]}"; do
@@ -70,6 +74,7 @@ QEVAL=${QEVAL:-build/qeval}
 "$QEVAL" compare "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" > "$OUT/compare.md"
 "$QEVAL" compare "$OUT/A-d256-s0.eval.json" "$OUT/B-d256-s0.eval.json" > "$OUT/compare-d256.md"
 "$QEVAL" compare "$OUT/A-d256-s0-5k.eval.json" "$OUT/B-d256-s0-5k.eval.json" > "$OUT/compare-d256-5k.md"
+"$QEVAL" compare "$OUT/A-d256-s0-10k.eval.json" "$OUT/B-d256-s0-10k.eval.json" > "$OUT/compare-d256-10k.md"
 # shellcheck disable=SC2046  # one argument per record
 "$QEVAL" compare $(for r in $SEEDS; do echo "$OUT/$r.eval.json"; done) > "$OUT/compare-seeds.md"
 "$QEVAL" compare "$OUT/A-s1.eval.json" "$OUT/A-B-s1.eval.json" "$OUT/B-A-s1.eval.json" "$OUT/B-s1.eval.json" \
