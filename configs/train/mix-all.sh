@@ -47,7 +47,8 @@ JOBS=(
   "A-d256-s0-5k A 5000 0 --d-model 256 --lr 2e-3"
   "B-d256-s0-5k B 5000 0 --d-model 256 --lr 3e-3"
   # And on the full budget of the d-128 seeds (20.5 M tokens): 2.1 h (A) and 2.8 h (B) side by
-  # side on the AVX2 EPYC; add --time-limit MINUTES to stop with a checkpoint, RESUME=1 to go on.
+  # side on the AVX2 EPYC, 99 and 132 min on a Zen 4 EPYC; add --time-limit MINUTES to stop with a
+  # checkpoint, RESUME=1 to go on (on the same machine: the checkpoints are ignored).
   "A-d256-s0-10k A 10000 0 --d-model 256 --lr 2e-3"
   "B-d256-s0-10k B 10000 0 --d-model 256 --lr 3e-3"
 )
