@@ -51,6 +51,12 @@ JOBS=(
   # checkpoint, RESUME=1 to go on (on the same machine: the checkpoints are ignored).
   "A-d256-s0-10k A 10000 0 --d-model 256 --lr 2e-3"
   "B-d256-s0-10k B 10000 0 --d-model 256 --lr 3e-3"
+  # Seeds 1 and 2 of that pair, on the same full budget: Adam's outliers grow while the lr is
+  # near its peak (trajectory/), so a shorter schedule would not test the same thing.
+  "A-d256-s1-10k A 10000 1 --d-model 256 --lr 2e-3"
+  "B-d256-s1-10k B 10000 1 --d-model 256 --lr 3e-3"
+  "A-d256-s2-10k A 10000 2 --d-model 256 --lr 2e-3"
+  "B-d256-s2-10k B 10000 2 --d-model 256 --lr 3e-3"
 )
 running() { pgrep -x qeval | wc -l; }
 for job in "${JOBS[@]}"; do
@@ -76,6 +82,9 @@ QEVAL=${QEVAL:-build/qeval}
 "$QEVAL" compare "$OUT/A-d256-s0.eval.json" "$OUT/B-d256-s0.eval.json" > "$OUT/compare-d256.md"
 "$QEVAL" compare "$OUT/A-d256-s0-5k.eval.json" "$OUT/B-d256-s0-5k.eval.json" > "$OUT/compare-d256-5k.md"
 "$QEVAL" compare "$OUT/A-d256-s0-10k.eval.json" "$OUT/B-d256-s0-10k.eval.json" > "$OUT/compare-d256-10k.md"
+D256_SEEDS="A-d256-s0-10k B-d256-s0-10k A-d256-s1-10k B-d256-s1-10k A-d256-s2-10k B-d256-s2-10k"
+# shellcheck disable=SC2046  # one argument per record
+"$QEVAL" compare $(for r in $D256_SEEDS; do echo "$OUT/$r.eval.json"; done) > "$OUT/compare-d256-seeds.md"
 # shellcheck disable=SC2046  # one argument per record
 "$QEVAL" compare $(for r in $SEEDS; do echo "$OUT/$r.eval.json"; done) > "$OUT/compare-seeds.md"
 "$QEVAL" compare "$OUT/A-s1.eval.json" "$OUT/A-B-s1.eval.json" "$OUT/B-A-s1.eval.json" "$OUT/B-s1.eval.json" \

@@ -157,7 +157,7 @@ TEST(Cli, ReadmeGateExamplePassesAgainstTheCommittedBaseline) {
   EXPECT_EQ(check.status, 0) << check.output;
   EXPECT_TRUE(contains(check.output, "PASS")) << check.output;
 
-  r = test::run_qeval("eval -q --config configs/ci/eval.json --model results/train/mix/A-s0 --out " + adam, "", repo);
+  r = test::run_qeval("eval -q --config configs/ci/eval.json --model results/train/mix/A-d256-s0-10k --out " + adam, "", repo);
   ASSERT_EQ(r.status, 0) << r.output;
   check = test::run_qeval(gate + adam, "", repo);
   EXPECT_EQ(check.status, 1) << check.output;
