@@ -11,6 +11,7 @@ training time) and prints, in Markdown:
      window; one learning rate, or each recipe at its tuned one): kurtosis (rest) of A ≥ 5× B's,
      int8-coarse and int8-fine penalties larger for A, PPL within 5 %;
   3. mean ± standard deviation over the seeds of each shape's tuned pair (seq 128), per budget;
+     and the ablations: every set of the four recipes trained alike, side by side;
   4. the statistics over training, from DIR/trajectory/RUN-STEP.json (checkpoints evaluated
      on the first 256 held-out windows), and the per-layer kurtosis of every run.
 Only the standard library: the numbers come from the records, nothing is recomputed.
@@ -40,8 +41,10 @@ SCHEMES = ["int8-coarse", "int8-moderate", "int8-fine", "int8-vectorwise", "w4-z
 def train_minutes(log: Path):
     if not log.exists():
         return None
-    times = re.findall(r"elapsed (\d+):(\d+)", log.read_text())
-    return int(times[-1][0]) + int(times[-1][1]) / 60 if times else None
+    times = [int(m) + int(s) / 60 for m, s in re.findall(r"elapsed (\d+):(\d+)", log.read_text())]
+    # A resumed run's log is its segments one after another; each segment's clock starts at 0.
+    total = sum(t for t, after in zip(times, times[1:]) if after < t)
+    return total + times[-1] if times else None
 
 
 def load(path: Path):
@@ -144,6 +147,36 @@ def seed_means(pairs):
               f"{statistics.mean(xb):+.4f} ± {statistics.stdev(xb):.4f} | – |")
 
 
+# Which optimizer and which architecture (attention + norm) each recipe has; an ablation takes
+# the learning rate of the recipe whose optimizer it shares.
+RECIPE_PARTS = {"A": ("Adam", "softmax + LayerNorm"), "A-B": ("Adam", "softmax-1 + RMSNormSingle"),
+                "B-A": ("OrthoAdam", "softmax + LayerNorm"), "B": ("OrthoAdam", "softmax-1 + RMSNormSingle")}
+
+
+def ablations(runs):
+    """Every group of the four recipes trained alike (same shape, seed, budget, window), one table each."""
+    groups = {}
+    for r in runs:
+        groups.setdefault(alike(r), {}).setdefault(r["recipe"], r)
+    for key, group in groups.items():
+        if set(group) != set(RECIPE_PARTS):
+            continue
+        a = group["A"]
+        print(f"\n## Ablations at d {a['arch'][0]} × {a['arch'][1]} layers, seed {a['seed']}, {budget(a)} tokens, "
+              f"window {window(a)}\n")
+        print("Peak learning rates (an ablation takes that of the recipe whose optimizer it has): " + ", ".join(f"{n} {group[n]['lr']:g}" for n in RECIPE_PARTS)
+              + ". ΔNLL: paired, nats a token ± se.\n")
+        print("| run | optimizer | attention + norm | PPL | kurtosis first / rest | max \\|X\\| first / rest | %first-attn | "
+              "sink % | coarse ΔNLL | fine ΔNLL | w4 ΔPPL |")
+        print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        nll = lambda r, s: "{:+.5f} ± {:.5f}".format(*r["dnll"][s])
+        for name, (optimizer, arch) in RECIPE_PARTS.items():
+            r = group[name]
+            print(f"| {r['name']} | {optimizer} | {arch} | {r['ppl']:.3f} | {f(r['k_first'], 1)} / {f(r['k_rest'], 2)} | "
+                  f"{f(r['m_first'], 1)} / {f(r['m_rest'], 1)} | {f(r['first_attn'])} | {f(r['sink'])} | "
+                  f"{nll(r, 'int8-coarse')} | {nll(r, 'int8-fine')} | {signed(r['dppl'].get('w4-zeropoint'))} |")
+
+
 SOURCES = ["tinystories", "austen", "tinyshakespeare", "c4"]
 
 
@@ -234,6 +267,7 @@ def main():
         if len(seeds) >= 2:
             seed_means(seeds)
 
+    ablations(runs)
     by_source(folder, runs)
 
     snapshots = []
