@@ -57,6 +57,10 @@ JOBS=(
   "B-d256-s1-10k B 10000 1 --d-model 256 --lr 3e-3"
   "A-d256-s2-10k A 10000 2 --d-model 256 --lr 2e-3"
   "B-d256-s2-10k B 10000 2 --d-model 256 --lr 3e-3"
+  # The ablations of that pair, seed 0, full budget; each at the lr of the recipe whose
+  # optimizer it has (A-B: Adam's 2e-3; B-A: OrthoAdam's 3e-3).
+  "A-B-d256-s0-10k A-B 10000 0 --d-model 256 --lr 2e-3"
+  "B-A-d256-s0-10k B-A 10000 0 --d-model 256 --lr 3e-3"
 )
 running() { pgrep -x qeval | wc -l; }
 for job in "${JOBS[@]}"; do
@@ -89,4 +93,5 @@ D256_SEEDS="A-d256-s0-10k B-d256-s0-10k A-d256-s1-10k B-d256-s1-10k A-d256-s2-10
 "$QEVAL" compare $(for r in $SEEDS; do echo "$OUT/$r.eval.json"; done) > "$OUT/compare-seeds.md"
 "$QEVAL" compare "$OUT/A-s1.eval.json" "$OUT/A-B-s1.eval.json" "$OUT/B-A-s1.eval.json" "$OUT/B-s1.eval.json" \
   > "$OUT/compare-ablations.md"
+"$QEVAL" compare "$OUT"/{A,A-B,B-A,B}-d256-s0-10k.eval.json > "$OUT/compare-ablations-d256.md"
 "$QEVAL" plot "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" --out "$OUT/figures"
