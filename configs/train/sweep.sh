@@ -11,7 +11,7 @@
 #   (from the repository root; QEVAL=path/to/qeval OUT=folder WARMUP=steps, default STEPS/10;
 #   a run with another warm-up is named A-lr3e-3-wu10; the table covers every run in OUT;
 #   EXTRA="--d-model 256" appends `qeval train` options to every run, for another model shape:
-#   give it its own OUT)
+#   give it its own OUT; RECIPES="A" sweeps one recipe, e.g. on a core the other has left free)
 set -euo pipefail
 QEVAL=${QEVAL:-build/qeval}
 OUT=${OUT:-results/train/mix/sweep}
@@ -37,12 +37,12 @@ train() {  # name lr recipe
     --out "$WORK/$name" "${EXTRA_ARGS[@]}" > "$OUT/$name.out" 2> "$OUT/$name.log"
 }
 for lr in $LRS; do
-  train "A-lr$lr$SUFFIX" "$lr" A &
-  a=$!
-  train "B-lr$lr$SUFFIX" "$lr" B &
-  b=$!
-  wait $a
-  wait $b
+  pids=()
+  for recipe in ${RECIPES:-A B}; do
+    train "$recipe-lr$lr$SUFFIX" "$lr" "$recipe" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
 done
 
 {
