@@ -29,12 +29,11 @@ RECIPES = {  # (optimizer, softmax, norm) -> name used by mix-run.sh
     ("adam", "softmax1", "rmsnorm_single"): "A-B",
     ("orthoadam", "softmax", "layernorm"): "B-A",
 }
-RECIPE_TEXT = {
-    "A": "Adam + softmax + LayerNorm",
-    "B": "OrthoAdam + softmax-1 + RMSNormSingle",
-    "A-B": "Adam + softmax-1 + RMSNormSingle",
-    "B-A": "OrthoAdam + softmax + LayerNorm",
-}
+# Each recipe's optimizer and architecture (attention + norm); an ablation takes the learning
+# rate of the recipe whose optimizer it has.
+RECIPE_PARTS = {"A": ("Adam", "softmax + LayerNorm"), "A-B": ("Adam", "softmax-1 + RMSNormSingle"),
+                "B-A": ("OrthoAdam", "softmax + LayerNorm"), "B": ("OrthoAdam", "softmax-1 + RMSNormSingle")}
+RECIPE_TEXT = {name: f"{optimizer} + {arch}" for name, (optimizer, arch) in RECIPE_PARTS.items()}
 SCHEMES = ["int8-coarse", "int8-moderate", "int8-fine", "int8-vectorwise", "w4-zeropoint"]
 
 
@@ -96,6 +95,11 @@ def signed(x):
     return "–" if x is None else f"{x:+.4f}"
 
 
+def dnll(r, scheme):
+    """The paired ΔNLL per token of a scheme against full precision, ± its standard error."""
+    return "{:+.5f} ± {:.5f}".format(*r["dnll"][scheme])
+
+
 def budget(r):
     return f"{r['tokens'] / 1e6:.1f} M" + (" (stopped early)" if r["stopped_early"] else "")
 
@@ -147,34 +151,28 @@ def seed_means(pairs):
               f"{statistics.mean(xb):+.4f} ± {statistics.stdev(xb):.4f} | – |")
 
 
-# Which optimizer and which architecture (attention + norm) each recipe has; an ablation takes
-# the learning rate of the recipe whose optimizer it shares.
-RECIPE_PARTS = {"A": ("Adam", "softmax + LayerNorm"), "A-B": ("Adam", "softmax-1 + RMSNormSingle"),
-                "B-A": ("OrthoAdam", "softmax + LayerNorm"), "B": ("OrthoAdam", "softmax-1 + RMSNormSingle")}
-
-
 def ablations(runs):
     """Every group of the four recipes trained alike (same shape, seed, budget, window), one table each."""
     groups = {}
     for r in runs:
         groups.setdefault(alike(r), {}).setdefault(r["recipe"], r)
-    for key, group in groups.items():
+    for group in groups.values():
         if set(group) != set(RECIPE_PARTS):
             continue
         a = group["A"]
         print(f"\n## Ablations at d {a['arch'][0]} × {a['arch'][1]} layers, seed {a['seed']}, {budget(a)} tokens, "
               f"window {window(a)}\n")
-        print("Peak learning rates (an ablation takes that of the recipe whose optimizer it has): " + ", ".join(f"{n} {group[n]['lr']:g}" for n in RECIPE_PARTS)
-              + ". ΔNLL: paired, nats a token ± se.\n")
+        rates = ", ".join(f"{n} {group[n]['lr']:g}" for n in RECIPE_PARTS)
+        print(f"Peak learning rates (an ablation takes that of the recipe whose optimizer it has): {rates}. "
+              "ΔNLL: paired, nats a token ± se.\n")
         print("| run | optimizer | attention + norm | PPL | kurtosis first / rest | max \\|X\\| first / rest | %first-attn | "
               "sink % | coarse ΔNLL | fine ΔNLL | w4 ΔPPL |")
         print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        nll = lambda r, s: "{:+.5f} ± {:.5f}".format(*r["dnll"][s])
         for name, (optimizer, arch) in RECIPE_PARTS.items():
             r = group[name]
             print(f"| {r['name']} | {optimizer} | {arch} | {r['ppl']:.3f} | {f(r['k_first'], 1)} / {f(r['k_rest'], 2)} | "
                   f"{f(r['m_first'], 1)} / {f(r['m_rest'], 1)} | {f(r['first_attn'])} | {f(r['sink'])} | "
-                  f"{nll(r, 'int8-coarse')} | {nll(r, 'int8-fine')} | {signed(r['dppl'].get('w4-zeropoint'))} |")
+                  f"{dnll(r, 'int8-coarse')} | {dnll(r, 'int8-fine')} | {signed(r['dppl'].get('w4-zeropoint'))} |")
 
 
 SOURCES = ["tinystories", "austen", "tinyshakespeare", "c4"]
@@ -255,7 +253,7 @@ def main():
         c_a, c_b = a["dppl"]["int8-coarse"], b["dppl"]["int8-coarse"]
         f_a, f_b = a["dppl"]["int8-fine"], b["dppl"]["int8-fine"]
         yes = lambda ok: "yes" if ok else "**no**"
-        nll = lambda r, s: "({:+.5f} ± {:.5f})".format(*r["dnll"][s])
+        nll = lambda r, s: f"({dnll(r, s)})"
         print(f"| {a['seed']} | {a['arch'][0]} × {a['arch'][1]} | {budget(a)} | {window(a)} | {lr_text(a, b)} | {ratio:.1f}× ({a['k_rest']:.2f} / {b['k_rest']:.2f}) | "
               f"{yes(ratio >= 5)} | {c_a:+.4f} {nll(a, 'int8-coarse')} vs {c_b:+.4f} {nll(b, 'int8-coarse')} | "
               f"{yes(c_a > c_b)} | {f_a:+.4f} {nll(a, 'int8-fine')} vs {f_b:+.4f} {nll(b, 'int8-fine')} | "
