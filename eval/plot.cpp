@@ -194,13 +194,15 @@ std::vector<fs::path> plot_layer_curves(const std::vector<nlohmann::json>& recor
                            scheme);
   static constexpr const char* kColours[] = {"#c0392b", "#2e86c1", "#27ae60", "#8e44ad",
                                              "#d68910", "#17a589", "#7f8c8d", "#000000"};
+  // The key (two lines a record) goes below each panel, out of the curves' way; the picture grows
+  // with the records so the panels keep their height.
+  const std::size_t key_lines = 2 * curves.size();
   std::string gp = "# qeval plot: per-layer kurtosis, max |activation| and first-token attention\n";
-  gp += fmt::format("set terminal pngcairo size {},460 noenhanced font 'sans,10'\nset output 'layer_curves.png'\n",
-                    attention ? 1500 : 1000);
+  gp += fmt::format("set terminal pngcairo size {},{} noenhanced font 'sans,10'\nset output 'layer_curves.png'\n",
+                    attention ? 1500 : 1000, 420 + 20 * key_lines);
   gp += fmt::format("set multiplot layout 1,{} title {}\n", attention ? 3 : 2, gnuplot_quote(title));
   gp += fmt::format("set xrange [0.5:{}.5]\n", layers);
-  gp += "set grid\nset key top left opaque\nset xlabel 'layer'\nset xtics 1\n"
-        "set offsets 0, 0, graph 0.22, 0\n";  // head room for the key above the curves
+  gp += "set grid\nset key below vertical maxrows 8\nset xlabel 'layer'\nset xtics 1\n";
   if (single) {
     gp += "set style line 1 lc rgb '#c0392b' lw 2 pt 7 ps 0.8\nset style line 2 lc rgb '#2e86c1' lw 2 pt 5 ps 0.8\n";
   } else {

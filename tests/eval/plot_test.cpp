@@ -117,6 +117,7 @@ TEST(Plot, LayerCurvesAndMapsArePngs) {
   ASSERT_EQ(both.size(), 1u);
   EXPECT_TRUE(png_info(both[0]).signature);
   EXPECT_GT(png_info(both[0]).bytes, 5000u);
+  EXPECT_EQ(png_info(both[0]).height, 500u);  // 40 px more for the key's two extra lines
   const std::string dat = read_file(dir / "pair" / "layer_curves.dat");
   EXPECT_NE(dat.find("# index 0: tiny"), std::string::npos) << dat;
   EXPECT_NE(dat.find("\n\n\n# index 1: ortho\n1 3 2.5"), std::string::npos) << dat;
