@@ -61,6 +61,11 @@ JOBS=(
   # optimizer it has (A-B: Adam's 2e-3; B-A: OrthoAdam's 3e-3).
   "A-B-d256-s0-10k A-B 10000 0 --d-model 256 --lr 2e-3"
   "B-A-d256-s0-10k B-A 10000 0 --d-model 256 --lr 3e-3"
+  # First-token attention at d 256: windows of 512 that all open with BOS, 16 a step (8,192
+  # tokens; 4 a step stall on a plateau, probe-window-d64/), at the pair's lr, on the tokens of
+  # A-d256-s0-5k (10.2 M): 62 and 75 min side by side on a Zen 4 EPYC.
+  "A-d256-s0-L512bos A 1250 0 --d-model 256 --lr 2e-3 --seq-len 512 --batch-size 16 --bos-per-window"
+  "B-d256-s0-L512bos B 1250 0 --d-model 256 --lr 3e-3 --seq-len 512 --batch-size 16 --bos-per-window"
 )
 running() { pgrep -x qeval | wc -l; }
 for job in "${JOBS[@]}"; do
@@ -94,4 +99,7 @@ D256_SEEDS="A-d256-s0-10k B-d256-s0-10k A-d256-s1-10k B-d256-s1-10k A-d256-s2-10
 "$QEVAL" compare "$OUT/A-s1.eval.json" "$OUT/A-B-s1.eval.json" "$OUT/B-A-s1.eval.json" "$OUT/B-s1.eval.json" \
   > "$OUT/compare-ablations.md"
 "$QEVAL" compare "$OUT"/{A,A-B,B-A,B}-d256-s0-10k.eval.json > "$OUT/compare-ablations-d256.md"
+"$QEVAL" compare "$OUT/A-d256-s0-L512bos.eval.json" "$OUT/B-d256-s0-L512bos.eval.json" > "$OUT/compare-d256-L512bos.md"
 "$QEVAL" plot "$OUT/A-s0.eval.json" "$OUT/B-s0.eval.json" --out "$OUT/figures"
+"$QEVAL" plot "$OUT"/{A,A-B,B-A,B}-d256-s0-10k.eval.json --out "$OUT/figures-ablations-d256"
+"$QEVAL" plot "$OUT/A-d256-s0-L512bos.eval.json" "$OUT/B-d256-s0-L512bos.eval.json" --out "$OUT/figures-d256-L512bos"

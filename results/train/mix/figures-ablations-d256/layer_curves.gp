@@ -1,13 +1,12 @@
 # qeval plot: per-layer kurtosis, max |activation| and first-token attention
-set terminal pngcairo size 1500,460 noenhanced font 'sans,10'
+set terminal pngcairo size 1500,580 noenhanced font 'sans,10'
 set output 'layer_curves.png'
 set multiplot layout 1,3 title '4 models (full): per-layer statistics; dashed: first token (sink rate), solid: other tokens (%first-attn)'
 set xrange [0.5:4.5]
 set grid
-set key top left opaque
+set key below vertical maxrows 8
 set xlabel 'layer'
 set xtics 1
-set offsets 0, 0, graph 0.22, 0
 set style line 1 lc rgb '#c0392b' lw 2 dt 2 pt 6 ps 0.8
 set style line 2 lc rgb '#c0392b' lw 2 pt 7 ps 0.8
 set style line 3 lc rgb '#2e86c1' lw 2 dt 2 pt 6 ps 0.8
