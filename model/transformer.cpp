@@ -10,10 +10,12 @@
 namespace qeval {
 
 at::Tensor softmax1(const at::Tensor& scores) {
-  // Σe/(1 + Σe) = σ(log Σe), so softmax-1 is the softmax scaled per row by σ(logsumexp): two fused,
-  // overflow-safe ATen ops whose backward passes are cheap (an explicit shift-and-divide keeps five
-  // [.., L, L] intermediates for autograd and costs a training step at 512 tokens far more).
-  return at::softmax(scores, -1) * at::sigmoid(at::logsumexp(scores, -1, /*keepdim=*/true));
+  // The shift m cancels exactly (the result is e^x / (1 + Σe^x) for any m), so its gradient is zero
+  // and it is detached: autograd then skips amax's backward over the [.., L, L] scores. The forward
+  // is the same expression, so evaluation numbers do not move.
+  at::Tensor m = scores.detach().amax(-1, /*keepdim=*/true).clamp_min(0);
+  at::Tensor e = (scores - m).exp();
+  return e / ((-m).exp() + e.sum(-1, /*keepdim=*/true));
 }
 
 Transformer::Transformer(ModelConfig config, ModelWeights weights, const std::string& source)

@@ -64,9 +64,8 @@ class Transformer {
   int lm_head_ = -1;
 };
 
-// Softmax-1 over the last axis: exp(x_i) / (1 + Σ_j exp(x_j)), computed as
-// softmax(x)_i · σ(logsumexp(x)) so nothing overflows. Entries of -inf contribute nothing; a row
-// needs one finite entry (a causal row always has its diagonal).
+// Softmax-1 over the last axis: exp(x_i) / (1 + Σ_j exp(x_j)), computed with
+// m = max(0, max_j x_j) so neither term overflows. Entries of -inf contribute nothing.
 at::Tensor softmax1(const at::Tensor& scores);
 
 }  // namespace qeval
