@@ -194,15 +194,16 @@ std::vector<fs::path> plot_layer_curves(const std::vector<nlohmann::json>& recor
                            scheme);
   static constexpr const char* kColours[] = {"#c0392b", "#2e86c1", "#27ae60", "#8e44ad",
                                              "#d68910", "#17a589", "#7f8c8d", "#000000"};
-  // The key (two lines a record) goes below each panel, out of the curves' way; the picture grows
-  // with the records so the panels keep their height.
-  const std::size_t key_lines = 2 * curves.size();
+  // The key (two lines a record) goes below each panel, out of the curves' way, in columns of at
+  // most kKeyRows lines; the picture grows with its rows so the panels keep their height.
+  constexpr std::size_t kKeyRows = 8;
+  const std::size_t key_rows = std::min(2 * curves.size(), kKeyRows);
   std::string gp = "# qeval plot: per-layer kurtosis, max |activation| and first-token attention\n";
   gp += fmt::format("set terminal pngcairo size {},{} noenhanced font 'sans,10'\nset output 'layer_curves.png'\n",
-                    attention ? 1500 : 1000, 420 + 20 * key_lines);
+                    attention ? 1500 : 1000, 420 + 20 * key_rows);
   gp += fmt::format("set multiplot layout 1,{} title {}\n", attention ? 3 : 2, gnuplot_quote(title));
   gp += fmt::format("set xrange [0.5:{}.5]\n", layers);
-  gp += "set grid\nset key below vertical maxrows 8\nset xlabel 'layer'\nset xtics 1\n";
+  gp += fmt::format("set grid\nset key below vertical maxrows {}\nset xlabel 'layer'\nset xtics 1\n", kKeyRows);
   if (single) {
     gp += "set style line 1 lc rgb '#c0392b' lw 2 pt 7 ps 0.8\nset style line 2 lc rgb '#2e86c1' lw 2 pt 5 ps 0.8\n";
   } else {
