@@ -80,6 +80,7 @@ void run_eval(const EvalArgs& a) {
   scheme_options.statistics.sink_T = a.sink_T;
   scheme_options.statistics.sink_eps = a.sink_eps;
   scheme_options.quantize_lm_head = a.quantize_lm_head;
+  scheme_options.placement = inputs.placement;
   PreparedSchemes prepared = make_schemes(full, parse_scheme_list(a.schemes), scheme_options);
   std::vector<EvalScheme>& schemes = prepared.schemes;
   std::shared_ptr<FigureDataObserver> figures;  // --plots: maps of the full-precision pass

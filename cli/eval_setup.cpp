@@ -78,6 +78,12 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
                   "rotate[:kind=hadamard|orthogonal,seed=N,online_down=1] or "
                   "smooth[:alpha=0.5,groups=qkv+up+down+o,calib=FILE,calib_windows=16]")
       ->take_all()->allow_extra_args(false);
+  cmd->add_option("--device", args.device,
+                  "where the models run: cpu, cuda or cuda:N (loading, transforms and weight quantisation run on the "
+                  "CPU in fp32 first)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", args.dtype, "full-precision dtype: fp32, fp16, bf16, or auto (fp32 on the CPU, fp16 on a GPU)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
 }
 
 std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
@@ -92,6 +98,8 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   std::vector<TransformSpec> transforms;
   for (const auto& text : a.transforms) transforms.push_back(parse_transform(text));  // bad specs fail before loading
   EvalInputs in;
+  in.placement.device = parse_device(a.device);  // no device, or a bad dtype, fails before loading
+  in.placement.dtype = parse_dtype(a.dtype, in.placement.device);
   const auto data_dir = opt(a.data_dir);
   in.model_path = resolve_model_path(a.model, data_dir);
   in.data_path = resolve_input_path(a.data, data_dir);
@@ -156,7 +164,15 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
                   {"json_field", a.json_field}};
   context.protocol = in.protocol.to_json();
   context.protocol["separator_id"] = in.windows->facts().value("separator_id", nlohmann::json(nullptr));
-  context.precision = {{"dtype", "fp32"}, {"device", "cpu"}};
+  context.precision = {{"dtype", dtype_name(in.placement.dtype)},
+                       {"device", in.placement.device.str()},
+                       {"device_description", describe_device(in.placement.device)}};
+  if (!in.placement.on_cpu()) {
+    context.precision["weights_source"] = "fp32 on the CPU: transforms and weight quantisation run there, then the models are copied to the device";
+    context.precision["batch_size_independent"] =
+        "integer (int8 kernel) paths yes; float GEMMs and attention run over the whole batch on the GPU and may round "
+        "differently for another batch size";
+  }
   // Which fp32 GEMM the full-precision linears ran on (kernels/fp32_gemm.h): results differ
   // between backends in the last bits, so shards and resumed runs must agree on it.
   context.options = {{"batch_size", a.batch_size},

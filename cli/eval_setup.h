@@ -40,6 +40,8 @@ struct EvalDataArgs {
   std::int64_t batch_size = 1;
   int threads = 0;
   std::vector<std::string> transforms;  // --transform, in order (eval/model_transforms.h)
+  std::string device = "cpu";           // cpu | cuda | cuda:N
+  std::string dtype = "auto";           // fp32 | fp16 | bf16 | auto (fp32 on the CPU, fp16 on a GPU)
 };
 
 // Registers the options above on `cmd` (same names, help and checks for every command).
@@ -52,7 +54,8 @@ struct EvalInputs {
   ProtocolSpec protocol;  // the preset with the command-line overrides applied
   WindowSourceOptions source_options;
   std::unique_ptr<WindowSource> windows;  // the evaluation windows, not yet read
-  std::unique_ptr<Transformer> full;      // the full-precision model every scheme starts from (transformed)
+  std::unique_ptr<Transformer> full;      // the full-precision model every scheme starts from (transformed), fp32 on the CPU
+  Placement placement;                    // where the schemes run (--device, --dtype): models are placed after the rewrite
   // model, tokenizer, data, protocol, precision and the options above; the caller adds its own
   // options and the command line.
   RecordContext context;

@@ -57,6 +57,7 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   options.batch_size = a.data.batch_size;
   options.progress = !a.quiet;
   options.expected_windows = inputs.windows->expected_windows();
+  options.placement = inputs.placement;
   SensitivityRun run = run_sensitivity(*inputs.full, base, *inputs.windows, options);
   finish_context(inputs);
 

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "eval/progress.h"
+#include "kernels/cuda/device.h"
 
 namespace qeval {
 namespace {
@@ -74,6 +75,7 @@ EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, con
       auto t0 = Clock::now();
       at::Tensor logits = scheme.model.forward(tokens, scheme.observer.get());
       at::Tensor log_probs = at::log_softmax(logits.to(at::kFloat), -1);
+      if (log_probs.is_cuda()) kernels::cuda::synchronize();  // GPU work is asynchronous: time it whole
       result.schemes[s].forward_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       if (s == 0) full_log_probs = log_probs;
       std::vector<WindowScores> rows = score_batch(log_probs, full_log_probs, tokens, first_scored);

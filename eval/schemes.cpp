@@ -1,12 +1,20 @@
 #include "eval/schemes.h"
 
 #include <algorithm>
+#include <set>
 
 #include "common/error.h"
 #include "quant/rewrite.h"
 #include "quant/scheme.h"
 
 namespace qeval {
+namespace {
+
+bool spec_quantizes_lm_head(const nlohmann::json& description) {
+  return description.contains("scheme") && description["scheme"].value("quantize_lm_head", false);
+}
+
+}  // namespace
 
 StatsFor parse_stats_for(const std::string& s) {
   if (s == "none") return StatsFor::none;
@@ -54,12 +62,14 @@ std::vector<nlohmann::json> PreparedSchemes::statistics_summaries() const {
 PreparedSchemes make_schemes(const Transformer& full, const std::vector<std::string>& names,
                              const SchemeOptions& options) {
   PreparedSchemes prepared;
+  PlacementCache cache(options.placement);
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     EvalScheme scheme{name, full, nlohmann::json::object(), nullptr, {}};
     if (name == "full") {
       QEVAL_CHECK(i == 0, "make_schemes: full precision must come first");
-      scheme.description = {{"execution", "fp32"}, {"scheme", scheme_to_json(preset_scheme("full"))}};
+      scheme.description = {{"execution", full_precision_execution(options.placement)},
+                            {"scheme", scheme_to_json(preset_scheme("full"))}};
     } else {
       QEVAL_CHECK(i > 0, "make_schemes: the first scheme must be full precision, found '{}'", name);
       SchemeSpec spec = resolve_scheme(name);
@@ -72,6 +82,17 @@ PreparedSchemes make_schemes(const Transformer& full, const std::vector<std::str
       if (spec.name != name) {
         scheme.name = spec.name;
         scheme.description["scheme_file"] = name;
+      }
+    }
+    if (!options.placement.is_default()) {
+      scheme.model = scheme.model.placed(cache);
+      if (i > 0) {
+        std::set<std::string> engines;  // what the placed quantised layers run, once each
+        for (const auto& named : scheme.model.linears())
+          if (named.name != "lm_head" || spec_quantizes_lm_head(scheme.description)) engines.insert(named.linear->describe());
+        scheme.description["placement"] = {{"device", options.placement.device.str()},
+                                           {"dtype", dtype_name(options.placement.dtype)},
+                                           {"layer_engines", engines}};
       }
     }
     for (const auto& earlier : prepared.schemes)

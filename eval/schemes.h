@@ -8,6 +8,7 @@
 
 #include "eval/evaluator.h"
 #include "eval/statistics.h"
+#include "model/placement.h"
 
 namespace qeval {
 
@@ -19,6 +20,9 @@ struct SchemeOptions {
   StatsFor stats_for = StatsFor::full;
   StatisticsOptions statistics;
   bool quantize_lm_head = false;  // overrides every scheme's quantize_lm_head when true
+  // Where the models run: each is built on the CPU in fp32 (rewrite, weight quantisation), then
+  // placed there, sharing one placement cache (model/placement.h).
+  Placement placement;
 };
 
 // Splits "full,int8-fine,my.json" into names; "full" is put first when missing.

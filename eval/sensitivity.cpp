@@ -294,15 +294,19 @@ SensitivityRun run_sensitivity(const Transformer& full, const SchemeSpec& base, 
   // from `full` itself (quantize_model wants float linears, not recording wrappers).
   std::vector<std::string> recorded;
   for (const auto& u : units) recorded.insert(recorded.end(), u.layers.begin(), u.layers.end());
-  EvalScheme reference{"full", full, json::object(), nullptr, {}};
-  reference.description = {{"execution", "fp32"}, {"scheme", scheme_to_json(preset_scheme("full"))}};
+  // Every model is placed before its linears are wrapped (recording, logits taps), sharing one cache.
+  PlacementCache cache(options.placement);
+  auto place = [&](const Transformer& model) { return options.placement.is_default() ? model : model.placed(cache); };
+  EvalScheme reference{"full", place(full), json::object(), nullptr, {}};
+  reference.description = {{"execution", full_precision_execution(options.placement)},
+                           {"scheme", scheme_to_json(preset_scheme("full"))}};
   run.inputs = record_linear_inputs(reference.model, recorded);
   tap_logits(reference, penalties, 0);
   run.schemes.push_back(std::move(reference));
   for (std::size_t i = 0; i < units.size(); ++i) {
     const SchemeSpec spec = unit_scheme(base, units[i]);
     QuantizedModel q = quantize_model(full, spec);
-    EvalScheme scheme{spec.name, std::move(q.model), q.report, nullptr, {}};
+    EvalScheme scheme{spec.name, place(q.model), q.report, nullptr, {}};
     scheme.description["execution"] = q.report.at("execution_path");
     scheme.description["sensitivity_unit"] = {{"by", to_string(options.by)}, {"unit", units[i].name}, {"layers", units[i].layers}};
     tap_logits(scheme, penalties, i + 1);

@@ -35,6 +35,8 @@
 // (with its layer and feature).
 #pragma once
 
+#include "model/placement.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -75,6 +77,7 @@ struct SensitivityOptions {
   bool progress = true;               // evaluate()'s ETA and running PPL on stderr
   std::int64_t expected_windows = 0;  // for the ETA
   std::int64_t top_positions = 5;
+  Placement placement;  // where the models run (they are placed before their linears are wrapped)
 };
 
 struct PositionPenalty {

@@ -32,20 +32,29 @@ std::vector<WindowScores> score_batch(const at::Tensor& log_probs, const at::Ten
   TORCH_CHECK(static_cast<std::int64_t>(first_scored.size()) == B, "score_batch: first_scored has ",
               first_scored.size(), " entries for a batch of ", B);
   const bool paired = !log_probs.is_same(full_log_probs);
+  const bool on_cpu = log_probs.device().is_cpu();
   // Position p predicts token p + 1: predictions [B, L−1, V] against targets [B, L−1].
   at::Tensor pred = log_probs.narrow(1, 0, L - 1);
-  at::Tensor next = targets.narrow(1, 1, L - 1).to(at::kLong).unsqueeze(-1);
-  at::Tensor nll = (-pred.gather(-1, next).squeeze(-1)).to(at::kDouble).contiguous();  // [B, L−1]
-  at::Tensor full_nll, kl, agree, dp;
+  at::Tensor next = targets.narrow(1, 1, L - 1).to(at::kLong).to(log_probs.device()).unsqueeze(-1);
+  at::Tensor nll_device = (-pred.gather(-1, next).squeeze(-1)).to(at::kDouble);  // [B, L−1]
+  at::Tensor nll = nll_device.cpu().contiguous();
+  at::Tensor full_nll, kl, kl_per_token, agree, dp;
   if (paired) {
     at::Tensor full_pred = full_log_probs.narrow(1, 0, L - 1);
-    full_nll = (-full_pred.gather(-1, next).squeeze(-1)).to(at::kDouble).contiguous();
+    at::Tensor full_nll_device = (-full_pred.gather(-1, next).squeeze(-1)).to(at::kDouble);
+    full_nll = full_nll_device.cpu().contiguous();
     // KL(P_full ‖ P_scheme) = Σ_v p_full (log p_full − log p_scheme). The terms are formed by
-    // ATen; the sum over the vocabulary runs below, sequentially in float64, because ATen's
-    // reduction may split a row across threads differently for other batch or thread counts.
-    kl = (full_pred.exp() * (full_pred - pred)).contiguous();  // [B, L−1, V] float32
-    agree = pred.argmax(-1).eq(full_pred.argmax(-1)).to(at::kLong).contiguous();
-    dp = (nll.neg().exp() - full_nll.neg().exp()).contiguous();
+    // ATen. On the CPU the sum over the vocabulary runs below, sequentially in float64, because
+    // ATen's reduction may split a row across threads differently for other batch or thread
+    // counts. On a GPU it runs there, in float64 (the record says GPU results may differ in the
+    // last bits for another batch size); only [B, L−1] values come back.
+    at::Tensor terms = full_pred.exp() * (full_pred - pred);  // [B, L−1, V] float32
+    if (on_cpu)
+      kl = terms.contiguous();
+    else
+      kl_per_token = terms.sum(at::IntArrayRef{-1}, /*keepdim=*/false, at::kDouble).cpu().contiguous();  // [B, L−1]
+    agree = pred.argmax(-1).eq(full_pred.argmax(-1)).to(at::kLong).cpu().contiguous();
+    dp = (nll_device.neg().exp() - full_nll_device.neg().exp()).cpu().contiguous();
   }
   std::vector<WindowScores> rows(static_cast<std::size_t>(B));
   for (std::int64_t b = 0; b < B; ++b) {
@@ -60,8 +69,9 @@ std::vector<WindowScores> score_batch(const at::Tensor& log_probs, const at::Ten
     }
     if (!paired) continue;
     const double* fn = full_nll.data_ptr<double>() + b * (L - 1);
-    const std::int64_t V = kl.size(2);
-    const float* k = kl.data_ptr<float>() + b * (L - 1) * V;
+    const std::int64_t V = on_cpu ? kl.size(2) : 0;
+    const float* k = on_cpu ? kl.data_ptr<float>() + b * (L - 1) * V : nullptr;
+    const double* k_token = on_cpu ? nullptr : kl_per_token.data_ptr<double>() + b * (L - 1);
     const std::int64_t* a = agree.data_ptr<std::int64_t>() + b * (L - 1);
     const double* d = dp.data_ptr<double>() + b * (L - 1);
     for (std::int64_t p = from; p < L - 1; ++p) {
@@ -69,7 +79,10 @@ std::vector<WindowScores> score_batch(const at::Tensor& log_probs, const at::Ten
       r.diff_sum += diff;
       r.diff_sq_sum += diff * diff;
       double token_kl = 0;
-      for (std::int64_t v = 0; v < V; ++v) token_kl += static_cast<double>(k[p * V + v]);
+      if (on_cpu)
+        for (std::int64_t v = 0; v < V; ++v) token_kl += static_cast<double>(k[p * V + v]);
+      else
+        token_kl = k_token[p];
       r.kl_sum += token_kl;
       r.top1_agree += a[p];
       r.dp_sum += d[p];

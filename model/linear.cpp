@@ -2,8 +2,26 @@
 
 #include "common/error.h"
 #include "kernels/fp32_gemm.h"
+#include "model/placement.h"
 
 namespace qeval {
+
+std::shared_ptr<const Linear> Linear::placed(PlacementCache& cache) const {
+  fail("{} cannot be placed on {} ({}): only float and quantised linears can", describe(),
+       cache.placement().device.str(), dtype_name(cache.placement().dtype));
+}
+
+std::shared_ptr<const Linear> LinearDecorator::placed(PlacementCache& cache) const {
+  return with_inner(inner_->placed(cache));
+}
+
+std::shared_ptr<const Linear> LinearDecorator::with_inner(std::shared_ptr<const Linear>) const {
+  fail("a wrapped {} cannot be placed on another device: place the model before wrapping its linears", describe());
+}
+
+std::shared_ptr<const Linear> FloatLinear::placed(PlacementCache& cache) const {
+  return std::make_shared<FloatLinear>(cache.move(weight_), cache.move(bias_));
+}
 
 LinearDecorator::LinearDecorator(std::shared_ptr<const Linear> inner) : inner_(std::move(inner)) {
   QEVAL_CHECK(inner_ != nullptr, "LinearDecorator: null linear to wrap");
@@ -22,6 +40,7 @@ at::Tensor FloatLinear::forward(const at::Tensor& x) const {
   // batch would make a window's logits depend on its neighbours. Per sequence, results are
   // bit-identical for every batch size.
   // kernels/fp32_gemm.h: oneDNN's AVX-512 GEMM where it runs, LibTorch's otherwise.
+  if (!weight_.device().is_cpu()) return bias_.defined() ? at::linear(x, weight_, bias_) : at::linear(x, weight_);
   auto one = [&](const at::Tensor& rows) { return kernels::fp32_linear_rows(rows, weight_, bias_); };
   if (x.dim() != 3 || x.size(0) == 1) return one(x);
   std::vector<at::Tensor> outputs;

@@ -10,6 +10,8 @@
 
 namespace qeval {
 
+class PlacementCache;
+
 class Linear {
  public:
   virtual ~Linear() = default;
@@ -22,6 +24,9 @@ class Linear {
   virtual std::int64_t weight_bytes() const = 0;
   // Short description for records: "fp32", "int8 w:channel a:tensor, kernel onednn", ...
   virtual std::string describe() const = 0;
+  // This layer on the cache's device and compute dtype (model/placement.h), sharing the cache's
+  // copies. Layers that cannot run elsewhere refuse, naming themselves.
+  virtual std::shared_ptr<const Linear> placed(PlacementCache& cache) const;
 };
 
 // A Linear that wraps another and changes only what forward does around it (watching its input
@@ -35,12 +40,18 @@ class LinearDecorator : public Linear {
   std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
   std::string describe() const override { return inner_->describe(); }
   const std::shared_ptr<const Linear>& inner() const { return inner_; }
+  // The wrapped layer placed, wrapped again by with_inner.
+  std::shared_ptr<const Linear> placed(PlacementCache& cache) const override;
 
  protected:
+  // The same decorator around another layer (its placed copy); the default refuses.
+  virtual std::shared_ptr<const Linear> with_inner(std::shared_ptr<const Linear> inner) const;
   std::shared_ptr<const Linear> inner_;
 };
 
-// y = x Wᵀ + b in the weights' float dtype, one GEMM per sequence (batch-size independent).
+// y = x Wᵀ + b in the weights' float dtype. On the CPU one GEMM per sequence (batch-size
+// independent bits); on a GPU one GEMM over every row of the batch (cuBLAS may round a row
+// differently for another row count: the record says so, tests/eval bound the difference).
 class FloatLinear final : public Linear {
  public:
   FloatLinear(at::Tensor weight /*[out, in]*/, at::Tensor bias /*[out] or undefined*/);
@@ -49,6 +60,7 @@ class FloatLinear final : public Linear {
   std::int64_t out_features() const override { return weight_.size(0); }
   std::int64_t weight_bytes() const override;
   std::string describe() const override;
+  std::shared_ptr<const Linear> placed(PlacementCache& cache) const override;
   const at::Tensor& weight() const { return weight_; }
   const at::Tensor& bias() const { return bias_; }
 

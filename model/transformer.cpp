@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <ATen/core/grad_mode.h>
+#include <torch/version.h>
 
 #include <cmath>
 
@@ -46,6 +47,25 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, const std::st
   lm_head_ = add("lm_head", LinearWeights{weights_.lm_head, weights_.lm_head_bias});
 }
 
+Transformer Transformer::placed(PlacementCache& cache) const {
+  Transformer out = *this;
+  auto norm = [&](NormWeights& w) {
+    w.weight = cache.move(w.weight);
+    w.bias = cache.move(w.bias);
+  };
+  ModelWeights& w = out.weights_;
+  w.token_embedding = cache.move(w.token_embedding);
+  w.position_embedding = cache.move(w.position_embedding);
+  norm(w.final_norm);
+  for (auto& b : w.blocks) {
+    norm(b.attn_norm);
+    norm(b.mlp_norm);
+    b.down_input_rotation = cache.move(b.down_input_rotation);
+  }
+  for (auto& named : out.linears_) named.linear = named.linear->placed(cache);
+  return out;
+}
+
 void Transformer::replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement) {
   QEVAL_CHECK(replacement != nullptr, "replace_linear: null replacement for {}", name);
   std::string valid;
@@ -73,6 +93,13 @@ at::Tensor Transformer::norm(const at::Tensor& x, const NormWeights& w) const {
   if (config_.norm == NormKind::layernorm)
     return at::layer_norm(x, {config_.d_model}, w.weight, w.bias, config_.norm_eps);
   // rmsnorm (per-channel gain [D]) and rmsnorm_single (one gain [1]) differ only in broadcast.
+  if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kDouble) {
+    // Half precision (GPU): the mean square in fp32, as Hugging Face's Llama does (x² overflows
+    // fp16 beyond |x| = 256), normalised in fp32, rounded to the compute dtype, then the gain.
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps);
+    return normed.to(x.scalar_type()) * w.weight;
+  }
   at::Tensor inv_rms = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps);
   return x * inv_rms * w.weight;
 }
@@ -109,6 +136,26 @@ at::Tensor Transformer::apply_rope(const at::Tensor& x, const PositionTables& ta
   return at::cat({a * cos - b * sin, a * sin + b * cos}, -1);
 }
 
+bool Transformer::fused_attention_available(const at::Tensor& q) {
+#if TORCH_VERSION_MAJOR >= 2
+  return q.is_cuda();
+#else
+  return false;
+#endif
+}
+
+at::Tensor Transformer::fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  // LibTorch's fused attention (flash or memory-efficient kernels on a GPU; scale 1/√hd): what
+  // Hugging Face's SDPA path runs. The probabilities never exist in memory, so it serves only
+  // passes that observe no attention, with the plain softmax.
+  const std::int64_t B = q.size(0), H = q.size(1), L = q.size(2), hd = q.size(3);
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true).transpose(1, 2).reshape({B, L, H * hd});
+#else
+  TORCH_CHECK(false, "fused attention needs LibTorch 2.0 or newer");
+#endif
+}
+
 at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const PositionTables& tables,
                                   ForwardObserver* observer) const {
   const auto& idx = blocks_[static_cast<std::size_t>(layer)];
@@ -135,18 +182,27 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const
     k = k.repeat_interleave(H / Hkv, 1);
     v = v.repeat_interleave(H / Hkv, 1);
   }
-  // Scores scaled inside the GEMM (kernels/fp32_gemm.h: oneDNN where it runs), then the causal mask.
-  at::Tensor scores = kernels::fp32_bmm(q.reshape({B * H, L, hd}), k.reshape({B * H, L, hd}).transpose(1, 2),
-                                        1.0 / std::sqrt(static_cast<double>(hd)));
-  scores.add_(tables.causal_bias);
-  scores = scores.view({B, H, L, L});
-  at::Tensor probs =
-      config_.attention_softmax == SoftmaxKind::softmax1 ? softmax1(scores) : at::softmax(scores, -1);
-  if (observer && observer->wants_attention(layer)) observer->on_attention(layer, probs);
-  at::Tensor out = kernels::fp32_bmm(probs.reshape({B * H, L, L}), v.reshape({B * H, L, hd}))
-                       .view({B, H, L, hd})
-                       .transpose(1, 2)
-                       .reshape({B, L, H * hd});
+  const bool wants_probs = observer && observer->wants_attention(layer);
+  at::Tensor out;  // [B, L, H·hd]
+  if (!wants_probs && config_.attention_softmax == SoftmaxKind::softmax && fused_attention_available(q)) {
+    out = fused_causal_attention(q, k, v);
+  } else {
+    // Scores scaled inside the GEMM (kernels/fp32_gemm.h: oneDNN where it runs), then the causal mask.
+    at::Tensor scores = kernels::fp32_bmm(q.reshape({B * H, L, hd}), k.reshape({B * H, L, hd}).transpose(1, 2),
+                                          1.0 / std::sqrt(static_cast<double>(hd)));
+    scores.add_(tables.causal_bias);
+    scores = scores.view({B, H, L, L});
+    // Half precision: the softmax in fp32, as Hugging Face's eager attention does; the weights are
+    // then rounded to the compute dtype for the product with v.
+    if (scores.scalar_type() != at::kFloat && scores.scalar_type() != at::kDouble) scores = scores.to(at::kFloat);
+    at::Tensor probs =
+        config_.attention_softmax == SoftmaxKind::softmax1 ? softmax1(scores) : at::softmax(scores, -1);
+    if (wants_probs) observer->on_attention(layer, probs);
+    out = kernels::fp32_bmm(probs.to(v.scalar_type()).reshape({B * H, L, L}), v.reshape({B * H, L, hd}))
+              .view({B, H, L, hd})
+              .transpose(1, 2)
+              .reshape({B, L, H * hd});
+  }
   return linear(idx.o).forward(out);
 }
 
@@ -170,7 +226,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, ForwardObserver* obser
     QEVAL_CHECK(lo >= 0 && hi < config_.vocab_size, "Transformer::forward: token id {} outside the vocabulary of {}",
                 lo < 0 ? lo : hi, config_.vocab_size);
   }
-  at::Tensor x = weights_.token_embedding.index_select(0, tokens.reshape({-1})).reshape({tokens.size(0), L, -1});
+  const at::Tensor ids = tokens.to(weights_.token_embedding.device()).reshape({-1});
+  at::Tensor x = weights_.token_embedding.index_select(0, ids).reshape({tokens.size(0), L, -1});
   if (config_.position == PositionKind::learned) x = x + weights_.position_embedding.narrow(0, 0, L);
   const PositionTables tables = position_tables(L, x);
   // x is this pass's own tensor (index_select made it), so without autograd the residual adds

@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/linear.h"
 #include "model/observer.h"
+#include "model/placement.h"
 #include "model/weights.h"
 
 namespace qeval {
@@ -27,8 +28,16 @@ class Transformer {
   // weight in a FloatLinear. Copies are cheap and share all tensors.
   Transformer(ModelConfig config, ModelWeights weights, const std::string& source = "model");
 
-  // tokens: [B, L] int64 with positions 0..L-1 → logits [B, L, V] in the weights' dtype.
+  // tokens: [B, L] int64 with positions 0..L-1 (any device) → logits [B, L, V] in the compute
+  // dtype, on the model's device.
   at::Tensor forward(const at::Tensor& tokens, ForwardObserver* observer = nullptr) const;
+
+  // This model on the cache's device and dtype (model/placement.h): embeddings, norms and every
+  // linear placed through the cache, so models placed with one cache share what they share here.
+  // The placed model's weights() holds the placed embeddings and norms; its linear weights are
+  // those of its linears().
+  Transformer placed(PlacementCache& cache) const;
+  at::Device device() const { return weights_.token_embedding.device(); }
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
@@ -53,6 +62,10 @@ class Transformer {
   PositionTables position_tables(std::int64_t L, const at::Tensor& like) const;
   at::Tensor attention(std::int64_t layer, const at::Tensor& h, const PositionTables& tables, ForwardObserver* observer) const;
   at::Tensor mlp(std::int64_t layer, const at::Tensor& h) const;
+  // LibTorch's fused causal attention (scaled_dot_product_attention) runs here: LibTorch 2.x on a GPU.
+  static bool fused_attention_available(const at::Tensor& q);
+  // q, k, v [B, H, L, hd] (k, v already repeated for grouped-query) → [B, L, H·hd].
+  static at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
   at::Tensor norm(const at::Tensor& x, const NormWeights& w) const;
   at::Tensor apply_rope(const at::Tensor& x /*[B, H, L, hd]*/, const PositionTables& tables) const;
   const Linear& linear(int index) const { return *linears_[static_cast<std::size_t>(index)].linear; }

@@ -29,7 +29,7 @@ at::Tensor grouped(const at::Tensor& w, std::int64_t g) {
 
 // [N, G] per-group values → [N, K].
 at::Tensor expand_groups(const at::Tensor& per_group, std::int64_t K, std::int64_t g) {
-  at::Tensor group_of_k = at::div(at::arange(K, at::TensorOptions().dtype(at::kLong)), g, "floor").to(at::kLong);
+  at::Tensor group_of_k = at::div(at::arange(K, per_group.options().dtype(at::kLong)), g, "floor").to(at::kLong);
   return per_group.index_select(1, group_of_k);
 }
 

@@ -9,8 +9,11 @@
 #include "common/error.h"
 #include "kernels/fp32_gemm.h"
 #include "kernels/int8_gemm.h"
+#include "kernels/int8_linear.h"
 #include "kernels/int8_quantize.h"
 #include "kernels/w4_gemm.h"
+#include "kernels/w4_linear.h"
+#include "model/placement.h"
 #include "quant/quantize.h"
 
 namespace qeval {
@@ -76,6 +79,49 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
   }
 }
 
+QuantizedLinear::QuantizedLinear(const QuantizedLinear& source, PlacementCache& cache)
+    : name_(source.name_),
+      weights_(source.weights_),
+      inputs_(source.inputs_),
+      outputs_(source.outputs_),
+      path_(source.path_),
+      in_(source.in_),
+      out_(source.out_),
+      keep_(source.keep_),
+      outlier_threshold_(source.outlier_threshold_) {
+  const at::ScalarType compute = cache.placement().dtype;
+  // Packed codes as they are; their scales, zeros and the epilogue's bias stay float32.
+  if (source.int8_) {
+    int8_ = *source.int8_;
+    int8_->q = cache.move(int8_->q);
+    int8_->scales = cache.move(int8_->scales, at::kFloat);
+  }
+  if (source.w4_) {
+    w4_ = *source.w4_;
+    w4_->qweight = cache.move(w4_->qweight);
+    w4_->scales = cache.move(w4_->scales, at::kFloat);
+    w4_->zeros = cache.move(w4_->zeros, at::kFloat);
+  }
+  float_weight_ = cache.move(source.float_weight_, at::kFloat);
+  bias_ = cache.move(source.bias_, at::kFloat);
+  device_bias_ = cache.move(source.bias_);
+  const bool float_gemm = path_ == ExecutionPath::reference ||
+                          (w4_ && !kernels::w4_linear_supports(cache.placement().device, compute));
+  if (float_gemm) device_weight_ = cache.move(source.dequantized_weight());
+  if (source.float_op_) float_op_.emplace(cache.move(source.float_op_->weight()), cache.move(source.float_op_->bias()));
+  const std::string dtype = dtype_name(compute);
+  if (path_ == ExecutionPath::kernel && int8_)
+    engine_ = "int8_linear on " + cache.placement().device.str() + ", " + dtype + " out";
+  else if (device_weight_.defined())
+    engine_ = "dequantise + " + dtype + " GEMM on " + cache.placement().device.str();
+  else
+    engine_ = "w4_linear on " + cache.placement().device.str() + ", " + dtype;
+}
+
+std::shared_ptr<const Linear> QuantizedLinear::placed(PlacementCache& cache) const {
+  return std::shared_ptr<const Linear>(new QuantizedLinear(*this, cache));  // the constructor is private
+}
+
 std::int64_t QuantizedLinear::weight_bytes() const {
   std::int64_t bytes = bias_.defined() ? bias_.numel() * 4 : 0;
   // Kept rows and outlier features run the fp32 weight, so such a layer holds it besides the
@@ -90,10 +136,10 @@ std::string QuantizedLinear::describe() const {
   auto part = [](const char* what, const QuantSpec& q) {
     return q.enabled() ? fmt::format(" {}:{}/{}", what, to_string(q.kind), q.granularity_name()) : std::string();
   };
-  std::string engine;
-  if (path_ == ExecutionPath::kernel)
+  std::string engine = engine_;
+  if (engine.empty() && path_ == ExecutionPath::kernel)
     engine = int8_ ? "int8_gemm" : "w4_gemm";
-  else
+  else if (engine.empty())
     engine = "dequantise + fp32 GEMM";
   const std::string keep =
       keep_.enabled() ? fmt::format(", keep {}:{} in fp32 (fp32 weight held too)", to_string(keep_.rule), keep_.count)
@@ -112,8 +158,9 @@ at::Tensor QuantizedLinear::dequantized_weight() const {
 }
 
 at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == in_ && x.scalar_type() == at::kFloat, "QuantizedLinear ", name_,
-              ": expected float32 [B, L, ", in_, "], got ", x.scalar_type(), " ", x.sizes());
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == in_ && (x.scalar_type() == at::kFloat || !x.device().is_cpu()),
+              "QuantizedLinear ", name_, ": expected float32 [B, L, ", in_, "] (any float dtype on a GPU), got ",
+              x.scalar_type(), " ", x.sizes(), " on ", x.device());
   const std::int64_t B = x.size(0);
   if (B == 0) return at::empty({0, x.size(1), out_}, x.options());
   if (x.size(1) == 0) return forward_quantized(x);
@@ -243,7 +290,29 @@ at::Tensor QuantizedLinear::forward_keeping(const at::Tensor& x) const {
   return y;
 }
 
+at::Tensor QuantizedLinear::forward_quantized_device(const at::Tensor& x) const {
+  const std::int64_t B = x.size(0), L = x.size(1);
+  const at::ScalarType dtype = x.scalar_type();
+  auto rows_per_scale = [&](const QuantSpec& q) { return q.granularity == Granularity::token ? 1 : std::max<std::int64_t>(L, 1); };
+  if (path_ == ExecutionPath::kernel && int8_) {
+    // One op over all B·L rows: exact integer sums, per-row or per-sequence scales.
+    const std::int64_t out_rows = outputs_.kind == QuantKind::int8_absmax ? rows_per_scale(outputs_) : 0;
+    return kernels::int8_linear(x.reshape({B * L, in_}), rows_per_scale(inputs_), int8_->q, int8_->scales, bias_, out_rows)
+        .reshape({B, L, out_});
+  }
+  at::Tensor xq = inputs_.enabled() ? fake_quantize_activations(x.to(at::kFloat), inputs_).to(dtype) : x;
+  at::Tensor y;
+  if (!device_weight_.defined()) {  // 4-bit weights with a packed kernel for this dtype
+    y = kernels::w4_linear(xq.reshape({B * L, in_}), w4_->qweight, w4_->scales, w4_->zeros, w4_->group_size, bias_)
+            .reshape({B, L, out_});
+  } else {
+    y = device_bias_.defined() ? at::linear(xq, device_weight_, device_bias_) : at::linear(xq, device_weight_);
+  }
+  return outputs_.enabled() ? fake_quantize_activations(y.to(at::kFloat), outputs_).to(dtype) : y;
+}
+
 at::Tensor QuantizedLinear::forward_quantized(const at::Tensor& x) const {
+  if (!x.device().is_cpu()) return forward_quantized_device(x);
   const std::int64_t B = x.size(0);
   at::Tensor y;  // [B, L, out]
   if (path_ == ExecutionPath::kernel && int8_) {

@@ -8,6 +8,14 @@
 //              quantised by kernels/int8_quantize, then kernels/int8_gemm (int32 sums, scales
 //              after); 4-bit weights: kernels/w4_gemm on float activations (quantised and
 //              dequantised first when the scheme quantises them).
+// On a GPU (placed(), model/placement.h) the same maths runs in the compute dtype: the int8
+// kernel path is kernels/int8_linear (fused quantiser, integer GEMM, epilogue; coarse output
+// quantisation inside it), one GEMM over all B·L rows; the reference path fake-quantises in
+// float32, rounds to the compute dtype and runs one float GEMM on the dequantised weight (cached
+// at placement); 4-bit weights run kernels/w4_linear in fp16/bf16 and the dequantised weight in
+// fp32. Integer sums are exact there too; float GEMMs over all rows may round differently for
+// another batch size (the record says so).
+//
 // Output-activation quantisation (coarse) is applied to the output, bias included, per sequence,
 // identically on both paths. Outputs are bit-identical whatever the batch size: float GEMMs run
 // once per sequence, and the int8 GEMM's integer sums are exact.
@@ -71,6 +79,7 @@ class QuantizedLinear final : public Linear {
   std::int64_t out_features() const override { return out_; }
   std::int64_t weight_bytes() const override;  // packed codes + scales (+ zeros) + bias
   std::string describe() const override;
+  std::shared_ptr<const Linear> placed(PlacementCache& cache) const override;
 
   ExecutionPath path() const { return path_; }
   // The weights as the reference path uses them: [out, in] float32.
@@ -111,7 +120,9 @@ class QuantizedLinear final : public Linear {
   void reset_outlier_features() const;
 
  private:
+  QuantizedLinear(const QuantizedLinear& source, PlacementCache& cache);  // placed()'s copy
   at::Tensor forward_quantized(const at::Tensor& x) const;  // the scheme's path on every row
+  at::Tensor forward_quantized_device(const at::Tensor& x) const;  // the same on a GPU, in its dtype
   at::Tensor forward_keeping(const at::Tensor& x) const;    // kept rows full precision, the rest quantised
   at::Tensor forward_mixed(const at::Tensor& x) const;      // outlier features in fp32, the rest int8
   at::Tensor forward_reference(const at::Tensor& x, const at::Tensor& w /*dequantised [out, in]*/) const;
@@ -126,6 +137,10 @@ class QuantizedLinear final : public Linear {
   std::optional<W4Weight> w4_;
   at::Tensor float_weight_;         // weights not quantised (activation-only schemes)
   at::Tensor bias_;                 // [out] float32 or undefined, kept in full precision
+  // Placed on a GPU only: the dequantised weight [out, in] and the bias in the compute dtype, for
+  // the float GEMMs (reference path; 4-bit weights in fp32).
+  at::Tensor device_weight_, device_bias_;
+  std::string engine_;  // what describe() names as the engine once placed; empty on the CPU
 
   KeepTokens keep_;
   std::optional<FloatLinear> float_op_;  // the full-precision layer, when keep_ or outlier_threshold_ is set

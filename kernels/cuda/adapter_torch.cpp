@@ -143,4 +143,45 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& x_in, const at::Tensor& qweight, co
   return y;
 }
 
+// Composed from the kernels above (a first version: the issue-33 kernels replace it).
+at::Tensor int8_linear_cuda(const at::Tensor& x, std::int64_t rows_per_scale, const at::Tensor& w_q,
+                            const at::Tensor& w_scales, const at::Tensor& bias, at::ScalarType out_dtype,
+                            std::int64_t out_rows_per_scale) {
+  // bfloat16 widens to float exactly; the quantiser and epilogue take float and half.
+  const bool via_float = x.scalar_type() == at::kBFloat16 || out_dtype == at::kBFloat16;
+  at::Tensor xin = x.scalar_type() == at::kBFloat16 ? x.to(at::kFloat) : x;
+  auto [q, scales] = absmax_quantize_cuda(xin, rows_per_scale);
+  const std::int64_t M = x.size(0);
+  at::Tensor a_scale = rows_per_scale == 1 ? scales : scales.repeat_interleave(rows_per_scale).narrow(0, 0, M).contiguous();
+  if (!via_float) return int8_gemm_cuda(q, w_q, a_scale, w_scales, bias, out_dtype, out_rows_per_scale);
+  at::Tensor y = int8_gemm_cuda(q, w_q, a_scale, w_scales, bias, at::kFloat, 0).to(out_dtype);
+  if (out_rows_per_scale == 0) return y;
+  // Output quantisation on the values as stored (bf16), in float maths.
+  auto [qo, so] = absmax_quantize_cuda(y.to(at::kFloat), out_rows_per_scale);
+  at::Tensor s_rows = out_rows_per_scale == 1 ? so : so.repeat_interleave(out_rows_per_scale).narrow(0, 0, M);
+  return (qo.to(at::kFloat) * s_rows.unsqueeze(1)).to(out_dtype);
+}
+
+std::string int8_linear_cuda_path(std::int64_t, std::int64_t, std::int64_t) {
+  return "absmax quantiser + cuBLASLt s8s32 GEMM + dequantising epilogue";
+}
+
+at::Tensor w4_linear_cuda(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
+                          std::int64_t group_size, const at::Tensor& bias, std::string* chosen) {
+  const std::int64_t M = x.size(0), K = x.size(1), N = qweight.size(0);
+  if (x.scalar_type() == at::kHalf && M <= 16) {
+    if (chosen) *chosen = "w4a16 kernel";
+    return w4a16_gemm_cuda(x, qweight, scales, zeros, group_size, bias);
+  }
+  // Dequantise (q − z)·s in float32, round to x's dtype, one cuBLAS GEMM.
+  const std::int64_t g = std::min(group_size, K), G = (K + g - 1) / g;
+  at::Tensor codes = at::stack({qweight & 0x0F, at::bitwise_right_shift(qweight, 4)}, 2).reshape({N, -1}).narrow(1, 0, K);
+  at::Tensor group = at::div(at::arange(K, x.options().dtype(at::kLong)), g, "floor");
+  at::Tensor w = (codes.to(at::kFloat) - zeros.index_select(1, group)) * scales.index_select(1, group);
+  (void)G;
+  if (chosen) *chosen = "dequantise + cuBLAS GEMM";
+  at::Tensor wd = w.to(x.scalar_type());
+  return bias.defined() ? at::linear(x, wd, bias.to(x.scalar_type())) : at::linear(x, wd);
+}
+
 }  // namespace qeval::kernels::cuda

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <string>
 #include <tuple>
 
 namespace qeval::kernels::cuda {
@@ -30,5 +31,18 @@ std::tuple<at::Tensor, at::Tensor> absmax_quantize_cuda(const at::Tensor& x, std
 // undefined → [M, N] half (kernels/cuda/w4a16_gemm.h).
 at::Tensor w4a16_gemm_cuda(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
                            const at::Tensor& zeros, std::int64_t group_size, const at::Tensor& bias);
+
+// x [M, K] float, half or bfloat16 → y [M, N] of out_dtype:
+// y = ((float(Σ_k q_x[m,k]·w_q[n,k]) · a_scale[m / rows_per_scale]) · w_scales[n or 0]) + bias[n],
+// q_x the absmax int8 quantisation of x per group of rows_per_scale rows; out_rows_per_scale > 0
+// then quantises–dequantises the output per group of that many rows (coarse).
+at::Tensor int8_linear_cuda(const at::Tensor& x, std::int64_t rows_per_scale, const at::Tensor& w_q,
+                            const at::Tensor& w_scales, const at::Tensor& bias, at::ScalarType out_dtype,
+                            std::int64_t out_rows_per_scale = 0);
+// Which implementation int8_linear_cuda uses for this shape, in words for records.
+std::string int8_linear_cuda_path(std::int64_t m, std::int64_t n, std::int64_t k);
+// 4-bit zero-point weights: x [M, K] half or bfloat16 → [M, N] x's dtype; `chosen` says which kernel ran.
+at::Tensor w4_linear_cuda(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
+                          std::int64_t group_size, const at::Tensor& bias, std::string* chosen = nullptr);
 
 }  // namespace qeval::kernels::cuda

@@ -60,6 +60,14 @@ std::string device_description(int device) {
          std::to_string(prop.l2CacheSize >> 20) + " MiB)";
 }
 
+std::string cuda_versions() {
+  int driver = 0, runtime = 0;
+  QEVAL_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  QEVAL_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  auto dotted = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  return "CUDA driver " + dotted(driver) + ", runtime " + dotted(runtime);
+}
+
 void* malloc_device(std::size_t bytes) {
   void* p = nullptr;
   QEVAL_CUDA_CHECK(cudaMalloc(&p, bytes));

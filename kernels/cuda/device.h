@@ -42,6 +42,8 @@ int device_count() noexcept;
 std::string no_device_reason();
 // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)" for records and benchmarks.
 std::string device_description(int device = 0);
+// "CUDA driver 13.0, runtime 13.0": what the driver supports and the runtime the kernels link.
+std::string cuda_versions();
 
 void* malloc_device(std::size_t bytes);
 void free_device(void* pointer) noexcept;

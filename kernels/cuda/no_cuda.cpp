@@ -24,6 +24,7 @@ bool kernels_built() noexcept { return false; }
 int device_count() noexcept { return 0; }
 std::string no_device_reason() { return "qeval was built without CUDA kernels"; }
 std::string device_description(int) { unavailable("device_description"); }
+std::string cuda_versions() { unavailable("cuda_versions"); }
 
 void* malloc_device(std::size_t) { unavailable("malloc_device"); }
 void free_device(void*) noexcept {}
