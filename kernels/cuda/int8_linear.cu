@@ -141,9 +141,8 @@ struct Candidate {
   Int8LinearPlan plan;
 };
 
-std::vector<Candidate> candidates(std::int64_t m, std::int64_t n, std::int64_t k, int device) {
+std::vector<Candidate> candidates(std::int64_t m, std::int64_t n, std::int64_t k, int device, Mode mode) {
   std::vector<Candidate> out;
-  Mode mode = mode_from_env();
 #ifdef QEVAL_WITH_CUTLASS
   int major = 0, minor = 0;
   QEVAL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -295,10 +294,20 @@ const Int8LinearPlan& int8_linear_plan(std::int64_t m, std::int64_t n, std::int6
   }
   // Timed outside the lock (it synchronises); a racing thread may time the same shape, and the
   // first plan stored wins (std::map references stay valid).
-  const std::vector<Candidate> c = candidates(m, n, k, device);
+  const std::vector<Candidate> c = candidates(m, n, k, device, mode_from_env());
   const std::size_t choice = tuning_enabled() ? timed_choice(c, m, n, k) : rule_choice(c, m, n, device);
   std::lock_guard<std::mutex> lock(cache.mutex);
   return cache.plans.emplace(key, c[choice].plan).first->second;
+}
+
+std::vector<Int8LinearPlan> int8_linear_candidates(std::int64_t m, std::int64_t n, std::int64_t k) {
+  const std::string reason = int8_linear_unsupported_reason(m, n, k);
+  QEVAL_CUDA_EXPECT(reason.empty(), reason);
+  int device = 0;
+  QEVAL_CUDA_CHECK(cudaGetDevice(&device));
+  std::vector<Int8LinearPlan> plans;
+  for (const Candidate& c : candidates(m, n, k, device, Mode::automatic)) plans.push_back(c.plan);
+  return plans;
 }
 
 std::size_t int8_linear_workspace_bytes(const Int8LinearArgs& a, const Int8LinearPlan& plan) {

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/device.h"
 
@@ -49,6 +50,11 @@ std::string int8_linear_unsupported_reason(std::int64_t m, std::int64_t n, std::
 // buffers and synchronises the device once per shape). out_type and pointer alignment are
 // checked again per call: a call the CUTLASS kernel cannot take runs the fallback.
 const Int8LinearPlan& int8_linear_plan(std::int64_t m, std::int64_t n, std::int64_t k);
+
+// Every implementation that can run this shape on the current device, whatever
+// QEVAL_INT8_LINEAR says (CUTLASS configurations first, cuBLASLt + epilogue last): what
+// int8_linear_plan chooses from, for tests (each must be exact) and benchmarks.
+std::vector<Int8LinearPlan> int8_linear_candidates(std::int64_t m, std::int64_t n, std::int64_t k);
 
 struct Int8LinearArgs {
   const void* x = nullptr;  // [M, K] of x_type, row-major contiguous, 16-byte aligned for speed

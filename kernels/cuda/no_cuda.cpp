@@ -60,6 +60,9 @@ void int8_dequantize_epilogue(const Int8EpilogueArgs&, Stream) { unavailable("in
 void int8_output_quantize_dequantize(void*, FloatType, std::int64_t, std::int64_t, std::int64_t, float*, Stream) {
   unavailable("int8_output_quantize_dequantize");
 }
+std::vector<Int8LinearPlan> int8_linear_candidates(std::int64_t, std::int64_t, std::int64_t) {
+  unavailable("int8_linear_candidates");
+}
 const Int8LinearPlan& int8_linear_plan(std::int64_t, std::int64_t, std::int64_t) { unavailable("int8_linear_plan"); }
 std::size_t int8_linear_workspace_bytes(const Int8LinearArgs&, const Int8LinearPlan&) {
   unavailable("int8_linear_workspace_bytes");
