@@ -236,11 +236,6 @@ std::string int8_linear_cuda_path(std::int64_t m, std::int64_t n, std::int64_t k
 
 namespace {
 
-// At most this many tokens go to the W4A16 kernel. On the H200 (../shared/gpu/2026-11-26-h200/)
-// the tensor-core W4A16 kernel ran at 1.3–1.5× cuBLAS fp16 for M = 1 and 4, and at 0.83–1.00×
-// for M = 16, where the dequantised path (exactly an fp16 GEMM once Ŵ is cached) is 1.0×.
-constexpr std::int64_t kW4KernelMaxM = 8;
-
 enum class W4Choice { automatic, kernel, dequantize };
 
 W4Choice w4_choice_from_env() {

@@ -19,6 +19,13 @@
 
 namespace qeval::kernels::cuda {
 
+// The 4-bit linear's dispatch (kernels/cuda/adapter_torch.cpp w4_linear_cuda, and the benchmark):
+// at most this many tokens go to the W4A16 kernel (fp16 activations, shapes its tensor-core kernel
+// takes); more go to dequantise + cuBLASLt GEMM. On the H200 (../shared/gpu/2026-11-26-h200/) the
+// tensor-core W4A16 kernel ran at 1.3–1.5× cuBLAS fp16 for M = 1 and 4 and at 0.83–1.00× for
+// M = 16, where the dequantised path with Ŵ cached is exactly an fp16 GEMM (1.0×).
+constexpr std::int64_t kW4KernelMaxM = 8;
+
 void w4_dequantize(const std::uint8_t* qweight, const float* scales, const float* zeros, std::int64_t n,
                    std::int64_t k, std::int64_t group_size, void* out, FloatType out_type, Stream stream = nullptr);
 

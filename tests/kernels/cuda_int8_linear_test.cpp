@@ -97,9 +97,13 @@ std::string describe(const Case& c) {
          ", out rows " + std::to_string(c.out_rows) + ", extreme " + std::to_string(c.extreme);
 }
 
-// Runs `plan` on one case and compares with the CPU reference.
-void check_linear(const Case& c, const cu::Int8LinearPlan& plan, std::uint32_t seed) {
-  SCOPED_TRACE(describe(c) + ", plan " + plan.description);
+struct Inputs {
+  std::vector<float> x, ws, bias, ref;
+  std::vector<std::int8_t> w;
+};
+
+// Random inputs for the case and the CPU reference output.
+Inputs make_case(const Case& c, std::uint32_t seed) {
   const std::int64_t M = c.m, N = c.n, K = c.k;
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -156,9 +160,17 @@ void check_linear(const Case& c, const cu::Int8LinearPlan& plan, std::uint32_t s
     }
   }
 
-  cu::DeviceArray<std::uint8_t> dx(to_bytes(x, c.x_type));
-  cu::DeviceArray<std::int8_t> dw(w);
-  cu::DeviceArray<float> dws(ws), dbias(bias);
+  return {x, ws, bias, ref, w};
+}
+
+// Runs `plan` on the case and compares with the reference.
+void check_linear(const Case& c, const Inputs& in, const cu::Int8LinearPlan& plan) {
+  SCOPED_TRACE(describe(c) + ", plan " + plan.description);
+  const std::int64_t M = c.m, N = c.n, K = c.k;
+  const auto& ref = in.ref;
+  cu::DeviceArray<std::uint8_t> dx(to_bytes(in.x, c.x_type));
+  cu::DeviceArray<std::int8_t> dw(in.w);
+  cu::DeviceArray<float> dws(in.ws), dbias(in.bias);
   cu::DeviceArray<std::uint8_t> dout(static_cast<std::size_t>(M * N) * cu::size_of(c.out_type));
   cu::fill_bytes(dout.get(), 0xFF, dout.size());  // NaN in every type: an unwritten output fails
   cu::Int8LinearArgs a;
@@ -190,11 +202,12 @@ void check_linear(const Case& c, const cu::Int8LinearPlan& plan, std::uint32_t s
                      << "]: got " << element(raw, first, c.out_type) << ", expected " << ref[first];
 }
 
-// Runs every candidate implementation of the case's shape.
+// Runs every candidate implementation of the case's shape against one reference.
 void check_all_plans(const Case& c, std::uint32_t seed) {
   const std::vector<cu::Int8LinearPlan> plans = cu::int8_linear_candidates(c.m, c.n, c.k);
   ASSERT_FALSE(plans.empty());
-  for (const auto& p : plans) check_linear(c, p, seed);
+  const Inputs in = make_case(c, seed);
+  for (const auto& p : plans) check_linear(c, in, p);
 }
 
 }  // namespace
