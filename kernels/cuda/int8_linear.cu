@@ -316,12 +316,11 @@ std::size_t int8_linear_workspace_bytes(const Int8LinearArgs& a, const Int8Linea
 }
 
 Int8LinearPath int8_linear(const Int8LinearArgs& a, const Int8LinearPlan& plan, Stream stream) {
-  const std::string shape =
-      " (M " + std::to_string(a.m) + ", N " + std::to_string(a.n) + ", K " + std::to_string(a.k) + ")";
-  const std::string reason = int8_linear_unsupported_reason(a.m, a.n, a.k);
-  QEVAL_CUDA_EXPECT(reason.empty(), reason);
+  if (a.m <= 0 || a.n <= 0 || a.k <= 0 || a.k % 4 != 0 || a.n % 4 != 0 || a.k > kInt8GemmMaxK)
+    QEVAL_CUDA_EXPECT(false, int8_linear_unsupported_reason(a.m, a.n, a.k));
   QEVAL_CUDA_EXPECT(a.x && a.w_q && a.w_scales && a.out && a.workspace,
-                    "int8_linear: x, w_q, w_scales, out and workspace are required" + shape);
+                    "int8_linear: x, w_q, w_scales, out and workspace are required (M " + std::to_string(a.m) +
+                        ", N " + std::to_string(a.n) + ", K " + std::to_string(a.k) + ")");
   QEVAL_CUDA_EXPECT(a.rows_per_scale > 0, "int8_linear: rows_per_scale must be positive, got " +
                                               std::to_string(a.rows_per_scale));
   const bool fused = runs_fused(a, plan);

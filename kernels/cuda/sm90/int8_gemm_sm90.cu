@@ -54,18 +54,20 @@ std::string to_string(const Config& c) {
 }
 
 std::string unsupported_reason(const Int8GemmArgs& a) {
-  const std::string shape =
-      " (M " + std::to_string(a.m) + ", N " + std::to_string(a.n) + ", K " + std::to_string(a.k) + ")";
-  if (a.m <= 0 || a.n <= 0 || a.k <= 0) return "int8 sm90 GEMM: sizes must be positive" + shape;
-  if (a.k % 16 != 0) return "int8 sm90 GEMM: K must be a multiple of 16 (TMA row pitch)" + shape;
+  // Built only when something fails: this runs on every call.
+  auto shape = [&a] {
+    return " (M " + std::to_string(a.m) + ", N " + std::to_string(a.n) + ", K " + std::to_string(a.k) + ")";
+  };
+  if (a.m <= 0 || a.n <= 0 || a.k <= 0) return "int8 sm90 GEMM: sizes must be positive" + shape();
+  if (a.k % 16 != 0) return "int8 sm90 GEMM: K must be a multiple of 16 (TMA row pitch)" + shape();
   if ((a.n * static_cast<std::int64_t>(size_of(a.out_type))) % 16 != 0)
     return std::string("int8 sm90 GEMM: N · sizeof(") + to_string(a.out_type) +
-           ") must be a multiple of 16 bytes (TMA row pitch)" + shape;
-  if (a.k > kInt8GemmMaxK) return "int8 sm90 GEMM: K could overflow the int32 sum" + shape;
+           ") must be a multiple of 16 bytes (TMA row pitch)" + shape();
+  if (a.k > kInt8GemmMaxK) return "int8 sm90 GEMM: K could overflow the int32 sum" + shape();
   if (a.m > (std::int64_t{1} << 31) - 1 || a.n > (std::int64_t{1} << 31) - 1)
-    return "int8 sm90 GEMM: M and N must fit in int" + shape;
+    return "int8 sm90 GEMM: M and N must fit in int" + shape();
   if (!aligned16(a.a) || !aligned16(a.b) || !aligned16(a.out))
-    return "int8 sm90 GEMM: a, b and out must be 16-byte aligned (TMA)" + shape;
+    return "int8 sm90 GEMM: a, b and out must be 16-byte aligned (TMA)" + shape();
   return {};
 }
 
