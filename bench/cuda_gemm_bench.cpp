@@ -1,8 +1,14 @@
-// GPU kernel benchmark: int8 GEMM (cuBLASLt IMMA, alone and with fused quantisation and the
-// dequantising epilogue) against cuBLAS(Lt) fp16 at 4096³ and GPT-2 / Llama-7B layer shapes, and
-// the W4A16 kernel at M = 1, 4, 16 against fp16 and against the device-to-device copy bandwidth
-// measured in the same run. Prints medians of event-timed runs and the ratios; it measures, it
-// does not pass or fail. Exits non-zero with a message when no CUDA device is present.
+// GPU kernel benchmark, every ratio against cuBLAS(Lt) fp16 measured in the same run:
+//  - int8 at 4096³ and GPT-2 / Llama-7B layer shapes (M = 2048): the s8s32 cuBLASLt GEMM alone,
+//    the unfused linear (quantise + cuBLASLt IMMA + separate epilogue: the path before issue 33,
+//    now the fallback) and the int8 linear as dispatched (kernels/cuda/int8_linear.h: fused
+//    CUTLASS sm90 GEMM + epilogue when built, per token; also per tensor), f16 in and out; then
+//    (full mode) each candidate implementation's GEMM + epilogue time, which the plan chose from.
+//  - 4-bit weights at M = 1, 16, 512, 2048: the W4A16 kernel, dequantise + fp16 GEMM with Ŵ
+//    cached (an fp16 GEMM on Ŵ) and dequantising every call, and the dispatch's choice
+//    (kW4KernelMaxM); bandwidth against the device-to-device copy at M = 1.
+// Prints medians of event-timed runs and the ratios; it measures, it does not pass or fail.
+// Exits non-zero with a message when no CUDA device is present.
 //
 //   cuda_gemm_bench [--runs 50] [--warmup 10] [--quick]
 #include <CLI/CLI.hpp>
@@ -23,6 +29,8 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/int8_epilogue.h"
+#include "kernels/cuda/int8_linear.h"
+#include "kernels/cuda/w4_dequantize.h"
 #include "kernels/cuda/w4a16_gemm.h"
 
 namespace cu = qeval::kernels::cuda;
@@ -77,7 +85,20 @@ struct GemmShape {
   std::int64_t m, n, k;
 };
 
-void bench_int8(const GemmShape& s, const Options& o, Random& rng) {
+// One int8 linear through the dispatcher, with its own workspace.
+struct Linear {
+  cu::Int8LinearArgs args;
+  const cu::Int8LinearPlan* plan = nullptr;
+  cu::DeviceArray<std::uint8_t> workspace;
+  void prepare(const cu::Int8LinearPlan& p) {
+    plan = &p;
+    workspace = cu::DeviceArray<std::uint8_t>(cu::int8_linear_workspace_bytes(args, p));
+    args.workspace = workspace.get();
+  }
+  void run() const { cu::int8_linear(args, *plan); }
+};
+
+void bench_int8(const GemmShape& s, const Options& o, Random& rng, std::vector<std::string>& detail) {
   const auto M = static_cast<std::size_t>(s.m), N = static_cast<std::size_t>(s.n), K = static_cast<std::size_t>(s.k);
   auto x16 = random_device<c10::Half>(M * K, rng), w16 = random_device<c10::Half>(N * K, rng);
   cu::DeviceArray<c10::Half> y16(M * N);
@@ -97,17 +118,51 @@ void bench_int8(const GemmShape& s, const Options& o, Random& rng) {
   ep.bias = bias.get();
   ep.out = y16.get();
   ep.out_type = cu::FloatType::f16;
-  // The whole vector-wise int8 linear: per-token quantisation of fp16 x, IMMA, epilogue to fp16.
-  const double tlin = median_ms(
+  // The unfused vector-wise int8 linear: per-token quantisation of fp16 x, IMMA, epilogue to fp16.
+  const double tunfused = median_ms(
       [&](int) {
         cu::absmax_quantize_int8(x16.get(), cu::FloatType::f16, s.m, s.k, 1, a8.get(), a_scales.get());
         cu::int8_gemm_s32(a8.get(), w8.get(), c32.get(), s.m, s.n, s.k);
         cu::int8_dequantize_epilogue(ep);
       },
       o);
+  // The dispatched int8 linear (the plan is timed on its first use, before these runs).
+  Linear lin;
+  lin.args.x = x16.get();
+  lin.args.x_type = cu::FloatType::f16;
+  lin.args.m = s.m, lin.args.n = s.n, lin.args.k = s.k;
+  lin.args.rows_per_scale = 1;
+  lin.args.w_q = w8.get();
+  lin.args.w_scales = w_scales.get();
+  lin.args.bias = bias.get();
+  lin.args.out = y16.get();
+  lin.args.out_type = cu::FloatType::f16;
+  const cu::Int8LinearPlan& plan = cu::int8_linear_plan(s.m, s.n, s.k);
+  lin.prepare(plan);
+  const double tlin = median_ms([&](int) { lin.run(); }, o);
+  Linear per_tensor;
+  per_tensor.args = lin.args;
+  per_tensor.args.rows_per_scale = s.m;  // one activation scale: the two-pass group quantiser
+  per_tensor.prepare(plan);
+  const double ttensor = median_ms([&](int) { per_tensor.run(); }, o);
+
   const double flops = 2.0 * s.m * s.n * s.k;
-  fmt::print("{:<22} {:>5} {:>6} {:>6} | {:>8.1f} {:>8.1f} {:>8.1f} | {:>6.2f}x {:>6.2f}x\n", s.name, s.m, s.n, s.k,
-             flops / t16 / 1e9, flops / t8 / 1e9, flops / tlin / 1e9, t16 / t8, t16 / tlin);
+  fmt::print("{:<18} {:>5} {:>6} {:>6} | {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} | {:>5.2f}x {:>5.2f}x {:>5.2f}x "
+             "{:>5.2f}x | {}\n",
+             s.name, s.m, s.n, s.k, flops / t16 / 1e9, flops / t8 / 1e9, flops / tunfused / 1e9, flops / tlin / 1e9,
+             flops / ttensor / 1e9, t16 / t8, t16 / tunfused, t16 / tlin, t16 / ttensor, plan.description);
+
+  if (o.quick) return;
+  // Every candidate of the plan, the whole linear (quantiser included), for the record.
+  std::string line = fmt::format("{:<18} {:>5} {:>6} {:>6}:", s.name, s.m, s.n, s.k);
+  for (const auto& p : cu::int8_linear_candidates(s.m, s.n, s.k)) {
+    Linear cand;
+    cand.args = lin.args;
+    cand.prepare(p);
+    const double t = median_ms([&](int) { cand.run(); }, o);
+    line += fmt::format("  {} {:.1f} us ({:.2f}x)", p.description, t * 1e3, t16 / t);
+  }
+  detail.push_back(line);
 }
 
 struct W4Shape {
@@ -115,7 +170,7 @@ struct W4Shape {
   std::int64_t n, k, group;
 };
 
-void bench_w4a16(const W4Shape& s, std::int64_t m, double copy_gbs, const Options& o, Random& rng) {
+void bench_w4(const W4Shape& s, std::int64_t m, double copy_gbs, const Options& o, Random& rng) {
   const std::int64_t G = (s.k + s.group - 1) / s.group;
   const std::size_t w4_bytes = static_cast<std::size_t>(s.n * s.k / 2), w16_bytes = static_cast<std::size_t>(s.n * s.k * 2);
   // Rotate among enough weight copies (≥ 200 MB in all, several times a Hopper L2) that every run
@@ -133,31 +188,41 @@ void bench_w4a16(const W4Shape& s, std::int64_t m, double copy_gbs, const Option
   std::vector<cu::DeviceArray<c10::Half>> w16;
   for (int i = 0; i < copies16; ++i) w16.push_back(random_device<c10::Half>(w16_bytes / 2, rng));
   auto x = random_device<c10::Half>(static_cast<std::size_t>(m * s.k), rng);
-  cu::DeviceArray<c10::Half> y(static_cast<std::size_t>(m * s.n));
+  cu::DeviceArray<c10::Half> y(static_cast<std::size_t>(m * s.n)), scratch(w16_bytes / 2);
 
-  auto run_w4 = [&](cu::W4A16Kernel kernel) {
-    return median_ms(
-        [&](int i) {
-          cu::W4A16Args a;
-          a.x = x.get();
-          a.qweight = qw[i % copies4].get();
-          a.scales = scales[i % copies4].get();
-          a.zeros = zeros[i % copies4].get();
-          a.y = y.get();
-          a.m = m, a.n = s.n, a.k = s.k, a.group_size = s.group;
-          cu::w4a16_gemm(a, kernel);
-        },
-        o);
+  auto w4a16_args = [&](int i) {
+    cu::W4A16Args a;
+    a.x = x.get();
+    a.qweight = qw[i % copies4].get();
+    a.scales = scales[i % copies4].get();
+    a.zeros = zeros[i % copies4].get();
+    a.y = y.get();
+    a.m = m, a.n = s.n, a.k = s.k, a.group_size = s.group;
+    return a;
   };
-  const double t4 = run_w4(cu::W4A16Kernel::automatic);
-  const double tsimple = m == 1 ? run_w4(cu::W4A16Kernel::simple) : 0.0;
+  const bool tc = cu::w4a16_tensor_core_unsupported_reason(w4a16_args(0)).empty();
+  const double t4 = median_ms([&](int i) { cu::w4a16_gemm(w4a16_args(i), cu::W4A16Kernel::automatic); }, o);
+  const double tsimple =
+      m == 1 ? median_ms([&](int i) { cu::w4a16_gemm(w4a16_args(i), cu::W4A16Kernel::simple); }, o) : 0.0;
+  // fp16 GEMM on fp16 weights: the baseline, and exactly the cached-Ŵ dequantised path's time.
   const double t16 =
       median_ms([&](int i) { cu::fp16_gemm(x.get(), w16[i % copies16].get(), y.get(), m, s.n, s.k); }, o);
+  const double tdeq = median_ms(
+      [&](int i) {
+        cu::w4_dequantize(qw[i % copies4].get(), scales[i % copies4].get(), zeros[i % copies4].get(), s.n, s.k,
+                          s.group, scratch.get(), cu::FloatType::f16);
+        cu::fp16_gemm(x.get(), scratch.get(), y.get(), m, s.n, s.k);
+      },
+      o);
+  const bool kernel = tc && m <= cu::kW4KernelMaxM;
+  const double tchosen = kernel ? t4 : t16;
   const double bytes = w4_bytes + 2.0 * s.n * G * 4 + 2.0 * m * s.k + 2.0 * m * s.n;
   const double gbs = bytes / (t4 * 1e-3) / 1e9;
-  fmt::print("{:<22} {:>3} {:>6} {:>6} {:>7} | {:>8.1f} {:>8.1f} {:>8} | {:>7.0f} {:>5.0f}% | {:>6.2f}x\n", s.name, m,
-             s.n, s.k, s.group, t4 * 1e3, t16 * 1e3, m == 1 ? fmt::format("{:.1f}", tsimple * 1e3) : "-", gbs,
-             100.0 * gbs / copy_gbs, t16 / t4);
+  fmt::print("{:<18} {:>4} {:>6} {:>6} {:>5} | {:>8.1f} {:>8.1f} {:>8.1f} {:>8} | {:>5.0f}% | {:>5.2f}x {:>5.2f}x "
+             "{:>5.2f}x | {}\n",
+             s.name, m, s.n, s.k, s.group, t16 * 1e3, t4 * 1e3, tdeq * 1e3,
+             m == 1 ? fmt::format("{:.1f}", tsimple * 1e3) : "-", 100.0 * gbs / copy_gbs, t16 / t4, t16 / tdeq,
+             t16 / tchosen, kernel ? "w4a16 kernel" : "dequantise (cached) + fp16 GEMM");
 }
 
 }  // namespace
@@ -190,23 +255,35 @@ int main(int argc, char** argv) {
                                  {"llama7b gate/up", 2048, 11008, 4096},
                                  {"llama7b down", 2048, 4096, 11008}});
     }
-    fmt::print("int8 GEMM (TFLOP/s; ratios = fp16 time / int8 time)\n");
-    fmt::print("{:<22} {:>5} {:>6} {:>6} | {:>8} {:>8} {:>8} | {:>7} {:>7}\n", "shape", "M", "N", "K", "fp16", "s8s32",
-               "int8lin", "gemm", "linear");
-    for (const auto& s : gemms) bench_int8(s, o, rng);
+    fmt::print("int8 linear, f16 in and out (TFLOP/s; ratios = fp16 GEMM time / int8 time)\n");
+    fmt::print("  s8s32 = cuBLASLt GEMM alone; unfused = per-token quantise + s8s32 + epilogue kernel;\n"
+               "  linear = dispatched int8 linear, per token; tensor = the same with one activation scale\n");
+    fmt::print("{:<18} {:>5} {:>6} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>7} | {:>6} {:>6} {:>6} {:>6} | {}\n", "shape",
+               "M", "N", "K", "fp16", "s8s32", "unfused", "linear", "tensor", "s8s32", "unfus", "linear", "tensor",
+               "implementation");
+    std::vector<std::string> detail;
+    for (const auto& s : gemms) bench_int8(s, o, rng, detail);
+    if (!detail.empty()) {
+      fmt::print("\nint8 linear candidates (whole linear, per token; the plan took the fastest GEMM + epilogue)\n");
+      for (const auto& line : detail) fmt::print("{}\n", line);
+    }
 
     std::vector<W4Shape> w4 = {{"llama7b q/k/v/o", 4096, 4096, 128}};
+    std::vector<std::int64_t> ms = {1, 16, 512, 2048};
+    if (o.quick) ms = {1, 2048};
     if (!o.quick) {
-      w4.insert(w4.end(), {{"llama7b q/k/v/o", 4096, 4096, 4096},
-                           {"llama7b gate/up", 11008, 4096, 128},
+      w4.insert(w4.end(), {{"llama7b gate/up", 11008, 4096, 128},
                            {"llama7b down", 4096, 11008, 128},
                            {"gpt2 c_fc", 3072, 768, 128}});
     }
-    fmt::print("\nW4A16 (µs; bandwidth = weights + scales + zeros + x + y over the W4A16 time)\n");
-    fmt::print("{:<22} {:>3} {:>6} {:>6} {:>7} | {:>8} {:>8} {:>8} | {:>7} {:>6} | {:>7}\n", "shape", "M", "N", "K",
-               "group", "w4a16", "fp16", "simple", "GB/s", "copy", "vs fp16");
+    fmt::print("\n4-bit weights, f16 activations (µs; ratios = fp16 GEMM time / time; copy = W4A16 bandwidth as a "
+               "share of the device copy)\n");
+    fmt::print("  deq+gemm = dequantise every call + fp16 GEMM; with Ŵ cached the dequantised path is the fp16 GEMM\n");
+    fmt::print("{:<18} {:>4} {:>6} {:>6} {:>5} | {:>8} {:>8} {:>8} {:>8} | {:>6} | {:>6} {:>6} {:>6} | {}\n", "shape",
+               "M", "N", "K", "group", "fp16", "w4a16", "deq+gemm", "simple", "copy", "w4a16", "deq", "chosen",
+               "chosen path (M <= kW4KernelMaxM: kernel)");
     for (const auto& s : w4)
-      for (std::int64_t m : {1, 4, 16}) bench_w4a16(s, m, copy_gbs, o, rng);
+      for (std::int64_t m : ms) bench_w4(s, m, copy_gbs, o, rng);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_gemm_bench: %s\n", e.what());
     return 1;

@@ -38,6 +38,7 @@ if(QEVAL_CUDA_ENABLED)
       $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>
       $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
     set_target_properties(qeval_cuda_kernels PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+    include(${CMAKE_SOURCE_DIR}/cmake/cutlass.cmake)
   else()
     set(QEVAL_CUDA_ENABLED OFF)
   endif()
@@ -55,5 +56,9 @@ if(NOT QEVAL_CUDA_ENABLED)
   target_include_directories(qeval_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR})
   target_compile_options(qeval_cuda_kernels PRIVATE -Wall -Wextra -Wno-unused-parameter)
 endif()
-message(STATUS "qeval: CUDA kernels ${QEVAL_CUDA_ENABLED}, CUDA LibTorch ${QEVAL_TORCH_HAS_CUDA}")
+if(NOT DEFINED QEVAL_CUTLASS_ENABLED)
+  set(QEVAL_CUTLASS_ENABLED OFF)
+endif()
+message(STATUS "qeval: CUDA kernels ${QEVAL_CUDA_ENABLED}, CUTLASS sm90 kernels ${QEVAL_CUTLASS_ENABLED}, "
+               "CUDA LibTorch ${QEVAL_TORCH_HAS_CUDA}")
 

@@ -1,58 +1,79 @@
 // Device helpers shared by the absmax quantiser and the int8 epilogue (internal, CUDA only):
-// vector loads that widen to float, the reference rounding, block max reductions, and the
+// vector loads that widen f32 / f16 / bf16 to float, the reference rounding, block max reductions, and the
 // launcher of the per-group scale pass.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/device.h"
 
 namespace qeval::kernels::cuda::detail {
 
-// Elements per 16-byte access: 4 floats or 8 halves.
+// Elements per 16-byte access: 4 floats or 8 halves / bfloat16s.
 template <typename T>
 constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// v[0..VEC) = float(p[0..VEC)); p aligned to VEC * sizeof(T) bytes when VEC > 1.
-template <typename T, int VEC>
-__device__ __forceinline__ void load_as_float(const T* p, float (&v)[VEC]) {
-  if constexpr (VEC == 1) {
-    if constexpr (sizeof(T) == 2)
-      v[0] = __half2float(*p);
-    else
-      v[0] = *p;
-  } else if constexpr (sizeof(T) == 4) {
-    static_assert(VEC == 4, "float vectors are 16 bytes");
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+// Two 16-bit values packed in a 32-bit word → two floats (exact widening).
+template <typename T>
+__device__ __forceinline__ float2 pair_to_float2(unsigned int bits) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+  else
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+}
+
+// v = float(elements of a raw 16-byte vector of T).
+template <typename T>
+__device__ __forceinline__ void unpack_as_float(const uint4& raw, float (&v)[kVec16<T>]) {
+  if constexpr (sizeof(T) == 4) {
+    v[0] = __uint_as_float(raw.x), v[1] = __uint_as_float(raw.y), v[2] = __uint_as_float(raw.z),
+    v[3] = __uint_as_float(raw.w);
   } else {
-    static_assert(VEC == 8, "half vectors are 16 bytes");
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+    const unsigned int w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(h[i]);
+      const float2 f = pair_to_float2<T>(w[i]);
       v[2 * i] = f.x, v[2 * i + 1] = f.y;
     }
   }
 }
 
-// Stores float values as T with round-to-nearest-even (what a CPU float → half cast does).
+// v[0..VEC) = float(p[0..VEC)); p aligned to VEC * sizeof(T) bytes when VEC > 1.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_as_float(const T* p, float (&v)[VEC]) {
+  if constexpr (VEC == 1) {
+    v[0] = to_float(*p);
+  } else {
+    static_assert(VEC == kVec16<T>, "vectors are 16 bytes");
+    unpack_as_float<T>(*reinterpret_cast<const uint4*>(p), v);
+  }
+}
+
+// float → T with round-to-nearest-even (what a CPU float → half / bfloat16 cast does).
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __float2half_rn(v);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(v);
+  else
+    return v;
+}
+
+// Stores float values as T with round-to-nearest-even.
 template <typename T, int VEC>
 __device__ __forceinline__ void store_from_float(T* p, const float (&v)[VEC]) {
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    if constexpr (sizeof(T) == 2)
-      p[i] = __float2half_rn(v[i]);
-    else
-      p[i] = v[i];
-  }
+  for (int i = 0; i < VEC; ++i) p[i] = from_float<T>(v[i]);
 }
 
 // The reference scale: max|x| / 127 with IEEE division, 1 for an all-zero group.
@@ -87,6 +108,11 @@ __device__ __forceinline__ float block_max_nonneg(float v) {
 // non-negative float order like unsigned integers), max → scale in place.
 void launch_group_absmax_scales(const void* x, FloatType x_type, std::int64_t rows, std::int64_t cols,
                                 std::int64_t rows_per_scale, float* scales, Stream stream);
+
+// Which per-token kernel runs: the register-resident one (one read of x, default) or the
+// block-per-row one that re-reads the row (QEVAL_QUANTIZE_ROWS=reread; kept as a fallback).
+enum class RowsPath { registers, reread };
+RowsPath quantize_rows_path();
 
 // Whether p is aligned for 16-byte accesses.
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

@@ -1,14 +1,23 @@
 // Fused absmax int8 quantisation (kernels/cuda/absmax_quantize.h).
 //
-// Per token: one block per row computes the row's max, then re-reads the row (from L1/L2) and
-// writes q; one launch. Per group of rows: the group spans many blocks, so its max needs a
-// grid-wide reduction before any value is rounded: launch_group_absmax_scales (atomic max of
-// block maxima), then an elementwise quantisation launch. Memory-bound: 16-byte loads whenever
-// K and the pointers allow, int64 indices throughout (M·K may pass 2³¹).
+// Per token, one read of x: a row belongs to 1, 2, 4 or 8 warps, which load the whole row into
+// registers (up to 8 × 16 bytes per thread, so rows up to 16384 halves or 8192 floats), reduce
+// its max (warp shuffles, then shared memory across the row's warps), and quantise from the
+// registers; one launch, x read once, q written once. Rows are short (GPT-2: 768 halves = 96
+// vectors), so small rows get one warp each and a block holds several rows: no idle threads and
+// no block-wide barrier for them. Longer rows (or K not a multiple of the vector width, or
+// unaligned pointers) use the block-per-row kernel that re-reads the row from L1/L2.
+//
+// Per group of rows: the group spans many blocks, so its max needs a grid-wide reduction before
+// any value is rounded: launch_group_absmax_scales (atomic max of block maxima), then an
+// elementwise quantisation launch (the second read of x mostly hits L2). Memory-bound: 16-byte
+// loads whenever K and the pointers allow, int64 indices throughout (M·K may pass 2³¹).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 
@@ -42,7 +51,8 @@ __device__ __forceinline__ void store_q(std::int8_t* q, const float (&r)[VEC]) {
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const T* __restrict__ x, std::int64_t k,
                                                                  std::int8_t* __restrict__ q,
-                                                                 float* __restrict__ scales) {
+                                                                 float* __restrict__ scales,
+                                                                 float* __restrict__ row_scales) {
   const std::int64_t row = blockIdx.x;
   const T* xr = x + row * k;
   std::int8_t* qr = q + row * k;
@@ -54,7 +64,10 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const T* __rest
     for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(v[j]));
   }
   const float s = absmax_scale(block_max_nonneg(amax));
-  if (threadIdx.x == 0) scales[row] = s;
+  if (threadIdx.x == 0) {
+    scales[row] = s;
+    if (row_scales) row_scales[row] = s;
+  }
   for (std::int64_t i = static_cast<std::int64_t>(threadIdx.x) * VEC; i < k; i += kThreads * VEC) {
     float v[VEC];
     load_as_float<T, VEC>(xr + i, v);
@@ -64,17 +77,77 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const T* __rest
   }
 }
 
+// One read of x per row: WARPS warps own a row and keep it in registers (VPT 16-byte vectors per
+// thread, so a row of up to WARPS · 32 · VPT vectors); 8 / WARPS rows per 256-thread block.
+// Requires K a multiple of the vector width and 16-byte aligned x, 8- or 4-byte aligned q.
+template <typename T, int WARPS, int VPT>
+__global__ void __launch_bounds__(kThreads) quantize_rows_registers_kernel(const T* __restrict__ x, std::int64_t m,
+                                                                           std::int64_t k,
+                                                                           std::int8_t* __restrict__ q,
+                                                                           float* __restrict__ scales,
+                                                                           float* __restrict__ row_scales) {
+  constexpr int VEC = kVec16<T>, ROWS = 8 / WARPS, TPR = WARPS * 32;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = (warp % WARPS) * 32 + lane;  // thread within its row
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * ROWS + warp / WARPS;
+  const bool live = row < m;
+  const std::int64_t vectors = k / VEC;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : 0) * k);
+  uint4 raw[VPT];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const std::int64_t j = t + static_cast<std::int64_t>(i) * TPR;
+    if (live && j < vectors) {
+      raw[i] = __ldcs(xr + j);  // streamed: x is not read again
+      float v[VEC];
+      unpack_as_float<T>(raw[i], v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) amax = fmaxf(amax, fabsf(v[e]));
+    }
+  }
+  amax = warp_max(amax);
+  if constexpr (WARPS > 1) {
+    __shared__ float partial[8];
+    if (lane == 0) partial[warp] = amax;
+    __syncthreads();
+    const int first = warp - warp % WARPS;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) amax = fmaxf(amax, partial[first + w]);
+  }
+  if (!live) return;
+  const float s = absmax_scale(amax);
+  if (t == 0) {
+    scales[row] = s;
+    if (row_scales) row_scales[row] = s;
+  }
+  std::int8_t* qr = q + row * k;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const std::int64_t j = t + static_cast<std::int64_t>(i) * TPR;
+    if (j < vectors) {
+      float v[VEC];
+      unpack_as_float<T>(raw[i], v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) v[e] = absmax_round(v[e], s);
+      store_q<VEC>(qr + j * VEC, v);
+    }
+  }
+}
+
 // Grid-stride over all VEC-vectors; group_elems (rows_per_scale · K) is a multiple of VEC, so
 // a vector never straddles two groups. scales already hold the finished per-group scales.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads) quantize_groups_kernel(const T* __restrict__ x, std::int64_t total,
                                                                    std::int64_t group_elems,
                                                                    const float* __restrict__ scales,
-                                                                   std::int8_t* __restrict__ q) {
+                                                                   std::int8_t* __restrict__ q, std::int64_t k,
+                                                                   float* __restrict__ row_scales) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kThreads * VEC;
   for (std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x) * VEC; i < total;
        i += stride) {
     const float s = scales[i / group_elems];
+    if (row_scales && i % k == 0) row_scales[i / k] = s;  // k % VEC == 0: each row starts a vector
     float v[VEC];
     load_as_float<T, VEC>(x + i, v);
 #pragma unroll
@@ -131,6 +204,39 @@ void group_scales(const T* x, std::int64_t total, std::int64_t group_elems, std:
   QEVAL_CUDA_CHECK_LAUNCH(amax_to_scale_kernel);
 }
 
+// Launches the register-resident per-token kernel with WARPS warps per row and VPT vectors per thread.
+template <typename T, int WARPS, int VPT>
+void launch_rows_registers(const T* x, std::int64_t m, std::int64_t k, std::int8_t* q, float* scales,
+                           float* row_scales, Stream stream) {
+  constexpr int ROWS = 8 / WARPS;
+  const std::int64_t blocks = (m + ROWS - 1) / ROWS;
+  quantize_rows_registers_kernel<T, WARPS, VPT>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, m, k, q, scales, row_scales);
+  QEVAL_CUDA_CHECK_LAUNCH(quantize_rows_registers_kernel);
+}
+
+// The smallest register-resident configuration that holds a row (fewer warps per row first: more
+// rows per block and no barrier; 4 vectors per thread, 8 for the longest rows), or false when
+// the row is too long for any (the block-per-row kernel then runs).
+template <typename T>
+bool try_rows_registers(const T* x, std::int64_t m, std::int64_t k, std::int8_t* q, float* scales, float* row_scales,
+                        Stream stream) {
+  const std::int64_t vectors = k / kVec16<T>;
+  if (vectors <= 32 * 4)
+    launch_rows_registers<T, 1, 4>(x, m, k, q, scales, row_scales, stream);
+  else if (vectors <= 64 * 4)
+    launch_rows_registers<T, 2, 4>(x, m, k, q, scales, row_scales, stream);
+  else if (vectors <= 128 * 4)
+    launch_rows_registers<T, 4, 4>(x, m, k, q, scales, row_scales, stream);
+  else if (vectors <= 256 * 4)
+    launch_rows_registers<T, 8, 4>(x, m, k, q, scales, row_scales, stream);
+  else if (vectors <= 256 * 8)
+    launch_rows_registers<T, 8, 8>(x, m, k, q, scales, row_scales, stream);
+  else
+    return false;
+  return true;
+}
+
 template <typename T>
 bool vectorisable(const void* x, const void* q, std::int64_t k) {
   return k % kVec16<T> == 0 && aligned16(x) && reinterpret_cast<std::uintptr_t>(q) % kVec16<T> == 0;
@@ -138,15 +244,18 @@ bool vectorisable(const void* x, const void* q, std::int64_t k) {
 
 template <typename T>
 void quantize_typed(const T* x, std::int64_t m, std::int64_t k, std::int64_t rows_per_scale, std::int8_t* q,
-                    float* scales, Stream stream) {
+                    float* scales, float* row_scales, Stream stream) {
   constexpr int V = kVec16<T>;
   const bool vec = vectorisable<T>(x, q, k);
   if (rows_per_scale == 1) {
     QEVAL_CUDA_EXPECT(m < (std::int64_t{1} << 31), "absmax quantise: too many rows (" + std::to_string(m) + ")");
+    if (vec && quantize_rows_path() == RowsPath::registers &&
+        try_rows_registers(x, m, k, q, scales, row_scales, stream))
+      return;
     if (vec)
-      quantize_rows_kernel<T, V><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, k, q, scales);
+      quantize_rows_kernel<T, V><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, k, q, scales, row_scales);
     else
-      quantize_rows_kernel<T, 1><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, k, q, scales);
+      quantize_rows_kernel<T, 1><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, k, q, scales, row_scales);
     QEVAL_CUDA_CHECK_LAUNCH(quantize_rows_kernel);
     return;
   }
@@ -154,48 +263,80 @@ void quantize_typed(const T* x, std::int64_t m, std::int64_t k, std::int64_t row
   const std::int64_t groups = (m + rows_per_scale - 1) / rows_per_scale;
   if (vec) {
     group_scales<T, V>(x, total, group_elems, groups, scales, stream);
-    quantize_groups_kernel<T, V><<<grid_for(total / V), kThreads, 0, stream>>>(x, total, group_elems, scales, q);
+    quantize_groups_kernel<T, V>
+        <<<grid_for(total / V), kThreads, 0, stream>>>(x, total, group_elems, scales, q, k, row_scales);
   } else {
     group_scales<T, 1>(x, total, group_elems, groups, scales, stream);
-    quantize_groups_kernel<T, 1><<<grid_for(total), kThreads, 0, stream>>>(x, total, group_elems, scales, q);
+    quantize_groups_kernel<T, 1>
+        <<<grid_for(total), kThreads, 0, stream>>>(x, total, group_elems, scales, q, k, row_scales);
   }
   QEVAL_CUDA_CHECK_LAUNCH(quantize_groups_kernel);
 }
 
+template <typename T>
+void group_scales_dispatch(const T* p, std::int64_t total, std::int64_t cols, std::int64_t group_elems,
+                           std::int64_t groups, float* scales, Stream stream) {
+  if (cols % kVec16<T> == 0 && aligned16(p))
+    group_scales<T, kVec16<T>>(p, total, group_elems, groups, scales, stream);
+  else
+    group_scales<T, 1>(p, total, group_elems, groups, scales, stream);
+}
+
 }  // namespace
+
+RowsPath quantize_rows_path() {
+  // QEVAL_QUANTIZE_ROWS=reread switches the register-resident kernel off without a rebuild.
+  static const RowsPath path = [] {
+    const char* v = std::getenv("QEVAL_QUANTIZE_ROWS");
+    return v && std::string(v) == "reread" ? RowsPath::reread : RowsPath::registers;
+  }();
+  return path;
+}
 
 void launch_group_absmax_scales(const void* x, FloatType x_type, std::int64_t rows, std::int64_t cols,
                                 std::int64_t rows_per_scale, float* scales, Stream stream) {
   const std::int64_t total = rows * cols, group_elems = rows_per_scale * cols;
   const std::int64_t groups = (rows + rows_per_scale - 1) / rows_per_scale;
-  if (x_type == FloatType::f32) {
-    const auto* p = static_cast<const float*>(x);
-    if (cols % 4 == 0 && aligned16(p))
-      group_scales<float, 4>(p, total, group_elems, groups, scales, stream);
-    else
-      group_scales<float, 1>(p, total, group_elems, groups, scales, stream);
-  } else {
-    const auto* p = static_cast<const __half*>(x);
-    if (cols % 8 == 0 && aligned16(p))
-      group_scales<__half, 8>(p, total, group_elems, groups, scales, stream);
-    else
-      group_scales<__half, 1>(p, total, group_elems, groups, scales, stream);
+  switch (x_type) {
+    case FloatType::f32:
+      group_scales_dispatch(static_cast<const float*>(x), total, cols, group_elems, groups, scales, stream);
+      break;
+    case FloatType::f16:
+      group_scales_dispatch(static_cast<const __half*>(x), total, cols, group_elems, groups, scales, stream);
+      break;
+    case FloatType::bf16:
+      group_scales_dispatch(static_cast<const __nv_bfloat16*>(x), total, cols, group_elems, groups, scales, stream);
+      break;
   }
 }
 
 }  // namespace detail
 
-void absmax_quantize_int8(const void* x, FloatType x_type, std::int64_t m, std::int64_t k, std::int64_t rows_per_scale,
-                          std::int8_t* q, float* scales, Stream stream) {
+void absmax_quantize_int8_rows(const void* x, FloatType x_type, std::int64_t m, std::int64_t k,
+                               std::int64_t rows_per_scale, std::int8_t* q, float* scales, float* row_scales,
+                               Stream stream) {
   QEVAL_CUDA_EXPECT(m > 0 && k > 0 && rows_per_scale > 0,
                     "absmax_quantize_int8: sizes must be positive, got M " + std::to_string(m) + ", K " +
                         std::to_string(k) + ", rows per scale " + std::to_string(rows_per_scale));
   QEVAL_CUDA_EXPECT(x && q && scales, "absmax_quantize_int8: null pointer for x, q or scales");
   rows_per_scale = std::min(rows_per_scale, m);
-  if (x_type == FloatType::f32)
-    detail::quantize_typed(static_cast<const float*>(x), m, k, rows_per_scale, q, scales, stream);
-  else
-    detail::quantize_typed(static_cast<const __half*>(x), m, k, rows_per_scale, q, scales, stream);
+  switch (x_type) {
+    case FloatType::f32:
+      detail::quantize_typed(static_cast<const float*>(x), m, k, rows_per_scale, q, scales, row_scales, stream);
+      break;
+    case FloatType::f16:
+      detail::quantize_typed(static_cast<const __half*>(x), m, k, rows_per_scale, q, scales, row_scales, stream);
+      break;
+    case FloatType::bf16:
+      detail::quantize_typed(static_cast<const __nv_bfloat16*>(x), m, k, rows_per_scale, q, scales, row_scales,
+                             stream);
+      break;
+  }
+}
+
+void absmax_quantize_int8(const void* x, FloatType x_type, std::int64_t m, std::int64_t k, std::int64_t rows_per_scale,
+                          std::int8_t* q, float* scales, Stream stream) {
+  absmax_quantize_int8_rows(x, x_type, m, k, rows_per_scale, q, scales, nullptr, stream);
 }
 
 }  // namespace qeval::kernels::cuda

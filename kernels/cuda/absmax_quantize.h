@@ -5,8 +5,8 @@
 //   s = max_{x ∈ group} |x| / 127   (a group of zeros gets s = 1)
 //   q = clamp(rint(x / s), −127, 127)   (IEEE division, not a reciprocal multiply; rint rounds
 //                                        half to even, as at::round does)
-// fp16 inputs are widened to float32 first (exactly), so the result equals the reference run on
-// x.to(float32). NaN or infinite inputs give unspecified results.
+// fp16 and bf16 inputs are widened to float32 first (exactly), so the result equals the reference
+// run on x.to(float32). NaN or infinite inputs give unspecified results.
 #pragma once
 
 #include <cstdint>
@@ -15,14 +15,22 @@
 
 namespace qeval::kernels::cuda {
 
-// x: [M, K] f32 or f16, row-major contiguous; q: [M, K] int8;
+// x: [M, K] f32, f16 or bf16, row-major contiguous; q: [M, K] int8;
 // scales: [ceil(M / rows_per_scale)] f32, one per group of rows_per_scale consecutive rows:
 //   rows_per_scale = 1  per token (one block per row, max and quantise fused in one launch)
 //   rows_per_scale = L  per tensor for each sequence of L tokens (DESIGN.md: scales are per sequence)
 //   rows_per_scale = M  one scale for the whole tensor
-// Groups of more than one row take two passes: a block-reduced max with one atomic per block,
-// then the quantisation (the max must be complete before any value is rounded).
+// Per token, x is read once (rows up to 16384 halves / 8192 floats are held in registers; longer
+// rows are re-read from L1/L2). Groups of more than one row take two passes: a block-reduced max
+// with one atomic per block, then the quantisation (the max must be complete before any value is
+// rounded; the second read mostly hits L2).
 void absmax_quantize_int8(const void* x, FloatType x_type, std::int64_t m, std::int64_t k,
                           std::int64_t rows_per_scale, std::int8_t* q, float* scales, Stream stream = nullptr);
+
+// The same, and row_scales [M] (nullptr: not written) receives each row's scale, i.e. its group's:
+// the per-row vector a GEMM epilogue broadcasts, whatever the grouping.
+void absmax_quantize_int8_rows(const void* x, FloatType x_type, std::int64_t m, std::int64_t k,
+                               std::int64_t rows_per_scale, std::int8_t* q, float* scales, float* row_scales,
+                               Stream stream = nullptr);
 
 }  // namespace qeval::kernels::cuda

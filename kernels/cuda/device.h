@@ -31,8 +31,9 @@ class CudaError : public std::runtime_error {
 };
 
 // Floating-point element types of activations and outputs.
-enum class FloatType { f32, f16 };
+enum class FloatType { f32, f16, bf16 };
 inline std::size_t size_of(FloatType t) { return t == FloatType::f32 ? 4 : 2; }
+inline const char* to_string(FloatType t) { return t == FloatType::f32 ? "f32" : t == FloatType::f16 ? "f16" : "bf16"; }
 
 // True when this build has the CUDA kernels (nvcc found at configure time).
 bool kernels_built() noexcept;

@@ -31,6 +31,11 @@ void int8_gemm_s32(const std::int8_t* a, const std::int8_t* b, std::int32_t* c, 
 void fp16_gemm(const void* x, const void* w, void* y, std::int64_t m, std::int64_t n, std::int64_t k,
                Stream stream = nullptr);
 
+// The same for x, w, y all of `type` f16 or bf16 (fp32 accumulation): the GEMM of the
+// dequantise-then-GEMM 4-bit path in the model's dtype.
+void half_gemm(const void* x, const void* w, void* y, std::int64_t m, std::int64_t n, std::int64_t k, FloatType type,
+               Stream stream = nullptr);
+
 // cuBLASLt plans built so far in this process (descriptors, layouts, algorithm per shape): a
 // repeated call with the same shape must not add one.
 std::size_t cublaslt_plans_cached();

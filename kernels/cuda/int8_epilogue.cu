@@ -3,12 +3,14 @@
 // quantise–dequantise needs each group's max over the finished outputs, so it runs as the
 // shared group-scale pass (absmax.cuh) and one more elementwise pass over the output.
 // __fmul_rn / __fadd_rn pin the rounding order: nvcc would otherwise contract into FMAs.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/absmax.cuh"
 #include "kernels/cuda/check.cuh"
@@ -23,6 +25,12 @@ template <typename OutT, int VEC>
 __device__ __forceinline__ void store_vec(OutT* p, const float (&v)[VEC]) {
   if constexpr (VEC == 4 && sizeof(OutT) == 4) {
     *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (VEC == 4 && std::is_same_v<OutT, __nv_bfloat16>) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const unsigned int*>(&lo);
+    packed.y = *reinterpret_cast<const unsigned int*>(&hi);
+    *reinterpret_cast<uint2*>(p) = packed;
   } else if constexpr (VEC == 4 && sizeof(OutT) == 2) {
     const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
     uint2 packed;
@@ -97,17 +105,22 @@ void run(const Int8EpilogueArgs& a, Stream stream) {
     dequantize_kernel<OutT, 1><<<grid_for(total), kThreads, 0, stream>>>(a.acc, total, a.n, a.a_scales, a_rows,
                                                                           a.w_scales, a.w_per_channel, a.bias, out);
   QEVAL_CUDA_CHECK_LAUNCH(dequantize_kernel);
-  if (a.out_rows_per_scale <= 0) return;
+}
 
-  const std::int64_t rows_per_scale = std::min(a.out_rows_per_scale, a.m);
-  detail::launch_group_absmax_scales(out, a.out_type, a.m, a.n, rows_per_scale, a.out_scales, stream);
-  const std::int64_t group_elems = rows_per_scale * a.n;
+template <typename OutT>
+void output_quantize_dequantize(OutT* out, std::int64_t m, std::int64_t n, std::int64_t out_rows_per_scale,
+                                FloatType out_type, float* out_scales, Stream stream) {
+  const std::int64_t total = m * n;
+  const bool vec = n % 4 == 0 && reinterpret_cast<std::uintptr_t>(out) % (4 * sizeof(OutT)) == 0;
+  const std::int64_t rows_per_scale = std::min(out_rows_per_scale, m);
+  detail::launch_group_absmax_scales(out, out_type, m, n, rows_per_scale, out_scales, stream);
+  const std::int64_t group_elems = rows_per_scale * n;
   if (vec)
     quantize_dequantize_kernel<OutT, 4><<<grid_for(total / 4), kThreads, 0, stream>>>(out, total, group_elems,
-                                                                                     a.out_scales);
+                                                                                     out_scales);
   else
     quantize_dequantize_kernel<OutT, 1><<<grid_for(total), kThreads, 0, stream>>>(out, total, group_elems,
-                                                                                 a.out_scales);
+                                                                                 out_scales);
   QEVAL_CUDA_CHECK_LAUNCH(quantize_dequantize_kernel);
 }
 
@@ -123,10 +136,31 @@ void int8_dequantize_epilogue(const Int8EpilogueArgs& a, Stream stream) {
   QEVAL_CUDA_EXPECT(a.out_rows_per_scale <= 0 || a.out_scales,
                     "int8_dequantize_epilogue: output quantisation needs out_scales" + shape);
   QEVAL_CUDA_EXPECT(static_cast<const void*>(a.acc) != a.out, "int8_dequantize_epilogue: out may not alias acc");
-  if (a.out_type == FloatType::f32)
-    run<float>(a, stream);
-  else
-    run<__half>(a, stream);
+  switch (a.out_type) {
+    case FloatType::f32: run<float>(a, stream); break;
+    case FloatType::f16: run<__half>(a, stream); break;
+    case FloatType::bf16: run<__nv_bfloat16>(a, stream); break;
+  }
+  if (a.out_rows_per_scale > 0)
+    int8_output_quantize_dequantize(a.out, a.out_type, a.m, a.n, a.out_rows_per_scale, a.out_scales, stream);
+}
+
+void int8_output_quantize_dequantize(void* out, FloatType out_type, std::int64_t m, std::int64_t n,
+                                     std::int64_t out_rows_per_scale, float* out_scales, Stream stream) {
+  QEVAL_CUDA_EXPECT(m > 0 && n > 0 && out_rows_per_scale > 0 && out && out_scales,
+                    "int8_output_quantize_dequantize: positive sizes, out and out_scales are required");
+  switch (out_type) {
+    case FloatType::f32:
+      output_quantize_dequantize(static_cast<float*>(out), m, n, out_rows_per_scale, out_type, out_scales, stream);
+      break;
+    case FloatType::f16:
+      output_quantize_dequantize(static_cast<__half*>(out), m, n, out_rows_per_scale, out_type, out_scales, stream);
+      break;
+    case FloatType::bf16:
+      output_quantize_dequantize(static_cast<__nv_bfloat16*>(out), m, n, out_rows_per_scale, out_type, out_scales,
+                                 stream);
+      break;
+  }
 }
 
 }  // namespace qeval::kernels::cuda

@@ -1,4 +1,4 @@
-// Dequantising epilogue of the int8 GEMM on the GPU: int32 products → float16/float32 outputs,
+// Dequantising epilogue of the int8 GEMM on the GPU: int32 products → f32 / f16 / bf16 outputs,
 // with the activation and weight scales, the bias and (for the coarse scheme) a per-tensor
 // output quantise–dequantise. Plain C++ header.
 //
@@ -9,7 +9,7 @@
 // the CPU path for the same int32 products. With output quantisation on, each group of
 // out_rows_per_scale rows then becomes x̂ = clamp(rint(v / s), −127, 127) · s with
 // s = max|v| / 127 over the group, where v is the value as stored in the output type (the
-// fp16-rounded value for fp16 outputs): the reference quantiser applied to the tensor the next
+// fp16- or bf16-rounded value for those outputs): the reference quantiser applied to the tensor the next
 // layer would otherwise receive.
 #pragma once
 
@@ -34,5 +34,12 @@ struct Int8EpilogueArgs {
 };
 
 void int8_dequantize_epilogue(const Int8EpilogueArgs& args, Stream stream = nullptr);
+
+// The output quantise–dequantise alone, in place on out [M, N] of out_type: what
+// int8_dequantize_epilogue does after the dequantisation when out_rows_per_scale > 0 (the fused
+// GEMM of kernels/cuda/int8_linear.h runs it after its own epilogue). out_scales
+// [ceil(M / out_rows_per_scale)] receives the scales.
+void int8_output_quantize_dequantize(void* out, FloatType out_type, std::int64_t m, std::int64_t n,
+                                     std::int64_t out_rows_per_scale, float* out_scales, Stream stream = nullptr);
 
 }  // namespace qeval::kernels::cuda

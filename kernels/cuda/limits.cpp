@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/cuda/gemm_cublaslt.h"
+#include "kernels/cuda/int8_linear.h"
 #include "kernels/cuda/w4a16_gemm.h"
 
 namespace qeval::kernels::cuda {
@@ -26,6 +27,17 @@ std::string int8_gemm_unsupported_reason(std::int64_t m, std::int64_t n, std::in
     return "int8_gemm_s32: K above " + std::to_string(kInt8GemmMaxK) + " could overflow the int32 sum" +
            shape(m, n, k);
   return {};
+}
+
+std::string int8_linear_unsupported_reason(std::int64_t m, std::int64_t n, std::int64_t k) {
+  std::string r = int8_gemm_unsupported_reason(m, n, k);
+  const std::string from = "int8_gemm_s32";
+  if (r.compare(0, from.size(), from) == 0) r.replace(0, from.size(), "int8_linear");
+  return r;
+}
+
+std::string to_string(Int8LinearPath path) {
+  return path == Int8LinearPath::cutlass_sm90 ? "cutlass sm90 fused" : "cublaslt + epilogue";
 }
 
 std::string to_string(W4A16Kernel kernel) {

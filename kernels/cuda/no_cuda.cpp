@@ -8,6 +8,8 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/int8_epilogue.h"
+#include "kernels/cuda/int8_linear.h"
+#include "kernels/cuda/w4_dequantize.h"
 #include "kernels/cuda/w4a16_gemm.h"
 
 namespace qeval::kernels::cuda {
@@ -42,13 +44,36 @@ void int8_gemm_s32(const std::int8_t*, const std::int8_t*, std::int32_t*, std::i
 void fp16_gemm(const void*, const void*, void*, std::int64_t, std::int64_t, std::int64_t, Stream) {
   unavailable("fp16_gemm");
 }
+void half_gemm(const void*, const void*, void*, std::int64_t, std::int64_t, std::int64_t, FloatType, Stream) {
+  unavailable("half_gemm");
+}
 std::size_t cublaslt_plans_cached() { return 0; }
 
 void absmax_quantize_int8(const void*, FloatType, std::int64_t, std::int64_t, std::int64_t, std::int8_t*, float*,
                           Stream) {
   unavailable("absmax_quantize_int8");
 }
+void absmax_quantize_int8_rows(const void*, FloatType, std::int64_t, std::int64_t, std::int64_t, std::int8_t*, float*,
+                               float*, Stream) {
+  unavailable("absmax_quantize_int8_rows");
+}
 void int8_dequantize_epilogue(const Int8EpilogueArgs&, Stream) { unavailable("int8_dequantize_epilogue"); }
+void int8_output_quantize_dequantize(void*, FloatType, std::int64_t, std::int64_t, std::int64_t, float*, Stream) {
+  unavailable("int8_output_quantize_dequantize");
+}
+std::vector<Int8LinearPlan> int8_linear_candidates(std::int64_t, std::int64_t, std::int64_t) {
+  unavailable("int8_linear_candidates");
+}
+const Int8LinearPlan& int8_linear_plan(std::int64_t, std::int64_t, std::int64_t) { unavailable("int8_linear_plan"); }
+std::size_t int8_linear_workspace_bytes(const Int8LinearArgs&, const Int8LinearPlan&) {
+  unavailable("int8_linear_workspace_bytes");
+}
+Int8LinearPath int8_linear(const Int8LinearArgs&, const Int8LinearPlan&, Stream) { unavailable("int8_linear"); }
+bool int8_linear_cutlass_built() noexcept { return false; }
 void w4a16_gemm(const W4A16Args&, W4A16Kernel, Stream) { unavailable("w4a16_gemm"); }
+void w4_dequantize(const std::uint8_t*, const float*, const float*, std::int64_t, std::int64_t, std::int64_t, void*,
+                   FloatType, Stream) {
+  unavailable("w4_dequantize");
+}
 
 }  // namespace qeval::kernels::cuda

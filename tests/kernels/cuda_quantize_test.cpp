@@ -4,6 +4,7 @@
 // a CUDA device.
 #include <gtest/gtest.h>
 
+#include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
@@ -26,6 +27,53 @@ namespace cu = qeval::kernels::cuda;
   } while (0)
 
 namespace {
+
+// v rounded to `type` (nearest even, as c10's conversions do) and widened back.
+float round_to(cu::FloatType type, float v) {
+  switch (type) {
+    case cu::FloatType::f16: return static_cast<float>(c10::Half(v));
+    case cu::FloatType::bf16: return static_cast<float>(c10::BFloat16(v));
+    case cu::FloatType::f32: break;
+  }
+  return v;
+}
+
+// Element i of a device buffer of `type`, read back to the host, as float.
+float element(const std::vector<std::uint8_t>& raw, std::size_t i, cu::FloatType type) {
+  switch (type) {
+    case cu::FloatType::f16: {
+      c10::Half h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      return static_cast<float>(h);
+    }
+    case cu::FloatType::bf16: {
+      c10::BFloat16 h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      return static_cast<float>(h);
+    }
+    case cu::FloatType::f32: break;
+  }
+  float f;
+  std::memcpy(&f, raw.data() + 4 * i, 4);
+  return f;
+}
+
+// Host bytes of x (float values already representable in `type`) stored as `type`.
+std::vector<std::uint8_t> to_bytes(const std::vector<float>& x, cu::FloatType type) {
+  std::vector<std::uint8_t> raw(x.size() * cu::size_of(type));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (type == cu::FloatType::f16) {
+      const c10::Half h(x[i]);
+      std::memcpy(raw.data() + 2 * i, &h, 2);
+    } else if (type == cu::FloatType::bf16) {
+      const c10::BFloat16 h(x[i]);
+      std::memcpy(raw.data() + 2 * i, &h, 2);
+    } else {
+      std::memcpy(raw.data() + 4 * i, &x[i], 4);
+    }
+  }
+  return raw;
+}
 
 // DESIGN.md §5: s = max|x| / 127 (1 for zeros), q = clamp(round half even(x / s), −127, 127).
 // nearbyint under the default rounding mode rounds half to even.
@@ -81,56 +129,71 @@ std::vector<float> make_activations(std::int64_t M, std::int64_t K, std::uint32_
   return ::testing::AssertionSuccess();
 }
 
-void check_quantise(std::int64_t M, std::int64_t K, std::int64_t rows, bool half, std::int64_t offset,
+// Quantises through absmax_quantize_int8_rows (x at an element offset from a 256-byte aligned
+// base, so offset 1 exercises the unaligned path) and checks q, the group scales and the per-row
+// scales against the reference run on x as stored in `type`, widened exactly.
+void check_quantise(std::int64_t M, std::int64_t K, std::int64_t rows, cu::FloatType type, std::int64_t offset,
                     std::uint32_t seed) {
   SCOPED_TRACE("M " + std::to_string(M) + ", K " + std::to_string(K) + ", rows per scale " + std::to_string(rows) +
-               (half ? ", fp16" : ", fp32") + ", offset " + std::to_string(offset));
+               ", " + cu::to_string(type) + ", offset " + std::to_string(offset));
   std::vector<float> x = make_activations(M, K, seed);
+  for (auto& v : x) v = round_to(type, v);  // the reference sees the stored value
   const std::int64_t groups = (M + std::min(rows, M) - 1) / std::min(rows, M);
   cu::DeviceArray<std::int8_t> q(static_cast<std::size_t>(M * K + offset));
-  cu::DeviceArray<float> s(static_cast<std::size_t>(groups));
+  cu::DeviceArray<float> s(static_cast<std::size_t>(groups)), row_s(static_cast<std::size_t>(M));
   cu::fill_bytes(q.get(), 0x7F, q.size());
   cu::fill_bytes(s.get(), 0xFF, s.size() * sizeof(float));
-  if (half) {
-    std::vector<c10::Half> xh(static_cast<std::size_t>(M * K + offset));
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      xh[offset + i] = c10::Half(x[i]);
-      x[i] = static_cast<float>(xh[offset + i]);  // the reference sees the fp16 value, widened exactly
-    }
-    cu::DeviceArray<c10::Half> dx(xh);
-    cu::absmax_quantize_int8(dx.get() + offset, cu::FloatType::f16, M, K, rows, q.get() + offset, s.get());
-  } else {
-    std::vector<float> xf(static_cast<std::size_t>(offset));
-    xf.insert(xf.end(), x.begin(), x.end());
-    cu::DeviceArray<float> dx(xf);
-    cu::absmax_quantize_int8(dx.get() + offset, cu::FloatType::f32, M, K, rows, q.get() + offset, s.get());
-  }
+  cu::fill_bytes(row_s.get(), 0xFF, row_s.size() * sizeof(float));
+  std::vector<float> padded(static_cast<std::size_t>(offset));
+  padded.insert(padded.end(), x.begin(), x.end());
+  cu::DeviceArray<std::uint8_t> dx(to_bytes(padded, type));
+  cu::absmax_quantize_int8_rows(dx.get() + offset * cu::size_of(type), type, M, K, rows, q.get() + offset, s.get(),
+                                row_s.get());
   cu::synchronize();
   std::vector<std::int8_t> got = q.to_host();
   got.erase(got.begin(), got.begin() + offset);
-  EXPECT_TRUE(same_quantisation(got, s.to_host(), reference_quantise(x, M, K, rows), K));
+  const Quantised ref = reference_quantise(x, M, K, rows);
+  EXPECT_TRUE(same_quantisation(got, s.to_host(), ref, K));
+  const std::vector<float> got_rows = row_s.to_host();
+  for (std::int64_t m = 0; m < M; ++m)
+    ASSERT_EQ(got_rows[m], ref.scales[m / std::min(rows, M)]) << "row scale " << m;
 }
+
+constexpr cu::FloatType kTypes[] = {cu::FloatType::f32, cu::FloatType::f16, cu::FloatType::bf16};
 
 }  // namespace
 
 TEST(CudaAbsmaxQuantize, PerTokenExact) {
   QEVAL_REQUIRE_CUDA_DEVICE();
-  for (bool half : {false, true}) {
-    check_quantise(5, 64, 1, half, 0, 1);      // 16-byte vector path
-    check_quantise(3, 37, 1, half, 0, 2);      // scalar path (K not a vector multiple)
-    check_quantise(130, 768, 1, half, 0, 3);
-    check_quantise(4, 64, 1, half, 1, 4);      // misaligned x: scalar path
+  for (cu::FloatType t : kTypes) {
+    check_quantise(5, 64, 1, t, 0, 1);      // 16-byte vector path
+    check_quantise(3, 37, 1, t, 0, 2);      // scalar path (K not a vector multiple)
+    check_quantise(130, 768, 1, t, 0, 3);
+    check_quantise(4, 64, 1, t, 1, 4);      // misaligned x: scalar path
+  }
+}
+
+TEST(CudaAbsmaxQuantize, PerTokenFromRegistersAtEveryRowLength) {
+  QEVAL_REQUIRE_CUDA_DEVICE();
+  // Rows of 1, 2, 4, 8 warps with 4 vectors per thread, 8 warps with 8, and one row longer than
+  // any register configuration (the block-per-row kernel); vector counts just below, at and
+  // above each limit, and M not a multiple of the rows per block.
+  std::uint32_t seed = 20;
+  for (cu::FloatType t : kTypes) {
+    const std::int64_t vec = 16 / static_cast<std::int64_t>(cu::size_of(t));
+    for (std::int64_t vectors : {1, 96, 128, 129, 256, 384, 512, 1024, 1376, 2048, 2049})
+      check_quantise(vectors <= 512 ? 13 : 5, vectors * vec, 1, t, 0, seed++);
   }
 }
 
 TEST(CudaAbsmaxQuantize, PerTensorAndPerSequenceExact) {
   QEVAL_REQUIRE_CUDA_DEVICE();
-  for (bool half : {false, true}) {
-    check_quantise(12, 64, 4, half, 0, 5);     // three sequences of 4 tokens
-    check_quantise(10, 64, 4, half, 0, 6);     // last group shorter
-    check_quantise(9, 37, 9, half, 0, 7);      // one scale for the tensor, scalar path
-    check_quantise(6, 96, 64, half, 0, 8);     // rows per scale above M: one scale
-    check_quantise(256, 4096, 256, half, 0, 9);  // many blocks per group: the atomic max
+  for (cu::FloatType t : kTypes) {
+    check_quantise(12, 64, 4, t, 0, 5);     // three sequences of 4 tokens
+    check_quantise(10, 64, 4, t, 0, 6);     // last group shorter
+    check_quantise(9, 37, 9, t, 0, 7);      // one scale for the tensor, scalar path
+    check_quantise(6, 96, 64, t, 0, 8);     // rows per scale above M: one scale
+    check_quantise(256, 4096, 256, t, 0, 9);  // many blocks per group: the atomic max
   }
 }
 
@@ -138,7 +201,8 @@ namespace {
 
 struct EpilogueCase {
   std::int64_t m, n, a_rows;
-  bool w_per_channel, bias, half;
+  bool w_per_channel, bias;
+  cu::FloatType out;
   std::int64_t out_rows;  // 0: no output quantisation
 };
 
@@ -154,7 +218,7 @@ float reference_dequant(std::int32_t c, float sa, float sw, const float* b) {
 void check_epilogue(const EpilogueCase& c, std::uint32_t seed) {
   SCOPED_TRACE("M " + std::to_string(c.m) + ", N " + std::to_string(c.n) + ", a rows " + std::to_string(c.a_rows) +
                ", w per channel " + std::to_string(c.w_per_channel) + ", bias " + std::to_string(c.bias) +
-               (c.half ? ", fp16" : ", fp32") + ", out rows " + std::to_string(c.out_rows));
+               ", " + cu::to_string(c.out) + ", out rows " + std::to_string(c.out_rows));
   std::mt19937 rng(seed);
   std::uniform_int_distribution<std::int32_t> acc_d(-2000000, 2000000);
   std::uniform_real_distribution<float> scale_d(1e-4f, 2e-2f), bias_d(-3.0f, 3.0f);
@@ -174,7 +238,7 @@ void check_epilogue(const EpilogueCase& c, std::uint32_t seed) {
     for (std::int64_t n = 0; n < c.n; ++n) {
       float v = reference_dequant(acc[m * c.n + n], sa[m / c.a_rows], sw[c.w_per_channel ? n : 0],
                                   c.bias ? &bias[n] : nullptr);
-      ref[m * c.n + n] = c.half ? static_cast<float>(c10::Half(v)) : v;
+      ref[m * c.n + n] = round_to(c.out, v);
     }
   std::vector<float> ref_out_scales;
   if (c.out_rows > 0) {
@@ -187,7 +251,7 @@ void check_epilogue(const EpilogueCase& c, std::uint32_t seed) {
       ref_out_scales.push_back(s);
       for (std::int64_t i = begin; i < end; ++i) {
         volatile float v = reference_round(ref[i], s) * s;
-        ref[i] = c.half ? static_cast<float>(c10::Half(v)) : v;
+        ref[i] = round_to(c.out, v);
       }
     }
   }
@@ -195,7 +259,7 @@ void check_epilogue(const EpilogueCase& c, std::uint32_t seed) {
   cu::DeviceArray<std::int32_t> dacc(acc);
   cu::DeviceArray<float> dsa(sa), dsw(sw), dbias(bias);
   cu::DeviceArray<float> dout_scales(ref_out_scales.size());
-  cu::DeviceArray<std::uint8_t> dout(acc.size() * (c.half ? 2 : 4));
+  cu::DeviceArray<std::uint8_t> dout(acc.size() * cu::size_of(c.out));
   cu::fill_bytes(dout.get(), 0xFF, dout.size());  // NaN in both types: unwritten outputs fail
   cu::Int8EpilogueArgs args;
   args.acc = dacc.get();
@@ -207,7 +271,7 @@ void check_epilogue(const EpilogueCase& c, std::uint32_t seed) {
   args.w_per_channel = c.w_per_channel;
   args.bias = c.bias ? dbias.get() : nullptr;
   args.out = dout.get();
-  args.out_type = c.half ? cu::FloatType::f16 : cu::FloatType::f32;
+  args.out_type = c.out;
   args.out_rows_per_scale = c.out_rows;
   args.out_scales = c.out_rows > 0 ? dout_scales.get() : nullptr;
   cu::int8_dequantize_epilogue(args);
@@ -215,14 +279,7 @@ void check_epilogue(const EpilogueCase& c, std::uint32_t seed) {
 
   const std::vector<std::uint8_t> raw = dout.to_host();
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    float got;
-    if (c.half) {
-      c10::Half h;
-      std::memcpy(&h, raw.data() + 2 * i, 2);
-      got = static_cast<float>(h);
-    } else {
-      std::memcpy(&got, raw.data() + 4 * i, 4);
-    }
+    const float got = element(raw, i, c.out);
     ASSERT_EQ(got, ref[i]) << "at [" << i / c.n << ", " << i % c.n << "]: got " << got << ", expected " << ref[i];
   }
   const auto got_scales = dout_scales.to_host();
@@ -235,22 +292,22 @@ void check_epilogue(const EpilogueCase& c, std::uint32_t seed) {
 TEST(CudaInt8Epilogue, DequantisesExactlyInTheStatedOrder) {
   QEVAL_REQUIRE_CUDA_DEVICE();
   std::uint32_t seed = 100;
-  for (bool half : {false, true})
+  for (cu::FloatType t : kTypes)
     for (bool bias : {false, true}) {
-      check_epilogue({7, 12, 1, true, bias, half, 0}, seed++);     // per token × per channel, vector path
-      check_epilogue({7, 12, 7, false, bias, half, 0}, seed++);    // per tensor × per tensor
-      check_epilogue({9, 13, 3, true, bias, half, 0}, seed++);     // per sequence, N odd: scalar path
-      check_epilogue({64, 2304, 1, true, bias, half, 0}, seed++);
+      check_epilogue({7, 12, 1, true, bias, t, 0}, seed++);     // per token × per channel, vector path
+      check_epilogue({7, 12, 7, false, bias, t, 0}, seed++);    // per tensor × per tensor
+      check_epilogue({9, 13, 3, true, bias, t, 0}, seed++);     // per sequence, N odd: scalar path
+      check_epilogue({64, 2304, 1, true, bias, t, 0}, seed++);
     }
 }
 
 TEST(CudaInt8Epilogue, CoarseOutputQuantisationExact) {
   QEVAL_REQUIRE_CUDA_DEVICE();
   std::uint32_t seed = 200;
-  for (bool half : {false, true}) {
-    check_epilogue({8, 16, 8, false, true, half, 8}, seed++);     // one output scale
-    check_epilogue({12, 20, 4, false, true, half, 4}, seed++);    // one per sequence of 4
-    check_epilogue({10, 7, 10, false, false, half, 4}, seed++);   // short last group, scalar path
-    check_epilogue({256, 768, 256, false, true, half, 128}, seed++);
+  for (cu::FloatType t : kTypes) {
+    check_epilogue({8, 16, 8, false, true, t, 8}, seed++);     // one output scale
+    check_epilogue({12, 20, 4, false, true, t, 4}, seed++);    // one per sequence of 4
+    check_epilogue({10, 7, 10, false, false, t, 4}, seed++);   // short last group, scalar path
+    check_epilogue({256, 768, 256, false, true, t, 128}, seed++);
   }
 }

@@ -1,0 +1,11 @@
+// One CUTLASS kernel of the fused int8 GEMM (int8_gemm_sm90.cuh): 128×256×128 tiles, cluster 2×1, persistent, bf16 output.
+// One instantiation per file keeps each kernel's compile time and memory visible and lets the
+// six compile in parallel.
+#include "kernels/cuda/sm90/int8_gemm_sm90.cuh"
+
+namespace qeval::kernels::cuda::sm90::detail {
+
+template std::size_t workspace_bytes_for<FloatType::bf16, Tile::large>(const Int8GemmArgs&, int);
+template void run_for<FloatType::bf16, Tile::large>(const Int8GemmArgs&, int, void*, Stream);
+
+}  // namespace qeval::kernels::cuda::sm90::detail
