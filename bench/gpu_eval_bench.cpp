@@ -210,11 +210,8 @@ int main(int argc, char** argv) {
         QuantizedModel q = quantize_model(full32, spec);
         const Transformer model = q.model.placed(cache);
         seconds = step_seconds(model, ids, reps, nullptr, nullptr);
-        for (const auto& named : model.linears())
-          if (named.name != "lm_head") {
-            what = named.linear->describe();
-            break;
-          }
+        const nlohmann::json engines = engines_used_report(model);
+        what = engines.is_null() ? std::string("?") : engines.dump();
       }
       const double tps = static_cast<double>(s.batch * s.seq) / seconds;
       fmt::print("| {} | {} × {} | {} | {:.0f} | {} | {} |\n", name, s.seq, s.batch, scheme, tps,

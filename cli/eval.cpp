@@ -154,6 +154,9 @@ void run_eval(const EvalArgs& a) {
     if (nlohmann::json kept = kept_positions_report(prepared.schemes[i].model); !kept.is_null())
       record["schemes"][i]["kept_positions"] = kept;
     // LLM.int8()-style schemes: how many input features ran in float, per layer.
+    // On a GPU: which int8 GEMM / 4-bit path the dispatch chose for the shapes this run saw.
+    if (nlohmann::json engines = engines_used_report(prepared.schemes[i].model); !engines.is_null())
+      record["schemes"][i]["kernels_used"] = engines;
     if (nlohmann::json outliers = outlier_features_report(prepared.schemes[i].model); !outliers.is_null())
       record["schemes"][i]["outlier_features"] = outliers;
   }

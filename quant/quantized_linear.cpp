@@ -151,6 +151,11 @@ std::string QuantizedLinear::describe() const {
                      part("out", outputs_), keep, outliers, to_string(path_), engine);
 }
 
+std::set<std::string> QuantizedLinear::engines_used() const {
+  std::lock_guard<std::mutex> lock(engine_log_->mutex);
+  return engine_log_->used;
+}
+
 at::Tensor QuantizedLinear::dequantized_weight() const {
   if (int8_) return int8_->dequantize();
   if (w4_) return w4_->dequantize();
@@ -294,19 +299,28 @@ at::Tensor QuantizedLinear::forward_quantized_device(const at::Tensor& x) const 
   const std::int64_t B = x.size(0), L = x.size(1);
   const at::ScalarType dtype = x.scalar_type();
   auto rows_per_scale = [&](const QuantSpec& q) { return q.granularity == Granularity::token ? 1 : std::max<std::int64_t>(L, 1); };
+  auto log_engine = [&](const std::string& engine) {
+    std::lock_guard<std::mutex> lock(engine_log_->mutex);
+    engine_log_->used.insert(engine);
+  };
   if (path_ == ExecutionPath::kernel && int8_) {
     // One op over all B·L rows: exact integer sums, per-row or per-sequence scales.
     const std::int64_t out_rows = outputs_.kind == QuantKind::int8_absmax ? rows_per_scale(outputs_) : 0;
+    log_engine(kernels::int8_linear_path(x.device(), B * L, out_, in_));
     return kernels::int8_linear(x.reshape({B * L, in_}), rows_per_scale(inputs_), int8_->q, int8_->scales, bias_, out_rows)
         .reshape({B, L, out_});
   }
   at::Tensor xq = inputs_.enabled() ? fake_quantize_activations(x.to(at::kFloat), inputs_).to(dtype) : x;
   at::Tensor y;
   if (!device_weight_.defined()) {  // 4-bit weights with a packed kernel for this dtype
-    y = kernels::w4_linear(xq.reshape({B * L, in_}), w4_->qweight, w4_->scales, w4_->zeros, w4_->group_size, bias_)
+    std::string chosen;
+    y = kernels::w4_linear(xq.reshape({B * L, in_}), w4_->qweight, w4_->scales, w4_->zeros, w4_->group_size, bias_,
+                           &chosen)
             .reshape({B, L, out_});
+    log_engine(chosen);
   } else {
     y = device_bias_.defined() ? at::linear(xq, device_weight_, device_bias_) : at::linear(xq, device_weight_);
+    log_engine(engine_);
   }
   return outputs_.enabled() ? fake_quantize_activations(y.to(at::kFloat), outputs_).to(dtype) : y;
 }

@@ -52,6 +52,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "model/linear.h"
@@ -86,6 +87,10 @@ class QuantizedLinear final : public Linear {
   at::Tensor dequantized_weight() const;
   const std::optional<Int8Weight>& int8_weight() const { return int8_; }
   const std::optional<W4Weight>& w4_weight() const { return w4_; }
+
+  // The kernels this layer's forward passes ran, in words (on a GPU: which int8 GEMM or 4-bit
+  // path the dispatch chose for each shape seen), for records. Empty before any forward on a GPU.
+  std::set<std::string> engines_used() const;
 
   const KeepTokens& keep_tokens() const { return keep_; }
   // The positions kept for x [B, L, in]: [B, min(k, L)] int64, ascending within each sequence
@@ -141,6 +146,11 @@ class QuantizedLinear final : public Linear {
   // the float GEMMs (reference path; 4-bit weights in fp32).
   at::Tensor device_weight_, device_bias_;
   std::string engine_;  // what describe() names as the engine once placed; empty on the CPU
+  struct EngineLog {
+    std::mutex mutex;
+    std::set<std::string> used;
+  };
+  std::unique_ptr<EngineLog> engine_log_ = std::make_unique<EngineLog>();
 
   KeepTokens keep_;
   std::optional<FloatLinear> float_op_;  // the full-precision layer, when keep_ or outlier_threshold_ is set

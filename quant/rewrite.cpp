@@ -1,5 +1,7 @@
 #include "quant/rewrite.h"
 
+#include <set>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -129,6 +131,14 @@ nlohmann::json kept_positions_report(const Transformer& model) {
 void reset_kept_positions(const Transformer& model) {
   for (const auto& named : model.linears())
     if (const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get())) q->reset_kept_positions();
+}
+
+nlohmann::json engines_used_report(const Transformer& model) {
+  std::set<std::string> engines;
+  for (const auto& named : model.linears())
+    if (const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get()))
+      for (const std::string& e : q->engines_used()) engines.insert(e);
+  return engines.empty() ? nlohmann::json(nullptr) : nlohmann::json(engines);
 }
 
 nlohmann::json outlier_features_report(const Transformer& model) {

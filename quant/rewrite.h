@@ -57,6 +57,10 @@ void reset_kept_positions(const Transformer& model);
 //               ...]  in execution order,
 //    "mean_outlier_features": mean over the layers of their mean_outlier_features}
 nlohmann::json outlier_features_report(const Transformer& model);
+
+// The kernels the quantised linears of `model` ran (QuantizedLinear::engines_used), each once, in
+// words; null when none logged any (the CPU path names its kernels in the rewrite report).
+nlohmann::json engines_used_report(const Transformer& model);
 void reset_outlier_features(const Transformer& model);
 
 }  // namespace qeval

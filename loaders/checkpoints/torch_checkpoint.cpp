@@ -4,6 +4,7 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <cstring>
