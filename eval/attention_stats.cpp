@@ -20,6 +20,7 @@ std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, 
               "attention_layer_stats: probabilities must be floating point, got {}",
               std::string(c10::toString(probs.scalar_type())));
   QEVAL_CHECK(sink_T >= 1, "attention_layer_stats: sink T must be at least 1, got {}", sink_T);
+  if (chunk_elements <= 0) chunk_elements = probs.device().is_cpu() ? std::int64_t{1} << 18 : std::int64_t{1} << 26;
   const std::int64_t B = probs.size(0), H = probs.size(1), L = probs.size(2);
   QEVAL_CHECK(H > 0 && L > 0, "attention_layer_stats: empty attention [{}, {}, {}, {}]", B, H, L, L);
 

@@ -39,8 +39,9 @@ struct AttentionLayerStats {
 
 // probs: [B, H, L, L] floating point, causal (exactly zero above the diagonal), any device.
 // sink_T ≥ 1 and sink_eps as defined above → one entry per batch row (sequence).
-// chunk_elements bounds each temporary (query rows per chunk); results do not depend on it.
+// chunk_elements bounds each temporary (query rows per chunk); results do not depend on it. 0: by
+// device (2^18 on the CPU; 2^26 on a GPU, where each chunk costs kernel launches and a sync).
 std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, std::int64_t sink_T, double sink_eps,
-                                                       std::int64_t chunk_elements = std::int64_t{1} << 18);
+                                                       std::int64_t chunk_elements = 0);
 
 }  // namespace qeval

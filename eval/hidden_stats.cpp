@@ -12,6 +12,7 @@ std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden, std::
   QEVAL_CHECK(at::isFloatingType(hidden.scalar_type()),
               "hidden_layer_stats: hidden state must be floating point, got {}",
               std::string(c10::toString(hidden.scalar_type())));
+  if (chunk_elements <= 0) chunk_elements = hidden.device().is_cpu() ? std::int64_t{1} << 18 : std::int64_t{1} << 26;
   const std::int64_t B = hidden.size(0), L = hidden.size(1), D = hidden.size(2);
   QEVAL_CHECK(L > 0 && D > 0, "hidden_layer_stats: empty hidden state [{}, {}, {}]", B, L, D);
 

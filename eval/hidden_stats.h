@@ -36,7 +36,8 @@ struct HiddenLayerStats {
 
 // hidden: [B, L, D] floating point, any device → one entry per batch row (sequence).
 // chunk_elements bounds each float64 temporary (rows of D per chunk); results do not depend on it.
+// 0: by device (2^18 on the CPU; 2^26 on a GPU, where each chunk costs kernel launches).
 std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden,
-                                                 std::int64_t chunk_elements = std::int64_t{1} << 18);
+                                                 std::int64_t chunk_elements = 0);
 
 }  // namespace qeval

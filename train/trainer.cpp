@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
 

@@ -64,18 +64,22 @@ TEST(GpuEval, Fp32AgreesWithTheCpuOnStories260k) {
     const json& c = cpu["schemes"][i];
     const json& g = gpu["schemes"][i];
     ASSERT_EQ(c["name"], g["name"]);
-    const double nc = c["perplexity"]["nll_mean"], ng = g["perplexity"]["nll_mean"];
+    const double nc = c.at("perplexity").at("nll_mean").get<double>(), ng = g.at("perplexity").at("nll_mean").get<double>();
     std::string worst = "-";
     double worst_rel = 0;
+    // Full precision: statistics within 1e-4 relative (1e-9 absolute for values 0 on both). A
+    // quantised scheme amplifies the float rounding differences: an activation a rounding step
+    // nearer one code than the other flips its int8 code, and per-tensor scales move with the
+    // maximum, so its statistics are held to 1e-2 (measured on the H200: at most 1.6e-3).
+    const double bound = i == 0 ? 1e-4 : 1e-2;
     for (const auto& [label, pointer] : kStatistics) {
-      const double sc = c["statistics"][pointer], sg = g["statistics"][pointer];
+      const double sc = c.at("statistics").at(pointer).get<double>(), sg = g.at("statistics").at(pointer).get<double>();
       const double rel = std::abs(sg - sc) <= 1e-9 ? 0.0 : relative(sg, sc);
       if (rel >= worst_rel) {
         worst_rel = rel;
         worst = label;
       }
-      // Statistics within 1e-4 relative (1e-9 absolute for values that are 0 on both).
-      EXPECT_TRUE(std::abs(sg - sc) <= 1e-9 || rel <= 1e-4)
+      EXPECT_TRUE(std::abs(sg - sc) <= 1e-9 || rel <= bound)
           << c["name"] << " " << label << ": CPU " << sc << ", GPU " << sg << " (relative " << rel << ")";
     }
     std::cout << "| " << c["name"].get<std::string>() << " | " << nc << " | " << ng << " | " << ng - nc << " | "

@@ -1,6 +1,7 @@
 // Optimizers: OrthoAdam with Q = I equals Adam bit for bit; Adam, AdamW and SGD agree with
 // LibTorch's torch::optim implementations (an independent reference); one OrthoAdam step
 // equals Algorithm 1 written with the dense Kronecker matrix; state round-trips exactly.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
