@@ -331,13 +331,14 @@ Int8LinearPath int8_linear(const Int8LinearArgs& a, const Int8LinearPlan& plan, 
   auto* out_scales = a.out_rows_per_scale > 0 ? reinterpret_cast<float*>(base + p.out_scales) : nullptr;
   const std::int64_t rows = std::min(a.rows_per_scale, a.m);
 
+  // Per-row scales are written on both paths: with them, groups of rows are quantised in one read.
+  auto* row_scales = reinterpret_cast<float*>(base + p.row_scales);
   if (!fused) {
-    absmax_quantize_int8(a.x, a.x_type, a.m, a.k, rows, q, scales, stream);
+    absmax_quantize_int8_rows(a.x, a.x_type, a.m, a.k, rows, q, scales, row_scales, stream);
     run_fallback(a, q, scales, rows, reinterpret_cast<std::int32_t*>(base + p.acc), out_scales, stream);
     return Int8LinearPath::cublaslt_epilogue;
   }
 #ifdef QEVAL_WITH_CUTLASS
-  auto* row_scales = reinterpret_cast<float*>(base + p.row_scales);
   absmax_quantize_int8_rows(a.x, a.x_type, a.m, a.k, rows, q, scales, row_scales, stream);
   sm90::run(gemm_args(a, q, row_scales), config_of(plan), base + p.cutlass, stream);
   if (a.out_rows_per_scale > 0) int8_output_quantize_dequantize(a.out, a.out_type, a.m, a.n, a.out_rows_per_scale,
