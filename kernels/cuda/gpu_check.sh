@@ -53,7 +53,7 @@ flags=(-O3 -std=c++17 "--generate-code=arch=compute_$arch,code=[compute_$arch,sm
 # The sm90 files: wgmma needs the sm_90a target (and only it: sm_90a code runs on 9.0 only, the
 # dispatcher checks); NDEBUG because CUTLASS's device asserts are calls that serialise wgmma.
 sm90_flags=(-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DNDEBUG
-            -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter -Xptxas -v)
+            -DCUTLASS_ENABLE_GDC_FOR_SM90 -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter -Xptxas -v)
 sources=("$root"/kernels/cuda/*.cu "$root"/kernels/cuda/limits.cpp "$root"/tests/kernels/cuda_*_test.cpp
          "$root"/bench/cuda_gemm_bench.cpp)
 if [[ -n $cutlass ]]; then
@@ -68,7 +68,8 @@ fi
   echo "CUTLASS: ${cutlass:-none (int8 linear: cuBLASLt + epilogue only)}"
   [[ -n $cutlass && -f $cutlass/include/cutlass/version.h ]] &&
     grep -E '#define CUTLASS_(MAJOR|MINOR|PATCH) ' "$cutlass/include/cutlass/version.h" | awk '{printf "%s=%s ", $2, $3} END {print ""}'
-  echo "QEVAL_INT8_LINEAR=${QEVAL_INT8_LINEAR:-auto} QEVAL_INT8_LINEAR_TUNE=${QEVAL_INT8_LINEAR_TUNE:-1} QEVAL_W4_LINEAR=${QEVAL_W4_LINEAR:-auto}"
+  echo "QEVAL_INT8_LINEAR=${QEVAL_INT8_LINEAR:-auto} QEVAL_INT8_LINEAR_TUNE=${QEVAL_INT8_LINEAR_TUNE:-1}" \
+       "QEVAL_INT8_PDL=${QEVAL_INT8_PDL:-1} QEVAL_W4_LINEAR=${QEVAL_W4_LINEAR:-auto}"
 } | tee "$out/gpu_check_env.txt"
 
 # One object per source, in parallel; each file's wall time and ptxas report (registers, spills)

@@ -44,6 +44,14 @@ Mode mode_from_env() {
   return mode;
 }
 
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("QEVAL_INT8_PDL");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
 bool tuning_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("QEVAL_INT8_LINEAR_TUNE");
@@ -340,7 +348,7 @@ Int8LinearPath int8_linear(const Int8LinearArgs& a, const Int8LinearPlan& plan, 
   }
 #ifdef QEVAL_WITH_CUTLASS
   absmax_quantize_int8_rows(a.x, a.x_type, a.m, a.k, rows, q, scales, row_scales, stream);
-  sm90::run(gemm_args(a, q, row_scales), config_of(plan), base + p.cutlass, stream);
+  sm90::run(gemm_args(a, q, row_scales), config_of(plan), base + p.cutlass, stream, a.pdl && pdl_enabled());
   if (a.out_rows_per_scale > 0) int8_output_quantize_dequantize(a.out, a.out_type, a.m, a.n, a.out_rows_per_scale,
                                                                 out_scales, stream);
 #endif
