@@ -225,6 +225,7 @@ std::size_t timed_choice(const std::vector<Candidate>& c, std::int64_t m, std::i
   fill_bytes(workspace.get(), 0x4B, ws);  // q = 0x4B = 75 everywhere, scales ~1.3e7: finite products
   fill_bytes(w_scales.get(), 0x30, N * sizeof(float));
   fill_bytes(bias.get(), 0x30, N * sizeof(float));
+  synchronize();  // the fills ran on the legacy stream; the timing stream does not wait for it
   cudaStream_t stream = nullptr;
   QEVAL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Int8LinearArgs a;
@@ -252,7 +253,7 @@ std::size_t timed_choice(const std::vector<Candidate>& c, std::int64_t m, std::i
 #endif
         run_fallback(a, q, scales, 1, reinterpret_cast<std::int32_t*>(base + p.acc), nullptr, stream);
       };
-      const std::vector<float> t = time_runs_ms([&](int) { gemm(); }, 2, 5, stream);
+      const std::vector<float> t = time_runs_ms([&](int) { gemm(); }, 3, 10, stream);
       std::vector<float> sorted = t;
       std::sort(sorted.begin(), sorted.end());
       const float ms = sorted[sorted.size() / 2];
