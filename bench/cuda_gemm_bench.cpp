@@ -140,6 +140,9 @@ void bench_int8(const GemmShape& s, const Options& o, Random& rng, std::vector<s
   const cu::Int8LinearPlan& plan = cu::int8_linear_plan(s.m, s.n, s.k);
   lin.prepare(plan);
   const double tlin = median_ms([&](int) { lin.run(); }, o);
+  lin.args.pdl = false;
+  const double tnopdl = median_ms([&](int) { lin.run(); }, o);
+  lin.args.pdl = true;
   Linear per_tensor;
   per_tensor.args = lin.args;
   per_tensor.args.rows_per_scale = s.m;  // one activation scale: the two-pass group quantiser
@@ -148,9 +151,10 @@ void bench_int8(const GemmShape& s, const Options& o, Random& rng, std::vector<s
 
   const double flops = 2.0 * s.m * s.n * s.k;
   fmt::print("{:<18} {:>5} {:>6} {:>6} | {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} | {:>5.2f}x {:>5.2f}x {:>5.2f}x "
-             "{:>5.2f}x | {}\n",
+             "{:>5.2f}x {:>5.2f}x | {}\n",
              s.name, s.m, s.n, s.k, flops / t16 / 1e9, flops / t8 / 1e9, flops / tunfused / 1e9, flops / tlin / 1e9,
-             flops / ttensor / 1e9, t16 / t8, t16 / tunfused, t16 / tlin, t16 / ttensor, plan.description);
+             flops / ttensor / 1e9, t16 / t8, t16 / tunfused, t16 / tlin, t16 / tnopdl, t16 / ttensor,
+             plan.description);
 
   if (o.quick) return;
   // Every candidate of the plan, the whole linear (quantiser included), for the record.
@@ -257,10 +261,11 @@ int main(int argc, char** argv) {
     }
     fmt::print("int8 linear, f16 in and out (TFLOP/s; ratios = fp16 GEMM time / int8 time)\n");
     fmt::print("  s8s32 = cuBLASLt GEMM alone; unfused = per-token quantise + s8s32 + epilogue kernel;\n"
-               "  linear = dispatched int8 linear, per token; tensor = the same with one activation scale\n");
-    fmt::print("{:<18} {:>5} {:>6} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>7} | {:>6} {:>6} {:>6} {:>6} | {}\n", "shape",
-               "M", "N", "K", "fp16", "s8s32", "unfused", "linear", "tensor", "s8s32", "unfus", "linear", "tensor",
-               "implementation");
+               "  linear = dispatched int8 linear, per token (nopdl: without programmatic dependent launch);\n"
+               "  tensor = the same with one activation scale\n");
+    fmt::print("{:<18} {:>5} {:>6} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} | {}\n",
+               "shape", "M", "N", "K", "fp16", "s8s32", "unfused", "linear", "tensor", "s8s32", "unfus", "linear",
+               "nopdl", "tensor", "implementation");
     std::vector<std::string> detail;
     for (const auto& s : gemms) bench_int8(s, o, rng, detail);
     if (!detail.empty()) {

@@ -63,9 +63,18 @@ if(QEVAL_CUTLASS_ENABLED)
                                                    POSITION_INDEPENDENT_CODE ON)
   # NDEBUG always: CUTLASS's device asserts are function calls, and a call inside the mainloop
   # makes ptxas serialise every wgmma (warning C7510), whatever the build type.
+  # CUTLASS_ENABLE_GDC_FOR_SM90 compiles in the griddepcontrol.wait that makes programmatic
+  # dependent launch safe (a no-op when a kernel is launched without it).
   target_compile_options(qeval_cuda_sm90 PRIVATE -gencode=arch=compute_90a,code=sm_90a
-                         --expt-relaxed-constexpr -DNDEBUG -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter)
+                         --expt-relaxed-constexpr -DNDEBUG -DCUTLASS_ENABLE_GDC_FOR_SM90
+                         -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter)
   target_link_libraries(qeval_cuda_sm90 PRIVATE CUDA::cudart_static)
+  # Each CUTLASS file takes ~100 s of one core and ~3.8 GB of memory (nvcc 13.0, measured): with
+  # Ninja they compile QEVAL_CUTLASS_JOBS at a time (default 1) while other files use the other
+  # cores, so a 2-core CI machine never holds two of them in memory at once.
+  set(QEVAL_CUTLASS_JOBS 1 CACHE STRING "CUTLASS files compiled at once (Ninja job pool)")
+  set_property(GLOBAL APPEND PROPERTY JOB_POOLS qeval_cutlass_pool=${QEVAL_CUTLASS_JOBS})
+  set_target_properties(qeval_cuda_sm90 PROPERTIES JOB_POOL_COMPILE qeval_cutlass_pool)
   target_sources(qeval_cuda_kernels PRIVATE $<TARGET_OBJECTS:qeval_cuda_sm90>)
   target_compile_definitions(qeval_cuda_kernels PRIVATE QEVAL_WITH_CUTLASS=1)
   message(STATUS "qeval: CUTLASS from ${cutlass_dir}")

@@ -27,8 +27,8 @@ template <typename T>
 __device__ __forceinline__ float2 pair_to_float2(unsigned int bits) {
   if constexpr (std::is_same_v<T, __half>)
     return __half22float2(*reinterpret_cast<const __half2*>(&bits));
-  else
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+  else  // bfloat16 is the upper half of a float32: widening is a shift (exact), low element first
+    return make_float2(__uint_as_float(bits << 16), __uint_as_float(bits & 0xFFFF0000u));
 }
 
 // v = float(elements of a raw 16-byte vector of T).
@@ -85,6 +85,23 @@ __device__ __forceinline__ float absmax_round(float x, float s) {
   return fminf(fmaxf(rintf(__fdiv_rn(x, s)), -127.0f), 127.0f);
 }
 
+// Stores VEC rounded values (each in [−127, 127]) as consecutive int8: one 4- or 8-byte store
+// when VEC > 1 (q aligned to VEC bytes).
+template <int VEC>
+__device__ __forceinline__ void store_q(std::int8_t* q, const float (&r)[VEC]) {
+  if constexpr (VEC == 1) {
+    q[0] = static_cast<std::int8_t>(r[0]);
+  } else {
+    std::int8_t packed[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) packed[i] = static_cast<std::int8_t>(r[i]);
+    if constexpr (VEC == 4)
+      *reinterpret_cast<std::uint32_t*>(q) = *reinterpret_cast<const std::uint32_t*>(packed);
+    else
+      *reinterpret_cast<uint2*>(q) = *reinterpret_cast<const uint2*>(packed);
+  }
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
@@ -108,6 +125,14 @@ __device__ __forceinline__ float block_max_nonneg(float v) {
 // non-negative float order like unsigned integers), max → scale in place.
 void launch_group_absmax_scales(const void* x, FloatType x_type, std::int64_t rows, std::int64_t cols,
                                 std::int64_t rows_per_scale, float* scales, Stream stream);
+
+// Per-group quantisation reading x once, by a cooperative kernel with every block resident
+// (absmax_quantize_resident.cu). Returns false, having launched nothing, where it does not apply
+// (row_scales null, the tensor too large for the registers of the resident blocks, K off the
+// vector width, unaligned pointers, no cooperative launch, QEVAL_QUANTIZE_GROUPS=two-pass).
+bool try_quantize_groups_resident(const void* x, FloatType x_type, std::int64_t m, std::int64_t k,
+                                  std::int64_t rows_per_scale, std::int8_t* q, float* scales, float* row_scales,
+                                  Stream stream);
 
 // Which per-token kernel runs: the register-resident one (one read of x, default) or the
 // block-per-row one that re-reads the row (QEVAL_QUANTIZE_ROWS=reread; kept as a fallback).

@@ -9,8 +9,10 @@
 // unaligned pointers) use the block-per-row kernel that re-reads the row from L1/L2.
 //
 // Per group of rows: the group spans many blocks, so its max needs a grid-wide reduction before
-// any value is rounded: launch_group_absmax_scales (atomic max of block maxima), then an
-// elementwise quantisation launch (the second read of x mostly hits L2). Memory-bound: 16-byte
+// any value is rounded. When the caller wants per-row scales and the tensor fits in the
+// registers of the resident blocks, a cooperative kernel does it with one read of x
+// (absmax_quantize_resident.cu); otherwise launch_group_absmax_scales (atomic max of block
+// maxima), then an elementwise quantisation launch (the second read of x mostly hits L2). Memory-bound: 16-byte
 // loads whenever K and the pointers allow, int64 indices throughout (M·K may pass 2³¹).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,22 +32,6 @@ namespace detail {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <int VEC>
-__device__ __forceinline__ void store_q(std::int8_t* q, const float (&r)[VEC]) {
-  if constexpr (VEC == 1) {
-    q[0] = static_cast<std::int8_t>(r[0]);
-  } else {
-    // VEC consecutive int8 in one store (4 or 8 bytes).
-    std::int8_t packed[VEC];
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) packed[i] = static_cast<std::int8_t>(r[i]);
-    if constexpr (VEC == 4)
-      *reinterpret_cast<std::uint32_t*>(q) = *reinterpret_cast<const std::uint32_t*>(packed);
-    else
-      *reinterpret_cast<uint2*>(q) = *reinterpret_cast<const uint2*>(packed);
-  }
-}
 
 // grid: one block per row. x [M, K], q [M, K], scales [M].
 template <typename T, int VEC>
@@ -320,6 +306,9 @@ void absmax_quantize_int8_rows(const void* x, FloatType x_type, std::int64_t m, 
                         std::to_string(k) + ", rows per scale " + std::to_string(rows_per_scale));
   QEVAL_CUDA_EXPECT(x && q && scales, "absmax_quantize_int8: null pointer for x, q or scales");
   rows_per_scale = std::min(rows_per_scale, m);
+  if (rows_per_scale > 1 &&
+      detail::try_quantize_groups_resident(x, x_type, m, k, rows_per_scale, q, scales, row_scales, stream))
+    return;
   switch (x_type) {
     case FloatType::f32:
       detail::quantize_typed(static_cast<const float*>(x), m, k, rows_per_scale, q, scales, row_scales, stream);

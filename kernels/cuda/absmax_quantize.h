@@ -21,14 +21,16 @@ namespace qeval::kernels::cuda {
 //   rows_per_scale = L  per tensor for each sequence of L tokens (DESIGN.md: scales are per sequence)
 //   rows_per_scale = M  one scale for the whole tensor
 // Per token, x is read once (rows up to 16384 halves / 8192 floats are held in registers; longer
-// rows are re-read from L1/L2). Groups of more than one row take two passes: a block-reduced max
-// with one atomic per block, then the quantisation (the max must be complete before any value is
-// rounded; the second read mostly hits L2).
+// rows are re-read from L1/L2). Groups of more than one row take two passes here: a
+// block-reduced max with one atomic per block, then the quantisation (the max must be complete
+// before any value is rounded; the second read mostly hits L2).
 void absmax_quantize_int8(const void* x, FloatType x_type, std::int64_t m, std::int64_t k,
                           std::int64_t rows_per_scale, std::int8_t* q, float* scales, Stream stream = nullptr);
 
 // The same, and row_scales [M] (nullptr: not written) receives each row's scale, i.e. its group's:
-// the per-row vector a GEMM epilogue broadcasts, whatever the grouping.
+// the per-row vector a GEMM epilogue broadcasts, whatever the grouping. With row_scales, groups of
+// rows are quantised with one read of x as well when the tensor fits in the registers of the
+// resident blocks (a cooperative kernel; about 17 MB on an H100/H200).
 void absmax_quantize_int8_rows(const void* x, FloatType x_type, std::int64_t m, std::int64_t k,
                                std::int64_t rows_per_scale, std::int8_t* q, float* scales, float* row_scales,
                                Stream stream = nullptr);

@@ -44,6 +44,14 @@ Mode mode_from_env() {
   return mode;
 }
 
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("QEVAL_INT8_PDL");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
 bool tuning_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("QEVAL_INT8_LINEAR_TUNE");
@@ -217,6 +225,7 @@ std::size_t timed_choice(const std::vector<Candidate>& c, std::int64_t m, std::i
   fill_bytes(workspace.get(), 0x4B, ws);  // q = 0x4B = 75 everywhere, scales ~1.3e7: finite products
   fill_bytes(w_scales.get(), 0x30, N * sizeof(float));
   fill_bytes(bias.get(), 0x30, N * sizeof(float));
+  synchronize();  // the fills ran on the legacy stream; the timing stream does not wait for it
   cudaStream_t stream = nullptr;
   QEVAL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Int8LinearArgs a;
@@ -244,7 +253,7 @@ std::size_t timed_choice(const std::vector<Candidate>& c, std::int64_t m, std::i
 #endif
         run_fallback(a, q, scales, 1, reinterpret_cast<std::int32_t*>(base + p.acc), nullptr, stream);
       };
-      const std::vector<float> t = time_runs_ms([&](int) { gemm(); }, 2, 5, stream);
+      const std::vector<float> t = time_runs_ms([&](int) { gemm(); }, 3, 10, stream);
       std::vector<float> sorted = t;
       std::sort(sorted.begin(), sorted.end());
       const float ms = sorted[sorted.size() / 2];
@@ -331,15 +340,16 @@ Int8LinearPath int8_linear(const Int8LinearArgs& a, const Int8LinearPlan& plan, 
   auto* out_scales = a.out_rows_per_scale > 0 ? reinterpret_cast<float*>(base + p.out_scales) : nullptr;
   const std::int64_t rows = std::min(a.rows_per_scale, a.m);
 
+  // Per-row scales are written on both paths: with them, groups of rows are quantised in one read.
+  auto* row_scales = reinterpret_cast<float*>(base + p.row_scales);
   if (!fused) {
-    absmax_quantize_int8(a.x, a.x_type, a.m, a.k, rows, q, scales, stream);
+    absmax_quantize_int8_rows(a.x, a.x_type, a.m, a.k, rows, q, scales, row_scales, stream);
     run_fallback(a, q, scales, rows, reinterpret_cast<std::int32_t*>(base + p.acc), out_scales, stream);
     return Int8LinearPath::cublaslt_epilogue;
   }
 #ifdef QEVAL_WITH_CUTLASS
-  auto* row_scales = reinterpret_cast<float*>(base + p.row_scales);
   absmax_quantize_int8_rows(a.x, a.x_type, a.m, a.k, rows, q, scales, row_scales, stream);
-  sm90::run(gemm_args(a, q, row_scales), config_of(plan), base + p.cutlass, stream);
+  sm90::run(gemm_args(a, q, row_scales), config_of(plan), base + p.cutlass, stream, a.pdl && pdl_enabled());
   if (a.out_rows_per_scale > 0) int8_output_quantize_dequantize(a.out, a.out_type, a.m, a.n, a.out_rows_per_scale,
                                                                 out_scales, stream);
 #endif

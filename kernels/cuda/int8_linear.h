@@ -69,6 +69,10 @@ struct Int8LinearArgs {
   FloatType out_type = FloatType::f16;
   std::int64_t out_rows_per_scale = 0;  // > 0: output quantise–dequantise per group of rows
   void* workspace = nullptr;            // int8_linear_workspace_bytes(...) bytes of device memory
+  // Launch the fused GEMM with programmatic dependent launch after the quantiser (its prologue
+  // overlaps the quantiser's tail; it waits for the quantiser's writes before reading). Off
+  // everywhere with QEVAL_INT8_PDL=0.
+  bool pdl = true;
 };
 
 // Scratch bytes int8_linear needs for these arguments (every field but workspace set): q_x,

@@ -186,20 +186,27 @@ void check_linear(const Case& c, const Inputs& in, const cu::Int8LinearPlan& pla
   a.out_type = c.out_type;
   a.out_rows_per_scale = c.out_rows;
   cu::DeviceArray<std::uint8_t> workspace(cu::int8_linear_workspace_bytes(a, plan));
-  cu::fill_bytes(workspace.get(), 0x5A, workspace.size());
   a.workspace = workspace.get();
-  const cu::Int8LinearPath ran = cu::int8_linear(a, plan);
-  cu::synchronize();
-  EXPECT_EQ(ran, plan.path) << "the plan's implementation did not run";
+  // The fused GEMM with and without programmatic dependent launch after the quantiser.
+  for (bool pdl : {true, false}) {
+    if (!pdl && plan.path != cu::Int8LinearPath::cutlass_sm90) break;
+    SCOPED_TRACE(pdl ? "pdl" : "no pdl");
+    cu::fill_bytes(workspace.get(), 0x5A, workspace.size());
+    cu::fill_bytes(dout.get(), 0xFF, dout.size());
+    a.pdl = pdl;
+    const cu::Int8LinearPath ran = cu::int8_linear(a, plan);
+    cu::synchronize();
+    EXPECT_EQ(ran, plan.path) << "the plan's implementation did not run";
 
-  const std::vector<std::uint8_t> raw = dout.to_host();
-  std::size_t bad = 0, first = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const float got = element(raw, i, c.out_type);
-    if (!(got == ref[i]) && bad++ == 0) first = i;
+    const std::vector<std::uint8_t> raw = dout.to_host();
+    std::size_t bad = 0, first = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      const float got = element(raw, i, c.out_type);
+      if (!(got == ref[i]) && bad++ == 0) first = i;
+    }
+    EXPECT_EQ(bad, 0u) << bad << " of " << ref.size() << " outputs differ; first at [" << first / N << ", "
+                       << first % N << "]: got " << element(raw, first, c.out_type) << ", expected " << ref[first];
   }
-  EXPECT_EQ(bad, 0u) << bad << " of " << ref.size() << " outputs differ; first at [" << first / N << ", " << first % N
-                     << "]: got " << element(raw, first, c.out_type) << ", expected " << ref[first];
 }
 
 // Runs every candidate implementation of the case's shape against one reference.

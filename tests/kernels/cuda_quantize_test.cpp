@@ -147,16 +147,24 @@ void check_quantise(std::int64_t M, std::int64_t K, std::int64_t rows, cu::Float
   std::vector<float> padded(static_cast<std::size_t>(offset));
   padded.insert(padded.end(), x.begin(), x.end());
   cu::DeviceArray<std::uint8_t> dx(to_bytes(padded, type));
-  cu::absmax_quantize_int8_rows(dx.get() + offset * cu::size_of(type), type, M, K, rows, q.get() + offset, s.get(),
-                                row_s.get());
-  cu::synchronize();
-  std::vector<std::int8_t> got = q.to_host();
-  got.erase(got.begin(), got.begin() + offset);
   const Quantised ref = reference_quantise(x, M, K, rows);
-  EXPECT_TRUE(same_quantisation(got, s.to_host(), ref, K));
-  const std::vector<float> got_rows = row_s.to_host();
-  for (std::int64_t m = 0; m < M; ++m)
-    ASSERT_EQ(got_rows[m], ref.scales[m / std::min(rows, M)]) << "row scale " << m;
+  // With per-row scales (groups: the one-read cooperative kernel where the tensor fits), then
+  // without (groups: the two-pass kernels).
+  for (bool with_rows : {true, false}) {
+    SCOPED_TRACE(with_rows ? "with per-row scales" : "without per-row scales");
+    cu::fill_bytes(q.get(), 0x7F, q.size());
+    cu::fill_bytes(s.get(), 0xFF, s.size() * sizeof(float));
+    cu::absmax_quantize_int8_rows(dx.get() + offset * cu::size_of(type), type, M, K, rows, q.get() + offset, s.get(),
+                                  with_rows ? row_s.get() : nullptr);
+    cu::synchronize();
+    std::vector<std::int8_t> got = q.to_host();
+    got.erase(got.begin(), got.begin() + offset);
+    EXPECT_TRUE(same_quantisation(got, s.to_host(), ref, K));
+    if (!with_rows) continue;
+    const std::vector<float> got_rows = row_s.to_host();
+    for (std::int64_t m = 0; m < M; ++m)
+      ASSERT_EQ(got_rows[m], ref.scales[m / std::min(rows, M)]) << "row scale " << m;
+  }
 }
 
 constexpr cu::FloatType kTypes[] = {cu::FloatType::f32, cu::FloatType::f16, cu::FloatType::bf16};
@@ -194,6 +202,10 @@ TEST(CudaAbsmaxQuantize, PerTensorAndPerSequenceExact) {
     check_quantise(9, 37, 9, t, 0, 7);      // one scale for the tensor, scalar path
     check_quantise(6, 96, 64, t, 0, 8);     // rows per scale above M: one scale
     check_quantise(256, 4096, 256, t, 0, 9);  // many blocks per group: the atomic max
+    check_quantise(2048, 768, 1024, t, 0, 10);  // GPT-2-sized: two sequences, many resident blocks
+    check_quantise(70, 24, 3, t, 0, 11);        // many short rows per block, groups inside blocks
+    const std::int64_t vec = 16 / static_cast<std::int64_t>(cu::size_of(t));
+    check_quantise(5, 2049 * vec, 5, t, 0, 12);  // rows longer than a block's registers: two passes
   }
 }
 

@@ -17,7 +17,7 @@ namespace detail {
 template <FloatType kOut, Tile kTile>
 std::size_t workspace_bytes_for(const Int8GemmArgs& a, int splits);
 template <FloatType kOut, Tile kTile>
-void run_for(const Int8GemmArgs& a, int splits, void* workspace, Stream stream);
+void run_for(const Int8GemmArgs& a, int splits, void* workspace, Stream stream, bool pdl);
 
 }  // namespace detail
 
@@ -36,11 +36,11 @@ std::size_t workspace_for_tile(const Int8GemmArgs& a, int splits) {
 }
 
 template <Tile kTile>
-void run_tile(const Int8GemmArgs& a, int splits, void* workspace, Stream stream) {
+void run_tile(const Int8GemmArgs& a, int splits, void* workspace, Stream stream, bool pdl) {
   switch (a.out_type) {
-    case FloatType::f32: detail::run_for<FloatType::f32, kTile>(a, splits, workspace, stream); break;
-    case FloatType::f16: detail::run_for<FloatType::f16, kTile>(a, splits, workspace, stream); break;
-    case FloatType::bf16: detail::run_for<FloatType::bf16, kTile>(a, splits, workspace, stream); break;
+    case FloatType::f32: detail::run_for<FloatType::f32, kTile>(a, splits, workspace, stream, pdl); break;
+    case FloatType::f16: detail::run_for<FloatType::f16, kTile>(a, splits, workspace, stream, pdl); break;
+    case FloatType::bf16: detail::run_for<FloatType::bf16, kTile>(a, splits, workspace, stream, pdl); break;
   }
 }
 
@@ -76,14 +76,14 @@ std::size_t workspace_bytes(const Int8GemmArgs& a, const Config& c) {
                                : workspace_for_tile<Tile::small>(a, c.splits);
 }
 
-void run(const Int8GemmArgs& a, const Config& c, void* workspace, Stream stream) {
+void run(const Int8GemmArgs& a, const Config& c, void* workspace, Stream stream, bool pdl) {
   const std::string reason = unsupported_reason(a);
   QEVAL_CUDA_EXPECT(reason.empty(), reason);
   QEVAL_CUDA_EXPECT(a.a_row_scales && a.w_scales, "int8 sm90 GEMM: a_row_scales and w_scales are required");
   if (c.tile == Tile::large)
-    run_tile<Tile::large>(a, c.splits, workspace, stream);
+    run_tile<Tile::large>(a, c.splits, workspace, stream, pdl);
   else
-    run_tile<Tile::small>(a, c.splits, workspace, stream);
+    run_tile<Tile::small>(a, c.splits, workspace, stream, pdl);
 }
 
 }  // namespace qeval::kernels::cuda::sm90

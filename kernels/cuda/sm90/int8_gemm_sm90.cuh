@@ -236,7 +236,7 @@ struct ParamsKey {
 // costs about as much host time as a GPT-2-sized layer takes on the GPU. Configurations that
 // need a workspace (stream-K / split-K partial sums and flags) initialise it on every call.
 template <FloatType kOut, Tile kTile>
-void run_for(const Int8GemmArgs& a, int splits, void* workspace, Stream stream) {
+void run_for(const Int8GemmArgs& a, int splits, void* workspace, Stream stream, bool pdl) {
   using Gemm = typename Int8Gemm<kOut, kTile>::Gemm;
   using Params = typename Gemm::Params;
   struct Entry {
@@ -257,7 +257,7 @@ void run_for(const Int8GemmArgs& a, int splits, void* workspace, Stream stream) 
       if (it->key == key) {  // only workspace-free configurations are kept
         Params params = it->params;
         lock.unlock();
-        const cutlass::Status s = Gemm::run(params, stream);
+        const cutlass::Status s = Gemm::run(params, stream, nullptr, pdl);
         QEVAL_CUDA_EXPECT(s == cutlass::Status::kSuccess, std::string("int8 sm90 GEMM: CUTLASS run failed: ") +
                                                               status_name(s) + " (" +
                                                               cudaGetErrorString(cudaGetLastError()) + ")");
@@ -274,7 +274,7 @@ void run_for(const Int8GemmArgs& a, int splits, void* workspace, Stream stream) 
   s = gemm.initialize(args, workspace, stream);
   QEVAL_CUDA_EXPECT(s == cutlass::Status::kSuccess,
                     std::string("int8 sm90 GEMM: CUTLASS initialize failed: ") + status_name(s));
-  s = gemm.run(stream);
+  s = gemm.run(stream, nullptr, pdl && reusable);
   QEVAL_CUDA_EXPECT(s == cutlass::Status::kSuccess, std::string("int8 sm90 GEMM: CUTLASS run failed: ") +
                                                         status_name(s) + " (" +
                                                         cudaGetErrorString(cudaGetLastError()) + ")");

@@ -48,6 +48,11 @@ struct Config {
   Tile tile = Tile::large;
   int splits = 1;  // small only: 0 heuristic (stream-K allowed), 1 data-parallel, > 1 split-K
 };
+
+// Programmatic dependent launch: the GEMM is launched while the kernel before it on the stream
+// (the quantiser) finishes, does its prologue, and waits (griddepcontrol.wait, compiled in with
+// CUTLASS_ENABLE_GDC_FOR_SM90) before it reads any global memory; only for workspace-free
+// configurations (a workspace memset would come in between).
 std::string to_string(const Config& c);
 
 // Empty when the fused kernels can run these arguments on the current device, else why not.
@@ -58,6 +63,6 @@ std::size_t workspace_bytes(const Int8GemmArgs& args, const Config& config);
 
 // Launches on `stream`; workspace: workspace_bytes(args, config) bytes of device memory (may be
 // nullptr when that is 0). Throws CudaError if CUTLASS refuses the arguments.
-void run(const Int8GemmArgs& args, const Config& config, void* workspace, Stream stream);
+void run(const Int8GemmArgs& args, const Config& config, void* workspace, Stream stream, bool pdl = false);
 
 }  // namespace qeval::kernels::cuda::sm90

@@ -6,6 +6,6 @@
 namespace qeval::kernels::cuda::sm90::detail {
 
 template std::size_t workspace_bytes_for<FloatType::f16, Tile::large>(const Int8GemmArgs&, int);
-template void run_for<FloatType::f16, Tile::large>(const Int8GemmArgs&, int, void*, Stream);
+template void run_for<FloatType::f16, Tile::large>(const Int8GemmArgs&, int, void*, Stream, bool);
 
 }  // namespace qeval::kernels::cuda::sm90::detail
