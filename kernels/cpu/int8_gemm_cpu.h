@@ -19,6 +19,13 @@ at::Tensor int8_matmul_acc_reference(const at::Tensor& a, const at::Tensor& b);
 constexpr std::int64_t kMaxFloat32ExactK = 1024;
 at::Tensor int8_matmul_acc_float(const at::Tensor& a, const at::Tensor& b);
 
+// AVX2 kernel: vpmaddubsw on |a| against b carrying a's sign (as b XOR a's sign mask, with a per-row
+// correction), widened by vpmaddwd into int32 (kernels/cpu/int8_gemm_avx2.cpp); exact where oneDNN's
+// int8 is not (no VNNI). An a holding −128 goes through int8_matmul_acc_float. Refuses to run where
+// avx2_int8_gemm_available() is false.
+at::Tensor int8_matmul_acc_avx2(const at::Tensor& a, const at::Tensor& b);
+bool avx2_int8_gemm_available();
+
 // oneDNN matmul s8 × s8 → f32 (s32 accumulation), primitives cached by shape (kernels/cpu/int8_gemm_onednn.cpp).
 at::Tensor int8_matmul_acc_onednn(const at::Tensor& a, const at::Tensor& b);
 
