@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "kernels/cpu/int8_gemm_cpu.h"
 
@@ -57,6 +58,17 @@ constexpr std::int64_t kKc = 1024;  // k per panel slice a tile's rows share: 16
 constexpr std::int64_t kMb = 64;    // rows per tile
 
 std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+
+// What happens to float(acc) on the way out: nothing (int8_matmul_acc_avx2), or kernels/int8_gemm.h's
+// y = (float(acc) · a_scale[m]) · b_scale[n] + bias[n], each operation rounded on its own (as the
+// dispatch's apply_scales: the same bits).
+struct Epilogue {
+  const float* a_scale = nullptr;  // [M] or [1]; null: no scaling
+  bool a_each = false;
+  const float* b_scale = nullptr;  // [N] or [1]
+  bool b_each = false;
+  const float* bias = nullptr;     // [N] or null
+};
 
 // (lo, hi) = columns 0..7 and 8..15 of Σ over `blocks` blocks of 16 k of |a| · (b XOR mask), one row.
 __attribute__((target("avx2"))) inline void row_kernel(const std::int8_t* ua, const std::int8_t* ma,
@@ -89,11 +101,41 @@ __attribute__((target("avx2"))) inline void row_kernel(const std::int8_t* ua, co
   hi = _mm256_permute2x128_si256(q0, q1, 0x31);
 }
 
-// out[0 .. cols) = float(lo, hi + c): exact int32 → float32, rounded to nearest like the reference's cast.
-__attribute__((target("avx2"))) inline void store_row(__m256i lo, __m256i hi, std::int32_t c, float* out,
-                                                      std::int64_t cols) {
+// out[0 .. cols) for row m, columns n0 .. n0 + cols: float(lo, hi + c), exact int32 → float32 rounded
+// to nearest like the reference's cast, then the epilogue.
+__attribute__((target("avx2"))) inline void store_row(__m256i lo, __m256i hi, std::int32_t c, const Epilogue& ep,
+                                                      std::int64_t m, std::int64_t n0, float* out, std::int64_t cols) {
   const __m256i cv = _mm256_set1_epi32(c);
-  const __m256 flo = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, cv)), fhi = _mm256_cvtepi32_ps(_mm256_add_epi32(hi, cv));
+  __m256 flo = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, cv)), fhi = _mm256_cvtepi32_ps(_mm256_add_epi32(hi, cv));
+  if (ep.a_scale != nullptr) {
+    const __m256 sa = _mm256_set1_ps(ep.a_scale[ep.a_each ? m : 0]);
+    flo = _mm256_mul_ps(flo, sa);
+    fhi = _mm256_mul_ps(fhi, sa);
+    __m256 sb_lo, sb_hi, bias_lo = _mm256_setzero_ps(), bias_hi = _mm256_setzero_ps();
+    if (cols == kNr) {
+      sb_lo = ep.b_each ? _mm256_loadu_ps(ep.b_scale + n0) : _mm256_set1_ps(ep.b_scale[0]);
+      sb_hi = ep.b_each ? _mm256_loadu_ps(ep.b_scale + n0 + 8) : sb_lo;
+      if (ep.bias != nullptr) {
+        bias_lo = _mm256_loadu_ps(ep.bias + n0);
+        bias_hi = _mm256_loadu_ps(ep.bias + n0 + 8);
+      }
+    } else {  // the last panel: columns past N repeat the last one and are never stored
+      alignas(32) float sb[kNr], bias[kNr];
+      for (std::int64_t j = 0; j < kNr; ++j) {
+        const std::int64_t n = n0 + std::min(j, cols - 1);
+        sb[j] = ep.b_scale[ep.b_each ? n : 0];
+        bias[j] = ep.bias != nullptr ? ep.bias[n] : 0.0f;
+      }
+      sb_lo = _mm256_load_ps(sb), sb_hi = _mm256_load_ps(sb + 8);
+      bias_lo = _mm256_load_ps(bias), bias_hi = _mm256_load_ps(bias + 8);
+    }
+    flo = _mm256_mul_ps(flo, sb_lo);
+    fhi = _mm256_mul_ps(fhi, sb_hi);
+    if (ep.bias != nullptr) {
+      flo = _mm256_add_ps(flo, bias_lo);
+      fhi = _mm256_add_ps(fhi, bias_hi);
+    }
+  }
   if (cols == kNr) {
     _mm256_storeu_ps(out, flo);
     _mm256_storeu_ps(out + 8, fhi);
@@ -109,13 +151,14 @@ __attribute__((target("avx2"))) inline void store_row(__m256i lo, __m256i hi, st
 // With K ≤ kKc each row runs once over the whole panel and is stored directly; longer K goes in
 // slices, each held in L1 while every row of the tile passes over it, the int32 sums in `sums`.
 __attribute__((target("avx2"))) void run_tile(const std::int8_t* ua, const std::int8_t* ma, const std::int32_t* corr,
-                                              std::int64_t Kp, const std::int8_t* panel, std::int64_t rows,
-                                              std::int64_t cols, float* out, std::int64_t N, std::int32_t* sums) {
+                                              std::int64_t Kp, const std::int8_t* panel, std::int64_t m0,
+                                              std::int64_t rows, std::int64_t n0, std::int64_t cols,
+                                              const Epilogue& ep, float* out, std::int64_t N, std::int32_t* sums) {
   __m256i lo, hi;
   if (Kp <= kKc) {
     for (std::int64_t r = 0; r < rows; ++r) {
       row_kernel(ua + r * Kp, ma + r * Kp, panel, Kp / kKb, lo, hi);
-      store_row(lo, hi, corr[r], out + r * N, cols);
+      store_row(lo, hi, corr[r], ep, m0 + r, n0, out + r * N, cols);
     }
     return;
   }
@@ -132,7 +175,7 @@ __attribute__((target("avx2"))) void run_tile(const std::int8_t* ua, const std::
         _mm256_store_si256(s, lo);
         _mm256_store_si256(s + 1, hi);
       } else {
-        store_row(lo, hi, corr[r], out + r * N, cols);
+        store_row(lo, hi, corr[r], ep, m0 + r, n0, out + r * N, cols);
       }
     }
   }
@@ -203,12 +246,19 @@ bool avx2_int8_gemm_available() {
 #endif
 }
 
-at::Tensor int8_matmul_acc_avx2(const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(avx2_int8_gemm_available(), "int8_matmul_acc: the avx2 backend needs a CPU with AVX2");
+namespace {
+
+// The whole product for a [M, K] and b [N, K], contiguous int8; `ep` as above; nullopt when a
+// holds −128 (the caller takes float_exact).
+std::optional<at::Tensor> run(const at::Tensor& a, const at::Tensor& b, const Epilogue& ep) {
+  TORCH_CHECK(avx2_int8_gemm_available(), "int8_gemm: the avx2 backend needs a CPU with AVX2");
   const std::int64_t M = a.size(0), K = a.size(1), N = b.size(0);
   at::Tensor acc = at::empty({M, N}, at::TensorOptions().dtype(at::kFloat));  // [M, N]
   if (M == 0 || N == 0) return acc;
-  if (K == 0) return acc.zero_();
+  if (K == 0) {
+    if (ep.a_scale != nullptr) return std::nullopt;  // the caller's path applies the epilogue to zeros
+    return acc.zero_();
+  }
 #ifdef QEVAL_INT8_HAS_AVX2_VARIANT
   const std::int8_t* pa = a.data_ptr<std::int8_t>();
   const std::int8_t* pb = b.data_ptr<std::int8_t>();
@@ -222,7 +272,7 @@ at::Tensor int8_matmul_acc_avx2(const at::Tensor& a, const at::Tensor& b) {
   at::parallel_for(0, M, 16, [&](std::int64_t begin, std::int64_t end) {
     if (!pack_rows(pa, K, Kp, begin, end, ua, ma, corr)) ok = false;
   });
-  if (!ok) return int8_matmul_acc_float(a, b);  // a holds −128
+  if (!ok) return std::nullopt;  // a holds −128
   // b packed once: panel p holds columns [16p, 16p + 16) over all of Kp, Kp / 16 blocks of 256 bytes.
   const std::int64_t panels = (N + kNr - 1) / kNr, panel_bytes = Kp * kNr;
   at::Tensor packed_b = at::empty({panels * panel_bytes}, at::TensorOptions().dtype(at::kChar));  // 64-byte aligned
@@ -239,12 +289,36 @@ at::Tensor int8_matmul_acc_avx2(const at::Tensor& a, const at::Tensor& b) {
     std::int32_t* sums = sums_t.data_ptr<std::int32_t>();
     for (std::int64_t t = t_begin; t < t_end; ++t) {
       const std::int64_t m0 = (t / panels) * kMb, rows = std::min(kMb, M - m0), p = t % panels, n0 = p * kNr;
-      run_tile(ua + m0 * Kp, ma + m0 * Kp, corr + m0, Kp, pbp + p * panel_bytes, rows, std::min(kNr, N - n0),
-               out + m0 * N + n0, N, sums);
+      run_tile(ua + m0 * Kp, ma + m0 * Kp, corr + m0, Kp, pbp + p * panel_bytes, m0, rows, n0, std::min(kNr, N - n0),
+               ep, out + m0 * N + n0, N, sums);
     }
   });
 #endif
   return acc;
+}
+
+}  // namespace
+
+at::Tensor int8_matmul_acc_avx2(const at::Tensor& a, const at::Tensor& b) {
+  std::optional<at::Tensor> acc = run(a, b, Epilogue{});
+  return acc ? *acc : int8_matmul_acc_float(a, b);
+}
+
+at::Tensor int8_gemm_avx2(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
+                          const at::Tensor& b_scale, const at::Tensor& bias) {
+  Epilogue ep;
+  ep.a_scale = a_scale.data_ptr<float>();
+  ep.a_each = a_scale.numel() != 1;
+  ep.b_scale = b_scale.data_ptr<float>();
+  ep.b_each = b_scale.numel() != 1;
+  ep.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  std::optional<at::Tensor> y = run(a, b, ep);
+  if (y) return *y;
+  // a holds −128: the exact sums through float_exact, then the same epilogue.
+  at::Tensor acc = int8_matmul_acc_float(a, b);  // [M, N]
+  acc = acc * (ep.a_each ? a_scale.unsqueeze(1) : a_scale);
+  acc = acc * b_scale;
+  return bias.defined() ? acc + bias : acc;
 }
 
 }  // namespace qeval::kernels::cpu

@@ -200,6 +200,18 @@ TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
       if (cpu::onednn_int8_exact())
         EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::onednn),
                                         int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::reference)));
+      if (cpu::avx2_int8_gemm_available()) {
+        // The AVX2 backend applies the scales in its own store loop: still the same bits, with and
+        // without bias, and through its −128 fallback.
+        EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::avx2),
+                                        int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::reference)));
+        EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, at::Tensor(), Int8GemmBackend::avx2),
+                                        int8_gemm(a, b, sa, sb, at::Tensor(), Int8GemmBackend::reference)));
+        at::Tensor a128 = a.clone();
+        a128[0][0] = -128;
+        EXPECT_TRUE(test::tensors_equal(int8_gemm(a128, b, sa, sb, bias, Int8GemmBackend::avx2),
+                                        int8_gemm(a128, b, sa, sb, bias, Int8GemmBackend::reference)));
+      }
       // The fallback sums in float: equal to float rounding (K = 45 terms).
       EXPECT_TRUE(test::tensors_close(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::dequantize_fallback), expected,
                                       1e-5 * expected.abs().max().item<double>(), 1e-5));
