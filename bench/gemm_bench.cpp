@@ -16,11 +16,11 @@
 //
 // Clocks: `wall` is elapsed time; `cpu` is the process's CPU time (clock_gettime
 // CLOCK_PROCESS_CPUTIME_ID), which on a machine shared with other work counts only the cycles
-// this process ran, not the time slices it waited for. With one thread (and
-// OPENBLAS_NUM_THREADS=1) CPU time is the work of one core; with more threads it adds up all of
-// them, spinning included, so use `wall` on an idle machine to see parallel speed.
+// this process ran, not the time slices it waited for. With one thread CPU time is the work of
+// one core; with more threads it adds up all of them, spinning included, so use `wall` on an idle
+// machine to see parallel speed. --threads sizes LibTorch's pool and OpenBLAS's alike.
 //
-//   OPENBLAS_NUM_THREADS=1 gemm_bench --threads 1 --clock cpu [--families smollm2,gpt2-small,gpt2-medium,llama-7b]
+//   gemm_bench --threads 1 --clock cpu [--families smollm2,gpt2-small,gpt2-medium,llama-7b]
 //              [--m 1,16,512,2048] [--reps 5] [--max-seconds 60] [--json out.json] [--no-flush]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "common/build_info.h"
+#include "kernels/compute_threads.h"
 #include "kernels/cpu/int8_gemm_cpu.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/int8_quantize.h"
@@ -166,7 +167,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--m", ms, "comma-separated row counts M (tokens)")->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions per variant (median reported)")->capture_default_str();
-  app.add_option("--threads", threads, "intra-op threads (ATen/OpenMP, shared by oneDNN)")->capture_default_str();
+  app.add_option("--threads", threads, "threads of LibTorch's pool (the int8 kernels, oneDNN) and of OpenBLAS (fp32)")
+      ->capture_default_str();
   app.add_option("--max-seconds", max_seconds, "skip remaining (large) cases once this much time has passed")
       ->capture_default_str();
   app.add_option("--clock", clock, "wall | cpu (process CPU time; see the file header)")
@@ -176,7 +178,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-flush", no_flush, "do not flush the caches between calls");
   CLI11_PARSE(app, argc, argv);
 
-  at::set_num_threads(threads);
+  // Both pools to `threads`: the fp32 baseline (OpenBLAS through at::linear) splits its GEMMs itself.
+  qeval::kernels::set_compute_threads(threads);
   g_cpu_clock = clock == "cpu";
   at::manual_seed(0);
   CacheFlusher flush(!no_flush);
@@ -188,7 +191,7 @@ int main(int argc, char** argv) {
                            {"clock", clock},
                            {"git_commit", qeval::git_commit()},
                            {"int8_backend", qeval::kernels::to_string(qeval::kernels::int8_gemm_cpu_backend())},
-                           {"w4_avx512", qeval::kernels::w4_gemm_uses_avx512()},
+                           {"w4_variant", qeval::kernels::w4_gemm_variant()},
                            {"cpu_flags", cpu_simd_flags()},
                            {"load_average_start", load_average()},
                            {"results", nlohmann::json::array()}};
@@ -197,7 +200,7 @@ int main(int argc, char** argv) {
   fmt::print("# CPU: {}; SIMD flags: {}; load average at start: {}\n", qeval::host_info().value("cpu", "?"),
              record["cpu_flags"].get<std::string>(), record["load_average_start"].get<std::string>());
   fmt::print("# int8 backend: {}; 4-bit kernel: {}\n\n", record["int8_backend"].get<std::string>(),
-             qeval::kernels::w4_gemm_uses_avx512() ? "AVX-512" : "portable");
+             qeval::kernels::w4_gemm_variant());
   fmt::print("| model | layer | K | N | M | fp32 ms | int8 GEMM ms | ×fp32 | quant+int8 ms | ×fp32 | w4 ms | ×fp32 | "
              "int8 impl |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
