@@ -4,6 +4,9 @@
 // the same run: the faster of LibTorch's at::matmul (the installed BLAS) and qeval's fp32 GEMM
 // (kernels/fp32_gemm.h) on 2048³. Prints; never passes or fails.
 //
+// Threads as `qeval eval` sets them (kernels/compute_threads.h: LibTorch's pool of T, default the
+// cores this process may use; OpenBLAS on one thread, fp32 GEMMs cut into slices over the pool).
+//
 //   build/bench/forward_bench [--data-dir DIR] [--windows N] [--threads T] [--model PATH --seq L]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -16,6 +19,7 @@
 #include "common/files.h"
 #include "common/memory.h"
 #include "common/model_cache.h"
+#include "kernels/compute_threads.h"
 #include "kernels/fp32_gemm.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "model/init.h"
@@ -67,13 +71,15 @@ int main(int argc, char** argv) {
   int windows = 3;
   std::string model_path;
   std::int64_t model_seq = 512;
+  int threads = kernels::available_cores();
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--data-dir")) data_dir = argv[i + 1];
     if (!std::strcmp(argv[i], "--model")) model_path = argv[i + 1];
     if (!std::strcmp(argv[i], "--seq")) model_seq = std::stoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--windows")) windows = std::stoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--threads")) at::set_num_threads(std::stoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--threads")) threads = std::stoi(argv[i + 1]);
   }
+  kernels::set_inference_threads(threads);
   at::manual_seed(0);
   // Baseline: the fp32 GEMM rate of this machine, now, with these threads.
   const std::int64_t n = 2048;

@@ -1,22 +1,26 @@
-// CPU GEMM benchmark at transformer layer shapes: the int8 kernel path (oneDNN s8 × s8 with the
-// scale epilogue, alone and with the fused per-token activation quantisation in front) and the
-// 4-bit weight kernel, each against at::linear in fp32 (OpenBLAS sgemm), measured in the same run.
+// CPU GEMM benchmark at transformer layer shapes: the int8 kernel path (the backend the dispatch
+// picks: oneDNN s8 × s8 on VNNI/AMX CPUs, the AVX2 kernel without VNNI; with the scale epilogue,
+// alone and with the fused per-token activation quantisation in front) and the 4-bit weight
+// kernel, each against at::linear in fp32 (OpenBLAS sgemm), measured in the same run. The header
+// prints the CPU's SIMD flags and the load average (at the start and the end): other work on the
+// machine slows every variant, which the interleaving spreads evenly but does not remove.
 // Prints medians and ratios (fp32 time / kernel time, so > 1 means faster than fp32); it measures,
 // it never passes or fails.
 //
-// Shapes are (K, N) of y[M, N] = x[M, K] · W[N, K]ᵀ: GPT-2 small (768 wide), GPT-2 medium
-// (1024 wide), Llama-7B (4096 wide, d_ff 11008), for M ∈ {1, 16, 512, 2048}. Before every timed
+// Shapes are (K, N) of y[M, N] = x[M, K] · W[N, K]ᵀ: SmolLM2-135M (d 576, d_ff 1536, k/v 192),
+// GPT-2 small (768 wide), GPT-2 medium (1024 wide), Llama-7B (4096 wide, d_ff 11008), for
+// M ∈ {1, 16, 512, 2048}. Before every timed
 // call the last-level cache is flushed (a 2× L3-sized buffer is written), so small-M calls read
 // their weights from memory as a model far larger than the cache does; variants are interleaved
 // in each repetition so load from other processes hits them alike.
 //
 // Clocks: `wall` is elapsed time; `cpu` is the process's CPU time (clock_gettime
 // CLOCK_PROCESS_CPUTIME_ID), which on a machine shared with other work counts only the cycles
-// this process ran, not the time slices it waited for. With one thread (and
-// OPENBLAS_NUM_THREADS=1) CPU time is the work of one core; with more threads it adds up all of
-// them, spinning included, so use `wall` on an idle machine to see parallel speed.
+// this process ran, not the time slices it waited for. With one thread CPU time is the work of
+// one core; with more threads it adds up all of them, spinning included, so use `wall` on an idle
+// machine to see parallel speed. --threads sizes LibTorch's pool and OpenBLAS's alike.
 //
-//   OPENBLAS_NUM_THREADS=1 gemm_bench --threads 1 --clock cpu [--families gpt2-small,gpt2-medium,llama-7b]
+//   gemm_bench --threads 1 --clock cpu [--families smollm2,gpt2-small,gpt2-medium,llama-7b]
 //              [--m 1,16,512,2048] [--reps 5] [--max-seconds 60] [--json out.json] [--no-flush]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -39,6 +43,7 @@
 #include <vector>
 
 #include "common/build_info.h"
+#include "kernels/compute_threads.h"
 #include "kernels/cpu/int8_gemm_cpu.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/int8_quantize.h"
@@ -64,6 +69,9 @@ struct LayerShape {
 };
 
 std::vector<LayerShape> family_shapes(const std::string& family) {
+  if (family == "smollm2")
+    return {{family, "attn.q/o", 576, 576}, {family, "attn.k/v", 576, 192}, {family, "mlp.gate/up", 576, 1536},
+            {family, "mlp.down", 1536, 576}};
   if (family == "gpt2-small")
     return {{family, "attn.qkv", 768, 2304}, {family, "attn.o", 768, 768}, {family, "mlp.up", 768, 3072},
             {family, "mlp.down", 3072, 768}};
@@ -73,7 +81,7 @@ std::vector<LayerShape> family_shapes(const std::string& family) {
   if (family == "llama-7b")
     return {{family, "attn.q/k/v/o", 4096, 4096}, {family, "mlp.gate/up", 4096, 11008},
             {family, "mlp.down", 11008, 4096}};
-  throw std::runtime_error("unknown family '" + family + "'; valid: gpt2-small, gpt2-medium, llama-7b");
+  throw std::runtime_error("unknown family '" + family + "'; valid: smollm2, gpt2-small, gpt2-medium, llama-7b");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -98,6 +106,29 @@ class CacheFlusher {
   bool enabled_;
   at::Tensor buffer_;
 };
+
+// The SIMD features that decide the kernels, as /proc/cpuinfo names them (those present).
+std::string cpu_simd_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, present;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::stringstream words(line.substr(line.find(':') + 1));
+    std::vector<std::string> have;
+    for (std::string w; words >> w;) have.push_back(w);
+    for (const char* f : {"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8"})
+      if (std::find(have.begin(), have.end(), f) != have.end()) present += (present.empty() ? "" : " ") + std::string(f);
+    break;
+  }
+  return present.empty() ? "none of avx2/fma/avx512" : present;
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -126,16 +157,18 @@ std::vector<double> time_interleaved(const std::vector<std::function<void()>>& v
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"CPU GEMM benchmark: oneDNN int8 and the 4-bit kernel against fp32 at layer shapes"};
-  std::string families = "gpt2-small,gpt2-medium,llama-7b", ms = "1,16,512,2048", json_path;
+  CLI::App app{"CPU GEMM benchmark: the int8 kernel and the 4-bit kernel against fp32 at layer shapes"};
+  std::string families = "smollm2,gpt2-small,gpt2-medium,llama-7b", ms = "1,16,512,2048", json_path;
   int reps = 5, threads = 2;
   std::string clock = "wall";
   double max_seconds = 60.0;
   bool no_flush = false;
-  app.add_option("--families", families, "comma-separated: gpt2-small, gpt2-medium, llama-7b")->capture_default_str();
+  app.add_option("--families", families, "comma-separated: smollm2, gpt2-small, gpt2-medium, llama-7b")
+      ->capture_default_str();
   app.add_option("--m", ms, "comma-separated row counts M (tokens)")->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions per variant (median reported)")->capture_default_str();
-  app.add_option("--threads", threads, "intra-op threads (ATen/OpenMP, shared by oneDNN)")->capture_default_str();
+  app.add_option("--threads", threads, "threads of LibTorch's pool (the int8 kernels, oneDNN) and of OpenBLAS (fp32)")
+      ->capture_default_str();
   app.add_option("--max-seconds", max_seconds, "skip remaining (large) cases once this much time has passed")
       ->capture_default_str();
   app.add_option("--clock", clock, "wall | cpu (process CPU time; see the file header)")
@@ -145,7 +178,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-flush", no_flush, "do not flush the caches between calls");
   CLI11_PARSE(app, argc, argv);
 
-  at::set_num_threads(threads);
+  // Both pools to `threads`: the fp32 baseline (OpenBLAS through at::linear) splits its GEMMs itself.
+  qeval::kernels::set_compute_threads(threads);
   g_cpu_clock = clock == "cpu";
   at::manual_seed(0);
   CacheFlusher flush(!no_flush);
@@ -157,14 +191,18 @@ int main(int argc, char** argv) {
                            {"clock", clock},
                            {"git_commit", qeval::git_commit()},
                            {"int8_backend", qeval::kernels::to_string(qeval::kernels::int8_gemm_cpu_backend())},
-                           {"w4_avx512", qeval::kernels::w4_gemm_uses_avx512()},
+                           {"w4_variant", qeval::kernels::w4_gemm_variant()},
+                           {"cpu_flags", cpu_simd_flags()},
+                           {"load_average_start", load_average()},
                            {"results", nlohmann::json::array()}};
   fmt::print("# gemm_bench: {} threads, {} time, median of {} reps, caches {}; ratios = fp32 time / kernel time\n",
              threads, clock, reps, no_flush ? "not flushed" : "flushed before every call");
+  fmt::print("# CPU: {}; SIMD flags: {}; load average at start: {}\n", qeval::host_info().value("cpu", "?"),
+             record["cpu_flags"].get<std::string>(), record["load_average_start"].get<std::string>());
   fmt::print("# int8 backend: {}; 4-bit kernel: {}\n\n", record["int8_backend"].get<std::string>(),
-             qeval::kernels::w4_gemm_uses_avx512() ? "AVX-512" : "portable");
+             qeval::kernels::w4_gemm_variant());
   fmt::print("| model | layer | K | N | M | fp32 ms | int8 GEMM ms | ×fp32 | quant+int8 ms | ×fp32 | w4 ms | ×fp32 | "
-             "oneDNN impl |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+             "int8 impl |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
   std::vector<std::int64_t> m_values;
   for (const auto& m : split(ms)) m_values.push_back(std::stoll(m));
@@ -199,14 +237,15 @@ int main(int argc, char** argv) {
         if (small)
           variants.push_back([&] { (void)qeval::kernels::w4_gemm(x, w4.qweight, w4.scales, w4.zeros, K, bias); });
         std::vector<double> t = time_interleaved(variants, reps, flush);
-        const std::string impl = qeval::kernels::cpu::onednn_int8_impl(M, K, N);
+        const std::string impl = record["int8_backend"] == "onednn" ? "onednn " + qeval::kernels::cpu::onednn_int8_impl(M, K, N)
+                                                                     : record["int8_backend"].get<std::string>();
         const std::string w4_cell = small ? fmt::format("{:.3f} | {:.2f}", t[3] * 1e3, t[0] / t[3]) : "– | –";
         fmt::print("| {} | {} | {} | {} | {} | {:.3f} | {:.3f} | {:.2f} | {:.3f} | {:.2f} | {} | {} |\n", family,
                    shape.layer, K, N, M, t[0] * 1e3, t[1] * 1e3, t[0] / t[1], t[2] * 1e3, t[0] / t[2], w4_cell, impl);
         std::fflush(stdout);
         nlohmann::json r = {{"family", family},       {"layer", shape.layer},   {"K", K},
                             {"N", N},                 {"M", M},                 {"fp32_s", t[0]},
-                            {"int8_gemm_s", t[1]},    {"quant_int8_gemm_s", t[2]}, {"onednn_impl", impl},
+                            {"int8_gemm_s", t[1]},    {"quant_int8_gemm_s", t[2]}, {"int8_impl", impl},
                             {"w4_weight_bytes_ratio", static_cast<double>(w4.bytes()) / fp32_bytes},
                             {"w4_g128_weight_bytes_ratio", static_cast<double>(w4g.bytes()) / fp32_bytes},
                             {"int8_weight_bytes_ratio", static_cast<double>(w8.bytes()) / fp32_bytes}};
@@ -231,7 +270,9 @@ int main(int argc, char** argv) {
                r["int8_weight_bytes_ratio"].get<double>(), r["w4_weight_bytes_ratio"].get<double>(),
                r["w4_g128_weight_bytes_ratio"].get<double>());
   }
-  fmt::print("\n# {:.0f} s in all\n", std::chrono::duration<double>(Clock::now() - started).count());
+  record["load_average_end"] = load_average();
+  fmt::print("\n# {:.0f} s in all; load average at the end: {}\n",
+             std::chrono::duration<double>(Clock::now() - started).count(), record["load_average_end"].get<std::string>());
   if (!json_path.empty()) std::ofstream(json_path) << record.dump(2) << "\n";
   return 0;
 }

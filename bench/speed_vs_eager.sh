@@ -6,7 +6,9 @@
 # integer kernels against eager's quantise-dequantise simulation), and each side's PPL (equal
 # for fp32 to rounding; close, not equal, where qeval runs integer kernels). Then the fp32
 # forward's GFLOP/s as a fraction of the GEMM peak measured in the same run (bench/forward_bench),
-# and the cost of statistics (eval's default, --stats-for full) over statistics off.
+# and the cost of statistics (eval's default, --stats-for full) over statistics off. For SmolLM2
+# also llama.cpp (llama-cpp-python, bench/llamacpp_eval.py) on the same GGUF, windows and threads,
+# where $QEVAL_LLAMACPP_PYTHON (default /work/cache/llamacpp-venv/bin/python) imports llama_cpp.
 #
 #   bench/speed_vs_eager.sh [GPT2_WINDOWS (4)] [SMOLLM2_WINDOWS (8)] [THREADS (2)]
 # Run on a quiet machine (no build beside it). Needs scripts/models, and gguf and tokenizers
@@ -48,6 +50,7 @@ mkdir -p "$work/site"
 ln -s "$(python3 -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')" "$work/site/gguf"
 
 echo "# qeval vs PyTorch eager, $(date -u +%F), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $threads threads"
+echo "CPU SIMD flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni|amx_int8' | tr '\n' ' ')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 run_qeval() {  # NAME MODEL SEQ WINDOWS TOKENIZER-ARGS...
   local name=$1 model=$2 seq=$3 windows=$4
@@ -66,6 +69,13 @@ run_qeval gpt2 "$work/gpt2-small" 1024 "$gpt2_windows" --tokenizer "$data/tokeni
 run_qeval smollm2 "$smollm2" 512 "$smol_windows"
 PYTHONPATH="$work/site" /usr/bin/python3 "$root/bench/eager_eval.py" "$smollm2" "$work/smollm2.bin" 512 "$smol_windows" \
   "$threads" "${schemes[@]}" > "$work/smollm2.jsonl"
+llamacpp_python="${QEVAL_LLAMACPP_PYTHON:-/work/cache/llamacpp-venv/bin/python}"
+if "$llamacpp_python" -c "import llama_cpp" 2>/dev/null; then
+  "$llamacpp_python" "$root/bench/llamacpp_eval.py" "$smollm2" "$work/smollm2.bin" 512 "$smol_windows" "$threads" \
+    > "$work/smollm2-llamacpp.json"
+else
+  echo "llama-cpp-python not importable by $llamacpp_python: the llama.cpp row is skipped" >&2
+fi
 "$build/bench/forward_bench" --threads "$threads" --windows 2 --model "$smollm2" --seq 512 > "$work/forward.md"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -85,6 +95,14 @@ for name, title, windows, seq in (("gpt2", "GPT-2 small shape (random weights)",
         path = s["description"].get("execution", "fp32").split(" (")[0]
         print(f"| {s['name']} | {path} | {q:.0f} | {e['tokens_per_second']:.0f} | {q / e['tokens_per_second']:.2f}× "
               f"| {s['perplexity']['ppl']:.4f} | {e['ppl']:.4f} |")
+    try:
+        llama = json.load(open(f"{work}/{name}-llamacpp.json"))
+        full = next(s for s in record["schemes"] if s["name"] == "full")["timing"]["tokens_per_second"]
+        print(f"\nllama.cpp (llama-cpp-python, the same GGUF computed in its own block types, every logit, "
+              f"{llama['threads']} threads): {llama['tokens_per_second']:.0f} tok/s, PPL {llama['ppl']:.4f}; "
+              f"qeval full / llama.cpp = {full / llama['tokens_per_second']:.2f}×")
+    except FileNotFoundError:
+        pass
     off, on = (json.load(open(f"{work}/{name}-stats-{s}.json"))["schemes"][0]["timing"]["tokens_per_second"]
                for s in ("none", "full"))
     print(f"\nStatistics (eval's default --stats-for full) on the full-precision scheme: {on:.0f} tok/s with, "

@@ -11,6 +11,7 @@
 #include "common/hash.h"
 #include "common/model_cache.h"
 #include "eval/model_transforms.h"
+#include "kernels/compute_threads.h"
 #include "kernels/fp32_gemm.h"
 #include "loaders/tokenizers/tokenizer_discovery.h"
 
@@ -72,7 +73,7 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
   cmd->add_option("--json-field", args.json_field, "JSON-lines field holding the text")->capture_default_str();
   cmd->add_option("--batch-size,-b", args.batch_size, "windows per forward pass (results do not depend on it)")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", args.threads, "CPU threads (0: LibTorch's default)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", args.threads, "CPU threads (0: the cores this process may use)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--transform", args.transforms,
                   "transform the full-precision model before any scheme (repeatable, applied in order): "
                   "rotate[:kind=hadamard|orthogonal,seed=N,online_down=1] or "
@@ -91,10 +92,11 @@ std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
 }
 
 EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
-  // LibTorch's pool only: OpenBLAS's is left at its default, because its bits change with its
-  // thread count (an AVX2 EPYC: 1 and 2 threads differ), and evaluation results must not depend
-  // on --threads. (`train` sets both: kernels/compute_threads.h.)
-  if (a.threads > 0) at::set_num_threads(a.threads);
+  // One pool of --threads threads (default: the cores this process may use): LibTorch's. OpenBLAS
+  // runs on one thread and its GEMMs are cut into pieces over LibTorch's pool, the same pieces for
+  // every thread count, because OpenBLAS's own bits change with its thread count (an AVX2 EPYC: 1
+  // and 2 threads differ) and results must not depend on --threads (kernels/compute_threads.h).
+  kernels::set_inference_threads(a.threads > 0 ? a.threads : kernels::available_cores());
   std::vector<TransformSpec> transforms;
   for (const auto& text : a.transforms) transforms.push_back(parse_transform(text));  // bad specs fail before loading
   EvalInputs in;

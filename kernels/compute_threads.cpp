@@ -2,9 +2,16 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
 
 namespace qeval::kernels {
 namespace {
+
+std::atomic<bool> g_inference{false};
 
 // OpenBLAS's entry points, looked up in the process rather than linked: LibTorch reaches BLAS
 // through libblas.so.3, which Debian's alternatives may point at OpenBLAS, BLIS or the reference
@@ -14,12 +21,32 @@ Fn openblas_symbol(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
 }
 
-}  // namespace
-
-void set_compute_threads(int threads) {
-  at::set_num_threads(threads);
+void set_blas_threads(int threads) {
   if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(threads);
 }
+
+}  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void set_compute_threads(int threads) {
+  g_inference = false;
+  at::set_num_threads(threads);
+  set_blas_threads(threads);
+}
+
+void set_inference_threads(int threads) {
+  at::set_num_threads(threads);
+  set_blas_threads(1);
+  g_inference = true;
+}
+
+bool inference_threading() { return g_inference; }
 
 std::optional<int> blas_threads() {
   if (auto get = openblas_symbol<int (*)()>("openblas_get_num_threads")) return get();

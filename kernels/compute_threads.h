@@ -1,20 +1,36 @@
 // How many CPU threads a command computes with. at::set_num_threads sizes LibTorch's own pool
 // (and oneDNN's, which runs on it), but not the BLAS library LibTorch calls for float matmul:
 // Debian's OpenBLAS (the pthreads build, scripts/setup) keeps its own pool of one thread per
-// core. Without this, `qeval train --threads 1` still ran every sgemm on two threads, and two
-// "one-thread" runs side by side fought over two cores (d 256 on an AVX2 EPYC: about 2.2k tokens/s
-// a run instead of 2.7k).
+// core. Two pools of N threads each put 2N busy threads on N cores: `qeval eval --threads 2` on
+// a 2-core AVX2 EPYC ran at half the speed of the default (issue 34), and two "one-thread"
+// training runs side by side fought over two cores.
+//
+// Two policies, one per kind of command:
+//   set_compute_threads(n)   training: LibTorch's pool and OpenBLAS's pool both n (OpenBLAS
+//                            splits each GEMM itself; training results are reproducible per
+//                            thread count, not across thread counts).
+//   set_inference_threads(n) evaluation: LibTorch's pool n, OpenBLAS 1; the fp32 GEMMs that
+//                            would have gone to a threaded BLAS are cut into pieces whose shapes
+//                            depend only on the operands (kernels/fp32_gemm.cpp), and the pieces
+//                            run on LibTorch's pool, one single-threaded BLAS call each. The
+//                            same BLAS calls happen whatever n is, so results do not depend on
+//                            it (OpenBLAS's own splitting changes bits with its thread count),
+//                            and at most n threads are busy.
 #pragma once
 
 #include <optional>
 
 namespace qeval::kernels {
 
-// Sets LibTorch's intra-op threads and, when the BLAS in this process is OpenBLAS, its threads.
-// For training (`qeval train --threads`), whose results are reproducible per thread count. The
-// evaluator sets only LibTorch's: OpenBLAS's bits depend on its thread count, and evaluation
-// results must not depend on --threads (cli/eval_setup.cpp).
+// The cores this process may run on (sched_getaffinity; hardware_concurrency where that fails):
+// the default for --threads.
+int available_cores();
+
 void set_compute_threads(int threads);
+void set_inference_threads(int threads);
+
+// Whether set_inference_threads is in force (fp32_gemm.cpp then splits BLAS calls itself).
+bool inference_threading();
 
 // OpenBLAS's current thread count; nullopt when the process's BLAS is not OpenBLAS.
 std::optional<int> blas_threads();

@@ -1,9 +1,12 @@
 #include "kernels/fp32_gemm.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cstdlib>
 
+#include "kernels/compute_threads.h"
 #include "kernels/cpu/onednn_matmul.h"
 
 namespace qeval::kernels {
@@ -49,6 +52,36 @@ at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w, const at::Ten
   return y;
 }
 
+// Under set_inference_threads (OpenBLAS on one thread): y = x wᵀ + b as kBlasPieces BLAS calls,
+// each on a slice of w's rows (output columns), run over LibTorch's pool. The slices depend only on
+// N, never on the thread count, so every thread count makes the same single-threaded BLAS calls
+// and gets the same bits. Eight slices of a multiple of 8 columns keep 1, 2, 4 and 8 threads busy
+// alike; x is packed once per slice (M·K against M·N·K/8 multiply-adds).
+constexpr std::int64_t kBlasPieces = 8;
+
+bool split_blas(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  return inference_threading() && onednn_can_run(x, w, bias) && x.size(0) > 0 && x.size(1) > 0 && w.size(0) > 0;
+}
+
+at::Tensor split_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  const std::int64_t M = x.size(0), N = w.size(0);
+  const std::int64_t width = std::max<std::int64_t>(8, ((N + kBlasPieces - 1) / kBlasPieces + 7) / 8 * 8);
+  const std::int64_t pieces = (N + width - 1) / width;
+  at::Tensor y = at::empty({M, N}, x.options());  // [M, N]
+  at::parallel_for(0, pieces, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t p = begin; p < end; ++p) {
+      const std::int64_t n0 = p * width, n = std::min(width, N - n0);
+      at::Tensor out = y.narrow(1, n0, n);  // [M, n], row stride N: BLAS writes it in place
+      at::Tensor wt = w.narrow(0, n0, n).t();
+      if (bias.defined())
+        at::addmm_out(out, bias.narrow(0, n0, n), x, wt);
+      else
+        at::mm_out(out, x, wt);
+    }
+  });
+  return y;
+}
+
 }  // namespace
 
 std::string to_string(Fp32GemmBackend backend) {
@@ -88,6 +121,7 @@ at::Tensor fp32_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     TORCH_CHECK(onednn_can_run(x, w, bias), "fp32_linear: oneDNN needs contiguous 2-D float32 CPU operands");
     return onednn_linear(x, w, bias);
   }
+  if (split_blas(x, w, bias)) return split_linear(x, w, bias);
   return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
 }
 
@@ -96,6 +130,19 @@ at::Tensor fp32_bmm(const at::Tensor& a, const at::Tensor& b, double alpha) {
     return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 3 && t.stride(2) >= 1 && t.stride(1) >= 1;
   };
   const bool wants_grad = at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad());
+  if (!wants_grad && plain(a) && plain(b) && fp32_gemm_cpu_backend() != Fp32GemmBackend::onednn &&
+      inference_threading() && a.numel() > 0 && b.numel() > 0 && a.size(0) == b.size(0)) {
+    // One single-threaded BLAS call per batch entry over LibTorch's pool (see split_linear).
+    at::Tensor y = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());  // [batch, M, N]
+    at::parallel_for(0, a.size(0), 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        at::Tensor out = y.select(0, i);
+        at::mm_out(out, a.select(0, i), b.select(0, i));
+        if (alpha != 1.0) out.mul_(alpha);
+      }
+    });
+    return y;
+  }
   if (wants_grad || !plain(a) || !plain(b) || fp32_gemm_cpu_backend() != Fp32GemmBackend::onednn || a.numel() == 0 ||
       b.numel() == 0) {
     at::Tensor y = at::bmm(a, b);

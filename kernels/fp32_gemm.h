@@ -7,7 +7,9 @@
 // threads), and LibTorch's at::linear otherwise (other dtypes, devices, non-contiguous
 // inputs, and whenever autograd wants gradients: oneDNN runs outside it, so training keeps
 // LibTorch's differentiable op). Results depend on neither the batch size (callers run one sequence per call) nor the
-// thread count (oneDNN's fp32 brgemm does not split the reduction; tests/kernels check it).
+// thread count (oneDNN's fp32 brgemm does not split the reduction; on the BLAS path, under
+// set_inference_threads, each GEMM is cut into 8 single-threaded BLAS calls whose shapes depend
+// only on the operands, kernels/compute_threads.h; tests/kernels check it).
 // QEVAL_FP32_GEMM=aten|onednn in the environment forces a backend (profiling, comparisons).
 #pragma once
 

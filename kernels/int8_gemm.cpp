@@ -81,6 +81,7 @@ std::string to_string(Int8GemmBackend backend) {
     case Int8GemmBackend::automatic: return "automatic";
     case Int8GemmBackend::reference: return "reference";
     case Int8GemmBackend::onednn: return "onednn";
+    case Int8GemmBackend::avx2: return "avx2";
     case Int8GemmBackend::float_exact: return "float_exact";
     case Int8GemmBackend::dequantize_fallback: return "dequantize_fallback";
   }
@@ -89,14 +90,15 @@ std::string to_string(Int8GemmBackend backend) {
 
 Int8GemmBackend parse_int8_gemm_backend(const std::string& name) {
   for (auto b : {Int8GemmBackend::automatic, Int8GemmBackend::reference, Int8GemmBackend::onednn,
-                 Int8GemmBackend::float_exact, Int8GemmBackend::dequantize_fallback})
+                 Int8GemmBackend::avx2, Int8GemmBackend::float_exact, Int8GemmBackend::dequantize_fallback})
     if (to_string(b) == name) return b;
   TORCH_CHECK(false, "int8_gemm: unknown backend '", name,
-              "'; valid: automatic, reference, onednn, float_exact, dequantize_fallback");
+              "'; valid: automatic, reference, onednn, avx2, float_exact, dequantize_fallback");
 }
 
 Int8GemmBackend int8_gemm_cpu_backend() {
-  return cpu::onednn_int8_exact() ? Int8GemmBackend::onednn : Int8GemmBackend::float_exact;
+  if (cpu::onednn_int8_exact()) return Int8GemmBackend::onednn;
+  return cpu::avx2_int8_gemm_available() ? Int8GemmBackend::avx2 : Int8GemmBackend::float_exact;
 }
 
 Int8GemmBackend int8_gemm_backend_for(const at::Tensor& a, const at::Tensor& b) {
@@ -111,6 +113,7 @@ at::Tensor int8_matmul_acc(const at::Tensor& a_in, const at::Tensor& b_in, Int8G
   switch (backend) {
     case Int8GemmBackend::reference: return cpu::int8_matmul_acc_reference(a, b);
     case Int8GemmBackend::float_exact: return cpu::int8_matmul_acc_float(a, b);
+    case Int8GemmBackend::avx2: return cpu::int8_matmul_acc_avx2(a, b);  // refuses without AVX2
     case Int8GemmBackend::onednn:
       // Forcing it where the self-test failed is allowed (it is how the failure is shown).
       TORCH_CHECK(cpu::onednn_int8_jit(), "int8_matmul_acc: oneDNN has no JIT int8 matmul for this CPU");
@@ -135,6 +138,9 @@ at::Tensor int8_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
     at::Tensor b_deq = b.to(at::kFloat) * (b_scale.numel() == 1 ? b_scale : b_scale.unsqueeze(1));  // [N, K]
     return bias.defined() ? at::linear(a_deq, b_deq, bias) : at::linear(a_deq, b_deq);
   }
+  if (backend == Int8GemmBackend::avx2)  // applies the scales as it stores (the same bits, one pass fewer)
+    return cpu::int8_gemm_avx2(a.contiguous(), b.contiguous(), a_scale.contiguous(), b_scale.contiguous(),
+                               bias.defined() ? bias.contiguous() : bias);
   return apply_scales(int8_matmul_acc(a, b, backend), a_scale, b_scale, bias);
 }
 

@@ -27,6 +27,9 @@ enum class Int8GemmBackend {
   automatic,            // the dispatch chooses (see int8_gemm_backend_for)
   reference,            // readable triple loop, s8 × s8 → s32 (kernels/cpu/int8_gemm_reference.cpp)
   onednn,               // oneDNN matmul s8 × s8 → s32 (kernels/cpu/int8_gemm_onednn.cpp)
+  avx2,                 // vpmaddubsw on |a| against b carrying a's sign, vpmaddwd into int32: exact
+                        // where oneDNN's int8 is not (AVX2 and AVX-512 CPUs without VNNI;
+                        // kernels/cpu/int8_gemm_avx2.cpp)
   float_exact,          // the exact sums through a float GEMM, float32 for K ≤ 1024, float64 beyond
                         // (every partial sum is an integer the float holds exactly, so exact in any
                         // order; kernels/cpu/int8_gemm_float.cpp): where oneDNN's int8 is not exact
@@ -48,9 +51,10 @@ at::Tensor int8_matmul_acc(const at::Tensor& a, const at::Tensor& b,
 // What `automatic` resolves to for these operands (callers record it).
 Int8GemmBackend int8_gemm_backend_for(const at::Tensor& a, const at::Tensor& b);
 // What `automatic` resolves to for CPU operands on this machine: onednn when oneDNN has a JIT
-// int8 matmul for this CPU that computes the exact sums, else float_exact. (Without VNNI, oneDNN
-// multiplies with vpmaddubsw, whose 16-bit pair sums saturate: on an AVX2 EPYC it returned
-// -540,673 for a sum of -66,096,768. A self-test on worst-case operands decides, once.)
+// int8 matmul for this CPU that computes the exact sums (VNNI, AMX), else avx2 where the CPU has
+// AVX2 (CPUID at run time), else float_exact. (Without VNNI, oneDNN multiplies with vpmaddubsw,
+// whose 16-bit pair sums saturate: on an AVX2 EPYC it returned -540,673 for a sum of -66,096,768.
+// A self-test on worst-case operands decides, once.)
 Int8GemmBackend int8_gemm_cpu_backend();
 
 }  // namespace qeval::kernels

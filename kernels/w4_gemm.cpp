@@ -64,6 +64,8 @@ W4GemmBackend parse_w4_gemm_backend(const std::string& name) {
 
 bool w4_gemm_uses_avx512() { return cpu::w4_gemm_avx512_available(); }
 
+std::string w4_gemm_variant() { return cpu::w4_gemm_variant(); }
+
 W4GemmBackend w4_gemm_backend_for(std::int64_t M, std::int64_t K, std::int64_t N) {
   return M <= kMaxOnTheFlyRows ? W4GemmBackend::vectorized : W4GemmBackend::dequantize_fallback;
 }

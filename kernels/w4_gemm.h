@@ -29,7 +29,7 @@ namespace qeval::kernels {
 enum class W4GemmBackend {
   automatic,            // the dispatch chooses (see w4_gemm_backend_for)
   reference,            // readable loop over the packed codes (kernels/cpu/w4_gemm_reference.cpp)
-  vectorized,           // dequantises on the fly, AVX-512 when the CPU has it (kernels/cpu/w4_gemm_vectorized.cpp)
+  vectorized,           // dequantises on the fly, AVX-512 or AVX2 when the CPU has it (kernels/cpu/w4_gemm_vectorized.cpp)
   dequantize_fallback,  // w4_dequantize, then at::matmul
 };
 
@@ -52,7 +52,9 @@ at::Tensor w4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, co
 at::Tensor pack_u4(const at::Tensor& codes);
 at::Tensor unpack_u4(const at::Tensor& packed, std::int64_t K);
 
-// Whether this CPU runs the AVX-512 variant of the vectorised kernel (else its portable loop).
+// Whether this CPU runs the AVX-512 variant of the vectorised kernel, and which variant it runs:
+// "avx512", "avx2" (AVX2 + FMA) or "portable".
 bool w4_gemm_uses_avx512();
+std::string w4_gemm_variant();
 
 }  // namespace qeval::kernels

@@ -34,7 +34,7 @@ nlohmann::json kernel_backends(const SchemeSpec& spec) {
             {"activation_quantization", "kernels/int8_quantize (fused)"}};
   if (spec.weights.kind == QuantKind::int4_zeropoint)
     return {{"w4_gemm", fmt::format("vectorized ({}) for small row counts, dequantise + fp32 GEMM for large",
-                                    kernels::w4_gemm_uses_avx512() ? "avx512" : "portable")}};
+                                    kernels::w4_gemm_variant())}};
   return nlohmann::json::object();
 }
 

@@ -19,6 +19,18 @@ at::Tensor int8_matmul_acc_reference(const at::Tensor& a, const at::Tensor& b);
 constexpr std::int64_t kMaxFloat32ExactK = 1024;
 at::Tensor int8_matmul_acc_float(const at::Tensor& a, const at::Tensor& b);
 
+// AVX2 kernel: vpmaddubsw on |a| against b carrying a's sign (as b XOR a's sign mask, with a per-row
+// correction), widened by vpmaddwd into int32 (kernels/cpu/int8_gemm_avx2.cpp); exact where oneDNN's
+// int8 is not (no VNNI). An a holding −128 goes through int8_matmul_acc_float. Refuses to run where
+// avx2_int8_gemm_available() is false.
+at::Tensor int8_matmul_acc_avx2(const at::Tensor& a, const at::Tensor& b);
+// The same with kernels/int8_gemm.h's scales and bias applied as each tile is stored (bit-identical
+// to the dispatch's separate pass, which it saves): a_scale [M] or [1], b_scale [N] or [1], bias [N]
+// or undefined, all contiguous float32.
+at::Tensor int8_gemm_avx2(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
+                          const at::Tensor& b_scale, const at::Tensor& bias);
+bool avx2_int8_gemm_available();
+
 // oneDNN matmul s8 × s8 → f32 (s32 accumulation), primitives cached by shape (kernels/cpu/int8_gemm_onednn.cpp).
 at::Tensor int8_matmul_acc_onednn(const at::Tensor& a, const at::Tensor& b);
 

@@ -1,8 +1,9 @@
 // Fused absmax int8 quantisation of activation rows on the CPU: one pass for each row's
 // max |x|, then one pass that divides, rounds half to even, clamps and narrows to int8, both
 // split over rows with at::parallel_for. Replaces five ATen passes (abs, amax, div, round,
-// clamp + cast) with two reads of x. AVX-512F variant chosen at run time (GCC target attribute),
-// portable variant otherwise; both produce exactly quant/quantize.h's codes and scales.
+// clamp + cast) with two reads of x. AVX-512 and AVX2 variants chosen at run time by CPUID (GCC
+// target attribute per function, so the binary runs on any x86-64), portable loops otherwise; all
+// produce exactly quant/quantize.h's codes and scales (IEEE division, round half to even).
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -66,7 +67,48 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_row_avx512(co
     _mm_mask_storeu_epi8(q + k, mask, codes16(_mm512_maskz_loadu_ps(mask, x + k), sv));
   }
 }
+
+// AVX2: 8 floats a vector; 32 codes a step (four vectors narrowed through two packs, whose
+// 128-bit-lane interleaving one vpermd undoes); the tail runs the portable loop.
+__attribute__((target("avx2"))) float row_absmax_avx2(const float* x, std::int64_t K) {
+  const __m256 no_sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
+  std::int64_t k = 0;
+  for (; k + 8 <= K; k += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + k), no_sign));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float r = 0.0f;
+  for (float v : lanes) r = std::max(r, v);
+  return std::max(r, row_absmax_portable(x + k, K - k));
+}
+
+__attribute__((target("avx2"))) inline __m256i codes8(__m256 v, __m256 s) {
+  const __m256 r = _mm256_round_ps(_mm256_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_set1_ps(127.0f), _mm256_max_ps(_mm256_set1_ps(-127.0f), r)));
+}
+
+__attribute__((target("avx2"))) void quantize_row_avx2(const float* x, std::int64_t K, float s, std::int8_t* q) {
+  const __m256 sv = _mm256_set1_ps(s);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  std::int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    const __m256i c0 = codes8(_mm256_loadu_ps(x + k), sv), c1 = codes8(_mm256_loadu_ps(x + k + 8), sv);
+    const __m256i c2 = codes8(_mm256_loadu_ps(x + k + 16), sv), c3 = codes8(_mm256_loadu_ps(x + k + 24), sv);
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  quantize_row_portable(x + k, K - k, s, q + k);
+}
 #endif
+
+bool cpu_has_avx2() {
+#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+#else
+  return false;
+#endif
+}
 
 bool cpu_has_avx512f() {
 #ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
@@ -78,7 +120,10 @@ bool cpu_has_avx512f() {
 #endif
 }
 
-Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, bool avx512) {
+enum class Variant { portable, avx2, avx512 };
+
+Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, Variant variant) {
+  const bool avx512 = variant == Variant::avx512, avx2 = variant == Variant::avx2;
   const std::int64_t M = x.size(0), K = x.size(1);
   const std::int64_t groups = (M + rows_per_scale - 1) / rows_per_scale;
   Int8Rows out{at::empty({M, K}, at::TensorOptions().dtype(at::kChar)),
@@ -92,6 +137,10 @@ Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, bool avx512) {
 #ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
       if (avx512) {
         row_max[static_cast<std::size_t>(m)] = row_absmax_avx512(px + m * K, K);
+        continue;
+      }
+      if (avx2) {
+        row_max[static_cast<std::size_t>(m)] = row_absmax_avx2(px + m * K, K);
         continue;
       }
 #endif
@@ -112,6 +161,10 @@ Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, bool avx512) {
         quantize_row_avx512(px + m * K, K, s, pq + m * K);
         continue;
       }
+      if (avx2) {
+        quantize_row_avx2(px + m * K, K, s, pq + m * K);
+        continue;
+      }
 #endif
       quantize_row_portable(px + m * K, K, s, pq + m * K);
     }
@@ -123,12 +176,20 @@ Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, bool avx512) {
 
 bool int8_quantize_uses_avx512() { return cpu_has_avx512f(); }
 
+bool int8_quantize_avx2_available() { return cpu_has_avx2(); }
+
 Int8Rows quantize_int8_rows_cpu(const at::Tensor& x, std::int64_t rows_per_scale) {
-  return run(x, rows_per_scale, cpu_has_avx512f());
+  return run(x, rows_per_scale,
+             cpu_has_avx512f() ? Variant::avx512 : cpu_has_avx2() ? Variant::avx2 : Variant::portable);
 }
 
 Int8Rows quantize_int8_rows_portable(const at::Tensor& x, std::int64_t rows_per_scale) {
-  return run(x, rows_per_scale, false);
+  return run(x, rows_per_scale, Variant::portable);
+}
+
+Int8Rows quantize_int8_rows_avx2(const at::Tensor& x, std::int64_t rows_per_scale) {
+  TORCH_CHECK(cpu_has_avx2(), "quantize_int8_rows: the AVX2 variant needs a CPU with AVX2");
+  return run(x, rows_per_scale, Variant::avx2);
 }
 
 }  // namespace qeval::kernels::cpu

@@ -7,10 +7,14 @@ namespace qeval::kernels::cpu {
 
 Int8Rows quantize_int8_rows_cpu(const at::Tensor& x, std::int64_t rows_per_scale);
 
-// Whether the AVX-512 variant runs on this CPU (else the portable loops).
+// Whether the AVX-512 variant runs on this CPU (else the AVX2 one where the CPU has AVX2, else the
+// portable loops).
 bool int8_quantize_uses_avx512();
+bool int8_quantize_avx2_available();
 
 // The portable loops alone, so tests cover both variants on one CPU.
 Int8Rows quantize_int8_rows_portable(const at::Tensor& x, std::int64_t rows_per_scale);
+// The AVX2 variant alone (refuses without AVX2), for the same reason.
+Int8Rows quantize_int8_rows_avx2(const at::Tensor& x, std::int64_t rows_per_scale);
 
 }  // namespace qeval::kernels::cpu

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <string>
 
 namespace qeval::kernels::cpu {
 
@@ -14,10 +15,11 @@ at::Tensor w4_gemm_reference(const at::Tensor& x, const at::Tensor& qweight, con
                              const at::Tensor& zeros, std::int64_t group_size, const at::Tensor& bias);
 
 // Dequantises blocks of output channels on the fly and multiplies them with every row of x.
-// allow_avx512 = false forces the portable loops (so tests cover both variants on one CPU).
+// allow_simd = false forces the portable loops (so tests cover both variants on one CPU); true runs
+// the AVX-512 variant where the CPU has it, else the AVX2 + FMA one, else the portable loops.
 at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
                               const at::Tensor& zeros, std::int64_t group_size, const at::Tensor& bias,
-                              bool allow_avx512 = true);
+                              bool allow_simd = true);
 
 // Ŵ as [N, K] float32. The reference composes ATen ops (unpack, expand groups, subtract,
 // multiply); the vectorised one unpacks and dequantises row by row in parallel. Both evaluate
@@ -25,9 +27,11 @@ at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, co
 at::Tensor w4_dequantize_reference(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
                                    std::int64_t K, std::int64_t group_size);
 at::Tensor w4_dequantize_vectorized(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
-                                    std::int64_t K, std::int64_t group_size, bool allow_avx512 = true);
+                                    std::int64_t K, std::int64_t group_size, bool allow_simd = true);
 
-// Whether w4_gemm_vectorized runs its AVX-512 variant on this CPU (checked once at run time).
+// Whether w4_gemm_vectorized runs its AVX-512 variant on this CPU (checked once at run time), and
+// which variant it runs: "avx512", "avx2" or "portable".
 bool w4_gemm_avx512_available();
+std::string w4_gemm_variant();
 
 }  // namespace qeval::kernels::cpu

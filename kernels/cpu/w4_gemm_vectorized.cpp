@@ -6,14 +6,16 @@
 // call and each loaded weight vector feeds kTileM FMAs. When x has at most kMaxFusedRows rows
 // and groups are whole 32-code chunks (per channel, g128, ...), the AVX-512 variant skips the
 // buffer: codes go from memory to dequantised registers to FMAs (re-unpacked per 8-row tile).
-// Two variants of the same loops: AVX-512F intrinsics, chosen at run time when the CPU has them
-// (GCC's target attribute, no global -mavx512f), and a portable variant with 8 independent lanes
-// that compilers vectorise for any x86-64 or other target. Sums run in 16 (or 8) lanes and are
+// Three variants of the same loops: AVX-512F intrinsics, chosen at run time when the CPU has them
+// (GCC's target attribute, no global -mavx512f), AVX2 + FMA intrinsics on CPUs without AVX-512
+// (buffered path only), and a portable variant with 8 independent lanes that compilers vectorise
+// for any x86-64 or other target. Sums run in 16 (or 8) lanes and are
 // reduced at the end, so results differ from k-order summation by float rounding only.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -235,6 +237,82 @@ __attribute__((target("avx512f"))) void fused_channels_avx512(const Problem& p, 
 }
 #endif
 
+// ---- AVX2 + FMA variant (buffered) ---------------------------------------------------------
+
+#ifdef QEVAL_W4_HAS_AVX512_VARIANT
+// Row n of Ŵ into out[0, K), (float(q) − z) · s exactly as the other variants.
+__attribute__((target("avx2"))) void dequantize_row_avx2(const Problem& p, std::int64_t n, float* out) {
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const std::uint8_t* codes = p.q + n * p.Kb;
+  std::int64_t b = 0;
+  for (; b + 16 <= p.K / 2; b += 16) {  // 16 bytes = 32 codes, back in k order
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + b));
+    const __m128i lo = _mm_and_si128(bytes, low4);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+    const __m128i first = _mm_unpacklo_epi8(lo, hi), second = _mm_unpackhi_epi8(lo, hi);
+    _mm256_storeu_ps(out + 2 * b, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(first)));
+    _mm256_storeu_ps(out + 2 * b + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(first, 8))));
+    _mm256_storeu_ps(out + 2 * b + 16, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(second)));
+    _mm256_storeu_ps(out + 2 * b + 24, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(second, 8))));
+  }
+  for (std::int64_t k = 2 * b; k < p.K; ++k)
+    out[k] = static_cast<float>((k % 2 == 0) ? (codes[k / 2] & 0x0F) : (codes[k / 2] >> 4));
+  for (std::int64_t g = 0; g < p.G; ++g) {
+    const float zf = p.zeros[n * p.G + g], sf = p.scales[n * p.G + g];
+    const __m256 z = _mm256_set1_ps(zf), s = _mm256_set1_ps(sf);
+    const std::int64_t k1 = std::min(p.K, (g + 1) * p.group_size);
+    std::int64_t k = g * p.group_size;
+    for (; k + 8 <= k1; k += 8) _mm256_storeu_ps(out + k, _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(out + k), z), s));
+    for (; k < k1; ++k) out[k] = (out[k] - zf) * sf;
+  }
+}
+
+__attribute__((target("avx2"))) void dequantize_tile_avx2(const Problem& p, std::int64_t n0, float* buf) {
+  for (std::int64_t r = 0; r < kTileN; ++r) {
+    float* row = buf + r * p.ldw;
+    std::fill(row, row + p.ldw, 0.0f);
+    if (n0 + r < p.N) dequantize_row_avx2(p, n0 + r, row);
+  }
+}
+
+// Two rows of x against the kTileN dequantised channels in buf: 8 accumulators, 4 weight vectors
+// and one x vector fit the 16 ymm registers.
+__attribute__((target("avx2,fma"))) void tile2_avx2(const Problem& p, std::int64_t n0, std::int64_t m0,
+                                                    const float* buf) {
+  const float* xr[2] = {p.x + std::min(m0, p.M - 1) * p.K, p.x + std::min(m0 + 1, p.M - 1) * p.K};
+  __m256 acc[2][kTileN];
+  for (auto& a : acc)
+    for (auto& v : a) v = _mm256_setzero_ps();
+  std::int64_t k = 0;
+  for (; k + 8 <= p.K; k += 8) {
+    __m256 w[kTileN];
+    for (std::int64_t j = 0; j < kTileN; ++j) w[j] = _mm256_loadu_ps(buf + j * p.ldw + k);
+    for (int i = 0; i < 2; ++i) {
+      const __m256 xv = _mm256_loadu_ps(xr[i] + k);
+      for (std::int64_t j = 0; j < kTileN; ++j) acc[i][j] = _mm256_fmadd_ps(xv, w[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < 2 && m0 + i < p.M; ++i)
+    for (std::int64_t j = 0; j < kTileN && n0 + j < p.N; ++j) {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, acc[i][j]);
+      float sum = 0.0f;
+      for (float v : lanes) sum += v;
+      for (std::int64_t kk = k; kk < p.K; ++kk) sum += xr[i][kk] * buf[j * p.ldw + kk];  // the last K mod 8
+      p.y[(m0 + i) * p.N + n0 + j] = p.bias ? sum + p.bias[n0 + j] : sum;
+    }
+}
+#endif
+
+bool cpu_has_avx2_fma() {
+#ifdef QEVAL_W4_HAS_AVX512_VARIANT
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_avx512f() {
 #ifdef QEVAL_W4_HAS_AVX512_VARIANT
   static const bool has = __builtin_cpu_supports("avx512f");  // libgcc also checks the OS saves ZMM state
@@ -248,9 +326,11 @@ bool cpu_has_avx512f() {
 
 bool w4_gemm_avx512_available() { return cpu_has_avx512f(); }
 
+std::string w4_gemm_variant() { return cpu_has_avx512f() ? "avx512" : cpu_has_avx2_fma() ? "avx2" : "portable"; }
+
 at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
                               const at::Tensor& zeros, std::int64_t group_size, const at::Tensor& bias,
-                              bool allow_avx512) {
+                              bool allow_simd) {
   Problem p{};
   p.M = x.size(0), p.K = x.size(1), p.N = qweight.size(0), p.Kb = qweight.size(1), p.G = scales.size(1);
   p.group_size = group_size;
@@ -263,7 +343,8 @@ at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, co
   p.zeros = zeros.data_ptr<float>();
   p.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
   p.y = y.data_ptr<float>();
-  const bool avx512 = allow_avx512 && cpu_has_avx512f();
+  const bool avx512 = allow_simd && cpu_has_avx512f();
+  const bool avx2 = allow_simd && !avx512 && cpu_has_avx2_fma();
   // Few rows of x and whole 32-code chunks per group: no buffer needed.
   const bool fused = avx512 && p.M <= kMaxFusedRows && (p.G == 1 || p.group_size % 32 == 0);
   const std::int64_t tiles = (p.N + kTileN - 1) / kTileN;
@@ -281,6 +362,11 @@ at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, co
         for (std::int64_t m0 = 0; m0 < p.M; m0 += kTileM) tile_avx512(p, n0, m0, buf.data());
         continue;
       }
+      if (avx2) {
+        dequantize_tile_avx2(p, n0, buf.data());
+        for (std::int64_t m0 = 0; m0 < p.M; m0 += 2) tile2_avx2(p, n0, m0, buf.data());
+        continue;
+      }
 #endif
       dequantize_tile_portable(p, n0, buf.data());
       for (std::int64_t m0 = 0; m0 < p.M; m0 += kTileM) tile_portable(p, n0, m0, buf.data());
@@ -290,7 +376,7 @@ at::Tensor w4_gemm_vectorized(const at::Tensor& x, const at::Tensor& qweight, co
 }
 
 at::Tensor w4_dequantize_vectorized(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
-                                    std::int64_t K, std::int64_t group_size, bool allow_avx512) {
+                                    std::int64_t K, std::int64_t group_size, bool allow_simd) {
   Problem p{};
   p.K = K, p.N = qweight.size(0), p.Kb = qweight.size(1), p.G = scales.size(1), p.group_size = group_size;
   at::Tensor out = at::empty({p.N, K}, scales.options());  // [N, K]
@@ -299,12 +385,17 @@ at::Tensor w4_dequantize_vectorized(const at::Tensor& qweight, const at::Tensor&
   p.scales = scales.data_ptr<float>();
   p.zeros = zeros.data_ptr<float>();
   float* po = out.data_ptr<float>();
-  const bool avx512 = allow_avx512 && cpu_has_avx512f();
+  const bool avx512 = allow_simd && cpu_has_avx512f();
+  const bool avx2 = allow_simd && !avx512 && cpu_has_avx2_fma();
   at::parallel_for(0, p.N, 16, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t n = begin; n < end; ++n) {
 #ifdef QEVAL_W4_HAS_AVX512_VARIANT
       if (avx512) {
         dequantize_row_avx512(p, n, po + n * K);
+        continue;
+      }
+      if (avx2) {
+        dequantize_row_avx2(p, n, po + n * K);
         continue;
       }
 #endif

@@ -25,5 +25,18 @@ TEST(ComputeThreads, SetsLibTorchAndOpenBlasThreads) {
   set_compute_threads(before);
 }
 
+TEST(ComputeThreads, InferenceThreadsSizeLibTorchAndKeepOpenBlasOnOneThread) {
+  const int before = at::get_num_threads();
+  EXPECT_GE(available_cores(), 1);
+  for (int threads : {2, 1}) {
+    set_inference_threads(threads);
+    EXPECT_TRUE(inference_threading());
+    EXPECT_EQ(at::get_num_threads(), threads);
+    if (const std::optional<int> blas = blas_threads()) EXPECT_EQ(*blas, 1);
+  }
+  set_compute_threads(before);
+  EXPECT_FALSE(inference_threading());
+}
+
 }  // namespace
 }  // namespace qeval::kernels

@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 
+#include "kernels/compute_threads.h"
 #include "kernels/fp32_gemm.h"
 #include "tests/support/test_data.h"
 
@@ -79,6 +80,42 @@ TEST(Fp32Gemm, BatchedProductsWithTransposedOperandsAreCloseToFloat64AndIndepend
     at::Tensor last_alone = fp32_bmm(q.narrow(0, batch - 1, 1), k.narrow(0, batch - 1, 1).transpose(1, 2), alpha);
     EXPECT_TRUE(test::tensors_equal(last_alone[0], scores[batch - 1]));
   }
+}
+
+// The evaluator's policy (kernels/compute_threads.h): OpenBLAS on one thread, BLAS calls cut into
+// pieces over LibTorch's pool. 1, 2 and 3 threads must give the same bits, for the linears (model
+// shapes, the LM head's 49,152 columns, N not a multiple of 8) and the attention products.
+TEST(Fp32Gemm, InferenceThreadingGivesTheSameBitsForEveryThreadCount) {
+  const int before = at::get_num_threads();
+  const std::optional<int> blas_before = blas_threads();
+  at::manual_seed(17);
+  const std::vector<Shape> shapes = {{512, 576, 576}, {512, 576, 192}, {512, 1536, 576}, {64, 576, 49152},
+                                     {33, 70, 13},    {1, 8, 3},       {3, 4096, 8}};
+  for (const Shape& s : shapes) {
+    at::Tensor x = at::randn({s.M, s.K}), w = at::randn({s.N, s.K}) / 8, b = at::randn({s.N});
+    std::vector<at::Tensor> got;
+    for (int threads : {1, 2, 3}) {
+      set_inference_threads(threads);
+      if (blas_before) EXPECT_EQ(blas_threads(), 1);
+      got.push_back(fp32_linear(x, w, b));
+    }
+    set_compute_threads(before);
+    EXPECT_TRUE(close_to_float64(got[0], x, w, b)) << s.M << "x" << s.K << "x" << s.N;
+    EXPECT_TRUE(test::tensors_equal(got[0], got[1])) << "1 and 2 threads differ, " << s.M << "x" << s.K << "x" << s.N;
+    EXPECT_TRUE(test::tensors_equal(got[0], got[2])) << "1 and 3 threads differ, " << s.M << "x" << s.K << "x" << s.N;
+  }
+  at::Tensor q = at::randn({9, 512, 64}), k = at::randn({9, 512, 64});
+  std::vector<at::Tensor> scores;
+  for (int threads : {1, 2, 3}) {
+    set_inference_threads(threads);
+    scores.push_back(fp32_bmm(q, k.transpose(1, 2), 0.125));
+  }
+  set_compute_threads(before);
+  EXPECT_TRUE(test::tensors_equal(scores[0], scores[1]));
+  EXPECT_TRUE(test::tensors_equal(scores[0], scores[2]));
+  EXPECT_TRUE(test::tensors_close(scores[0], at::bmm(q, k.transpose(1, 2)) * 0.125, 1e-5, 1e-5));
+  if (blas_before) set_compute_threads(before);  // the training policy again, as other tests expect
+  EXPECT_FALSE(inference_threading());
 }
 
 TEST(Fp32Gemm, FallsBackToLibTorchForWhatOnednnDoesNotTake) {

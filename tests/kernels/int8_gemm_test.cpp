@@ -1,6 +1,7 @@
 // int8 GEMM backends against exact products computed in int64 by ATen (bit for bit, after the
 // one rounding to float32 the header states), and the scaled result against a double-precision
 // evaluation of the header's formula.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/int8_gemm_cpu.h"
@@ -36,6 +37,8 @@ TEST_P(Int8GemmShapes, IntegerBackendsEqualExactProducts) {
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float_exact), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b), expected)) << "automatic";
+  if (cpu::avx2_int8_gemm_available())
+    EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::avx2), expected)) << "avx2";
   if (!cpu::onednn_int8_exact()) GTEST_SKIP() << "oneDNN's int8 matmul is not exact on this CPU (no VNNI): dispatch uses float_exact";
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected))
       << "oneDNN implementation " << cpu::onednn_int8_impl(s.M, s.K, s.N);
@@ -45,7 +48,9 @@ TEST_P(Int8GemmShapes, IntegerBackendsEqualExactProducts) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Int8GemmShapes,
                          ::testing::Values(Shape{1, 64, 64}, Shape{1, 67, 33}, Shape{3, 5, 7}, Shape{7, 13, 1},
                                            Shape{16, 30, 17}, Shape{17, 129, 31}, Shape{64, 255, 129},
-                                           Shape{130, 768, 96}, Shape{5, 1001, 513}, Shape{2, 1, 3}),
+                                           Shape{130, 768, 96}, Shape{5, 1001, 513}, Shape{2, 1, 3},
+                                           Shape{3, 33, 17}, Shape{17, 31, 3}, Shape{1, 1, 1}, Shape{4, 576, 16},
+                                           Shape{33, 35, 47}),
                          [](const auto& info) {
                            return "M" + std::to_string(info.param.M) + "_K" + std::to_string(info.param.K) + "_N" +
                                   std::to_string(info.param.N);
@@ -67,6 +72,8 @@ TEST(Int8Gemm, LargeSumsAreExactBeforeTheOneRoundingToFloat) {
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float_exact), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b), expected)) << "automatic";
+  if (cpu::avx2_int8_gemm_available())
+    EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::avx2), expected)) << "avx2";
   // The dispatch's self-test must agree with what oneDNN computes here: exact, or not used.
   if (cpu::onednn_int8_jit())
     EXPECT_EQ(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected), cpu::onednn_int8_exact())
@@ -95,6 +102,78 @@ TEST(Int8Gemm, FloatExactIsExactOnBothSidesOfTheFloat32Bound) {
   }
 }
 
+// The AVX2 kernel's worst cases: every code ±127 (each 16-bit pair sum of vpmaddubsw at its
+// largest, 2 · 127 · 127 = 32,258, and at its most negative), −127 against +127, the same values
+// on shapes that leave tails in M (rows % 4), N (columns % 16) and K (% 4, % 32), and random
+// codes, for 1 and 2 threads: bit for bit against the reference.
+class Int8GemmAvx2 : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (!cpu::avx2_int8_gemm_available()) GTEST_SKIP() << "no AVX2 on this CPU";
+    previous_ = at::get_num_threads();
+    at::set_num_threads(GetParam());
+  }
+  void TearDown() override {
+    if (previous_ > 0) at::set_num_threads(previous_);
+  }
+  int previous_ = 0;
+};
+
+TEST_P(Int8GemmAvx2, ExtremeCodesOnOddShapesEqualTheReference) {
+  const std::vector<Shape> shapes = {{1, 1, 1},   {1, 3, 17},   {3, 4, 16},    {17, 5, 1},    {5, 31, 33},
+                                     {4, 32, 16}, {7, 33, 15},  {16, 127, 18}, {9, 576, 31},  {2, 1537, 3},
+                                     {33, 4099, 19}};
+  for (const Shape& s : shapes) {
+    at::manual_seed(s.M * 7 + s.K * 131 + s.N);
+    at::Tensor pos_a = at::full({s.M, s.K}, 127, at::TensorOptions().dtype(at::kChar));
+    at::Tensor pos_b = at::full({s.N, s.K}, 127, at::TensorOptions().dtype(at::kChar));
+    // Random signs on ±127: pair sums of +32,258, −32,258 and 0 all occur.
+    at::Tensor sign_a = at::randint(0, 2, {s.M, s.K}, at::TensorOptions().dtype(at::kChar)) * 2 - 1;
+    at::Tensor sign_b = at::randint(0, 2, {s.N, s.K}, at::TensorOptions().dtype(at::kChar)) * 2 - 1;
+    const std::vector<std::pair<at::Tensor, at::Tensor>> cases = {
+        {pos_a, pos_b}, {-pos_a, pos_b}, {pos_a, -pos_b}, {-pos_a, -pos_b},
+        {pos_a * sign_a, pos_b * sign_b}, {random_int8(s.M, s.K), random_int8(s.N, s.K)}};
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      const at::Tensor& a = cases[c].first;
+      const at::Tensor& b = cases[c].second;
+      at::Tensor expected = exact_products(a, b).to(at::kFloat);
+      EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::avx2), expected))
+          << "case " << c << ", M " << s.M << " K " << s.K << " N " << s.N << ", threads " << GetParam();
+      EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
+    }
+  }
+}
+
+TEST_P(Int8GemmAvx2, MinusOneTwentyEightIsStillExact) {
+  // −128 is outside the symmetric codes the sign trick takes; the kernel hands such operands to
+  // float_exact and the result stays exact.
+  at::manual_seed(3);
+  at::Tensor a = random_int8(6, 70, -128, 128), b = random_int8(19, 70, -128, 128);
+  a[2].fill_(-128);
+  b[4].fill_(-128);
+  at::Tensor expected = exact_products(a, b).to(at::kFloat);
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::avx2), expected));
+  at::Tensor a2 = random_int8(6, 70);
+  at::Tensor b2 = random_int8(19, 70);
+  b2[18][69] = -128;  // the very last byte: the scan reaches the tail
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a2, b2, Int8GemmBackend::avx2), exact_products(a2, b2).to(at::kFloat)));
+}
+
+TEST_P(Int8GemmAvx2, ScaledResultEqualsTheReferenceBackend) {
+  at::manual_seed(11);
+  const std::int64_t M = 37, K = 200, N = 45;
+  at::Tensor a = random_int8(M, K), b = random_int8(N, K);
+  at::Tensor sa = at::rand({M}) + 0.01, sb = at::rand({N}) + 0.01, bias = at::randn({N});
+  EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::avx2),
+                                  int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::reference)));
+  // Non-contiguous operands are made contiguous by the dispatch.
+  at::Tensor at_ = random_int8(K, M).t();
+  EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(at_, b, Int8GemmBackend::avx2), exact_products(at_, b).to(at::kFloat)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, Int8GemmAvx2, ::testing::Values(1, 2),
+                         [](const auto& info) { return "threads" + std::to_string(info.param); });
+
 TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
   at::manual_seed(7);
   const std::int64_t M = 9, K = 45, N = 11;
@@ -108,8 +187,9 @@ TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
                                 sb.to(at::kDouble).reshape({1, -1}) +
                             bias.to(at::kDouble);
       for (auto backend : {Int8GemmBackend::reference, Int8GemmBackend::float_exact, Int8GemmBackend::onednn,
-                           Int8GemmBackend::automatic}) {
+                           Int8GemmBackend::avx2, Int8GemmBackend::automatic}) {
         if (backend == Int8GemmBackend::onednn && !cpu::onednn_int8_exact()) continue;
+        if (backend == Int8GemmBackend::avx2 && !cpu::avx2_int8_gemm_available()) continue;
         at::Tensor got = int8_gemm(a, b, sa, sb, bias, backend);
         // Two float multiplies and an add after an exact sum: a few float32 ulps.
         EXPECT_TRUE(test::tensors_close(got, expected, 1e-6, 1e-6)) << to_string(backend);
@@ -120,6 +200,18 @@ TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
       if (cpu::onednn_int8_exact())
         EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::onednn),
                                         int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::reference)));
+      if (cpu::avx2_int8_gemm_available()) {
+        // The AVX2 backend applies the scales in its own store loop: still the same bits, with and
+        // without bias, and through its −128 fallback.
+        EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::avx2),
+                                        int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::reference)));
+        EXPECT_TRUE(test::tensors_equal(int8_gemm(a, b, sa, sb, at::Tensor(), Int8GemmBackend::avx2),
+                                        int8_gemm(a, b, sa, sb, at::Tensor(), Int8GemmBackend::reference)));
+        at::Tensor a128 = a.clone();
+        a128[0][0] = -128;
+        EXPECT_TRUE(test::tensors_equal(int8_gemm(a128, b, sa, sb, bias, Int8GemmBackend::avx2),
+                                        int8_gemm(a128, b, sa, sb, bias, Int8GemmBackend::reference)));
+      }
       // The fallback sums in float: equal to float rounding (K = 45 terms).
       EXPECT_TRUE(test::tensors_close(int8_gemm(a, b, sa, sb, bias, Int8GemmBackend::dequantize_fallback), expected,
                                       1e-5 * expected.abs().max().item<double>(), 1e-5));
@@ -133,7 +225,11 @@ TEST(Int8Gemm, ScalesAndBiasFollowTheHeaderFormula) {
 
 TEST(Int8Gemm, AutomaticDispatchPicksAnExactIntegerBackendAndTheFallbackIsAvailable) {
   at::Tensor a = random_int8(4, 8), b = random_int8(5, 8);
-  EXPECT_EQ(int8_gemm_backend_for(a, b), cpu::onednn_int8_exact() ? Int8GemmBackend::onednn : Int8GemmBackend::float_exact);
+  const Int8GemmBackend expected = cpu::onednn_int8_exact()          ? Int8GemmBackend::onednn
+                                   : cpu::avx2_int8_gemm_available() ? Int8GemmBackend::avx2
+                                                                     : Int8GemmBackend::float_exact;
+  EXPECT_EQ(int8_gemm_backend_for(a, b), expected);
+  EXPECT_EQ(parse_int8_gemm_backend("avx2"), Int8GemmBackend::avx2);
   EXPECT_EQ(parse_int8_gemm_backend("float_exact"), Int8GemmBackend::float_exact);
   EXPECT_THROW(int8_matmul_acc(a, b, Int8GemmBackend::dequantize_fallback), c10::Error);
   EXPECT_EQ(parse_int8_gemm_backend("dequantize_fallback"), Int8GemmBackend::dequantize_fallback);
@@ -141,7 +237,7 @@ TEST(Int8Gemm, AutomaticDispatchPicksAnExactIntegerBackendAndTheFallbackIsAvaila
     parse_int8_gemm_backend("mkl");
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("automatic, reference, onednn, float_exact, dequantize_fallback"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("automatic, reference, onednn, avx2, float_exact, dequantize_fallback"), std::string::npos)
         << e.what();
   }
 }

@@ -25,16 +25,20 @@ Int8Rows reference(const at::Tensor& x, std::int64_t rows) {
 
 TEST(Int8QuantizeRows, EqualsTheReferenceBitForBit) {
   at::manual_seed(21);
-  for (std::int64_t K : {1, 15, 16, 17, 100, 768}) {
+  for (std::int64_t K : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 768}) {
     at::Tensor x = at::randn({10, K}) * 3;
     x[3].zero_();                   // an all-zero row (its own group when per token)
     x[7] *= 1000;                   // a loud row
     for (std::int64_t rows : {1, 3, 10, 11}) {
       Int8Rows want = reference(x, rows);
-      for (bool portable : {false, true}) {
-        Int8Rows got = portable ? cpu::quantize_int8_rows_portable(x, rows) : quantize_int8_rows(x, rows);
-        EXPECT_TRUE(test::tensors_equal(got.scales, want.scales)) << "K " << K << " rows " << rows << " portable " << portable;
-        EXPECT_TRUE(test::tensors_equal(got.q, want.q)) << "K " << K << " rows " << rows << " portable " << portable;
+      for (const char* variant : {"dispatch", "portable", "avx2"}) {
+        const std::string v = variant;
+        if (v == "avx2" && !cpu::int8_quantize_avx2_available()) continue;
+        Int8Rows got = v == "portable" ? cpu::quantize_int8_rows_portable(x, rows)
+                       : v == "avx2"   ? cpu::quantize_int8_rows_avx2(x, rows)
+                                       : quantize_int8_rows(x, rows);
+        EXPECT_TRUE(test::tensors_equal(got.scales, want.scales)) << "K " << K << " rows " << rows << " " << v;
+        EXPECT_TRUE(test::tensors_equal(got.q, want.q)) << "K " << K << " rows " << rows << " " << v;
       }
     }
   }
@@ -53,6 +57,12 @@ TEST(Int8QuantizeRows, HalfwayValuesRoundToEven) {
   EXPECT_TRUE(test::tensors_equal(got.q, expected));
   EXPECT_EQ(got.scales.item<float>(), 0.5f);
   EXPECT_TRUE(test::tensors_equal(cpu::quantize_int8_rows_portable(x, 1).q, expected));
+  if (cpu::int8_quantize_avx2_available()) {
+    // 17 values: the AVX2 variant takes none in its 32-wide loop; repeat them to fill two steps.
+    at::Tensor x2 = x.repeat({1, 4});                    // [1, 68]
+    at::Tensor e2 = expected.repeat({1, 4});
+    EXPECT_TRUE(test::tensors_equal(cpu::quantize_int8_rows_avx2(x2, 1).q, e2));
+  }
 }
 
 TEST(Int8QuantizeRows, ScalesPerRowRepeatEachGroupScale) {
