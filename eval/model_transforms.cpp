@@ -154,6 +154,7 @@ CalibrationWindows calibration_windows(const std::function<std::unique_ptr<Windo
   spec.separator = evaluation.separator;
   spec.text_split = evaluation.text_split;
   spec.bos_per_window = evaluation.name == "windows" && evaluation.bos_per_window;
+  spec.bos_per_window_auto = false;  // the evaluation's, already decided
   CalibrationWindows out;
   std::vector<std::int64_t> indices;
   auto source = open_calibration(spec);

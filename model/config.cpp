@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <array>
+#include <cmath>
 #include <utility>
 
 #include "common/error.h"
@@ -34,7 +35,11 @@ const std::array<std::pair<RopePairing, const char*>, 2> kPairings{
     {{RopePairing::interleaved, "interleaved"}, {RopePairing::half, "half"}}};
 const std::array<std::pair<SoftmaxKind, const char*>, 2> kSoftmaxes{
     {{SoftmaxKind::softmax, "softmax"}, {SoftmaxKind::softmax1, "softmax1"}}};
-const std::array<std::pair<MlpKind, const char*>, 2> kMlps{{{MlpKind::gelu, "gelu"}, {MlpKind::swiglu, "swiglu"}}};
+const std::array<std::pair<MlpKind, const char*>, 5> kMlps{{{MlpKind::gelu, "gelu"},
+                                                            {MlpKind::swiglu, "swiglu"},
+                                                            {MlpKind::geglu, "geglu"},
+                                                            {MlpKind::gelu_erf, "gelu_erf"},
+                                                            {MlpKind::relu, "relu"}}};
 
 }  // namespace
 
@@ -59,22 +64,51 @@ void ModelConfig::validate(const std::string& source) const {
   positive(n_layers, "n_layers");
   positive(n_heads, "n_heads");
   positive(n_kv_heads, "n_kv_heads");
-  QEVAL_CHECK(d_model % n_heads == 0, "{}: d_model {} is not a multiple of n_heads {}", source, d_model, n_heads);
+  QEVAL_CHECK(head_size >= 0, "{}: head_size must be 0 (d_model / n_heads) or positive, found {}", source, head_size);
+  if (head_size == 0)
+    QEVAL_CHECK(d_model % n_heads == 0, "{}: d_model {} is not a multiple of n_heads {} (and no head_size is given)",
+                source, d_model, n_heads);
   QEVAL_CHECK(n_heads % n_kv_heads == 0, "{}: n_heads {} is not a multiple of n_kv_heads {}", source, n_heads,
               n_kv_heads);
-  QEVAL_CHECK(!(fused_qkv && n_kv_heads != n_heads), "{}: a fused qkv projection needs n_kv_heads == n_heads", source);
   if (position == PositionKind::learned) positive(max_seq_len, "max_seq_len (learned positions)");
+  QEVAL_CHECK(rotary_dim >= 0 && rotary_dim <= head_dim(), "{}: rotary_dim {} outside 0..head_dim {}", source,
+              rotary_dim, head_dim());
   if (position == PositionKind::rope)
-    QEVAL_CHECK(head_dim() % 2 == 0, "{}: rotary positions need an even head_dim, found {}", source, head_dim());
+    QEVAL_CHECK(rotary_dims() % 2 == 0, "{}: rotary positions need an even number of rotated channels, found {}",
+                source, rotary_dims());
+  else
+    QEVAL_CHECK(rotary_dim == 0 && rope_theta_local == 0, "{}: rotary_dim / rope_theta_local need rope positions",
+                source);
   QEVAL_CHECK(norm_eps > 0, "{}: norm_eps must be positive, found {}", source, norm_eps);
+  QEVAL_CHECK(attention_windows.empty() || static_cast<std::int64_t>(attention_windows.size()) == n_layers,
+              "{}: attention_windows has {} entries, expected none or one per layer ({})", source,
+              attention_windows.size(), n_layers);
+  for (std::int64_t w : attention_windows)
+    QEVAL_CHECK(w >= 0, "{}: attention window {} must be 0 (global) or positive", source, w);
+  for (auto [v, name] : {std::pair{rope_theta_local, "rope_theta_local"}, std::pair{attention_scale, "attention_scale"},
+                         std::pair{attn_logit_softcap, "attn_logit_softcap"},
+                         std::pair{final_logit_softcap, "final_logit_softcap"}})
+    QEVAL_CHECK(v >= 0 && std::isfinite(v), "{}: {} must be 0 (off / default) or positive, found {}", source, name, v);
+  QEVAL_CHECK(embedding_scale > 0 && std::isfinite(embedding_scale), "{}: embedding_scale must be positive, found {}",
+              source, embedding_scale);
+  QEVAL_CHECK(!qk_norm || norm == NormKind::rmsnorm, "{}: qk_norm needs norm rmsnorm (per-head RMSNorm gains), found {}",
+              source, to_string(norm));
+  QEVAL_CHECK(!(sandwich_norms && parallel_residual), "{}: sandwich_norms and parallel_residual together are not defined",
+              source);
+  QEVAL_CHECK(!fused_gate_up || gated_mlp(), "{}: fused_gate_up needs a gated MLP (swiglu or geglu), found {}", source,
+              to_string(mlp));
   for (auto [id, name] : {std::pair{bos_id, "bos_id"}, std::pair{eos_id, "eos_id"}})
     if (id) QEVAL_CHECK(*id >= 0 && *id < vocab_size, "{}: {} {} outside vocabulary of {}", source, name, *id, vocab_size);
 }
 
+double ModelConfig::attention_scale_or_default() const {
+  return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(static_cast<double>(head_dim()));
+}
+
 std::int64_t ModelConfig::parameter_count() const {
   const std::int64_t hd = head_dim();
-  std::int64_t attn = d_model * hd * (n_heads + 2 * n_kv_heads) + d_model * d_model;
-  std::int64_t mlp_params = (mlp == MlpKind::swiglu ? 3 : 2) * d_model * d_ff;
+  std::int64_t attn = d_model * hd * (n_heads + 2 * n_kv_heads) + d_model * n_heads * hd;
+  std::int64_t mlp_params = (gated_mlp() ? 3 : 2) * d_model * d_ff;
   std::int64_t emb = vocab_size * d_model * (tied_embeddings ? 1 : 2);
   if (position == PositionKind::learned) emb += max_seq_len * d_model;
   return n_layers * (attn + mlp_params) + emb;
@@ -103,6 +137,21 @@ nlohmann::json config_to_json(const ModelConfig& c) {
       {"tied_embeddings", c.tied_embeddings},
       {"fused_qkv", c.fused_qkv},
   };
+  // The newer switches are written only when on, so the configs (and records) of the families that
+  // existed before them read exactly as they did; an absent switch means its default.
+  const ModelConfig defaults;
+  if (c.head_size != defaults.head_size) j["head_size"] = c.head_size;
+  if (c.rotary_dim != defaults.rotary_dim) j["rotary_dim"] = c.rotary_dim;
+  if (c.rope_theta_local != defaults.rope_theta_local) j["rope_theta_local"] = c.rope_theta_local;
+  if (!c.attention_windows.empty()) j["attention_windows"] = c.attention_windows;
+  if (c.attention_scale != defaults.attention_scale) j["attention_scale"] = c.attention_scale;
+  if (c.attn_logit_softcap != defaults.attn_logit_softcap) j["attn_logit_softcap"] = c.attn_logit_softcap;
+  if (c.final_logit_softcap != defaults.final_logit_softcap) j["final_logit_softcap"] = c.final_logit_softcap;
+  if (c.embedding_scale != defaults.embedding_scale) j["embedding_scale"] = c.embedding_scale;
+  for (auto [on, name] : {std::pair{c.qkv_bias, "qkv_bias"}, std::pair{c.qk_norm, "qk_norm"},
+                          std::pair{c.sandwich_norms, "sandwich_norms"}, std::pair{c.parallel_residual, "parallel_residual"},
+                          std::pair{c.fused_gate_up, "fused_gate_up"}})
+    if (on) j[name] = true;
   if (c.bos_id) j["bos_id"] = *c.bos_id;
   if (c.eos_id) j["eos_id"] = *c.eos_id;
   if (c.optimizer) j["optimizer"] = *c.optimizer;
@@ -114,7 +163,7 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& source)
   try {
     QEVAL_CHECK(j.is_object(), "expected a JSON object, found {}", j.type_name());
     // The optional integers are checked here, so that value() and get() below only convert integers.
-    for (const char* key : {"n_kv_heads", "max_seq_len", "bos_id", "eos_id"})
+    for (const char* key : {"n_kv_heads", "max_seq_len", "bos_id", "eos_id", "head_size", "rotary_dim"})
       if (j.contains(key) && !j[key].is_null()) json_integer(j[key], fmt::format("field \"{}\"", key));
     c.architecture = j.value("architecture", std::string("custom"));
     c.vocab_size = json_integer(j.at("vocab_size"), "field \"vocab_size\"");
@@ -135,6 +184,23 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& source)
     c.mlp_bias = j.value("mlp_bias", false);
     c.tied_embeddings = j.value("tied_embeddings", false);
     c.fused_qkv = j.value("fused_qkv", false);
+    c.head_size = j.value("head_size", std::int64_t{0});
+    c.rotary_dim = j.value("rotary_dim", std::int64_t{0});
+    c.rope_theta_local = j.value("rope_theta_local", 0.0);
+    if (j.contains("attention_windows") && !j["attention_windows"].is_null()) {
+      QEVAL_CHECK(j["attention_windows"].is_array(), "field \"attention_windows\" should be a list of integers");
+      for (const auto& w : j["attention_windows"])
+        c.attention_windows.push_back(json_integer(w, "an entry of field \"attention_windows\""));
+    }
+    c.attention_scale = j.value("attention_scale", 0.0);
+    c.attn_logit_softcap = j.value("attn_logit_softcap", 0.0);
+    c.final_logit_softcap = j.value("final_logit_softcap", 0.0);
+    c.embedding_scale = j.value("embedding_scale", 1.0);
+    c.qkv_bias = j.value("qkv_bias", false);
+    c.qk_norm = j.value("qk_norm", false);
+    c.sandwich_norms = j.value("sandwich_norms", false);
+    c.parallel_residual = j.value("parallel_residual", false);
+    c.fused_gate_up = j.value("fused_gate_up", false);
     if (j.contains("bos_id") && !j["bos_id"].is_null()) c.bos_id = j["bos_id"].get<std::int64_t>();
     if (j.contains("eos_id") && !j["eos_id"].is_null()) c.eos_id = j["eos_id"].get<std::int64_t>();
     if (j.contains("optimizer") && j["optimizer"].is_string()) c.optimizer = j["optimizer"].get<std::string>();

@@ -27,16 +27,22 @@ ModelWeights init_weights(const ModelConfig& c, std::uint64_t seed, double std) 
     BlockWeights b;
     b.attn_norm = norm();
     if (c.fused_qkv) {
-      b.qkv = linear((c.n_heads + 2 * c.n_kv_heads) * hd, D, c.attention_bias, std);
+      b.qkv = linear((c.n_heads + 2 * c.n_kv_heads) * hd, D, c.has_qkv_bias(), std);
     } else {
-      b.q = linear(c.n_heads * hd, D, c.attention_bias, std);
-      b.k = linear(c.n_kv_heads * hd, D, c.attention_bias, std);
-      b.v = linear(c.n_kv_heads * hd, D, c.attention_bias, std);
+      b.q = linear(c.n_heads * hd, D, c.has_qkv_bias(), std);
+      b.k = linear(c.n_kv_heads * hd, D, c.has_qkv_bias(), std);
+      b.v = linear(c.n_kv_heads * hd, D, c.has_qkv_bias(), std);
     }
     b.o = linear(D, c.n_heads * hd, c.attention_bias, residual_std);
+    if (c.qk_norm) b.q_norm.weight = at::ones({hd}), b.k_norm.weight = at::ones({hd});
+    if (c.sandwich_norms) b.post_attn_norm = norm(), b.post_mlp_norm = norm();
     b.mlp_norm = norm();
-    b.up = linear(c.d_ff, D, c.mlp_bias, std);
-    if (c.mlp == MlpKind::swiglu) b.gate = linear(c.d_ff, D, c.mlp_bias, std);
+    if (c.fused_gate_up) {
+      b.gate_up = linear(2 * c.d_ff, D, c.mlp_bias, std);
+    } else {
+      b.up = linear(c.d_ff, D, c.mlp_bias, std);
+      if (c.gated_mlp()) b.gate = linear(c.d_ff, D, c.mlp_bias, std);
+    }
     b.down = linear(D, c.d_ff, c.mlp_bias, residual_std);
     w.blocks.push_back(std::move(b));
   }

@@ -3,7 +3,9 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/error.h"
 #include "kernels/fp32_gemm.h"
@@ -39,8 +41,12 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, const std::st
       idx.v = add(p + "attn.v", b.v);
     }
     idx.o = add(p + "attn.o", b.o);
-    if (config_.mlp == MlpKind::swiglu) idx.gate = add(p + "mlp.gate", b.gate);
-    idx.up = add(p + "mlp.up", b.up);
+    if (config_.fused_gate_up) {
+      idx.gate_up = add(p + "mlp.gate_up", b.gate_up);
+    } else {
+      if (config_.gated_mlp()) idx.gate = add(p + "mlp.gate", b.gate);
+      idx.up = add(p + "mlp.up", b.up);
+    }
     idx.down = add(p + "mlp.down", b.down);
     blocks_.push_back(idx);
   }
@@ -58,8 +64,7 @@ Transformer Transformer::placed(PlacementCache& cache) const {
   w.position_embedding = cache.move(w.position_embedding);
   norm(w.final_norm);
   for (auto& b : w.blocks) {
-    norm(b.attn_norm);
-    norm(b.mlp_norm);
+    for (NormWeights* n : {&b.attn_norm, &b.q_norm, &b.k_norm, &b.post_attn_norm, &b.mlp_norm, &b.post_mlp_norm}) norm(*n);
     b.down_input_rotation = cache.move(b.down_input_rotation);
   }
   for (auto& named : out.linears_) named.linear = named.linear->placed(cache);
@@ -89,42 +94,83 @@ std::int64_t Transformer::linear_weight_bytes() const {
   return total;
 }
 
-at::Tensor Transformer::norm(const at::Tensor& x, const NormWeights& w) const {
-  if (config_.norm == NormKind::layernorm)
-    return at::layer_norm(x, {config_.d_model}, w.weight, w.bias, config_.norm_eps);
-  // rmsnorm (per-channel gain [D]) and rmsnorm_single (one gain [1]) differ only in broadcast.
+namespace {
+
+// x += y, in place when no gradient is recorded: x is the pass's own residual stream (index_select
+// made it), and observers reduce what they are handed during the call and keep no reference.
+void residual_add(at::Tensor& x, const at::Tensor& y) {
+  const bool in_place = !at::GradMode::is_enabled() || (!x.requires_grad() && !y.requires_grad());
+  x = in_place ? x.add_(y) : x + y;
+}
+
+// c·tanh(x / c): Gemma-2's soft cap of attention scores and logits.
+at::Tensor soft_cap(const at::Tensor& x, double cap) { return at::tanh(x / cap) * cap; }
+
+}  // namespace
+
+at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kDouble) {
     // Half precision (GPU): the mean square in fp32, as Hugging Face's Llama does (x² overflows
     // fp16 beyond |x| = 256), normalised in fp32, rounded to the compute dtype, then the gain.
     at::Tensor xf = x.to(at::kFloat);
     at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps);
-    return normed.to(x.scalar_type()) * w.weight;
+    return normed.to(x.scalar_type()) * w;
   }
   at::Tensor inv_rms = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps);
-  return x * inv_rms * w.weight;
+  return x * inv_rms * w;
+}
+
+at::Tensor Transformer::norm(const at::Tensor& x, const NormWeights& w) const {
+  if (config_.norm == NormKind::layernorm)
+    return at::layer_norm(x, {config_.d_model}, w.weight, w.bias, config_.norm_eps);
+  // rmsnorm (per-channel gain [D]) and rmsnorm_single (one gain [1]) differ only in broadcast.
+  return rms_norm(x, w.weight);
+}
+
+const Transformer::RopeTable& Transformer::PositionTables::rope_for(double theta) const {
+  for (const auto& t : rope)
+    if (t.theta == theta) return t;
+  fail("Transformer: no rotary table for base {}", theta);
+}
+
+const at::Tensor& Transformer::PositionTables::mask_for(std::int64_t window) const {
+  for (const auto& m : masks)
+    if (m.window == window) return m.bias;
+  fail("Transformer: no attention mask for window {}", window);
 }
 
 Transformer::PositionTables Transformer::position_tables(std::int64_t L, const at::Tensor& like) const {
   PositionTables t;
-  if (config_.position == PositionKind::rope) {
-    const std::int64_t hd = config_.head_dim();
-    // Angles in double, then cos/sin rounded once to the compute dtype.
-    auto opts = at::TensorOptions().dtype(at::kDouble);
-    at::Tensor inv_freq = at::pow(config_.rope_theta, -at::arange(0, hd, 2, opts) / static_cast<double>(hd));  // [hd/2]
-    at::Tensor angles = at::outer(at::arange(L, opts), inv_freq);                                               // [L, hd/2]
-    t.cos = angles.cos().to(like.scalar_type()).to(like.device());
-    t.sin = angles.sin().to(like.scalar_type()).to(like.device());
+  for (std::int64_t layer = 0; layer < config_.n_layers; ++layer) {
+    const double theta = config_.rope_base(layer);
+    const std::int64_t window = config_.attention_window(layer);
+    if (config_.position == PositionKind::rope &&
+        std::none_of(t.rope.begin(), t.rope.end(), [&](const RopeTable& r) { return r.theta == theta; })) {
+      const std::int64_t rd = config_.rotary_dims();
+      // Angles in double on the input's device, then cos/sin rounded once to the compute dtype.
+      auto opts = like.options().dtype(at::kDouble);
+      at::Tensor inv_freq = at::pow(theta, -at::arange(0, rd, 2, opts) / static_cast<double>(rd));  // [rd/2]
+      at::Tensor angles = at::outer(at::arange(L, opts), inv_freq);                                // [L, rd/2]
+      t.rope.push_back({theta, angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())});
+    }
+    if (std::none_of(t.masks.begin(), t.masks.end(), [&](const MaskTable& m) { return m.window == window; })) {
+      at::Tensor i = at::arange(L, like.options().dtype(at::kLong)).unsqueeze(1);  // query
+      at::Tensor j = at::arange(L, like.options().dtype(at::kLong)).unsqueeze(0);  // key
+      at::Tensor hidden = j > i;
+      if (window > 0) hidden = hidden.logical_or(i - j >= window);
+      t.masks.push_back(
+          {window, at::zeros({L, L}, like.options()).masked_fill_(hidden, -std::numeric_limits<double>::infinity())});
+    }
   }
-  t.causal_bias = at::zeros({L, L}, like.options())
-                      .masked_fill_(at::ones({L, L}, like.options().dtype(at::kBool)).triu(1),
-                                    -std::numeric_limits<double>::infinity());
   return t;
 }
 
-at::Tensor Transformer::apply_rope(const at::Tensor& x, const PositionTables& tables) const {
-  const std::int64_t L = x.size(2), half = x.size(3) / 2;
-  const at::Tensor &cos = tables.cos, &sin = tables.sin;
-  at::Tensor a, b;  // the two members of each rotated pair, [B, H, L, hd/2]
+at::Tensor Transformer::apply_rope(const at::Tensor& x, const RopeTable& table) const {
+  const std::int64_t L = x.size(2), rd = config_.rotary_dims(), half = rd / 2;
+  if (rd < x.size(3))  // partial rotary (NeoX): the first rd channels of each head rotate, the rest pass
+    return at::cat({apply_rope(x.narrow(-1, 0, rd), table), x.narrow(-1, rd, x.size(3) - rd)}, -1);
+  const at::Tensor &cos = table.cos, &sin = table.sin;
+  at::Tensor a, b;  // the two members of each rotated pair, [B, H, L, rd/2]
   if (config_.rope_pairing == RopePairing::interleaved) {
     at::Tensor pairs = x.reshape({x.size(0), x.size(1), L, half, 2});
     a = pairs.select(-1, 0);
@@ -137,28 +183,32 @@ at::Tensor Transformer::apply_rope(const at::Tensor& x, const PositionTables& ta
 }
 
 bool Transformer::fused_attention_available(const at::Tensor& q) {
-#if TORCH_VERSION_MAJOR >= 2
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)  // the scale argument
   return q.is_cuda();
 #else
   return false;
 #endif
 }
 
-at::Tensor Transformer::fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-#if TORCH_VERSION_MAJOR >= 2
-  // LibTorch's fused attention (flash or memory-efficient kernels on a GPU; scale 1/√hd): what
+at::Tensor Transformer::fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                               double scale) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  // LibTorch's fused attention (flash or memory-efficient kernels on a GPU): what
   // Hugging Face's SDPA path runs. The probabilities never exist in memory, so it serves only
   // passes that observe no attention, with the plain softmax.
   const std::int64_t B = q.size(0), H = q.size(1), L = q.size(2), hd = q.size(3);
-  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true).transpose(1, 2).reshape({B, L, H * hd});
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale)
+      .transpose(1, 2)
+      .reshape({B, L, H * hd});
 #else
-  TORCH_CHECK(false, "fused attention needs LibTorch 2.0 or newer");
+  TORCH_CHECK(false, "fused attention needs LibTorch 2.1 or newer");
 #endif
 }
 
 at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const PositionTables& tables,
                                   ForwardObserver* observer) const {
   const auto& idx = blocks_[static_cast<std::size_t>(layer)];
+  const auto& bw = weights_.blocks[static_cast<std::size_t>(layer)];
   const std::int64_t B = h.size(0), L = h.size(1), H = config_.n_heads, Hkv = config_.n_kv_heads;
   const std::int64_t hd = config_.head_dim();
   at::Tensor q, k, v;
@@ -174,23 +224,33 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const
   q = q.reshape({B, L, H, hd}).transpose(1, 2);  // [B, H, L, hd]
   k = k.reshape({B, L, Hkv, hd}).transpose(1, 2);
   v = v.reshape({B, L, Hkv, hd}).transpose(1, 2);
+  if (config_.qk_norm) {  // per head, before rotary (Qwen3, Gemma-3)
+    q = rms_norm(q, bw.q_norm.weight);
+    k = rms_norm(k, bw.k_norm.weight);
+  }
   if (config_.position == PositionKind::rope) {
-    q = apply_rope(q, tables);
-    k = apply_rope(k, tables);
+    const RopeTable& table = tables.rope_for(config_.rope_base(layer));
+    q = apply_rope(q, table);
+    k = apply_rope(k, table);
   }
   if (Hkv != H) {  // grouped-query: query head i reads kv head i / (H / Hkv)
     k = k.repeat_interleave(H / Hkv, 1);
     v = v.repeat_interleave(H / Hkv, 1);
   }
   const bool wants_probs = observer && observer->wants_attention(layer);
+  const std::int64_t window = config_.attention_window(layer);
+  const double scale = config_.attention_scale_or_default();
   at::Tensor out;  // [B, L, H·hd]
-  if (!wants_probs && config_.attention_softmax == SoftmaxKind::softmax && fused_attention_available(q)) {
-    out = fused_causal_attention(q, k, v);
+  if (!wants_probs && config_.attention_softmax == SoftmaxKind::softmax && window == 0 &&
+      config_.attn_logit_softcap <= 0 && fused_attention_available(q)) {
+    out = fused_causal_attention(q, k, v, scale);
   } else {
-    // Scores scaled inside the GEMM (kernels/fp32_gemm.h: oneDNN where it runs), then the causal mask.
-    at::Tensor scores = kernels::fp32_bmm(q.reshape({B * H, L, hd}), k.reshape({B * H, L, hd}).transpose(1, 2),
-                                          1.0 / std::sqrt(static_cast<double>(hd)));
-    scores.add_(tables.causal_bias);
+    // Scores scaled inside the GEMM (kernels/fp32_gemm.h: oneDNN where it runs), then the mask of
+    // this layer's window (plain causal for global layers).
+    at::Tensor scores =
+        kernels::fp32_bmm(q.reshape({B * H, L, hd}), k.reshape({B * H, L, hd}).transpose(1, 2), scale);
+    if (config_.attn_logit_softcap > 0) scores = soft_cap(scores, config_.attn_logit_softcap);
+    scores.add_(tables.mask_for(window));
     scores = scores.view({B, H, L, L});
     // Half precision: the softmax in fp32, as Hugging Face's eager attention does; the weights are
     // then rounded to the compute dtype for the product with v.
@@ -208,11 +268,42 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const
 
 at::Tensor Transformer::mlp(std::int64_t layer, const at::Tensor& h) const {
   const auto& idx = blocks_[static_cast<std::size_t>(layer)];
-  at::Tensor hidden = config_.mlp == MlpKind::swiglu ? at::silu(linear(idx.gate).forward(h)) * linear(idx.up).forward(h)
-                                                     : at::gelu(linear(idx.up).forward(h), "tanh");
+  at::Tensor gate, up;
+  if (idx.gate_up >= 0) {  // one [2F] output: gate then up (Phi-3)
+    at::Tensor gate_up = linear(idx.gate_up).forward(h);
+    gate = gate_up.narrow(-1, 0, config_.d_ff);
+    up = gate_up.narrow(-1, config_.d_ff, config_.d_ff);
+  } else {
+    if (idx.gate >= 0) gate = linear(idx.gate).forward(h);
+    up = linear(idx.up).forward(h);
+  }
+  at::Tensor hidden;
+  switch (config_.mlp) {
+    case MlpKind::gelu: hidden = at::gelu(up, "tanh"); break;
+    case MlpKind::gelu_erf: hidden = at::gelu(up); break;
+    case MlpKind::relu: hidden = at::relu(up); break;
+    case MlpKind::swiglu: hidden = at::silu(gate) * up; break;
+    case MlpKind::geglu: hidden = at::gelu(gate, "tanh") * up; break;
+  }
   const at::Tensor& rotation = weights_.blocks[static_cast<std::size_t>(layer)].down_input_rotation;
   if (rotation.defined()) hidden = at::matmul(hidden, rotation);
   return linear(idx.down).forward(hidden);
+}
+
+void Transformer::block(std::int64_t layer, at::Tensor& x, const PositionTables& tables, ForwardObserver* observer) const {
+  const auto& b = weights_.blocks[static_cast<std::size_t>(layer)];
+  if (config_.parallel_residual) {  // both branches read the block's input (NeoX)
+    at::Tensor attn_out = attention(layer, norm(x, b.attn_norm), tables, observer);
+    at::Tensor mlp_out = mlp(layer, norm(x, b.mlp_norm));
+    residual_add(x, attn_out);
+    residual_add(x, mlp_out);
+  } else if (config_.sandwich_norms) {  // each branch's output normed before its residual add (Gemma-3)
+    residual_add(x, norm(attention(layer, norm(x, b.attn_norm), tables, observer), b.post_attn_norm));
+    residual_add(x, norm(mlp(layer, norm(x, b.mlp_norm)), b.post_mlp_norm));
+  } else {
+    residual_add(x, attention(layer, norm(x, b.attn_norm), tables, observer));
+    residual_add(x, mlp(layer, norm(x, b.mlp_norm)));
+  }
 }
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, ForwardObserver* observer) const {
@@ -228,21 +319,17 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, ForwardObserver* obser
   }
   const at::Tensor ids = tokens.to(weights_.token_embedding.device()).reshape({-1});
   at::Tensor x = weights_.token_embedding.index_select(0, ids).reshape({tokens.size(0), L, -1});
+  // The scale is rounded to the compute dtype first, as HF Gemma does (a 0-dim tensor of x's dtype).
+  if (config_.embedding_scale != 1.0) x = x * at::scalar_tensor(config_.embedding_scale, x.options());
   if (config_.position == PositionKind::learned) x = x + weights_.position_embedding.narrow(0, 0, L);
   const PositionTables tables = position_tables(L, x);
-  // x is this pass's own tensor (index_select made it), so without autograd the residual adds
-  // run in place; observers reduce what they are handed during the call and keep no reference.
-  const bool autograd = at::GradMode::is_enabled();
-  auto residual_add = [&](const at::Tensor& y) {
-    x = !autograd || (!x.requires_grad() && !y.requires_grad()) ? x.add_(y) : x + y;
-  };
   for (std::int64_t i = 0; i < config_.n_layers; ++i) {
-    const auto& b = weights_.blocks[static_cast<std::size_t>(i)];
-    residual_add(attention(i, norm(x, b.attn_norm), tables, observer));
-    residual_add(mlp(i, norm(x, b.mlp_norm)));
+    block(i, x, tables, observer);
     if (observer) observer->on_block_output(i, x);
   }
-  return linear(lm_head_).forward(norm(x, weights_.final_norm));
+  at::Tensor logits = linear(lm_head_).forward(norm(x, weights_.final_norm));
+  if (config_.final_logit_softcap > 0) logits = soft_cap(logits, config_.final_logit_softcap);
+  return logits;
 }
 
 }  // namespace qeval

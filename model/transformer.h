@@ -1,5 +1,5 @@
-// Transformer: one forward pass for the GPT-2 and Llama families, driven by ModelConfig's
-// switches. Every projection runs through a Linear, named canonically, so quant/ can rewrite
+// Transformer: one forward pass for every supported family (GPT-2, Llama, Qwen2/3, Mistral,
+// Gemma-3, Phi-3, GPT-NeoX, OPT), driven by ModelConfig's switches. Every projection runs through a Linear, named canonically, so quant/ can rewrite
 // them; an optional ForwardObserver sees hidden states and (when it asks) attention.
 #pragma once
 
@@ -18,7 +18,7 @@
 namespace qeval {
 
 struct NamedLinear {
-  std::string name;  // layers.{i}.attn.{qkv|q|k|v|o}, layers.{i}.mlp.{up|gate|down}, lm_head
+  std::string name;  // layers.{i}.attn.{qkv|q|k|v|o}, layers.{i}.mlp.{up|gate|gate_up|down}, lm_head
   std::shared_ptr<const Linear> linear;
 };
 
@@ -52,22 +52,37 @@ class Transformer {
 
  private:
   struct BlockLinears {
-    int qkv = -1, q = -1, k = -1, v = -1, o = -1, up = -1, gate = -1, down = -1;  // indices into linears_
+    int qkv = -1, q = -1, k = -1, v = -1, o = -1, up = -1, gate = -1, gate_up = -1, down = -1;  // indices into linears_
   };
-  // What every layer's attention shares within one forward pass, computed once per pass.
+  // What every layer's attention shares within one forward pass, computed once per pass: one
+  // rotary table per RoPE base and one mask per attention window that some layer uses.
+  struct RopeTable {
+    double theta = 0;
+    at::Tensor cos, sin;  // [L, rotary_dims/2] rotary angles in the compute dtype
+  };
+  struct MaskTable {
+    std::int64_t window = 0;  // 0: plain causal
+    at::Tensor bias;          // [L, L]: 0 where query i sees key j, -inf elsewhere
+  };
   struct PositionTables {
-    at::Tensor cos, sin;     // [L, hd/2] rotary angles in the compute dtype (rope only)
-    at::Tensor causal_bias;  // [L, L]: 0 on and below the diagonal, -inf above
+    std::vector<RopeTable> rope;  // rope positions only
+    std::vector<MaskTable> masks;
+    const RopeTable& rope_for(double theta) const;
+    const at::Tensor& mask_for(std::int64_t window) const;
   };
   PositionTables position_tables(std::int64_t L, const at::Tensor& like) const;
+  // One block: pre-norm residual (GPT-2, Llama), with sandwich norms (Gemma-3) or parallel (NeoX).
+  void block(std::int64_t layer, at::Tensor& x, const PositionTables& tables, ForwardObserver* observer) const;
   at::Tensor attention(std::int64_t layer, const at::Tensor& h, const PositionTables& tables, ForwardObserver* observer) const;
   at::Tensor mlp(std::int64_t layer, const at::Tensor& h) const;
-  // LibTorch's fused causal attention (scaled_dot_product_attention) runs here: LibTorch 2.x on a GPU.
+  // LibTorch's fused causal attention (scaled_dot_product_attention) runs here: LibTorch ≥ 2.1 on a GPU.
   static bool fused_attention_available(const at::Tensor& q);
-  // q, k, v [B, H, L, hd] (k, v already repeated for grouped-query) → [B, L, H·hd].
-  static at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+  // q, k, v [B, H, L, hd] (k, v already repeated for grouped-query), scores scaled by `scale` → [B, L, H·hd].
+  static at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
   at::Tensor norm(const at::Tensor& x, const NormWeights& w) const;
-  at::Tensor apply_rope(const at::Tensor& x /*[B, H, L, hd]*/, const PositionTables& tables) const;
+  // RMSNorm over the last axis with gains `w` (the per-head q/k norms: x [B, H, L, hd], w [hd]).
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
+  at::Tensor apply_rope(const at::Tensor& x /*[B, H, L, hd]*/, const RopeTable& table) const;
   const Linear& linear(int index) const { return *linears_[static_cast<std::size_t>(index)].linear; }
 
   ModelConfig config_;

@@ -55,17 +55,39 @@ void validate_weights(const ModelWeights& w, const ModelConfig& c, const std::st
     const auto& b = w.blocks[i];
     const std::string p = fmt::format("layers.{}.", i);
     expect_norm(b.attn_norm, c, p + "attn_norm", source);
+    const bool qkv_bias = c.has_qkv_bias();
     if (c.fused_qkv) {
-      expect_linear(b.qkv, (c.n_heads + 2 * c.n_kv_heads) * hd, D, c.attention_bias, p + "attn.qkv", source);
+      expect_linear(b.qkv, (c.n_heads + 2 * c.n_kv_heads) * hd, D, qkv_bias, p + "attn.qkv", source);
     } else {
-      expect_linear(b.q, c.n_heads * hd, D, c.attention_bias, p + "attn.q", source);
-      expect_linear(b.k, c.n_kv_heads * hd, D, c.attention_bias, p + "attn.k", source);
-      expect_linear(b.v, c.n_kv_heads * hd, D, c.attention_bias, p + "attn.v", source);
+      expect_linear(b.q, c.n_heads * hd, D, qkv_bias, p + "attn.q", source);
+      expect_linear(b.k, c.n_kv_heads * hd, D, qkv_bias, p + "attn.k", source);
+      expect_linear(b.v, c.n_kv_heads * hd, D, qkv_bias, p + "attn.v", source);
     }
     expect_linear(b.o, D, c.n_heads * hd, c.attention_bias, p + "attn.o", source);
+    for (auto [n, name] : {std::pair{&b.q_norm, "attn.q_norm"}, std::pair{&b.k_norm, "attn.k_norm"}}) {
+      if (c.qk_norm) {
+        expect(n->weight, {hd}, p + name + ".weight", source);
+        expect_absent(n->bias, p + name + ".bias", source);
+      } else {
+        expect_absent(n->weight, p + name + ".weight", source);
+      }
+    }
+    for (auto [n, name] : {std::pair{&b.post_attn_norm, "post_attn_norm"}, std::pair{&b.post_mlp_norm, "post_mlp_norm"}}) {
+      if (c.sandwich_norms)
+        expect_norm(*n, c, p + name, source);
+      else
+        expect_absent(n->weight, p + name + ".weight", source);
+    }
     expect_norm(b.mlp_norm, c, p + "mlp_norm", source);
-    expect_linear(b.up, c.d_ff, D, c.mlp_bias, p + "mlp.up", source);
-    if (c.mlp == MlpKind::swiglu) expect_linear(b.gate, c.d_ff, D, c.mlp_bias, p + "mlp.gate", source);
+    if (c.fused_gate_up) {
+      expect_linear(b.gate_up, 2 * c.d_ff, D, c.mlp_bias, p + "mlp.gate_up", source);
+      expect_absent(b.up.weight, p + "mlp.up.weight", source);
+      expect_absent(b.gate.weight, p + "mlp.gate.weight", source);
+    } else {
+      expect_linear(b.up, c.d_ff, D, c.mlp_bias, p + "mlp.up", source);
+      if (c.gated_mlp()) expect_linear(b.gate, c.d_ff, D, c.mlp_bias, p + "mlp.gate", source);
+      expect_absent(b.gate_up.weight, p + "mlp.gate_up.weight", source);
+    }
     expect_linear(b.down, D, c.d_ff, c.mlp_bias, p + "mlp.down", source);
     if (b.down_input_rotation.defined()) expect(b.down_input_rotation, {c.d_ff, c.d_ff}, p + "mlp.down_input_rotation", source);
   }

@@ -1,5 +1,6 @@
 // ModelWeights: the one internal weight layout every loader produces (fp32, contiguous).
-// Linear weights are [out_features, in_features] (PyTorch nn.Linear convention).
+// Linear weights are [out_features, in_features] (PyTorch nn.Linear convention). Norm gains are the
+// factors applied: a checkpoint that stores (1 + w) gains (HF Gemma) has the 1 added on load.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -27,10 +28,15 @@ struct BlockWeights {
   // else separate q [H*hd, D], k [Hkv*hd, D], v [Hkv*hd, D].
   LinearWeights qkv;
   LinearWeights q, k, v;
-  LinearWeights o;  // [D, H*hd]
-  NormWeights mlp_norm;
-  LinearWeights up;    // [F, D] (GPT-2 c_fc; Llama up_proj / llama2.c w3)
-  LinearWeights gate;  // [F, D] swiglu only (Llama gate_proj / llama2.c w1)
+  LinearWeights o;      // [D, H*hd]
+  NormWeights q_norm;   // [hd] per-head RMSNorm gains of q and k (config.qk_norm only)
+  NormWeights k_norm;
+  NormWeights post_attn_norm;  // [D] on the attention output before the residual add (config.sandwich_norms only)
+  NormWeights mlp_norm;        // the MLP's input norm (Gemma-3: pre_feedforward_layernorm)
+  LinearWeights up;       // [F, D] (GPT-2 c_fc; Llama up_proj / llama2.c w3)
+  LinearWeights gate;     // [F, D] gated MLPs only (Llama gate_proj / llama2.c w1)
+  LinearWeights gate_up;  // [2F, D] rows [gate; up] when config.fused_gate_up (Phi-3), instead of gate and up
+  NormWeights post_mlp_norm;  // [D] on the MLP output before the residual add (config.sandwich_norms only)
   LinearWeights down;  // [D, F] (GPT-2 c_proj of the MLP; Llama down_proj / llama2.c w2)
   // [F, F] orthogonal, or undefined: the MLP's hidden activation is multiplied by it online
   // before the down projection (QuaRot's online Hadamard, set only by transforms/rotate).

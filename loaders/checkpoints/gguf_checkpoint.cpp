@@ -1,4 +1,4 @@
-// GGUF "llama" models mapped onto ModelConfig + ModelWeights. F32/F16/BF16 tensors and the
+// GGUF "llama", "qwen2", "qwen3" and "gemma3" models mapped onto ModelConfig + ModelWeights. F32/F16/BF16 tensors and the
 // block types Q4_0 ... Q6_K (gguf_blocks.h) are read as float32; for a quantised file the notes
 // say which types were dequantised ("dequantized_from", tensor counts per type) and that the
 // model's "full precision" means these dequantised weights.
@@ -7,6 +7,13 @@
 // (HF's rotate-half weights are permuted on conversion; llama2.c exports were interleaved to
 // begin with: stories260K's GGUF tensors are bit-identical to its .bin), and llama.cpp applies
 // interleaved ("normal") rope to the llama architecture, so qeval does too.
+// qwen2, qwen3 and gemma3 are NEOX-rope architectures in llama.cpp and their converters store
+// q/k unpermuted (HF's rotate-half layout), so qeval applies RopePairing::half to them.
+// gemma3 follows llama.cpp's reading of the architecture: norms stored with Gemma's +1 already
+// added by convert_hf_to_gguf.py (applied as plain gains), embeddings scaled by sqrt(n_embd),
+// a sliding window of attention.sliding_window on every layer but each sixth (il % 6 == 5), the
+// windowed layers with RoPE base 10000, q scaled by 1/sqrt(key_length) (n_embd / n_head for the
+// 62-layer 27B, as llama.cpp does), an optional final_logit_softcapping.
 // llama.context_length is recorded as max_seq_len and in notes, but rope positions have no
 // limit, so it never limits evaluation windows (stories260K's GGUF says 128, its .bin 512).
 #include <fmt/format.h>
@@ -30,7 +37,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kSupportedArchitectures = "llama";
+constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3, gemma3";
 
 class GgufModelReader {
  public:
@@ -87,25 +94,47 @@ LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
   QEVAL_CHECK(f.has("general.architecture") && f.metadata()["general.architecture"].is_string(),
               "{}: missing string metadata general.architecture", file);
   const std::string arch = f.metadata()["general.architecture"].get<std::string>();
-  QEVAL_CHECK(arch == "llama", "{}: unsupported GGUF architecture \"{}\"; supported: {}", file, arch,
-              kSupportedArchitectures);
+  QEVAL_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3",
+              "{}: unsupported GGUF architecture \"{}\"; supported: {}", file, arch, kSupportedArchitectures);
   const std::string p = arch + ".";
+  const bool gemma3 = arch == "gemma3";
 
   LoadedCheckpoint out;
   ModelConfig& c = out.config;
-  c.architecture = "llama";
+  c.architecture = arch;
   c.d_model = r.integer(p + "embedding_length");
   c.d_ff = r.integer(p + "feed_forward_length");
   c.n_layers = r.integer(p + "block_count");
   c.n_heads = r.integer(p + "attention.head_count");
   c.n_kv_heads = r.integer(p + "attention.head_count_kv", c.n_heads);
   c.max_seq_len = r.integer(p + "context_length", 0);
+  if (f.has(p + "attention.key_length")) {
+    const std::int64_t key_length = r.integer(p + "attention.key_length");
+    QEVAL_CHECK(r.integer(p + "attention.value_length", key_length) == key_length,
+                "{}: {}attention.value_length {} differs from key_length {}; not supported", file, p,
+                r.integer(p + "attention.value_length"), key_length);
+    if (c.n_heads <= 0 || key_length * c.n_heads != c.d_model) c.head_size = key_length;
+  }
   c.norm = NormKind::rmsnorm;
   c.norm_eps = r.real(p + "attention.layer_norm_rms_epsilon");
   c.position = PositionKind::rope;
-  c.rope_pairing = RopePairing::interleaved;
+  c.rope_pairing = arch == "llama" ? RopePairing::interleaved : RopePairing::half;
   c.rope_theta = r.real(p + "rope.freq_base", 10000.0);
-  c.mlp = MlpKind::swiglu;
+  c.mlp = gemma3 ? MlpKind::geglu : MlpKind::swiglu;
+  c.qkv_bias = arch == "qwen2";
+  c.qk_norm = arch == "qwen3" || gemma3;
+  if (gemma3) {
+    c.sandwich_norms = true;
+    c.embedding_scale = std::sqrt(static_cast<double>(c.d_model));
+    const std::int64_t window = r.integer(p + "attention.sliding_window", 0);
+    if (window > 0) {
+      for (std::int64_t i = 0; i < c.n_layers; ++i) c.attention_windows.push_back(i % 6 < 5 ? window : 0);
+      c.rope_theta_local = 10000.0;
+    }
+    const std::int64_t scale_width = c.n_layers == 62 && c.n_heads > 0 ? c.d_model / c.n_heads : c.head_dim();
+    c.attention_scale = 1.0 / std::sqrt(static_cast<double>(scale_width));
+    c.final_logit_softcap = r.real(p + "final_logit_softcapping", 0.0);
+  }
   QEVAL_CHECK(f.has_tensor("token_embd.weight"), "{}: missing tensor token_embd.weight", file);
   const auto& embd = f.tensor("token_embd.weight");
   QEVAL_CHECK(embd.ne.size() == 2, "{}: token_embd.weight has {} dimensions, expected 2", file, embd.ne.size());
@@ -121,6 +150,8 @@ LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
   QEVAL_CHECK(!f.has(p + "rope.scaling.type") || f.metadata()[p + "rope.scaling.type"] == "none",
               "{}: {}rope.scaling.type {} is not supported", file, p,
               f.has(p + "rope.scaling.type") ? f.metadata()[p + "rope.scaling.type"].dump() : "");
+  QEVAL_CHECK(!f.has(p + "attn_logit_softcapping"), "{}: {}attn_logit_softcapping is not supported for {}", file, p,
+              arch);
 
   const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
   ModelWeights& w = out.weights;
@@ -132,7 +163,20 @@ LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
     blk.q.weight = r.take(b + "attn_q.weight", {c.n_heads * hd, D});
     blk.k.weight = r.take(b + "attn_k.weight", {c.n_kv_heads * hd, D});
     blk.v.weight = r.take(b + "attn_v.weight", {c.n_kv_heads * hd, D});
+    if (c.qkv_bias) {
+      blk.q.bias = r.take(b + "attn_q.bias", {c.n_heads * hd});
+      blk.k.bias = r.take(b + "attn_k.bias", {c.n_kv_heads * hd});
+      blk.v.bias = r.take(b + "attn_v.bias", {c.n_kv_heads * hd});
+    }
     blk.o.weight = r.take(b + "attn_output.weight", {D, c.n_heads * hd});
+    if (c.qk_norm) {
+      blk.q_norm.weight = r.take(b + "attn_q_norm.weight", {hd});
+      blk.k_norm.weight = r.take(b + "attn_k_norm.weight", {hd});
+    }
+    if (c.sandwich_norms) {
+      blk.post_attn_norm.weight = r.take(b + "post_attention_norm.weight", {D});
+      blk.post_mlp_norm.weight = r.take(b + "post_ffw_norm.weight", {D});
+    }
     blk.mlp_norm.weight = r.take(b + "ffn_norm.weight", {D});
     blk.gate.weight = r.take(b + "ffn_gate.weight", {F, D});
     blk.up.weight = r.take(b + "ffn_up.weight", {F, D});
@@ -145,6 +189,10 @@ LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
     fail("{}: unexpected tensor {} ({}) for a {} model; it would be ignored, so the model would be wrong", file, name,
          ggml_type_name(f.tensor(name).type), arch);
   validate_weights(w, c, file);
+  if (gemma3) {
+    out.notes["norm_gains"] = "stored with Gemma's +1 already added by llama.cpp's converter: applied as they are";
+    out.notes["attention_windows"] = c.attention_windows;
+  }
 
   out.format = "gguf";
   out.path = path;
@@ -155,7 +203,8 @@ LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
   out.notes["context_length"] = c.max_seq_len;
   out.notes["positions"] = fmt::format(
       "rope: {}context_length {} is recorded as max_seq_len, not a limit on evaluation windows", p, c.max_seq_len);
-  out.notes["rope_pairing"] = "interleaved (GGUF llama layout, as llama.cpp applies it)";
+  out.notes["rope_pairing"] = arch == "llama" ? "interleaved (GGUF llama layout, as llama.cpp applies it)"
+                                              : "half (llama.cpp's NEOX rope for this architecture; q/k stored unpermuted)";
   json types = json::object();
   for (const auto& t : f.tensors()) types[ggml_type_name(t.type)] = types.value(ggml_type_name(t.type), 0) + 1;
   out.notes["tensor_types"] = types;

@@ -39,17 +39,27 @@ void for_each_tensor(const ModelConfig& c, ModelWeights& w, Visit&& visit) {
     const std::string p = fmt::format("layers.{}.", i);
     norm(p + "attn_norm", b.attn_norm);
     if (c.fused_qkv) {
-      linear(p + "attn.qkv", b.qkv, (c.n_heads + 2 * c.n_kv_heads) * hd, D, c.attention_bias);
+      linear(p + "attn.qkv", b.qkv, (c.n_heads + 2 * c.n_kv_heads) * hd, D, c.has_qkv_bias());
     } else {
-      linear(p + "attn.q", b.q, c.n_heads * hd, D, c.attention_bias);
-      linear(p + "attn.k", b.k, c.n_kv_heads * hd, D, c.attention_bias);
-      linear(p + "attn.v", b.v, c.n_kv_heads * hd, D, c.attention_bias);
+      linear(p + "attn.q", b.q, c.n_heads * hd, D, c.has_qkv_bias());
+      linear(p + "attn.k", b.k, c.n_kv_heads * hd, D, c.has_qkv_bias());
+      linear(p + "attn.v", b.v, c.n_kv_heads * hd, D, c.has_qkv_bias());
     }
     linear(p + "attn.o", b.o, D, c.n_heads * hd, c.attention_bias);
+    if (c.qk_norm) {
+      visit(p + "attn.q_norm.weight", b.q_norm.weight, std::vector<std::int64_t>{hd});
+      visit(p + "attn.k_norm.weight", b.k_norm.weight, std::vector<std::int64_t>{hd});
+    }
+    if (c.sandwich_norms) norm(p + "post_attn_norm", b.post_attn_norm);
     norm(p + "mlp_norm", b.mlp_norm);
-    linear(p + "mlp.up", b.up, F, D, c.mlp_bias);
-    if (c.mlp == MlpKind::swiglu) linear(p + "mlp.gate", b.gate, F, D, c.mlp_bias);
+    if (c.fused_gate_up) {
+      linear(p + "mlp.gate_up", b.gate_up, 2 * F, D, c.mlp_bias);
+    } else {
+      linear(p + "mlp.up", b.up, F, D, c.mlp_bias);
+      if (c.gated_mlp()) linear(p + "mlp.gate", b.gate, F, D, c.mlp_bias);
+    }
     linear(p + "mlp.down", b.down, D, F, c.mlp_bias);
+    if (c.sandwich_norms) norm(p + "post_mlp_norm", b.post_mlp_norm);
   }
   norm("final_norm", w.final_norm);
   if (!c.tied_embeddings) visit("lm_head.weight", w.lm_head, std::vector<std::int64_t>{c.vocab_size, D});

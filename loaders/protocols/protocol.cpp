@@ -65,7 +65,10 @@ std::vector<std::string> protocol_names() { return names(); }
 ProtocolSpec ProtocolSpec::defaults_for(const std::string& name) {
   ProtocolSpec p;
   p.name = name;
-  if (name == "windows") return p;
+  if (name == "windows") {
+    p.bos_per_window_auto = true;
+    return p;
+  }
   if (name == "stride") {
     // Hugging Face's example: GPT-2's 1024 positions, stride 512, one joined text.
     p.seq_len = 1024;
@@ -87,10 +90,16 @@ ProtocolSpec ProtocolSpec::defaults_for(const std::string& name) {
   fail("unknown protocol '{}': expected one of {}", name, fmt::join(names(), ", "));
 }
 
+ProtocolSpec& ProtocolSpec::resolve_bos_per_window(const Tokenizer* tokenizer) {
+  if (bos_per_window_auto) bos_per_window = tokenizer != nullptr && tokenizer->bos_per_window_by_default();
+  bos_per_window_auto = false;
+  return *this;
+}
+
 nlohmann::json ProtocolSpec::to_json() const {
   nlohmann::json all = {{"seq_len", seq_len},
                         {"stride", stride},
-                        {"bos_per_window", bos_per_window},
+                        {"bos_per_window", bos_per_window_auto ? nlohmann::json("auto") : nlohmann::json(bos_per_window)},
                         {"max_windows", max_windows},
                         {"separator", to_string(separator)},
                         {"bos", to_string(bos)}};
@@ -121,7 +130,12 @@ ProtocolSpec ProtocolSpec::from_json(const nlohmann::json& j, const std::string&
     integer("seq_len", p.seq_len);
     integer("stride", p.stride);
     integer("max_windows", p.max_windows);
-    if (j.contains("bos_per_window")) p.bos_per_window = j["bos_per_window"].get<bool>();
+    if (j.contains("bos_per_window")) {
+      const nlohmann::json& b = j["bos_per_window"];
+      QEVAL_CHECK(b.is_boolean() || b == "auto", "\"bos_per_window\" must be true, false or \"auto\", found {}", b.dump());
+      p.bos_per_window_auto = !b.is_boolean();
+      p.bos_per_window = b.is_boolean() && b.get<bool>();
+    }
     if (j.contains("separator")) p.separator = parse_separator(j["separator"].get<std::string>());
     if (j.contains("bos")) p.bos = parse_bos_mode(j["bos"].get<std::string>());
     if (j.contains("sample_seed"))
@@ -234,7 +248,7 @@ std::unique_ptr<TokenSupply> document_token_supply(std::unique_ptr<DocumentReade
 // ---- windows
 
 WindowStream::WindowStream(std::unique_ptr<DocumentReader> documents, const Tokenizer& tokenizer, ProtocolSpec spec)
-    : spec_(std::move(spec)) {
+    : spec_(std::move(spec.resolve_bos_per_window(&tokenizer))) {
   separator_ = resolve_separator(spec_.separator, &tokenizer, tokenizer.document_separator(), "windows");
   if (spec_.bos_per_window) {
     bos_ = tokenizer.bos_id();
@@ -247,7 +261,7 @@ WindowStream::WindowStream(std::unique_ptr<DocumentReader> documents, const Toke
 
 WindowStream::WindowStream(std::unique_ptr<TokenSupply> supply, std::optional<std::int32_t> separator,
                            std::optional<std::int32_t> bos, ProtocolSpec spec)
-    : supply_(std::move(supply)), spec_(std::move(spec)), separator_(separator), bos_(bos) {
+    : supply_(std::move(supply)), spec_(std::move(spec.resolve_bos_per_window(nullptr))), separator_(separator), bos_(bos) {
   QEVAL_CHECK(spec_.seq_len >= 2, "protocol {}: seq_len must be at least 2, found {}", spec_.name, spec_.seq_len);
   QEVAL_CHECK(!spec_.bos_per_window || bos_.has_value(), "protocol {}: bos_per_window needs a BOS token (give a tokenizer)",
               spec_.name);
@@ -325,7 +339,8 @@ bool is_token_file(const std::filesystem::path& data) {
 namespace {
 
 std::unique_ptr<WindowSource> from_supply(std::unique_ptr<TokenSupply> supply, const Tokenizer* tokenizer,
-                                          const ProtocolSpec& spec) {
+                                          ProtocolSpec spec) {
+  spec.resolve_bos_per_window(tokenizer);
   std::optional<std::int32_t> doc_sep = tokenizer ? tokenizer->document_separator() : std::nullopt;
   if (spec.name == "windows") {
     auto sep = resolve_separator(spec.separator, tokenizer, doc_sep, spec.name);

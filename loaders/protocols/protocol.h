@@ -8,7 +8,9 @@
 // tokens as they are, no separators.
 //
 // `windows`: the stream cut into non-overlapping windows of seq_len (a final partial window is
-//   dropped); every token after the first is scored. With bos_per_window, each window is BOS +
+//   dropped); every token after the first is scored. bos_per_window "auto" (the preset) is true
+//   for GGUF tokenizers with tokenizer.ggml.add_bos_token true, false otherwise (Tokenizer::
+//   bos_per_window_by_default); records hold the resolved value. With bos_per_window, each window is BOS +
 //   seq_len − 1 stream tokens, all scored. With max_windows and no seed, the first max_windows;
 //   with a seed, max_windows drawn uniformly without replacement (reservoir sampling,
 //   std::mt19937_64), in stream order.
@@ -61,6 +63,9 @@ struct ProtocolSpec {
   std::int64_t seq_len = 512;               // window length (llamacpp: n_ctx; gptq-c4: seqlen)
   std::int64_t stride = 0;                  // stride: tokens a window advances (0: seq_len / 2)
   bool bos_per_window = false;              // windows
+  // windows, "auto" (the preset's): resolve_bos_per_window() sets bos_per_window from the
+  // tokenizer (Tokenizer::bos_per_window_by_default: GGUF with add_bos_token true) before use.
+  bool bos_per_window_auto = false;
   std::int64_t max_windows = 0;             // 0: all (gptq-c4: the number of samples, 256)
   std::optional<std::uint64_t> sample_seed; // windows: sample max_windows; gptq-c4: Python seed (0)
   Separator separator = Separator::auto_;   // windows, stride, llamacpp
@@ -73,6 +78,9 @@ struct ProtocolSpec {
   // `source` ("description" is allowed and ignored).
   static ProtocolSpec from_json(const nlohmann::json& j, const std::string& source);
   static ProtocolSpec defaults_for(const std::string& name);  // throws with the valid names
+  // bos_per_window "auto" decided: tokenizer->bos_per_window_by_default() (false without a
+  // tokenizer); a no-op when bos_per_window was given. Returns *this.
+  ProtocolSpec& resolve_bos_per_window(const Tokenizer* tokenizer);
 };
 
 std::vector<std::string> protocol_names();  // the presets, as in configs/protocols/

@@ -74,6 +74,7 @@ class LlamaCppSource : public WindowSource {
     ProtocolSpec chunks = spec;
     chunks.name = "llamacpp";
     chunks.bos_per_window = false;
+    chunks.bos_per_window_auto = false;
     chunks.sample_seed.reset();
     chunks_ = std::make_unique<WindowStream>(std::move(supply), separator, std::nullopt, chunks);
   }

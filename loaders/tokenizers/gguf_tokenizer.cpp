@@ -50,6 +50,7 @@ class GgufBpeTokenizer final : public Tokenizer {
     bos_ = vocab.bos;
     eos_ = vocab.eos;
     add_bos_ = vocab.add_bos.value_or(pre.add_bos);
+    add_bos_key_ = vocab.add_bos.value_or(false);
     QEVAL_CHECK(!add_bos_ || bos_.has_value(),
                 "{}: tokenizer.ggml.add_bos_token is true, but there is no tokenizer.ggml.bos_token_id", vocab.source);
     Gpt2BpeTokenizer::Spec spec;
@@ -85,6 +86,7 @@ class GgufBpeTokenizer final : public Tokenizer {
   std::optional<std::int32_t> eos_id() const override { return eos_; }
   std::optional<std::int32_t> document_separator() const override { return separator_; }
   bool adds_bos() const override { return add_bos_; }
+  bool bos_per_window_by_default() const override { return add_bos_key_; }
   std::string kind() const override { return "gpt2-bpe"; }
 
  private:
@@ -92,6 +94,7 @@ class GgufBpeTokenizer final : public Tokenizer {
   std::unique_ptr<Gpt2BpeTokenizer> bpe_;
   std::optional<std::int32_t> bos_, eos_, separator_;
   bool add_bos_ = false;
+  bool add_bos_key_ = false;  // tokenizer.ggml.add_bos_token present and true
 };
 
 }  // namespace

@@ -28,7 +28,8 @@
 // cut out of the text and kept whole, as llama.cpp does even with parse_special = false (and as
 // Hugging Face does for added tokens that are not special). encode() adds no BOS/EOS;
 // bos_id()/eos_id() are tokenizer.ggml.bos_token_id/eos_token_id and adds_bos() is
-// tokenizer.ggml.add_bos_token (or the default above).
+// tokenizer.ggml.add_bos_token (or the default above). bos_per_window_by_default() is true only when
+// tokenizer.ggml.add_bos_token is present and true (Gemma-3, Llama 3): windows then open with BOS.
 #pragma once
 
 #include <filesystem>

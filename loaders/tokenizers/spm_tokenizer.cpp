@@ -50,6 +50,7 @@ GgufSpmTokenizer::GgufSpmTokenizer(GgufVocab vocab)
       eos_(or_default(vocab.eos, 2, tokens_.size())),
       unk_(or_default(vocab.unk, 0, tokens_.size())),
       add_bos_(vocab.add_bos.value_or(true)),
+      add_bos_key_(vocab.add_bos.value_or(false)),
       add_space_prefix_(vocab.add_space_prefix.value_or(true)) {
   QEVAL_CHECK(scores_.size() == tokens_.size(),
               "{}: tokenizer.ggml.scores is missing: a 'llama' vocabulary merges by score", source_);

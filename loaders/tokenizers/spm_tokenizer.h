@@ -48,6 +48,7 @@ class GgufSpmTokenizer final : public Tokenizer {
   // BOS, as for the other Llama-style tokenizers (llama2.c trains on BOS + story).
   std::optional<std::int32_t> document_separator() const override { return bos_; }
   bool adds_bos() const override { return add_bos_; }
+  bool bos_per_window_by_default() const override { return add_bos_key_; }
   std::string kind() const override { return "gguf-spm"; }
 
  private:
@@ -64,6 +65,7 @@ class GgufSpmTokenizer final : public Tokenizer {
   std::array<std::int32_t, 256> byte_ids_{};                // -1: no token for the byte
   std::optional<std::int32_t> bos_, eos_, unk_;
   bool add_bos_ = true;
+  bool add_bos_key_ = false;  // tokenizer.ggml.add_bos_token present and true
   bool add_space_prefix_ = true;
 };
 

@@ -30,6 +30,12 @@ class Tokenizer {
   // SentencePiece and llama2.c: yes; GGUF: tokenizer.ggml.add_bos_token, or llama.cpp's default
   // for the vocabulary). encode() never adds it; a protocol with bos "auto" can follow this.
   virtual bool adds_bos() const { return bos_id().has_value(); }
+  // Whether protocol `windows` opens every window with BOS when not told (bos_per_window
+  // "auto"): true only for GGUF tokenizers whose tokenizer.ggml.add_bos_token is present and
+  // true, as llama.cpp's perplexity tool and lm-eval put BOS before every scored sequence of such
+  // a model (Gemma-3 was trained with BOS at position 0 of every sequence). Every other
+  // tokenizer keeps the convention of joined documents without BOS per window.
+  virtual bool bos_per_window_by_default() const { return false; }
   // "gpt2-bpe" (also byte-level BPE from GGUF), "sentencepiece", "llama2c", "gguf-spm"
   virtual std::string kind() const = 0;
 };

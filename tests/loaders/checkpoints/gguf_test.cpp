@@ -15,6 +15,7 @@
 #include "common/files.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/gguf.h"
+#include "tests/support/gguf_builder.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {
@@ -23,56 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path gguf_path() { return test::data_path("models/stories260K/stories260K-tok512-f32.gguf"); }
-
-// A minimal GGUF writer following the format description (not qeval's reader).
-class GgufBuilder {
- public:
-  template <typename T>
-  static std::string pod(T v) {
-    std::string s(sizeof(T), '\0');
-    std::memcpy(s.data(), &v, sizeof(T));
-    return s;
-  }
-  static std::string str(const std::string& s) { return pod<std::uint64_t>(s.size()) + s; }
-
-  void u32(const std::string& key, std::uint32_t v) { kv(key, 4, pod(v)); }
-  void f32(const std::string& key, float v) { kv(key, 6, pod(v)); }
-  void string(const std::string& key, const std::string& v) { kv(key, 8, str(v)); }
-  // `t`: row-major [out, in] or [n]; stored with ne reversed, as F32 (type 0) or F16 (type 1).
-  void tensor(const std::string& name, const at::Tensor& t, std::uint32_t type) {
-    at::Tensor data = (type == 1 ? t.to(at::kHalf) : t.to(at::kFloat)).contiguous();
-    raw_tensor(name, t.sizes().vec(), type,
-               std::string(static_cast<const char*>(data.data_ptr()), data.numel() * data.element_size()));
-  }
-  // Already encoded data of any type, shape row-major.
-  void raw_tensor(const std::string& name, const std::vector<std::int64_t>& shape, std::uint32_t type,
-                  const std::string& bytes) {
-    std::string info = str(name) + pod<std::uint32_t>(static_cast<std::uint32_t>(shape.size()));
-    for (auto d = shape.rbegin(); d != shape.rend(); ++d) info += pod<std::uint64_t>(static_cast<std::uint64_t>(*d));
-    info += pod<std::uint32_t>(type) + pod<std::uint64_t>(data_.size());
-    infos_ += info;
-    data_ += bytes;
-    data_.append((alignment_ - data_.size() % alignment_) % alignment_, '\0');
-    ++n_tensors_;
-  }
-  void alignment(std::uint32_t a) {
-    alignment_ = a;
-    u32("general.alignment", a);
-  }
-  std::string build() const {
-    std::string out = "GGUF" + pod<std::uint32_t>(3) + pod<std::uint64_t>(n_tensors_) + pod<std::uint64_t>(n_kv_) + kvs_ + infos_;
-    out.append((alignment_ - out.size() % alignment_) % alignment_, '\0');
-    return out + data_;
-  }
-
- private:
-  void kv(const std::string& key, std::uint32_t type, const std::string& value) {
-    kvs_ += str(key) + pod(type) + value;
-    ++n_kv_;
-  }
-  std::string kvs_, infos_, data_;
-  std::uint64_t n_kv_ = 0, n_tensors_ = 0, alignment_ = 32;
-};
 
 // Q8_0 as ggml's quantize_row_q8_0_ref: per 32 values d = amax / 127 (stored fp16),
 // q = round(x / d). Also returns what the block decodes to, fp16(d) * q, as float32.
@@ -89,7 +40,7 @@ Q8_0Tensor quantize_q8_0(const at::Tensor& t) {
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
     const float d = amax / 127, id = d != 0 ? 1 / d : 0;
     const c10::Half dh(d);
-    out.bytes += GgufBuilder::pod(dh.x);
+    out.bytes += test::GgufBuilder::pod(dh.x);
     for (int j = 0; j < 32; ++j) {
       const auto q = static_cast<std::int8_t>(std::round(v[j] * id));
       out.bytes += static_cast<char>(q);
@@ -106,7 +57,7 @@ Q8_0Tensor quantize_q8_0(const at::Tensor& t) {
 std::string stories_gguf(std::uint32_t type, const std::string& arch = "llama", const std::string& skip = "",
                          std::map<std::string, at::Tensor>* decoded = nullptr) {
   LoadedCheckpoint bin = load_checkpoint(test::data_path("models/stories260K/stories260K.bin"));
-  GgufBuilder g;
+  test::GgufBuilder g;
   g.string("general.architecture", arch);
   g.alignment(64);
   g.u32(arch + ".context_length", 512);

@@ -155,9 +155,9 @@ TEST(HfCheckpointBadInput, UnknownArchitecture) {
                           {"config.json", "BertForMaskedLM", "GPT2LMHeadModel", "LlamaForCausalLM"}));
   fs::path dir2 = gpt2_variant(tmp, [](auto&) {}, [](json& c) {
     c.erase("architectures");
-    c["model_type"] = "mistral";
+    c["model_type"] = "bert";
   });
-  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(dir2); }, {"config.json", "model_type \"mistral\"", "gpt2", "llama"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(dir2); }, {"config.json", "model_type \"bert\"", "gpt2", "llama"}));
 }
 
 TEST(HfCheckpointBadInput, MalformedOrIncompleteConfig) {

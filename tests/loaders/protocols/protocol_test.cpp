@@ -7,7 +7,9 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "loaders/checkpoints/gguf.h"
 #include "loaders/protocols/protocol.h"
+#include "loaders/tokenizers/gguf_tokenizer.h"
 #include "loaders/tokenizers/tokenizer.h"
 #include "tests/support/test_data.h"
 #include "tests/support/test_models.h"
@@ -254,3 +256,51 @@ TEST(GptqC4Protocol, NoLongDocumentIsAnErrorNotALoop) {
 
 }  // namespace
 }  // namespace qeval
+
+// bos_per_window "auto" (the windows preset): BOS opens every window exactly when the tokenizer
+// is a GGUF one whose tokenizer.ggml.add_bos_token is true (as llama.cpp's perplexity tool and
+// lm-eval do); absent or false keeps windows cut from the joined stream. Given values win.
+TEST(WindowsProtocol, BosPerWindowAutoFollowsTheGgufAddBosToken) {
+  const auto gguf = test::data_path("models/stories260K/stories260K-tok512-f32.gguf");
+  const nlohmann::json metadata = GgufFile(gguf).metadata();
+  ASSERT_FALSE(metadata.contains("tokenizer.ggml.add_bos_token"));
+  nlohmann::json with_true = metadata, with_false = metadata;
+  with_true["tokenizer.ggml.add_bos_token"] = true;
+  with_false["tokenizer.ggml.add_bos_token"] = false;
+  const auto absent = gguf_tokenizer_from_metadata(metadata, "absent");
+  const auto yes = gguf_tokenizer_from_metadata(with_true, "true");
+  const auto no = gguf_tokenizer_from_metadata(with_false, "false");
+  EXPECT_FALSE(absent->bos_per_window_by_default());
+  EXPECT_TRUE(absent->adds_bos());  // llama.cpp's default for a "llama" vocabulary: not a reason to open windows with BOS
+  EXPECT_TRUE(yes->bos_per_window_by_default());
+  EXPECT_FALSE(no->bos_per_window_by_default());
+  EXPECT_FALSE(load_tokenizer(test::data_path("models/stories260K/tok512.bin"))->bos_per_window_by_default());
+
+  const auto data = test::data_path("text/tinystories/validation-head.txt");
+  ProtocolSpec spec = ProtocolSpec::defaults_for("windows");
+  EXPECT_EQ(spec.to_json().at("bos_per_window"), "auto");
+  EXPECT_EQ(load_protocol("windows").to_json().at("bos_per_window"), "auto");
+  spec.seq_len = 64;
+  spec.max_windows = 3;
+  auto first_tokens = [&](const Tokenizer& tok, const ProtocolSpec& s) {
+    auto source = open_window_source(data, &tok, s);
+    std::vector<std::int32_t> firsts;
+    for (const Window& w : drain(*source)) firsts.push_back(w.tokens.front());
+    return firsts;
+  };
+  const std::int32_t bos = *yes->bos_id();
+  EXPECT_EQ(first_tokens(*yes, spec), std::vector<std::int32_t>(3, bos));
+  const auto plain = first_tokens(*absent, spec);
+  ASSERT_EQ(plain.size(), 3u);
+  EXPECT_EQ(plain[0], bos);                                   // the stream opens with the separator (BOS) ...
+  EXPECT_NE(plain, std::vector<std::int32_t>(3, bos));        // ... later windows start where the stream is
+  EXPECT_EQ(first_tokens(*no, spec), plain);
+
+  ProtocolSpec resolved = spec;
+  resolved.resolve_bos_per_window(yes.get());
+  EXPECT_TRUE(resolved.bos_per_window);
+  EXPECT_EQ(resolved.to_json().at("bos_per_window"), true);  // records hold the decided value
+  ProtocolSpec given = ProtocolSpec::from_json({{"name", "windows"}, {"bos_per_window", false}}, "t");
+  EXPECT_EQ(given.resolve_bos_per_window(yes.get()).bos_per_window, false);
+  EXPECT_THROW(ProtocolSpec::from_json({{"name", "windows"}, {"bos_per_window", "sometimes"}}, "t"), Error);
+}
