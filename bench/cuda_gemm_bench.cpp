@@ -1,7 +1,7 @@
 // GPU kernel benchmark, every ratio against cuBLAS(Lt) fp16 measured in the same run:
 //  - int8 at 4096³ and GPT-2 / Llama-7B layer shapes (M = 2048): the s8s32 cuBLASLt GEMM alone,
-//    the unfused linear (quantise + cuBLASLt IMMA + separate epilogue: the path before issue 33,
-//    now the fallback) and the int8 linear as dispatched (kernels/cuda/int8_linear.h: fused
+//    the linear as before issue 33 (block-per-row quantiser + cuBLASLt IMMA + separate epilogue;
+//    the fallback today is the same with the one-read quantiser) and the int8 linear as dispatched (kernels/cuda/int8_linear.h: fused
 //    CUTLASS sm90 GEMM + epilogue when built, per token; also per tensor), f16 in and out; then
 //    (full mode) each candidate implementation's GEMM + epilogue time, which the plan chose from.
 //  - 4-bit weights at M = 1, 16, 512, 2048: the W4A16 kernel, dequantise + fp16 GEMM with Ŵ
@@ -118,7 +118,9 @@ void bench_int8(const GemmShape& s, const Options& o, Random& rng, std::vector<s
   ep.bias = bias.get();
   ep.out = y16.get();
   ep.out_type = cu::FloatType::f16;
-  // The unfused vector-wise int8 linear: per-token quantisation of fp16 x, IMMA, epilogue to fp16.
+  // The int8 linear as it was before the fused path (issue 6's kernels): per-token quantisation
+  // of fp16 x by the block-per-row kernel (each row read twice), IMMA to int32, epilogue to fp16.
+  cu::set_quantize_rows_kernel(cu::QuantizeRowsKernel::reread);
   const double tunfused = median_ms(
       [&](int) {
         cu::absmax_quantize_int8(x16.get(), cu::FloatType::f16, s.m, s.k, 1, a8.get(), a_scales.get());
@@ -126,6 +128,7 @@ void bench_int8(const GemmShape& s, const Options& o, Random& rng, std::vector<s
         cu::int8_dequantize_epilogue(ep);
       },
       o);
+  cu::set_quantize_rows_kernel(cu::QuantizeRowsKernel::registers);
   // The dispatched int8 linear (the plan is timed on its first use, before these runs).
   Linear lin;
   lin.args.x = x16.get();
@@ -260,11 +263,12 @@ int main(int argc, char** argv) {
                                  {"llama7b down", 2048, 4096, 11008}});
     }
     fmt::print("int8 linear, f16 in and out (TFLOP/s; ratios = fp16 GEMM time / int8 time)\n");
-    fmt::print("  s8s32 = cuBLASLt GEMM alone; unfused = per-token quantise + s8s32 + epilogue kernel;\n"
+    fmt::print("  s8s32 = cuBLASLt GEMM alone; before = the linear before issue 33: per-token quantise (row read\n"
+               "  twice) + s8s32 + epilogue kernel;\n"
                "  linear = dispatched int8 linear, per token (nopdl: without programmatic dependent launch);\n"
                "  tensor = the same with one activation scale\n");
     fmt::print("{:<18} {:>5} {:>6} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} | {}\n",
-               "shape", "M", "N", "K", "fp16", "s8s32", "unfused", "linear", "tensor", "s8s32", "unfus", "linear",
+               "shape", "M", "N", "K", "fp16", "s8s32", "before", "linear", "tensor", "s8s32", "before", "linear",
                "nopdl", "tensor", "implementation");
     std::vector<std::string> detail;
     for (const auto& s : gemms) bench_int8(s, o, rng, detail);

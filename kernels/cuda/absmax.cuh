@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/absmax_quantize.h"
 #include "kernels/cuda/device.h"
 
 namespace qeval::kernels::cuda::detail {
@@ -134,10 +135,8 @@ bool try_quantize_groups_resident(const void* x, FloatType x_type, std::int64_t 
                                   std::int64_t rows_per_scale, std::int8_t* q, float* scales, float* row_scales,
                                   Stream stream);
 
-// Which per-token kernel runs: the register-resident one (one read of x, default) or the
-// block-per-row one that re-reads the row (QEVAL_QUANTIZE_ROWS=reread; kept as a fallback).
-enum class RowsPath { registers, reread };
-RowsPath quantize_rows_path();
+// Which per-token kernel runs (absmax_quantize.h QuantizeRowsKernel).
+QuantizeRowsKernel quantize_rows_path();
 
 // Whether p is aligned for 16-byte accesses.
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstdint>
 #include <string>
@@ -235,7 +236,7 @@ void quantize_typed(const T* x, std::int64_t m, std::int64_t k, std::int64_t row
   const bool vec = vectorisable<T>(x, q, k);
   if (rows_per_scale == 1) {
     QEVAL_CUDA_EXPECT(m < (std::int64_t{1} << 31), "absmax quantise: too many rows (" + std::to_string(m) + ")");
-    if (vec && quantize_rows_path() == RowsPath::registers &&
+    if (vec && quantize_rows_path() == QuantizeRowsKernel::registers &&
         try_rows_registers(x, m, k, q, scales, row_scales, stream))
       return;
     if (vec)
@@ -270,14 +271,20 @@ void group_scales_dispatch(const T* p, std::int64_t total, std::int64_t cols, st
 
 }  // namespace
 
-RowsPath quantize_rows_path() {
-  // QEVAL_QUANTIZE_ROWS=reread switches the register-resident kernel off without a rebuild.
-  static const RowsPath path = [] {
+namespace {
+
+// QEVAL_QUANTIZE_ROWS=reread selects the block-per-row kernel without a rebuild.
+std::atomic<QuantizeRowsKernel>& rows_kernel() {
+  static std::atomic<QuantizeRowsKernel> k{[] {
     const char* v = std::getenv("QEVAL_QUANTIZE_ROWS");
-    return v && std::string(v) == "reread" ? RowsPath::reread : RowsPath::registers;
-  }();
-  return path;
+    return v && std::string(v) == "reread" ? QuantizeRowsKernel::reread : QuantizeRowsKernel::registers;
+  }()};
+  return k;
 }
+
+}  // namespace
+
+QuantizeRowsKernel quantize_rows_path() { return rows_kernel().load(std::memory_order_relaxed); }
 
 void launch_group_absmax_scales(const void* x, FloatType x_type, std::int64_t rows, std::int64_t cols,
                                 std::int64_t rows_per_scale, float* scales, Stream stream) {
@@ -321,6 +328,10 @@ void absmax_quantize_int8_rows(const void* x, FloatType x_type, std::int64_t m, 
                              stream);
       break;
   }
+}
+
+void set_quantize_rows_kernel(QuantizeRowsKernel kernel) {
+  detail::rows_kernel().store(kernel, std::memory_order_relaxed);
 }
 
 void absmax_quantize_int8(const void* x, FloatType x_type, std::int64_t m, std::int64_t k, std::int64_t rows_per_scale,

@@ -27,6 +27,13 @@ namespace qeval::kernels::cuda {
 void absmax_quantize_int8(const void* x, FloatType x_type, std::int64_t m, std::int64_t k,
                           std::int64_t rows_per_scale, std::int8_t* q, float* scales, Stream stream = nullptr);
 
+// The per-token kernel: registers (one read of x; the default) or reread (the block-per-row
+// kernel of issue 6, which reads each row twice; still used for rows too long for registers).
+// QEVAL_QUANTIZE_ROWS=reread selects it at start-up; the benchmark switches it to time the
+// int8 linear as it was before the fused path. Process-wide.
+enum class QuantizeRowsKernel { registers, reread };
+void set_quantize_rows_kernel(QuantizeRowsKernel kernel);
+
 // The same, and row_scales [M] (nullptr: not written) receives each row's scale, i.e. its group's:
 // the per-row vector a GEMM epilogue broadcasts, whatever the grouping. With row_scales, groups of
 // rows are quantised with one read of x as well when the tensor fits in the registers of the

@@ -53,7 +53,7 @@ flags=(-O3 -std=c++17 "--generate-code=arch=compute_$arch,code=[compute_$arch,sm
 # The sm90 files: wgmma needs the sm_90a target (and only it: sm_90a code runs on 9.0 only, the
 # dispatcher checks); NDEBUG because CUTLASS's device asserts are calls that serialise wgmma.
 sm90_flags=(-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DNDEBUG
-            -DCUTLASS_ENABLE_GDC_FOR_SM90 -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter -Xptxas -v)
+            -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter -Xptxas -v)
 sources=("$root"/kernels/cuda/*.cu "$root"/kernels/cuda/limits.cpp "$root"/tests/kernels/cuda_*_test.cpp
          "$root"/bench/cuda_gemm_bench.cpp)
 if [[ -n $cutlass ]]; then

@@ -53,6 +53,7 @@ void absmax_quantize_int8(const void*, FloatType, std::int64_t, std::int64_t, st
                           Stream) {
   unavailable("absmax_quantize_int8");
 }
+void set_quantize_rows_kernel(QuantizeRowsKernel) {}
 void absmax_quantize_int8_rows(const void*, FloatType, std::int64_t, std::int64_t, std::int64_t, std::int8_t*, float*,
                                float*, Stream) {
   unavailable("absmax_quantize_int8_rows");

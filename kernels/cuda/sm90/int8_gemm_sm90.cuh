@@ -235,20 +235,18 @@ struct ParamsKey {
 // encodes three TMA descriptors on the host and sets the kernel's shared-memory attribute, which
 // costs about as much host time as a GPT-2-sized layer takes on the GPU. Configurations that
 // need a workspace (stream-K / split-K partial sums and flags) initialise it on every call.
-// Whether this file's kernels hold griddepcontrol.wait (CUTLASS_ENABLE_GDC_FOR_SM90): only those
-// may start before the quantiser has finished (programmatic dependent launch). The small-tile
-// files are compiled without it: CUTLASS 4.2's stream-K scheduler does not compile with it under
-// nvcc 13.0 (is_last_tile binds a const member to a non-const reference).
-#if defined(CUTLASS_ENABLE_GDC_FOR_SM90)
-constexpr bool kKernelsWaitForPredecessor = true;
+// Whether this file's kernels wait (griddepcontrol.wait) before reading what an earlier kernel
+// wrote: only then may they be launched with programmatic dependent launch.
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+constexpr bool kWaitsForPriorGrid = true;
 #else
-constexpr bool kKernelsWaitForPredecessor = false;
+constexpr bool kWaitsForPriorGrid = false;
 #endif
 
 template <FloatType kOut, Tile kTile>
 void run_for(const Int8GemmArgs& a, int splits, void* workspace, Stream stream, bool pdl) {
-  pdl = pdl && kKernelsWaitForPredecessor;
   using Gemm = typename Int8Gemm<kOut, kTile>::Gemm;
+  pdl = pdl && kWaitsForPriorGrid;
   using Params = typename Gemm::Params;
   struct Entry {
     ParamsKey key;

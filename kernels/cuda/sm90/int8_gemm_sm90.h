@@ -49,10 +49,11 @@ struct Config {
   int splits = 1;  // small only: 0 heuristic (stream-K allowed), 1 data-parallel, > 1 split-K
 };
 
-// Programmatic dependent launch: the GEMM is launched while the kernel before it on the stream
-// (the quantiser) finishes, does its prologue, and waits (griddepcontrol.wait, compiled in with
-// CUTLASS_ENABLE_GDC_FOR_SM90) before it reads any global memory; only for workspace-free
-// configurations (a workspace memset would come in between).
+// Programmatic dependent launch (pdl): the GEMM is launched while the kernel before it on the
+// stream (the quantiser) finishes, does its prologue, and waits (griddepcontrol.wait, compiled
+// in with CUTLASS_ENABLE_GDC_FOR_SM90) before it reads any global memory. Only the large tile
+// (the stream-K scheduler of CUTLASS 4.2 does not compile with it) and only workspace-free
+// configurations (a workspace memset would come in between); otherwise pdl is ignored.
 std::string to_string(const Config& c);
 
 // Empty when the fused kernels can run these arguments on the current device, else why not.
