@@ -112,18 +112,22 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   in.data_path = resolve_input_path(a.data, data_dir);
 
   in.checkpoint = load_checkpoint(in.model_path);
+  // Pre-tokenised .bin data needs no tokenizer: one is used when given or found beside the model
+  // (for its separator and BOS ids), and without one the ids come from the file alone.
   if (!a.tokenizer.empty()) {
     in.tokenizer_path = resolve_input_path(a.tokenizer, data_dir);
   } else {
     auto found = find_tokenizer_beside(in.model_path);
-    QEVAL_CHECK(found.has_value(), "no tokenizer found beside {}; pass --tokenizer", in.model_path.string());
-    in.tokenizer_path = *found;
+    QEVAL_CHECK(found.has_value() || is_token_file(in.data_path), "no tokenizer found beside {}; pass --tokenizer",
+                in.model_path.string());
+    if (found) in.tokenizer_path = *found;
   }
-  in.tokenizer = load_tokenizer(in.tokenizer_path);
+  if (!in.tokenizer_path.empty()) in.tokenizer = load_tokenizer(in.tokenizer_path);
   const ModelConfig& config = in.checkpoint.config;
-  QEVAL_CHECK(in.tokenizer->vocab_size() <= config.vocab_size,
-              "tokenizer {} has {} tokens but model {} has a vocabulary of {}: they do not belong together",
-              in.tokenizer_path.string(), in.tokenizer->vocab_size(), in.model_path.string(), config.vocab_size);
+  if (in.tokenizer)
+    QEVAL_CHECK(in.tokenizer->vocab_size() <= config.vocab_size,
+                "tokenizer {} has {} tokens but model {} has a vocabulary of {}: they do not belong together",
+                in.tokenizer_path.string(), in.tokenizer->vocab_size(), in.model_path.string(), config.vocab_size);
 
   in.protocol = resolve_protocol(a);
   const bool bos_auto = in.protocol.name == "windows" && in.protocol.bos_per_window_auto;
@@ -163,9 +167,11 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
                    {"parameters", config.parameter_count()},
                    {"notes", in.checkpoint.notes},
                    {"transforms", transform_report}};
-  context.tokenizer = {{"path", in.tokenizer_path.string()},
-                       {"kind", in.tokenizer->kind()},
-                       {"vocab_size", in.tokenizer->vocab_size()}};
+  context.tokenizer = in.tokenizer ? nlohmann::json{{"path", in.tokenizer_path.string()},
+                                                    {"kind", in.tokenizer->kind()},
+                                                    {"vocab_size", in.tokenizer->vocab_size()}}
+                                   : nlohmann::json{{"path", nullptr},
+                                                    {"note", "pre-tokenised data read without a tokenizer"}};
   if (bos_auto && in.protocol.bos_per_window)
     context.tokenizer["bos_per_window"] = "auto: yes, tokenizer.ggml.add_bos_token is true";
   context.data = {{"path", in.data_path.string()},

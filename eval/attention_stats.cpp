@@ -13,7 +13,7 @@ constexpr std::int64_t kQueryBlock = 64;
 }  // namespace
 
 std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, std::int64_t sink_T, double sink_eps,
-                                                       std::int64_t chunk_elements) {
+                                                       std::int64_t chunk_elements, std::int64_t window) {
   QEVAL_CHECK(probs.dim() == 4 && probs.size(2) == probs.size(3),
               "attention_layer_stats: probabilities must be [B, H, L, L], got {} dims", probs.dim());
   QEVAL_CHECK(at::isFloatingType(probs.scalar_type()),
@@ -21,6 +21,7 @@ std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, 
               std::string(c10::toString(probs.scalar_type())));
   QEVAL_CHECK(sink_T >= 1, "attention_layer_stats: sink T must be at least 1, got {}", sink_T);
   if (chunk_elements <= 0) chunk_elements = probs.device().is_cpu() ? std::int64_t{1} << 18 : std::int64_t{1} << 26;
+  QEVAL_CHECK(window >= 0, "attention_layer_stats: window must be 0 (global) or positive, got {}", window);
   const std::int64_t B = probs.size(0), H = probs.size(1), L = probs.size(2);
   QEVAL_CHECK(H > 0 && L > 0, "attention_layer_stats: empty attention [{}, {}, {}, {}]", B, H, L, L);
 
@@ -71,7 +72,9 @@ std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, 
   }
   values = values.reshape({3, B, H, L}).cpu().contiguous();
   auto v = values.accessor<double, 4>();
-  const std::int64_t T = std::min(sink_T, L);
+  // Queries 1..reach (1-based) see key 1: all of them in a global layer, the first w in a window of w.
+  const std::int64_t reach = window > 0 ? std::min(L, window) : L;
+  const std::int64_t T = std::min(sink_T, reach);
   const double nan = std::numeric_limits<double>::quiet_NaN();
 
   // Heads and queries are reduced here in one fixed order: batch-independent results.
@@ -83,16 +86,16 @@ std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, 
       double alpha = 0;
       for (std::int64_t i = 0; i < T; ++i) alpha += v[0][b][h][i];
       if (alpha / static_cast<double>(T) > sink_eps) ++sinks;
-      for (std::int64_t i = 1; i < L; ++i) {
+      for (std::int64_t i = 1; i < reach; ++i) {
         share_sum += v[0][b][h][i];
         credit_sum += v[1][b][h][i];
       }
       for (std::int64_t i = 0; i < L; ++i) entropy_sum += v[2][b][h][i];
     }
     AttentionLayerStats& s = out[static_cast<std::size_t>(b)];
-    const double queries_after_first = static_cast<double>(H * (L - 1));
-    s.first_attn = L > 1 ? credit_sum / queries_after_first : nan;
-    s.first_share = L > 1 ? share_sum / queries_after_first : nan;
+    const double queries_after_first = static_cast<double>(H * (reach - 1));
+    s.first_attn = reach > 1 ? credit_sum / queries_after_first : nan;
+    s.first_share = reach > 1 ? share_sum / queries_after_first : nan;
     s.sink_fraction = static_cast<double>(sinks) / static_cast<double>(H);
     s.entropy = entropy_sum / static_cast<double>(H * L);
   }

@@ -15,7 +15,12 @@
 //                  (ε = 0.3 by default). Strictly greater: α₁ = ε does not count.
 //   entropy        mean over (h, i), i = 1..L, of −Σ_j A[h, i, j] log A[h, i, j], with 0·log 0 = 0
 //                  (natural log, nats).
-// first_attn and first_share are NaN when L = 1 (no query i ≥ 2). Fractions here are in [0, 1];
+// Sliding-window layers (window w > 0: query i sees keys j with i − j < w, so key 1 only from the
+// queries i ≤ w): first_attn and first_share count only the queries whose window contains key 1,
+// i = 2..min(L, w), and Sink₁^ε uses T' = min(T, L, w). A query that cannot see key 1 is left out,
+// not counted as a miss (the statistic asks where attention goes when the first token is
+// available). Entropy is over all queries. w = 0 (global) gives the definitions above.
+// first_attn and first_share are NaN when no query i ≥ 2 sees key 1 (L = 1, or w = 1). Fractions here are in [0, 1];
 // the collector's summary turns them into percent.
 //
 // Cost: elementwise work and reductions over keys, on blocks of queries that skip the zeros
@@ -42,6 +47,6 @@ struct AttentionLayerStats {
 // chunk_elements bounds each temporary (query rows per chunk); results do not depend on it. 0: by
 // device (2^18 on the CPU; 2^26 on a GPU, where each chunk costs kernel launches and a sync).
 std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, std::int64_t sink_T, double sink_eps,
-                                                       std::int64_t chunk_elements = 0);
+                                                       std::int64_t chunk_elements = 0, std::int64_t window = 0);
 
 }  // namespace qeval

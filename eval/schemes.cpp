@@ -100,7 +100,9 @@ PreparedSchemes make_schemes(const Transformer& full, const std::vector<std::str
                   scheme.name, earlier.description.value("scheme_file", earlier.name), name);
     std::shared_ptr<StatisticsCollector> stats;
     if (options.stats_for == StatsFor::all || (options.stats_for == StatsFor::full && i == 0)) {
-      stats = std::make_shared<StatisticsCollector>(options.statistics);
+      StatisticsOptions statistics = options.statistics;
+      statistics.attention_windows = full.config().attention_windows;  // sliding-window layers count differently
+      stats = std::make_shared<StatisticsCollector>(statistics);
       scheme.observer = stats;
       scheme.begin_batch = [collector = stats.get()](const std::vector<std::int64_t>& windows) {
         collector->begin_batch(windows);

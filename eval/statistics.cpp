@@ -80,7 +80,10 @@ void StatisticsCollector::on_attention(std::int64_t layer, const at::Tensor& pro
               "StatisticsCollector: attention of layer {} must be [B, H, L, L] with B = {} (begin_batch), got {} dims "
               "and B = {}",
               layer, batch_.size(), probs.dim(), probs.dim() > 0 ? probs.size(0) : 0);
-  std::vector<AttentionLayerStats> stats = attention_layer_stats(probs, options_.sink_T, options_.sink_eps);
+  const auto& windows = options_.attention_windows;
+  const std::int64_t window = layer < static_cast<std::int64_t>(windows.size()) ? windows[static_cast<std::size_t>(layer)] : 0;
+  std::vector<AttentionLayerStats> stats =
+      attention_layer_stats(probs, options_.sink_T, options_.sink_eps, /*chunk_elements: by device*/ 0, window);
   for (std::size_t row = 0; row < batch_.size(); ++row) {
     WindowRecord& rec = batch_row(row);
     QEVAL_CHECK(layer == static_cast<std::int64_t>(rec.attention.size()),
@@ -96,14 +99,22 @@ void StatisticsCollector::on_attention(std::int64_t layer, const at::Tensor& pro
 
 void StatisticsCollector::merge(const StatisticsCollector& other) {
   QEVAL_CHECK(options_.attention == other.options_.attention && options_.sink_T == other.options_.sink_T &&
-                  options_.sink_eps == other.options_.sink_eps,
-              "StatisticsCollector::merge: options differ (attention {} vs {}, sink T {} vs {}, sink eps {} vs {})",
+                  options_.sink_eps == other.options_.sink_eps &&
+                  options_.attention_windows == other.options_.attention_windows,
+              "StatisticsCollector::merge: options differ (attention {} vs {}, sink T {} vs {}, sink eps {} vs {}, or "
+              "the attention windows)",
               options_.attention, other.options_.attention, options_.sink_T, other.options_.sink_T, options_.sink_eps,
               other.options_.sink_eps);
   for (const auto& entry : other.windows_)
     QEVAL_CHECK(windows_.count(entry.first) == 0, "StatisticsCollector::merge: window {} is in both collectors",
                 entry.first);
   for (const auto& entry : other.windows_) windows_.insert(entry);
+}
+
+json StatisticsCollector::options_json() const {
+  json o = {{"attention", options_.attention}, {"sink_T", options_.sink_T}, {"sink_eps", options_.sink_eps}};
+  if (!options_.attention_windows.empty()) o["attention_windows"] = options_.attention_windows;  // absent: all global
+  return o;
 }
 
 json StatisticsCollector::summary() const {
@@ -201,6 +212,12 @@ json StatisticsCollector::summary() const {
         {"first_attn_ties", "split"},
         {"weights", "as produced; softmax-1 rows sum to less than 1"},
     };
+    if (!options_.attention_windows.empty()) {
+      out["attention"]["attention_windows"] = options_.attention_windows;
+      out["attention"]["sliding_window_layers"] =
+          "a layer with window w > 0 counts, for first_attn, first_token_share and the sink rate, only the queries "
+          "whose window contains key 1 (positions 1..min(L, w)); its sink T' is min(T, L, w)";
+    }
   }
   return out;
 }
@@ -222,7 +239,7 @@ json StatisticsCollector::state_to_json() const {
   return {
       {"format", kStateFormat},
       {"version", kStateVersion},
-      {"options", {{"attention", options_.attention}, {"sink_T", options_.sink_T}, {"sink_eps", options_.sink_eps}}},
+      {"options", options_json()},
       {"hidden_fields",
        {"kurtosis_first", "kurtosis_rest", "max_abs_first", "max_abs_rest", "inf_over_l2_first", "inf_over_l2_rest",
         "largest_value", "largest_channel", "largest_position"}},
@@ -237,8 +254,13 @@ StatisticsCollector StatisticsCollector::state_from_json(const json& state, cons
     QEVAL_CHECK(state.at("version") == kStateVersion, "version is {}, expected {}", state.at("version").dump(),
                 kStateVersion);
     const json& o = state.at("options");
-    StatisticsCollector c(StatisticsOptions{o.at("attention").get<bool>(), json_integer(o.at("sink_T"), "sink_T"),
-                                            o.at("sink_eps").get<double>()});
+    StatisticsOptions options;
+    options.attention = o.at("attention").get<bool>();
+    options.sink_T = json_integer(o.at("sink_T"), "sink_T");
+    options.sink_eps = o.at("sink_eps").get<double>();
+    if (o.contains("attention_windows"))
+      for (const json& w : o.at("attention_windows")) options.attention_windows.push_back(json_integer(w, "attention window"));
+    StatisticsCollector c(options);
     for (const json& w : state.at("windows")) {
       const std::int64_t index = json_integer(w.at("index"), "window index");
       QEVAL_CHECK(index >= 0 && c.windows_.count(index) == 0, "window index {} is negative or repeated", index);

@@ -22,6 +22,8 @@
 //                maximum shared by k causal keys including key 1 counts 1/k)
 //   first-token share  mean A[i,1] over the same (head, query)
 //   Sink₁^ε      α₁ = (1/T') Σ_{i=1..T'} A[i,1] per head, T' = min(T, L); fraction of heads with α₁ > ε
+//   sliding-window layers (window w): the three above count only queries i ≤ w, those whose
+//                window holds key 1 (T' = min(T, L, w)); summary "attention_windows" says which
 //   entropy      −Σ_j A[i,j] log A[i,j] (0·log 0 = 0, nats), mean over heads and all queries
 // For softmax-1 the rows sum to less than 1 and are not renormalised.
 // Every per-layer value is the mean over sequences (windows) of the per-sequence value; every
@@ -72,6 +74,9 @@ struct StatisticsOptions {
   bool attention = true;     // off: wants_attention() is false and the model hands nothing over
   std::int64_t sink_T = 64;  // Sink₁^ε looks at the first min(T, L) queries
   double sink_eps = 0.3;     // Sink₁^ε threshold on α₁
+  // The model's attention window per layer (ModelConfig::attention_windows; empty: all global).
+  // In a windowed layer only the queries that can see key 1 count (eval/attention_stats.h).
+  std::vector<std::int64_t> attention_windows;
 };
 
 class StatisticsCollector : public ForwardObserver {
@@ -109,6 +114,7 @@ class StatisticsCollector : public ForwardObserver {
     std::vector<AttentionLayerStats> attention;  // [layer], empty when attention is off
   };
   WindowRecord& batch_row(std::size_t row);
+  nlohmann::json options_json() const;
 
   StatisticsOptions options_;
   std::map<std::int64_t, WindowRecord> windows_;  // ordered: reductions run in ascending index

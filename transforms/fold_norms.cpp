@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "common/error.h"
+
 #include "transforms/weight_math.h"
 
 namespace qeval {
@@ -35,6 +37,12 @@ LinearWeights centered_writer(const LinearWeights& l /*[D, in]*/) {
 }  // namespace
 
 nlohmann::json fold_norms(ModelConfig& config, ModelWeights& weights) {
+  // Only the input norms fold; a norm on a branch's output (Gemma-3's sandwich) sits between the
+  // residual writer and the residual stream, where its gain does not commute with a rotation.
+  QEVAL_CHECK(!config.sandwich_norms,
+              "fold_norms: cannot fold sandwich norms (post-attention / post-MLP norms, Gemma-3): their gains act on "
+              "the residual side after normalisation, where a rotation of the residual stream would need a dense "
+              "matrix; rotate refuses this model");
   const bool layernorm = config.norm == NormKind::layernorm;
   nlohmann::json report = {{"norm_before", to_string(config.norm)},
                            {"centered_residual_stream", layernorm},
@@ -57,15 +65,16 @@ nlohmann::json fold_norms(ModelConfig& config, ModelWeights& weights) {
           if (l->weight.defined() && !l->bias.defined()) l->bias = at::zeros({l->weight.size(0)}, at::kFloat);
     };
     add_biases(config.attention_bias, "attention", [](BlockWeights& b) { return std::vector<LinearWeights*>{&b.qkv, &b.q, &b.k, &b.v, &b.o}; });
-    add_biases(config.mlp_bias, "mlp", [](BlockWeights& b) { return std::vector<LinearWeights*>{&b.up, &b.gate, &b.down}; });
+    add_biases(config.mlp_bias, "mlp", [](BlockWeights& b) { return std::vector<LinearWeights*>{&b.up, &b.gate, &b.gate_up, &b.down}; });
   }
   for (auto& b : weights.blocks) {
     std::vector<LinearWeights*> attn_readers;
     for (LinearWeights* l : {&b.qkv, &b.q, &b.k, &b.v})
       if (l->weight.defined()) attn_readers.push_back(l);
     fold_into_readers(b.attn_norm, attn_readers, layernorm);
-    std::vector<LinearWeights*> mlp_readers{&b.up};
-    if (b.gate.weight.defined()) mlp_readers.push_back(&b.gate);
+    std::vector<LinearWeights*> mlp_readers;
+    for (LinearWeights* l : {&b.up, &b.gate, &b.gate_up})
+      if (l->weight.defined()) mlp_readers.push_back(l);
     fold_into_readers(b.mlp_norm, mlp_readers, layernorm);
   }
   LinearWeights head{weights.lm_head, weights.lm_head_bias};

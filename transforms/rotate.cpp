@@ -30,6 +30,14 @@ at::Tensor rotation_matrix(std::int64_t n, const RotateOptions& options) {
 }
 
 nlohmann::json rotate_model(ModelConfig& config, ModelWeights& weights, const RotateOptions& options) {
+  // What the rotation handles beyond GPT-2 / Llama: q/k norms act inside each head, after the
+  // projections (untouched by a residual rotation); (1 + w) gains were made plain gains on load;
+  // a parallel residual has the same readers and writers; fused qkv / gate_up are readers like the
+  // separate ones. Sandwich norms cannot be folded (fold_norms says why).
+  QEVAL_CHECK(!config.sandwich_norms,
+              "rotate: cannot fold sandwich norms (post-attention and post-MLP norms, as in Gemma-3): their gains act "
+              "after normalisation on the residual side, where the rotated stream would need a dense matrix instead "
+              "of a diagonal gain; use smooth, or no transform, for this model");
   const at::Tensor q = rotation_matrix(config.d_model, options);  // checks the kind before any work
   nlohmann::json report = {{"name", "rotate"},
                            {"kind", options.kind},
@@ -42,7 +50,7 @@ nlohmann::json rotate_model(ModelConfig& config, ModelWeights& weights, const Ro
   weights.token_embedding = f32(at::matmul(f64(weights.token_embedding), q));
   if (weights.position_embedding.defined()) weights.position_embedding = f32(at::matmul(f64(weights.position_embedding), q));
   for (auto& b : weights.blocks) {
-    for (LinearWeights* l : {&b.qkv, &b.q, &b.k, &b.v, &b.up, &b.gate}) rotate_reader(*l, q);
+    for (LinearWeights* l : {&b.qkv, &b.q, &b.k, &b.v, &b.up, &b.gate, &b.gate_up}) rotate_reader(*l, q);
     rotate_writer(b.o, q);
     rotate_writer(b.down, q);
   }

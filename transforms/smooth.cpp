@@ -95,19 +95,26 @@ nlohmann::json smooth_model(ModelConfig& config, ModelWeights& weights, const Sm
       report["layers"].push_back(layer_entry(p + (config.fused_qkv ? "attn.qkv" : "attn.{q,k,v}"), s, a));
     }
     if (wants("up")) {
-      std::vector<LinearWeights*> readers{&b.up};
-      if (b.gate.weight.defined()) readers.push_back(&b.gate);
-      const at::Tensor a = act(p + "mlp.up");
+      std::vector<LinearWeights*> readers;
+      for (LinearWeights* l : {&b.up, &b.gate, &b.gate_up})
+        if (l->weight.defined()) readers.push_back(l);
+      const std::string reader_name = config.fused_gate_up ? "mlp.gate_up" : "mlp.up";
+      const at::Tensor a = act(p + reader_name);
       const at::Tensor s = smoothing_scales(a, column_max_abs({readers.begin(), readers.end()}), options.alpha);
       divide_norm(b.mlp_norm, s);
       for (LinearWeights* l : readers) scale_columns(*l, s);
-      report["layers"].push_back(layer_entry(p + (b.gate.weight.defined() ? "mlp.{up,gate}" : "mlp.up"), s, a));
+      report["layers"].push_back(
+          layer_entry(p + (config.fused_gate_up ? "mlp.gate_up" : b.gate.weight.defined() ? "mlp.{up,gate}" : "mlp.up"), s, a));
     }
-    if (wants("down") && config.mlp == MlpKind::swiglu) {
-      // down's input is silu(gate x) · (up x): linear in up's output, so up's rows take 1/s.
+    if (wants("down") && config.gated_mlp()) {
+      // down's input is act(gate x) · (up x) (SwiGLU, GeGLU): linear in up's output, so up's rows
+      // take 1/s (the second half of a fused gate_up).
       const at::Tensor a = act(p + "mlp.down");
       const at::Tensor s = smoothing_scales(a, column_max_abs({&b.down}), options.alpha);
-      divide_rows(b.up, 0, s);
+      if (config.fused_gate_up)
+        divide_rows(b.gate_up, config.d_ff, s);
+      else
+        divide_rows(b.up, 0, s);
       scale_columns(b.down, s);
       report["layers"].push_back(layer_entry(p + "mlp.down", s, a));
     }
@@ -128,8 +135,9 @@ nlohmann::json smooth_model(ModelConfig& config, ModelWeights& weights, const Sm
     }
   }
   for (const auto& g : options.groups) {
-    if (g == "down" && config.mlp != MlpKind::swiglu)
-      report["skipped"].push_back({{"group", "down"}, {"reason", "GELU is not linear: no previous layer can take the scales"}});
+    if (g == "down" && !config.gated_mlp())
+      report["skipped"].push_back(
+          {{"group", "down"}, {"reason", fmt::format("{} is not linear: no previous layer can take the scales", to_string(config.mlp))}});
     else
       report["groups"].push_back(g);
   }
