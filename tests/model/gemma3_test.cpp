@@ -25,10 +25,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+// A shell word in single quotes (paths here have none).
+std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
 
 bool python_imports(const std::string& python, const std::string& modules) {
-  const std::string cmd = quoted(python) + " -c 'import " + modules + "' >/dev/null 2>&1";
+  const std::string cmd = shell_quote(python) + " -c 'import " + modules + "' >/dev/null 2>&1";
   return std::system(cmd.c_str()) == 0;
 }
 
@@ -71,9 +72,9 @@ void check_window(std::int64_t L) {
 
   test::TempDir dir;
   test::write_bytes(dir / "tokens.i32", std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
-  const std::string command = quoted(python) + " " + quoted(test::repo_path("tests/oracle/gemma3_gguf_forward.py")) +
-                              " " + quoted(model_path) + " " + quoted(dir / "tokens.i32") + " " +
-                              quoted(dir / "logits.f32") + " 2>&1";
+  const std::string command = shell_quote(python) + " " + shell_quote(test::repo_path("tests/oracle/gemma3_gguf_forward.py")) +
+                              " " + shell_quote(model_path) + " " + shell_quote(dir / "tokens.i32") + " " +
+                              shell_quote(dir / "logits.f32") + " 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << "oracle failed: " << command;
   const std::int64_t V = ck.config.vocab_size;
   at::Tensor expected = read_logits(dir / "logits.f32", L, V);
@@ -98,9 +99,9 @@ void check_window(std::int64_t L) {
     std::printf("llama.cpp second opinion not run: %s cannot import llama_cpp\n", llamacpp_python().c_str());
     return;
   }
-  const std::string second = quoted(llamacpp_python()) + " " + quoted(test::repo_path("tests/oracle/llamacpp_logits.py")) +
-                             " " + quoted(model_path) + " " + quoted(dir / "tokens.i32") + " " +
-                             quoted(dir / "llamacpp.f32") + " 2>&1";
+  const std::string second = shell_quote(llamacpp_python()) + " " + shell_quote(test::repo_path("tests/oracle/llamacpp_logits.py")) +
+                             " " + shell_quote(model_path) + " " + shell_quote(dir / "tokens.i32") + " " +
+                             shell_quote(dir / "llamacpp.f32") + " 2>&1";
   ASSERT_EQ(std::system(second.c_str()), 0) << "llama.cpp failed: " << second;
   at::Tensor llamacpp = read_logits(dir / "llamacpp.f32", L, V);
   ASSERT_TRUE(llamacpp.defined());

@@ -26,7 +26,8 @@ namespace fs = std::filesystem;
 
 fs::path gemma3_path() { return *model_handle_path("gemma3-270m"); }
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+// A shell word in single quotes (paths here have none).
+std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
 
 std::string llamacpp_python() {
   const char* env = std::getenv("QEVAL_LLAMACPP_PYTHON");
@@ -38,7 +39,7 @@ std::string why_not_runnable(const fs::path& model) {
   if (!fs::exists(model))
     return "Gemma-3-270M Q4_K_M GGUF not found at " + model.string() +
            " (scripts/models --model gemma3-270m downloads it; QEVAL_MODEL_DIR overrides the folder)";
-  const std::string cmd = quoted(llamacpp_python()) + " -c 'import llama_cpp' >/dev/null 2>&1";
+  const std::string cmd = shell_quote(llamacpp_python()) + " -c 'import llama_cpp' >/dev/null 2>&1";
   if (std::system(cmd.c_str()) != 0)
     return llamacpp_python() +
            " cannot import llama_cpp (pip install llama-cpp-python==0.3.36 in a venv and point "
@@ -102,22 +103,22 @@ TEST(Gemma3TokenizerOracle, MatchesLlamaCppTokenForToken) {
   std::printf("Gemma-3 GGUF tokenizer loaded in %.2f s\n", load_seconds);
 
   test::TempDir dir;
-  const std::string wikitext = quoted(test::data_path("text/wikitext-2-raw-v1/test.rows.jsonl"));
-  const std::string c4 = quoted(test::data_path("text/c4/c4-en-validation-excerpt-1025.jsonl"));
+  const std::string wikitext = shell_quote(test::data_path("text/wikitext-2-raw-v1/test.rows.jsonl"));
+  const std::string c4 = shell_quote(test::data_path("text/c4/c4-en-validation-excerpt-1025.jsonl"));
   struct Input {
     const char* name;
     std::string spec;
     std::size_t min_texts;
   };
   for (const Input& in : {Input{"WikiText-2 test rows", wikitext + ":100000", 2891},
-                          Input{"WikiText-2 test joined", quoted(write_joined_wikitext(dir)) + ":1", 1},
+                          Input{"WikiText-2 test joined", shell_quote(write_joined_wikitext(dir)) + ":1", 1},
                           Input{"C4 excerpt", c4 + ":100000", 1025},
-                          Input{"stress strings", quoted(write_stress_texts(dir)) + ":1000", 17}}) {
+                          Input{"stress strings", shell_quote(write_stress_texts(dir)) + ":1000", 17}}) {
     SCOPED_TRACE(in.name);
     const fs::path out = dir / "oracle.jsonl";
-    const std::string command = quoted(llamacpp_python()) + " " +
-                                quoted(test::oracle_script("llamacpp_tokenizer_oracle.py")) + " " + quoted(model) +
-                                " " + quoted(out) + " " + in.spec + " 2>&1";
+    const std::string command = shell_quote(llamacpp_python()) + " " +
+                                shell_quote(test::oracle_script("llamacpp_tokenizer_oracle.py")) + " " + shell_quote(model) +
+                                " " + shell_quote(out) + " " + in.spec + " 2>&1";
     ASSERT_EQ(std::system(command.c_str()), 0) << "oracle failed: " << command;
     const auto records = test::read_oracle_output(out);
     ASSERT_GE(records.size(), in.min_texts);
