@@ -65,9 +65,16 @@ if(QEVAL_CUTLASS_ENABLED)
   # makes ptxas serialise every wgmma (warning C7510), whatever the build type.
   # CUTLASS_ENABLE_GDC_FOR_SM90 compiles in the griddepcontrol.wait that makes programmatic
   # dependent launch safe (a no-op when a kernel is launched without it).
+  # (Only the large-tile files: CUTLASS 4.2's stream-K scheduler, used by the small-tile ones,
+  # does not compile with it under nvcc 13.0; those kernels are never launched dependent.)
   target_compile_options(qeval_cuda_sm90 PRIVATE -gencode=arch=compute_90a,code=sm_90a
-                         --expt-relaxed-constexpr -DNDEBUG -DCUTLASS_ENABLE_GDC_FOR_SM90
+                         --expt-relaxed-constexpr -DNDEBUG
                          -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter)
+  foreach(src ${sm90_srcs})
+    if(src MATCHES "_large_[a-z0-9]+\\.cu$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_DEFINITIONS CUTLASS_ENABLE_GDC_FOR_SM90)
+    endif()
+  endforeach()
   target_link_libraries(qeval_cuda_sm90 PRIVATE CUDA::cudart_static)
   # Each CUTLASS file takes ~100 s of one core and ~3.8 GB of memory (nvcc 13.0, measured): with
   # Ninja they compile QEVAL_CUTLASS_JOBS at a time (default 1) while other files use the other

@@ -235,8 +235,19 @@ struct ParamsKey {
 // encodes three TMA descriptors on the host and sets the kernel's shared-memory attribute, which
 // costs about as much host time as a GPT-2-sized layer takes on the GPU. Configurations that
 // need a workspace (stream-K / split-K partial sums and flags) initialise it on every call.
+// Whether this file's kernels hold griddepcontrol.wait (CUTLASS_ENABLE_GDC_FOR_SM90): only those
+// may start before the quantiser has finished (programmatic dependent launch). The small-tile
+// files are compiled without it: CUTLASS 4.2's stream-K scheduler does not compile with it under
+// nvcc 13.0 (is_last_tile binds a const member to a non-const reference).
+#if defined(CUTLASS_ENABLE_GDC_FOR_SM90)
+constexpr bool kKernelsWaitForPredecessor = true;
+#else
+constexpr bool kKernelsWaitForPredecessor = false;
+#endif
+
 template <FloatType kOut, Tile kTile>
 void run_for(const Int8GemmArgs& a, int splits, void* workspace, Stream stream, bool pdl) {
+  pdl = pdl && kKernelsWaitForPredecessor;
   using Gemm = typename Int8Gemm<kOut, kTile>::Gemm;
   using Params = typename Gemm::Params;
   struct Entry {
