@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <ftw.h>
+
+#include <cstdio>
 #include <fstream>
 #include <random>
 
@@ -37,9 +40,15 @@ TempDir::TempDir() {
   std::filesystem::create_directories(path_);
 }
 
+namespace {
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
+}  // namespace
+
 TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  // nftw rather than std::filesystem::remove_all: PyTorch's CUDA wheel exports its own copy of
+  // std::filesystem, which a binary linked against it binds to and which crashes in remove_all
+  // (seen on the H200 machine, results/gpu/2026-11-26-h200-issue32).
+  ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 void write_bytes(const std::filesystem::path& path, const std::string& bytes) {
