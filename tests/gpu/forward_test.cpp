@@ -16,7 +16,11 @@ namespace {
 
 class HiddenOnCpu : public ForwardObserver {
  public:
-  void on_block_output(std::int64_t, const at::Tensor& hidden) override { hidden_.push_back(hidden.detach().to(at::kFloat).cpu()); }
+  // A copy: the hidden state is the live residual stream, updated in place by the next block (on
+  // the CPU, .to(kFloat).cpu() of a float CPU tensor is the same tensor).
+  void on_block_output(std::int64_t, const at::Tensor& hidden) override {
+    hidden_.push_back(hidden.detach().to(at::kFloat).cpu().clone());
+  }
   at::Tensor stacked() const { return at::stack(hidden_, 1); }  // [B, layer, L, D]
 
  private:
