@@ -96,7 +96,9 @@ TEST(Fp32Gemm, InferenceThreadingGivesTheSameBitsForEveryThreadCount) {
     std::vector<at::Tensor> got;
     for (int threads : {1, 2, 3}) {
       set_inference_threads(threads);
-      if (blas_before) EXPECT_EQ(blas_threads(), 1);
+      if (blas_before) {
+        EXPECT_EQ(blas_threads(), 1);
+      }
       got.push_back(fp32_linear(x, w, b));
     }
     set_compute_threads(before);
