@@ -37,9 +37,12 @@ TEST_P(Int8GemmShapes, IntegerBackendsEqualExactProducts) {
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float_exact), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b), expected)) << "automatic";
-  if (cpu::avx2_int8_gemm_available())
+  if (cpu::avx2_int8_gemm_available()) {
     EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::avx2), expected)) << "avx2";
-  if (!cpu::onednn_int8_exact()) GTEST_SKIP() << "oneDNN's int8 matmul is not exact on this CPU (no VNNI): dispatch uses float_exact";
+  }
+  if (!cpu::onednn_int8_exact())
+    GTEST_SKIP() << "oneDNN's int8 matmul is not exact on this CPU (no VNNI): dispatch uses "
+                 << to_string(int8_gemm_cpu_backend()) << " (checked above)";
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected))
       << "oneDNN implementation " << cpu::onednn_int8_impl(s.M, s.K, s.N);
 }
@@ -72,8 +75,9 @@ TEST(Int8Gemm, LargeSumsAreExactBeforeTheOneRoundingToFloat) {
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::reference), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::float_exact), expected));
   EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b), expected)) << "automatic";
-  if (cpu::avx2_int8_gemm_available())
+  if (cpu::avx2_int8_gemm_available()) {
     EXPECT_TRUE(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::avx2), expected)) << "avx2";
+  }
   // The dispatch's self-test must agree with what oneDNN computes here: exact, or not used.
   if (cpu::onednn_int8_jit())
     EXPECT_EQ(test::tensors_equal(int8_matmul_acc(a, b, Int8GemmBackend::onednn), expected), cpu::onednn_int8_exact())
