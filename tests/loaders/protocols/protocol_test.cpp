@@ -257,6 +257,9 @@ TEST(GptqC4Protocol, NoLongDocumentIsAnErrorNotALoop) {
 }  // namespace
 }  // namespace qeval
 
+namespace qeval {
+namespace {
+
 // bos_per_window "auto" (the windows preset): BOS opens every window exactly when the tokenizer
 // is a GGUF one whose tokenizer.ggml.add_bos_token is true (as llama.cpp's perplexity tool and
 // lm-eval do); absent or false keeps windows cut from the joined stream. Given values win.
@@ -304,3 +307,6 @@ TEST(WindowsProtocol, BosPerWindowAutoFollowsTheGgufAddBosToken) {
   EXPECT_EQ(given.resolve_bos_per_window(yes.get()).bos_per_window, false);
   EXPECT_THROW(ProtocolSpec::from_json({{"name", "windows"}, {"bos_per_window", "sometimes"}}, "t"), Error);
 }
+
+}  // namespace
+}  // namespace qeval
