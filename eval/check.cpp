@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "eval/compare.h"
+#include "eval/record.h"
 
 namespace qeval {
 namespace {
@@ -181,8 +182,8 @@ CheckReport check_record(const nlohmann::json& baseline, const nlohmann::json& c
 
   // The measurement must be the same; only the model may change.
   nlohmann::json bid = comparison_identity(baseline), cid = comparison_identity(current);
-  bid["precision"] = baseline.value("precision", nlohmann::json(nullptr));
-  cid["precision"] = current.value("precision", nlohmann::json(nullptr));
+  bid["precision"] = precision_identity(baseline.value("precision", nlohmann::json(nullptr)));
+  cid["precision"] = precision_identity(current.value("precision", nlohmann::json(nullptr)));
   if (bid != cid) {
     const std::string diff = fmt::format("{}", fmt::join(json_differences(bid, cid), "; "));
     QEVAL_CHECK(options.allow_protocol_mismatch,

@@ -32,6 +32,11 @@ std::vector<SchemeInfo> scheme_infos(const nlohmann::json& record) {
   return infos;
 }
 
+nlohmann::json precision_identity(const nlohmann::json& precision) {
+  if (!precision.is_object()) return precision;
+  return {{"dtype", precision.value("dtype", nlohmann::json(nullptr))}, {"device", precision.value("device", "cpu")}};
+}
+
 nlohmann::json evaluation_identity(const nlohmann::json& record) {
   nlohmann::json protocol = record.at("protocol");
   for (const char* key : {"windows", "scored_tokens", "token_stream_hash"}) protocol.erase(key);
@@ -48,7 +53,7 @@ nlohmann::json evaluation_identity(const nlohmann::json& record) {
           {"data_options", {{"text_split", record.at("data").value("text_split", "")},
                             {"json_field", record.at("data").value("json_field", "")}}},
           {"protocol", protocol},
-          {"precision", record.at("precision")},
+          {"precision", precision_identity(record.at("precision"))},
           {"options", options},
           {"schemes", schemes}};
 }

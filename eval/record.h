@@ -43,6 +43,11 @@ nlohmann::json build_record(const RecordContext& context, const std::vector<Sche
 // precision, schemes and statistics options. Counts, hashes of results and timings excluded.
 nlohmann::json evaluation_identity(const nlohmann::json& record);
 
+// What of a record's "precision" decides its numbers: the dtype and the device ("cpu" when a record
+// older than --device does not say). The descriptive fields (the GPU's name and versions, notes)
+// are left out, so records compare across them.
+nlohmann::json precision_identity(const nlohmann::json& precision);
+
 // Writes atomically (temp file + rename): the record is complete or absent.
 void write_record(const std::filesystem::path& path, const nlohmann::json& record);
 // Reads and checks schema_version; throws naming the file.
