@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "eval/hidden_stats.h"
 
 namespace qeval {
 namespace {
@@ -20,7 +21,7 @@ std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, 
               "attention_layer_stats: probabilities must be floating point, got {}",
               std::string(c10::toString(probs.scalar_type())));
   QEVAL_CHECK(sink_T >= 1, "attention_layer_stats: sink T must be at least 1, got {}", sink_T);
-  if (chunk_elements <= 0) chunk_elements = probs.device().is_cpu() ? std::int64_t{1} << 18 : std::int64_t{1} << 26;
+  if (chunk_elements <= 0) chunk_elements = default_statistics_chunk(probs.device());
   QEVAL_CHECK(window >= 0, "attention_layer_stats: window must be 0 (global) or positive, got {}", window);
   const std::int64_t B = probs.size(0), H = probs.size(1), L = probs.size(2);
   QEVAL_CHECK(H > 0 && L > 0, "attention_layer_stats: empty attention [{}, {}, {}, {}]", B, H, L, L);

@@ -7,12 +7,16 @@
 
 namespace qeval {
 
+std::int64_t default_statistics_chunk(const at::Device& device) {
+  return device.is_cpu() ? std::int64_t{1} << 18 : std::int64_t{1} << 26;
+}
+
 std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden, std::int64_t chunk_elements) {
   QEVAL_CHECK(hidden.dim() == 3, "hidden_layer_stats: hidden state must be [B, L, D], got {} dims", hidden.dim());
   QEVAL_CHECK(at::isFloatingType(hidden.scalar_type()),
               "hidden_layer_stats: hidden state must be floating point, got {}",
               std::string(c10::toString(hidden.scalar_type())));
-  if (chunk_elements <= 0) chunk_elements = hidden.device().is_cpu() ? std::int64_t{1} << 18 : std::int64_t{1} << 26;
+  if (chunk_elements <= 0) chunk_elements = default_statistics_chunk(hidden.device());
   const std::int64_t B = hidden.size(0), L = hidden.size(1), D = hidden.size(2);
   QEVAL_CHECK(L > 0 && D > 0, "hidden_layer_stats: empty hidden state [{}, {}, {}]", B, L, D);
 

@@ -37,6 +37,10 @@ struct HiddenLayerStats {
 // hidden: [B, L, D] floating point, any device → one entry per batch row (sequence).
 // chunk_elements bounds each float64 temporary (rows of D per chunk); results do not depend on it.
 // 0: by device (2^18 on the CPU; 2^26 on a GPU, where each chunk costs kernel launches).
+// The default chunk of the statistics reductions on `device` (chunk_elements = 0): 2^18 elements on
+// the CPU (bounded temporaries), 2^26 on a GPU, where every chunk costs kernel launches and a sync.
+std::int64_t default_statistics_chunk(const at::Device& device);
+
 std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden,
                                                  std::int64_t chunk_elements = 0);
 

@@ -18,6 +18,15 @@
 
 namespace qeval {
 
+namespace {
+
+// Rows sharing one dynamic scale: 1 per token, else every row of the sequence (DESIGN.md §5).
+std::int64_t rows_per_scale(const QuantSpec& q, std::int64_t L) {
+  return q.granularity == Granularity::token ? 1 : std::max<std::int64_t>(L, 1);
+}
+
+}  // namespace
+
 std::string to_string(ExecutionPath p) { return p == ExecutionPath::kernel ? "kernel" : "reference"; }
 
 std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
@@ -298,16 +307,15 @@ at::Tensor QuantizedLinear::forward_keeping(const at::Tensor& x) const {
 at::Tensor QuantizedLinear::forward_quantized_device(const at::Tensor& x) const {
   const std::int64_t B = x.size(0), L = x.size(1);
   const at::ScalarType dtype = x.scalar_type();
-  auto rows_per_scale = [&](const QuantSpec& q) { return q.granularity == Granularity::token ? 1 : std::max<std::int64_t>(L, 1); };
   auto log_engine = [&](const std::string& engine) {
     std::lock_guard<std::mutex> lock(engine_log_->mutex);
     engine_log_->used.insert(engine);
   };
   if (path_ == ExecutionPath::kernel && int8_) {
     // One op over all B·L rows: exact integer sums, per-row or per-sequence scales.
-    const std::int64_t out_rows = outputs_.kind == QuantKind::int8_absmax ? rows_per_scale(outputs_) : 0;
+    const std::int64_t out_rows = outputs_.kind == QuantKind::int8_absmax ? rows_per_scale(outputs_, L) : 0;
     log_engine(kernels::int8_linear_path(x.device(), B * L, out_, in_));
-    return kernels::int8_linear(x.reshape({B * L, in_}), rows_per_scale(inputs_), int8_->q, int8_->scales, bias_, out_rows)
+    return kernels::int8_linear(x.reshape({B * L, in_}), rows_per_scale(inputs_, L), int8_->q, int8_->scales, bias_, out_rows)
         .reshape({B, L, out_});
   }
   at::Tensor xq = inputs_.enabled() ? fake_quantize_activations(x.to(at::kFloat), inputs_).to(dtype) : x;
@@ -348,7 +356,7 @@ at::Tensor QuantizedLinear::forward_quantized(const at::Tensor& x) const {
   if (path_ == ExecutionPath::kernel && outputs_.kind == QuantKind::int8_absmax) {
     // The fused quantiser gives the reference maths' codes and scales bit for bit, in two passes.
     const std::int64_t L = y.size(1), N = y.size(2);
-    const std::int64_t rows = outputs_.granularity == Granularity::token ? 1 : std::max<std::int64_t>(L, 1);
+    const std::int64_t rows = rows_per_scale(outputs_, L);
     kernels::Int8Rows r = kernels::quantize_int8_rows(y.reshape({B * L, N}), rows);
     return int8_dequantize(r.q, kernels::scales_per_row(r, rows).unsqueeze(1)).reshape({B, L, N});
   }
@@ -370,9 +378,9 @@ at::Tensor QuantizedLinear::forward_w4_kernel(const at::Tensor& x) const {
 at::Tensor QuantizedLinear::forward_int8_kernel(const at::Tensor& x) const {
   const std::int64_t B = x.size(0), L = x.size(1);
   // Per-token scales, or one scale per sequence of L rows.
-  const std::int64_t rows_per_scale = inputs_.granularity == Granularity::token ? 1 : std::max<std::int64_t>(L, 1);
-  kernels::Int8Rows a = kernels::quantize_int8_rows(x.reshape({B * L, in_}), rows_per_scale);
-  at::Tensor y = kernels::int8_gemm(a.q, int8_->q, kernels::scales_per_row(a, rows_per_scale), int8_->scales, bias_);
+  const std::int64_t rows = rows_per_scale(inputs_, L);
+  kernels::Int8Rows a = kernels::quantize_int8_rows(x.reshape({B * L, in_}), rows);
+  at::Tensor y = kernels::int8_gemm(a.q, int8_->q, kernels::scales_per_row(a, rows), int8_->scales, bias_);
   return y.reshape({B, L, out_});
 }
 
