@@ -4,41 +4,45 @@
 // Why it exists: oneDNN is the CPU int8 GEMM of this project (STYLE.md), but without VNNI its JIT
 // multiplies with vpmaddubsw on a + 128 and lets the 16-bit pair sums saturate (on an AVX2 EPYC it
 // returned -540,673 for a sum of -66,096,768), so the dispatch used float_exact there, slower than
-// fp32 itself. This kernel uses the same instruction in a way that cannot saturate.
+// fp32 itself.
 //
-// The arithmetic. vpmaddubsw multiplies unsigned bytes by signed bytes and adds adjacent pairs into
-// saturating int16; vpmaddwd against ones widens those pairs into int32 lanes. The unsigned operand
-// is |a|, so b must carry a's sign. llama.cpp's AVX2 Q8 dot product applies it with vpsignb; on
-// Zen 3 vpsignb issues on the same two pipes as the two multiplies (measured: 24 multiply-pipe
-// operations per 256 products, 1.5× fp32 at best). Here the sign costs a vpxor, which any vector
-// ALU pipe takes: for a < 0 the kernel multiplies |a| by ~b = −b − 1 (b XOR 0xFF) instead of −b,
-// which is a·b − |a|, and adds the row's Σ_{a<0} |a| back at the end (one int32 per row):
-//   Σ_k a·b = Σ_k |a| · (b XOR mask(a)) + Σ_{k: a<0} |a|,   mask(a) = 0xFF if a < 0 else 0.
-// Every 16-bit pair sum |a₀|·s₀ + |a₁|·s₁ with |a| ≤ 127 and s ∈ [−128, 127] lies within ±32,512,
-// inside int16, so nothing saturates; the int32 sums wrap only where the exact result does not fit
-// either (K > 133,143 is refused by the dispatch), so the final int32 is exact. b may hold any int8
-// (−128 too); a must not hold −128 (|−128| · 128 · 2 saturates): the quantisers never produce it,
-// and an a that holds it goes to float_exact (still exact), found while a is packed.
+// The arithmetic: vpmaddwd on int16. Both operands are widened to int16 when they are packed, so
+// each vpmaddwd multiplies a pair of codes of a row of a (broadcast to all lanes) by the same pair
+// of codes of 8 columns of b and adds the two products into one int32 lane: 16 products per
+// instruction, no 16-bit intermediate to saturate (|a₀b₀ + a₁b₁| ≤ 2 · 128² = 32,768 in int32), any
+// int8 code −128 included. The int32 lanes wrap only where the exact sum does not fit either (the
+// dispatch refuses K > 133,143), so the final int32 is exact.
 //
-// Layout and blocking: a is packed once per call to |a| and its sign mask, rows padded with zeros to
-// Kp (a multiple of 16), plus the per-row correction. b is packed once per call in panels of 16
-// output columns: for each block of 16 k, 8 vectors of 32 bytes, vector j holding column j's 16
-// codes in its low half and column j + 8's in its high half (N · Kp bytes in all; O(NK) against
-// the GEMM's O(MNK)). Work goes in tiles of 64 rows × 16 columns, k in slices of 1024 (16 KiB of b,
-// held in L1 while the tile's rows pass over it). The micro-kernel
-// takes one row: each block of 16 k is one 128-bit broadcast of |a| and one of the mask, then 8 ×
-// (vpxor, vpmaddubsw, vpmaddwd, vpaddd) for 256 products; a final vphaddd tree puts the 16 columns in
-// order. Threads (at::parallel_for) take whole tiles, so the integer sums never depend on the
-// thread count. Functions carry __attribute__((target("avx2"))) rather than the
-// build using -mavx2, so the binary still runs on any x86-64; avx2_int8_gemm_available() says
-// whether this CPU can run it (AVX-512BW CPUs without VNNI run this kernel too).
+// Why not vpmaddubsw (the instruction llama.cpp's AVX2 Q8 dot product uses, and this kernel's first
+// version): it takes an unsigned operand, so a's sign has to be moved onto b (vpsignb, or b XOR a's
+// sign mask with a row correction) for every pair of a row of a and a vector of b. Then a vector of b
+// cannot be shared by several rows, and the kernel ran one row at a time, loading b for every 256
+// products; measured on Zen 3 it reached a quarter to a half of its ceiling. With int16 operands a
+// loaded vector of b serves every row of a micro-tile and a broadcast of a serves every vector of b:
+// the classic register-blocked GEMM micro-kernel, as an fp32 GEMM's, with vpmaddwd + vpaddd in place
+// of the FMA. Both instructions issue two per cycle on Zen 3 and on Intel cores, and per
+// multiply-pipe operation this is 16 products against the FMA's 8, so the ceiling is 2× fp32 (the
+// same as vpmaddubsw + vpmaddwd: 32 products for two multiply-pipe operations). Measured in a loop of
+// this micro-kernel alone on the Zen 3 EPYC: 25 products per cycle, 1.6× an fp32 FMA loop's 15.5.
+//
+// Layout and blocking. a is packed once per call into micro-panels of kMr = 6 rows: for each pair of
+// k, the 6 rows' (a[2h], a[2h+1]) as int16 pairs (one int32 each), rows past M and k past K zero.
+// b is packed once per call into panels of kNr = 16 columns: for each pair of k, 16 int16 pairs
+// (two vectors of 8 columns). The micro-kernel computes 6 rows × 16 columns over all of K in 12
+// ymm accumulators (lane j of accumulator (r, v) is column 8v + j of row r, so no horizontal sums
+// are needed): per pair of k, 2 loads of b, 6 broadcasts of a, 12 × (vpmaddwd, vpaddd). Work goes
+// in tiles of rows × 64 columns, rows sized so that the tile's panel of a stays in L2 while its 4
+// panels of b pass over it (a panel of b: 16 · K · 2 bytes, 24 KiB at K = 768, read once per
+// micro-panel of a from L1 or L2). Threads (at::parallel_for) take whole tiles, each output is the
+// sum of one micro-kernel call over all of K, so the integer sums never depend on the thread
+// count. Functions carry __attribute__((target("avx2"))) rather than the build using -mavx2, so
+// the binary still runs on any x86-64; avx2_int8_gemm_available() says whether this CPU can run it
+// (AVX-512BW CPUs without VNNI run this kernel too).
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 
 #include "kernels/cpu/int8_gemm_cpu.h"
 
@@ -52,12 +56,10 @@ namespace qeval::kernels::cpu {
 #ifdef QEVAL_INT8_HAS_AVX2_VARIANT
 namespace {
 
-constexpr std::int64_t kNr = 16;    // output columns per panel
-constexpr std::int64_t kKb = 16;    // k per block (one 128-bit broadcast)
-constexpr std::int64_t kKc = 1024;  // k per panel slice a tile's rows share: 16 · 1024 bytes = 16 KiB
-constexpr std::int64_t kMb = 64;    // rows per tile
-
-std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+constexpr std::int64_t kMr = 6;             // rows per micro-tile (6 × 2 accumulators + 2 b + 1 a = 15 ymm)
+constexpr std::int64_t kNr = 16;            // columns per micro-tile and per panel of b
+constexpr std::int64_t kNc = 64;            // columns per tile (4 panels of b)
+constexpr std::int64_t kL2Budget = 192 << 10;  // bytes of packed a a tile may keep in L2 (Zen 3: 512 KiB per core)
 
 // What happens to float(acc) on the way out: nothing (int8_matmul_acc_avx2), or kernels/int8_gemm.h's
 // y = (float(acc) · a_scale[m]) · b_scale[n] + bias[n], each operation rounded on its own (as the
@@ -70,47 +72,46 @@ struct Epilogue {
   const float* bias = nullptr;     // [N] or null
 };
 
-// (lo, hi) = columns 0..7 and 8..15 of Σ over `blocks` blocks of 16 k of |a| · (b XOR mask), one row.
-__attribute__((target("avx2"))) inline void row_kernel(const std::int8_t* ua, const std::int8_t* ma,
-                                                       const std::int8_t* panel, std::int64_t blocks, __m256i& lo,
-                                                       __m256i& hi) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
-  for (std::int64_t g = 0; g < blocks; ++g) {
-    const __m256i* bp = reinterpret_cast<const __m256i*>(panel + g * kKb * kNr);
-    const __m256i u = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ua + g * kKb)));
-    const __m256i m = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ma + g * kKb)));
-#define QEVAL_STEP(j) \
-  c##j = _mm256_add_epi32(c##j, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_xor_si256(_mm256_load_si256(bp + j), m)), ones))
-    QEVAL_STEP(0);
-    QEVAL_STEP(1);
-    QEVAL_STEP(2);
-    QEVAL_STEP(3);
-    QEVAL_STEP(4);
-    QEVAL_STEP(5);
-    QEVAL_STEP(6);
-    QEVAL_STEP(7);
-#undef QEVAL_STEP
-    // Keeps GCC 12 from spilling accumulators to the stack inside the loop (measured: 10 % slower).
-    asm("" : "+x"(c0), "+x"(c1), "+x"(c2), "+x"(c3), "+x"(c4), "+x"(c5), "+x"(c6), "+x"(c7));
+// acc[r · 16 + j] = Σ over `pairs` pairs of k of row r of the micro-panel `pa` times column j of the
+// panel `pb`: the 6 × 16 int32 sums of one micro-tile.
+__attribute__((target("avx2"))) void micro_kernel(const std::int32_t* pa, const std::int32_t* pb, std::int64_t pairs,
+                                                  std::int32_t* acc) {
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+          c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (std::int64_t h = 0; h < pairs; ++h) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pb + h * kNr));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pb + h * kNr + 8));
+    const std::int32_t* ah = pa + h * kMr;
+    __m256i a;
+#define QEVAL_ROW(r)                                            \
+  a = _mm256_set1_epi32(ah[r]);                                 \
+  c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(a, b0)); \
+  c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(a, b1));
+    QEVAL_ROW(0)
+    QEVAL_ROW(1)
+    QEVAL_ROW(2)
+    QEVAL_ROW(3)
+    QEVAL_ROW(4)
+    QEVAL_ROW(5)
+#undef QEVAL_ROW
+    // Keeps GCC from spilling accumulators to the stack inside the loop.
+    asm("" : "+x"(c00), "+x"(c01), "+x"(c10), "+x"(c11), "+x"(c20), "+x"(c21), "+x"(c30), "+x"(c31), "+x"(c40),
+        "+x"(c41), "+x"(c50), "+x"(c51));
   }
-  // c_j: low half 4 partial sums of column j, high half of column j + 8.
-  const __m256i q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(c0, c1), _mm256_hadd_epi32(c2, c3));  // [0..3 | 8..11]
-  const __m256i q1 = _mm256_hadd_epi32(_mm256_hadd_epi32(c4, c5), _mm256_hadd_epi32(c6, c7));  // [4..7 | 12..15]
-  lo = _mm256_permute2x128_si256(q0, q1, 0x20);
-  hi = _mm256_permute2x128_si256(q0, q1, 0x31);
+  const __m256i sums[2 * kMr] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+  for (std::int64_t i = 0; i < 2 * kMr; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(acc) + i, sums[i]);
 }
 
-// out[0 .. cols) for row m, columns n0 .. n0 + cols: float(lo, hi + c), exact int32 → float32 rounded
-// to nearest like the reference's cast, then the epilogue.
-__attribute__((target("avx2"))) inline void store_row(__m256i lo, __m256i hi, std::int32_t c, const Epilogue& ep,
-                                                      std::int64_t m, std::int64_t n0, float* out, std::int64_t cols) {
-  const __m256i cv = _mm256_set1_epi32(c);
-  __m256 flo = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, cv)), fhi = _mm256_cvtepi32_ps(_mm256_add_epi32(hi, cv));
+// out[0 .. cols) of row m, columns n0 .. n0 + cols: float(acc), exact int32 → float32 rounded to
+// nearest like the reference's cast, then the epilogue.
+__attribute__((target("avx2"))) void store_row(const std::int32_t* acc, const Epilogue& ep, std::int64_t m,
+                                               std::int64_t n0, float* out, std::int64_t cols) {
+  __m256 lo = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(acc)));
+  __m256 hi = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(acc + 8)));
   if (ep.a_scale != nullptr) {
     const __m256 sa = _mm256_set1_ps(ep.a_scale[ep.a_each ? m : 0]);
-    flo = _mm256_mul_ps(flo, sa);
-    fhi = _mm256_mul_ps(fhi, sa);
+    lo = _mm256_mul_ps(lo, sa);
+    hi = _mm256_mul_ps(hi, sa);
     __m256 sb_lo, sb_hi, bias_lo = _mm256_setzero_ps(), bias_hi = _mm256_setzero_ps();
     if (cols == kNr) {
       sb_lo = ep.b_each ? _mm256_loadu_ps(ep.b_scale + n0) : _mm256_set1_ps(ep.b_scale[0]);
@@ -129,109 +130,50 @@ __attribute__((target("avx2"))) inline void store_row(__m256i lo, __m256i hi, st
       sb_lo = _mm256_load_ps(sb), sb_hi = _mm256_load_ps(sb + 8);
       bias_lo = _mm256_load_ps(bias), bias_hi = _mm256_load_ps(bias + 8);
     }
-    flo = _mm256_mul_ps(flo, sb_lo);
-    fhi = _mm256_mul_ps(fhi, sb_hi);
+    lo = _mm256_mul_ps(lo, sb_lo);
+    hi = _mm256_mul_ps(hi, sb_hi);
     if (ep.bias != nullptr) {
-      flo = _mm256_add_ps(flo, bias_lo);
-      fhi = _mm256_add_ps(fhi, bias_hi);
+      lo = _mm256_add_ps(lo, bias_lo);
+      hi = _mm256_add_ps(hi, bias_hi);
     }
   }
   if (cols == kNr) {
-    _mm256_storeu_ps(out, flo);
-    _mm256_storeu_ps(out + 8, fhi);
+    _mm256_storeu_ps(out, lo);
+    _mm256_storeu_ps(out + 8, hi);
   } else {
     alignas(32) float tmp[kNr];
-    _mm256_store_ps(tmp, flo);
-    _mm256_store_ps(tmp + 8, fhi);
+    _mm256_store_ps(tmp, lo);
+    _mm256_store_ps(tmp + 8, hi);
     std::memcpy(out, tmp, static_cast<std::size_t>(cols) * sizeof(float));
   }
 }
 
-// One tile: rows [m0, m0 + rows) × the 16 columns of panel `panel` (all Kp), into out [M, N] float32.
-// With K ≤ kKc each row runs once over the whole panel and is stored directly; longer K goes in
-// slices, each held in L1 while every row of the tile passes over it, the int32 sums in `sums`.
-__attribute__((target("avx2"))) void run_tile(const std::int8_t* ua, const std::int8_t* ma, const std::int32_t* corr,
-                                              std::int64_t Kp, const std::int8_t* panel, std::int64_t m0,
-                                              std::int64_t rows, std::int64_t n0, std::int64_t cols,
-                                              const Epilogue& ep, float* out, std::int64_t N, std::int32_t* sums) {
-  __m256i lo, hi;
-  if (Kp <= kKc) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      row_kernel(ua + r * Kp, ma + r * Kp, panel, Kp / kKb, lo, hi);
-      store_row(lo, hi, corr[r], ep, m0 + r, n0, out + r * N, cols);
-    }
-    return;
-  }
-  for (std::int64_t k0 = 0; k0 < Kp; k0 += kKc) {
-    const std::int64_t kc = std::min(kKc, Kp - k0);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      row_kernel(ua + r * Kp + k0, ma + r * Kp + k0, panel + k0 * kNr, kc / kKb, lo, hi);
-      __m256i* s = reinterpret_cast<__m256i*>(sums + r * kNr);
-      if (k0 > 0) {
-        lo = _mm256_add_epi32(lo, _mm256_load_si256(s));
-        hi = _mm256_add_epi32(hi, _mm256_load_si256(s + 1));
-      }
-      if (k0 + kc < Kp) {
-        _mm256_store_si256(s, lo);
-        _mm256_store_si256(s + 1, hi);
-      } else {
-        store_row(lo, hi, corr[r], ep, m0 + r, n0, out + r * N, cols);
-      }
-    }
+// One int32 holding the int16 pair (lo, hi): lo in the low half, as vpmaddwd reads it.
+inline std::int32_t int16_pair(std::int8_t lo, std::int8_t hi) {
+  return static_cast<std::int32_t>(static_cast<std::uint16_t>(static_cast<std::int16_t>(lo)) |
+                                   (static_cast<std::uint32_t>(static_cast<std::uint16_t>(static_cast<std::int16_t>(hi)))
+                                    << 16));
+}
+
+// Rows [r0, r0 + rows) of x [R, K] as `width` interleaved lanes of int16 pairs: dst[h · width + i] =
+// (x[r0 + i][2h], x[r0 + i][2h + 1]) for h < pairs, zeros past K and for i ≥ rows. Used for a's
+// micro-panels (width 6) and b's panels (width 16).
+void pack_pairs(const std::int8_t* x, std::int64_t K, std::int64_t r0, std::int64_t rows, std::int64_t width,
+                std::int64_t pairs, std::int32_t* dst) {
+  if (rows < width) std::memset(dst, 0, static_cast<std::size_t>(pairs * width) * sizeof(std::int32_t));
+  const std::int64_t full = K / 2;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int8_t* src = x + (r0 + i) * K;
+    std::int32_t* d = dst + i;
+    for (std::int64_t h = 0; h < full; ++h) d[h * width] = int16_pair(src[2 * h], src[2 * h + 1]);
+    if (K % 2 != 0) d[full * width] = int16_pair(src[K - 1], 0);
   }
 }
 
-// Columns [n0, n0 + 16) and k [k0, k0 + kc) of b [N, K] into `slice` (kc / 16 blocks of 256 bytes),
-// zeros past K and past N.
-void pack_slice(const std::int8_t* b, std::int64_t N, std::int64_t K, std::int64_t n0, std::int64_t k0,
-                std::int64_t kc, std::int8_t* slice) {
-  const std::int64_t cols = std::min(kNr, N - n0), kvalid = std::min(kc, K - k0);
-  if (cols < kNr || kvalid < kc) std::memset(slice, 0, static_cast<std::size_t>(kc * kNr));
-  for (std::int64_t c = 0; c < cols; ++c) {
-    const std::int8_t* row = b + (n0 + c) * K + k0;
-    std::int8_t* dst = slice + (c % 8) * 32 + (c / 8) * 16;
-    std::int64_t k = 0;
-    for (; k + kKb <= kvalid; k += kKb) std::memcpy(dst + k * kNr, row + k, kKb);
-    if (k < kvalid) std::memcpy(dst + k * kNr, row + k, static_cast<std::size_t>(kvalid - k));
-  }
-}
-
-// Rows [m_begin, m_end) of a [M, K] into |a| and mask [M, Kp] (zero padded) and corr[m] = Σ_{a<0} |a|.
-// Returns false when a row holds −128.
-__attribute__((target("avx2"))) bool pack_rows(const std::int8_t* a, std::int64_t K, std::int64_t Kp,
-                                               std::int64_t m_begin, std::int64_t m_end, std::int8_t* ua,
-                                               std::int8_t* ma, std::int32_t* corr) {
-  const __m256i lowest = _mm256_set1_epi8(-128), zero = _mm256_setzero_si256();
-  for (std::int64_t m = m_begin; m < m_end; ++m) {
-    const std::int8_t* src = a + m * K;
-    std::int8_t* u = ua + m * Kp;
-    std::int8_t* mk = ma + m * Kp;
-    __m256i hit = zero, neg_sum = zero;  // neg_sum: int64 lanes of Σ |a| over a < 0 (vpsadbw)
-    std::int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k));
-      const __m256i mask = _mm256_cmpgt_epi8(zero, v);
-      const __m256i abs = _mm256_abs_epi8(v);
-      hit = _mm256_or_si256(hit, _mm256_cmpeq_epi8(v, lowest));
-      neg_sum = _mm256_add_epi64(neg_sum, _mm256_sad_epu8(_mm256_and_si256(abs, mask), zero));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + k), abs);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(mk + k), mask);
-    }
-    if (!_mm256_testz_si256(hit, hit)) return false;
-    alignas(32) std::int64_t lanes[4];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), neg_sum);
-    std::int64_t negative = lanes[0] + lanes[1] + lanes[2] + lanes[3];
-    for (; k < K; ++k) {
-      if (src[k] == -128) return false;
-      const bool is_neg = src[k] < 0;
-      u[k] = static_cast<std::int8_t>(is_neg ? -src[k] : src[k]);
-      mk[k] = static_cast<std::int8_t>(is_neg ? -1 : 0);
-      if (is_neg) negative -= src[k];
-    }
-    for (; k < Kp; ++k) u[k] = mk[k] = 0;
-    corr[m] = static_cast<std::int32_t>(negative);  // ≤ 127 · 133,143 < 2³¹
-  }
-  return true;
+// Rows of a per tile: micro-panels of a whose packed bytes fit kL2Budget, at least one, at most 16.
+std::int64_t tile_rows(std::int64_t pairs) {
+  const std::int64_t panel_bytes = kMr * pairs * static_cast<std::int64_t>(sizeof(std::int32_t));
+  return kMr * std::clamp<std::int64_t>(kL2Budget / panel_bytes, 1, 16);
 }
 
 }  // namespace
@@ -248,61 +190,58 @@ bool avx2_int8_gemm_available() {
 
 namespace {
 
-// The whole product for a [M, K] and b [N, K], contiguous int8; `ep` as above; nullopt when a
-// holds −128 (the caller takes float_exact).
-std::optional<at::Tensor> run(const at::Tensor& a, const at::Tensor& b, const Epilogue& ep) {
+// The whole product for a [M, K] and b [N, K], contiguous int8, with `ep` applied as tiles are stored.
+at::Tensor run(const at::Tensor& a, const at::Tensor& b, const Epilogue& ep) {
   TORCH_CHECK(avx2_int8_gemm_available(), "int8_gemm: the avx2 backend needs a CPU with AVX2");
   const std::int64_t M = a.size(0), K = a.size(1), N = b.size(0);
-  at::Tensor acc = at::empty({M, N}, at::TensorOptions().dtype(at::kFloat));  // [M, N]
-  if (M == 0 || N == 0) return acc;
-  if (K == 0) {
-    if (ep.a_scale != nullptr) return std::nullopt;  // the caller's path applies the epilogue to zeros
-    return acc.zero_();
-  }
+  at::Tensor out_t = at::empty({M, N}, at::TensorOptions().dtype(at::kFloat));  // [M, N]
+  if (M == 0 || N == 0) return out_t;
 #ifdef QEVAL_INT8_HAS_AVX2_VARIANT
   const std::int8_t* pa = a.data_ptr<std::int8_t>();
   const std::int8_t* pb = b.data_ptr<std::int8_t>();
-  const std::int64_t Kp = round_up(K, kKb);
-  at::Tensor packed = at::empty({2, M, Kp}, at::TensorOptions().dtype(at::kChar));  // [|a|, mask] × [M, Kp]
-  at::Tensor corr_t = at::empty({M}, at::TensorOptions().dtype(at::kInt));          // [M] Σ_{a<0} |a|
-  std::int8_t* ua = packed.data_ptr<std::int8_t>();
-  std::int8_t* ma = ua + M * Kp;
-  std::int32_t* corr = corr_t.data_ptr<std::int32_t>();
-  std::atomic<bool> ok{true};
-  at::parallel_for(0, M, 16, [&](std::int64_t begin, std::int64_t end) {
-    if (!pack_rows(pa, K, Kp, begin, end, ua, ma, corr)) ok = false;
+  const std::int64_t pairs = (K + 1) / 2;
+  const std::int64_t micro_panels = (M + kMr - 1) / kMr, panels = (N + kNr - 1) / kNr;
+  // Packed operands, 64-byte aligned by LibTorch's allocator: a as [micro_panels][pairs][6], b as
+  // [panels][pairs][16], int16 pairs.
+  at::Tensor packed_a = at::empty({micro_panels * pairs * kMr}, at::TensorOptions().dtype(at::kInt));
+  at::Tensor packed_b = at::empty({panels * pairs * kNr}, at::TensorOptions().dtype(at::kInt));
+  std::int32_t* pap = packed_a.data_ptr<std::int32_t>();
+  std::int32_t* pbp = packed_b.data_ptr<std::int32_t>();
+  at::parallel_for(0, micro_panels, 8, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t p = begin; p < end; ++p)
+      pack_pairs(pa, K, p * kMr, std::min(kMr, M - p * kMr), kMr, pairs, pap + p * pairs * kMr);
   });
-  if (!ok) return std::nullopt;  // a holds −128
-  // b packed once: panel p holds columns [16p, 16p + 16) over all of Kp, Kp / 16 blocks of 256 bytes.
-  const std::int64_t panels = (N + kNr - 1) / kNr, panel_bytes = Kp * kNr;
-  at::Tensor packed_b = at::empty({panels * panel_bytes}, at::TensorOptions().dtype(at::kChar));  // 64-byte aligned
-  std::int8_t* pbp = packed_b.data_ptr<std::int8_t>();
   at::parallel_for(0, panels, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t p = begin; p < end; ++p) pack_slice(pb, N, K, p * kNr, 0, Kp, pbp + p * panel_bytes);
+    for (std::int64_t p = begin; p < end; ++p)
+      pack_pairs(pb, K, p * kNr, std::min(kNr, N - p * kNr), kNr, pairs, pbp + p * pairs * kNr);
   });
-  // Tiles of kMb rows × one panel, row blocks outermost: a thread's rows of |a| and mask (kMb · kKc · 2
-  // bytes) stay in L2 while it walks the panels, and each 16 KiB slice of a panel stays in L1 for kMb rows.
-  float* out = acc.data_ptr<float>();
-  const std::int64_t row_blocks = (M + kMb - 1) / kMb;
-  at::parallel_for(0, row_blocks * panels, 1, [&](std::int64_t t_begin, std::int64_t t_end) {
-    at::Tensor sums_t = at::empty({kMb, kNr}, at::TensorOptions().dtype(at::kInt));  // one tile's int32 sums
-    std::int32_t* sums = sums_t.data_ptr<std::int32_t>();
+  // Tiles of `rows` × kNc, row blocks outermost: a thread's consecutive tiles share their rows of a.
+  float* out = out_t.data_ptr<float>();
+  const std::int64_t rows = tile_rows(pairs);
+  const std::int64_t row_blocks = (M + rows - 1) / rows, col_blocks = (N + kNc - 1) / kNc;
+  at::parallel_for(0, row_blocks * col_blocks, 1, [&](std::int64_t t_begin, std::int64_t t_end) {
+    alignas(32) std::int32_t acc[kMr * kNr];
     for (std::int64_t t = t_begin; t < t_end; ++t) {
-      const std::int64_t m0 = (t / panels) * kMb, rows = std::min(kMb, M - m0), p = t % panels, n0 = p * kNr;
-      run_tile(ua + m0 * Kp, ma + m0 * Kp, corr + m0, Kp, pbp + p * panel_bytes, m0, rows, n0, std::min(kNr, N - n0),
-               ep, out + m0 * N + n0, N, sums);
+      const std::int64_t m_begin = (t / col_blocks) * rows, m_end = std::min(M, m_begin + rows);
+      const std::int64_t n_begin = (t % col_blocks) * kNc, n_end = std::min(N, n_begin + kNc);
+      for (std::int64_t n0 = n_begin; n0 < n_end; n0 += kNr) {
+        const std::int32_t* panel = pbp + (n0 / kNr) * pairs * kNr;
+        const std::int64_t cols = std::min(kNr, N - n0);
+        for (std::int64_t m0 = m_begin; m0 < m_end; m0 += kMr) {
+          micro_kernel(pap + (m0 / kMr) * pairs * kMr, panel, pairs, acc);
+          for (std::int64_t r = 0; r < std::min(kMr, M - m0); ++r)
+            store_row(acc + r * kNr, ep, m0 + r, n0, out + (m0 + r) * N + n0, cols);
+        }
+      }
     }
   });
 #endif
-  return acc;
+  return out_t;
 }
 
 }  // namespace
 
-at::Tensor int8_matmul_acc_avx2(const at::Tensor& a, const at::Tensor& b) {
-  std::optional<at::Tensor> acc = run(a, b, Epilogue{});
-  return acc ? *acc : int8_matmul_acc_float(a, b);
-}
+at::Tensor int8_matmul_acc_avx2(const at::Tensor& a, const at::Tensor& b) { return run(a, b, Epilogue{}); }
 
 at::Tensor int8_gemm_avx2(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_scale,
                           const at::Tensor& b_scale, const at::Tensor& bias) {
@@ -312,13 +251,7 @@ at::Tensor int8_gemm_avx2(const at::Tensor& a, const at::Tensor& b, const at::Te
   ep.b_scale = b_scale.data_ptr<float>();
   ep.b_each = b_scale.numel() != 1;
   ep.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  std::optional<at::Tensor> y = run(a, b, ep);
-  if (y) return *y;
-  // a holds −128: the exact sums through float_exact, then the same epilogue.
-  at::Tensor acc = int8_matmul_acc_float(a, b);  // [M, N]
-  acc = acc * (ep.a_each ? a_scale.unsqueeze(1) : a_scale);
-  acc = acc * b_scale;
-  return bias.defined() ? acc + bias : acc;
+  return run(a, b, ep);
 }
 
 }  // namespace qeval::kernels::cpu

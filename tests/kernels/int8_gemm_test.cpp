@@ -106,10 +106,10 @@ TEST(Int8Gemm, FloatExactIsExactOnBothSidesOfTheFloat32Bound) {
   }
 }
 
-// The AVX2 kernel's worst cases: every code ±127 (each 16-bit pair sum of vpmaddubsw at its
-// largest, 2 · 127 · 127 = 32,258, and at its most negative), −127 against +127, the same values
-// on shapes that leave tails in M (rows % 4), N (columns % 16) and K (% 4, % 32), and random
-// codes, for 1 and 2 threads: bit for bit against the reference.
+// The AVX2 kernel's worst cases: every code ±127 and −128 (the largest int16 pair sums vpmaddwd
+// forms, 2 · 128² = 32,768, and the most negative), −127 against +127, the same values on shapes
+// that leave tails in M (rows % 6), N (columns % 16, % 64) and K (odd, % 32), shapes of several
+// tiles in both directions, and random codes, for 1 and 2 threads: bit for bit against the reference.
 class Int8GemmAvx2 : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
@@ -126,7 +126,7 @@ class Int8GemmAvx2 : public ::testing::TestWithParam<int> {
 TEST_P(Int8GemmAvx2, ExtremeCodesOnOddShapesEqualTheReference) {
   const std::vector<Shape> shapes = {{1, 1, 1},   {1, 3, 17},   {3, 4, 16},    {17, 5, 1},    {5, 31, 33},
                                      {4, 32, 16}, {7, 33, 15},  {16, 127, 18}, {9, 576, 31},  {2, 1537, 3},
-                                     {33, 4099, 19}};
+                                     {33, 4099, 19}, {130, 1001, 200}, {13, 40001, 20}};
   for (const Shape& s : shapes) {
     at::manual_seed(s.M * 7 + s.K * 131 + s.N);
     at::Tensor pos_a = at::full({s.M, s.K}, 127, at::TensorOptions().dtype(at::kChar));
@@ -134,9 +134,11 @@ TEST_P(Int8GemmAvx2, ExtremeCodesOnOddShapesEqualTheReference) {
     // Random signs on ±127: pair sums of +32,258, −32,258 and 0 all occur.
     at::Tensor sign_a = at::randint(0, 2, {s.M, s.K}, at::TensorOptions().dtype(at::kChar)) * 2 - 1;
     at::Tensor sign_b = at::randint(0, 2, {s.N, s.K}, at::TensorOptions().dtype(at::kChar)) * 2 - 1;
+    const at::Tensor low_a = at::full({s.M, s.K}, -128, at::TensorOptions().dtype(at::kChar));
+    const at::Tensor low_b = at::full({s.N, s.K}, -128, at::TensorOptions().dtype(at::kChar));
     const std::vector<std::pair<at::Tensor, at::Tensor>> cases = {
         {pos_a, pos_b}, {-pos_a, pos_b}, {pos_a, -pos_b}, {-pos_a, -pos_b},
-        {pos_a * sign_a, pos_b * sign_b}, {random_int8(s.M, s.K), random_int8(s.N, s.K)}};
+        {pos_a * sign_a, pos_b * sign_b}, {low_a, low_b}, {low_a, pos_b}, {random_int8(s.M, s.K), random_int8(s.N, s.K)}};
     for (std::size_t c = 0; c < cases.size(); ++c) {
       const at::Tensor& a = cases[c].first;
       const at::Tensor& b = cases[c].second;
@@ -149,8 +151,8 @@ TEST_P(Int8GemmAvx2, ExtremeCodesOnOddShapesEqualTheReference) {
 }
 
 TEST_P(Int8GemmAvx2, MinusOneTwentyEightIsStillExact) {
-  // −128 is outside the symmetric codes the sign trick takes; the kernel hands such operands to
-  // float_exact and the result stays exact.
+  // −128 is outside the symmetric codes the quantisers produce; the int16 products take it like
+  // any other code.
   at::manual_seed(3);
   at::Tensor a = random_int8(6, 70, -128, 128), b = random_int8(19, 70, -128, 128);
   a[2].fill_(-128);
