@@ -27,9 +27,9 @@ enum class Int8GemmBackend {
   automatic,            // the dispatch chooses (see int8_gemm_backend_for)
   reference,            // readable triple loop, s8 × s8 → s32 (kernels/cpu/int8_gemm_reference.cpp)
   onednn,               // oneDNN matmul s8 × s8 → s32 (kernels/cpu/int8_gemm_onednn.cpp)
-  avx2,                 // vpmaddubsw on |a| against b carrying a's sign, vpmaddwd into int32: exact
-                        // where oneDNN's int8 is not (AVX2 and AVX-512 CPUs without VNNI;
-                        // kernels/cpu/int8_gemm_avx2.cpp)
+  avx2,                 // operands widened to int16, vpmaddwd into int32 in a register-blocked
+                        // micro-kernel: exact where oneDNN's int8 is not (AVX2 and AVX-512 CPUs
+                        // without VNNI; kernels/cpu/int8_gemm_avx2.cpp)
   float_exact,          // the exact sums through a float GEMM, float32 for K ≤ 1024, float64 beyond
                         // (every partial sum is an integer the float holds exactly, so exact in any
                         // order; kernels/cpu/int8_gemm_float.cpp): where oneDNN's int8 is not exact

@@ -19,9 +19,9 @@ at::Tensor int8_matmul_acc_reference(const at::Tensor& a, const at::Tensor& b);
 constexpr std::int64_t kMaxFloat32ExactK = 1024;
 at::Tensor int8_matmul_acc_float(const at::Tensor& a, const at::Tensor& b);
 
-// AVX2 kernel: vpmaddubsw on |a| against b carrying a's sign (as b XOR a's sign mask, with a per-row
-// correction), widened by vpmaddwd into int32 (kernels/cpu/int8_gemm_avx2.cpp); exact where oneDNN's
-// int8 is not (no VNNI). An a holding −128 goes through int8_matmul_acc_float. Refuses to run where
+// AVX2 kernel: both operands widened to int16 as they are packed, vpmaddwd into int32 in a 6-row ×
+// 16-column register-blocked micro-kernel (kernels/cpu/int8_gemm_avx2.cpp); exact where oneDNN's
+// int8 is not (no VNNI), for every int8 code, −128 included. Refuses to run where
 // avx2_int8_gemm_available() is false.
 at::Tensor int8_matmul_acc_avx2(const at::Tensor& a, const at::Tensor& b);
 // The same with kernels/int8_gemm.h's scales and bias applied as each tile is stored (bit-identical
