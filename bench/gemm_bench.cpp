@@ -1,7 +1,7 @@
 // CPU GEMM benchmark at transformer layer shapes: the int8 kernel path (the backend the dispatch
 // picks: oneDNN s8 × s8 on VNNI/AMX CPUs, the AVX2 kernel without VNNI; with the scale epilogue,
 // alone and with the fused per-token activation quantisation in front) and the 4-bit weight
-// kernel, each against at::linear in fp32 (OpenBLAS sgemm), measured in the same run. The header
+// kernel, each against the evaluator's fp32 GEMM (kernels/fp32_gemm.h), measured in the same run. The header
 // prints the CPU's SIMD flags and the load average (at the start and the end): other work on the
 // machine slows every variant, which the interleaving spreads evenly but does not remove.
 // Prints medians and ratios (fp32 time / kernel time, so > 1 means faster than fp32); it measures,
@@ -18,7 +18,8 @@
 // CLOCK_PROCESS_CPUTIME_ID), which on a machine shared with other work counts only the cycles
 // this process ran, not the time slices it waited for. With one thread CPU time is the work of
 // one core; with more threads it adds up all of them, spinning included, so use `wall` on an idle
-// machine to see parallel speed. --threads sizes LibTorch's pool and OpenBLAS's alike.
+// machine to see parallel speed. --threads sizes LibTorch's pool as `qeval eval --threads` does
+// (the BLAS stays on one thread; see main).
 //
 //   gemm_bench --threads 1 --clock cpu [--families smollm2,gpt2-small,gpt2-medium,llama-7b]
 //              [--m 1,16,512,2048] [--reps 5] [--max-seconds 60] [--json out.json] [--no-flush]
@@ -44,6 +45,7 @@
 
 #include "common/build_info.h"
 #include "kernels/compute_threads.h"
+#include "kernels/fp32_gemm.h"
 #include "kernels/cpu/int8_gemm_cpu.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/int8_quantize.h"
@@ -167,7 +169,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--m", ms, "comma-separated row counts M (tokens)")->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions per variant (median reported)")->capture_default_str();
-  app.add_option("--threads", threads, "threads of LibTorch's pool (the int8 kernels, oneDNN) and of OpenBLAS (fp32)")
+  app.add_option("--threads", threads, "threads, as qeval eval --threads (LibTorch's pool; the BLAS on one)")
       ->capture_default_str();
   app.add_option("--max-seconds", max_seconds, "skip remaining (large) cases once this much time has passed")
       ->capture_default_str();
@@ -178,8 +180,14 @@ int main(int argc, char** argv) {
   app.add_flag("--no-flush", no_flush, "do not flush the caches between calls");
   CLI11_PARSE(app, argc, argv);
 
-  // Both pools to `threads`: the fp32 baseline (OpenBLAS through at::linear) splits its GEMMs itself.
-  qeval::kernels::set_compute_threads(threads);
+  // Threads as `qeval eval` sets them (kernels/compute_threads.h): LibTorch's pool `threads`, the
+  // BLAS on one thread, and the fp32 baseline is the evaluator's own fp32 GEMM (kernels::fp32_linear:
+  // oneDNN's brgemm where the CPU has it, else the GEMM cut into single-threaded BLAS calls run on
+  // LibTorch's pool). Until 2026-11-26 the baseline was at::linear with OpenBLAS on `threads`
+  // threads of its own: interleaved with the int8 kernel, OpenBLAS's idle workers kept spinning
+  // on the cores the int8 kernel's threads needed (2 threads ran the int8 GEMM no faster than 1
+  // on a 2-core EPYC), and LibTorch's spinning workers slowed OpenBLAS in turn.
+  qeval::kernels::set_inference_threads(threads);
   g_cpu_clock = clock == "cpu";
   at::manual_seed(0);
   CacheFlusher flush(!no_flush);
@@ -192,6 +200,7 @@ int main(int argc, char** argv) {
                            {"git_commit", qeval::git_commit()},
                            {"int8_backend", qeval::kernels::to_string(qeval::kernels::int8_gemm_cpu_backend())},
                            {"w4_variant", qeval::kernels::w4_gemm_variant()},
+                           {"fp32_gemm", qeval::kernels::fp32_gemm_description()},
                            {"cpu_flags", cpu_simd_flags()},
                            {"load_average_start", load_average()},
                            {"results", nlohmann::json::array()}};
@@ -199,8 +208,8 @@ int main(int argc, char** argv) {
              threads, clock, reps, no_flush ? "not flushed" : "flushed before every call");
   fmt::print("# CPU: {}; SIMD flags: {}; load average at start: {}\n", qeval::host_info().value("cpu", "?"),
              record["cpu_flags"].get<std::string>(), record["load_average_start"].get<std::string>());
-  fmt::print("# int8 backend: {}; 4-bit kernel: {}\n\n", record["int8_backend"].get<std::string>(),
-             qeval::kernels::w4_gemm_variant());
+  fmt::print("# fp32 GEMM: {}; int8 backend: {}; 4-bit kernel: {}\n\n", record["fp32_gemm"].get<std::string>(),
+             record["int8_backend"].get<std::string>(), qeval::kernels::w4_gemm_variant());
   fmt::print("| model | layer | K | N | M | fp32 ms | int8 GEMM ms | ×fp32 | quant+int8 ms | ×fp32 | w4 ms | ×fp32 | "
              "int8 impl |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
@@ -227,7 +236,7 @@ int main(int argc, char** argv) {
         at::Tensor x = at::randn({M, K});
         qeval::kernels::Int8Rows xq = qeval::kernels::quantize_int8_rows(x, 1);
         std::vector<std::function<void()>> variants = {
-            [&] { (void)at::linear(x, w, bias); },
+            [&] { (void)qeval::kernels::fp32_linear(x, w, bias); },
             [&] { (void)qeval::kernels::int8_gemm(xq.q, w8.q, xq.scales, w8.scales, bias); },
             [&] {
               qeval::kernels::Int8Rows a = qeval::kernels::quantize_int8_rows(x, 1);
