@@ -13,16 +13,23 @@ namespace {
 
 std::atomic<bool> g_inference{false};
 
-// OpenBLAS's entry points, looked up in the process rather than linked: LibTorch reaches BLAS
+// BLAS entry points, looked up in the process rather than linked: Debian's LibTorch reaches BLAS
 // through libblas.so.3, which Debian's alternatives may point at OpenBLAS, BLIS or the reference
-// BLAS, so the symbols exist only on some machines.
+// BLAS; PyPI's wheel carries MKL inside libtorch_cpu.so. Each symbol exists only on some machines.
 template <typename Fn>
-Fn openblas_symbol(const char* name) {
+Fn blas_symbol(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
 }
 
 void set_blas_threads(int threads) {
-  if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(threads);
+  if (auto set = blas_symbol<void (*)(int)>("openblas_set_num_threads")) set(threads);
+}
+
+using MklSetLocal = int (*)(int);  // returns the previous per-thread count (0: none was set)
+
+MklSetLocal mkl_set_num_threads_local_fn() {
+  static const MklSetLocal fn = blas_symbol<MklSetLocal>("mkl_set_num_threads_local");
+  return fn;
 }
 
 }  // namespace
@@ -48,8 +55,16 @@ void set_inference_threads(int threads) {
 
 bool inference_threading() { return g_inference; }
 
+OneBlasThreadHere::OneBlasThreadHere() {
+  if (MklSetLocal set = mkl_set_num_threads_local_fn()) previous_ = set(1);
+}
+
+OneBlasThreadHere::~OneBlasThreadHere() {
+  if (previous_ >= 0) mkl_set_num_threads_local_fn()(previous_);
+}
+
 std::optional<int> blas_threads() {
-  if (auto get = openblas_symbol<int (*)()>("openblas_get_num_threads")) return get();
+  if (auto get = blas_symbol<int (*)()>("openblas_get_num_threads")) return get();
   return std::nullopt;
 }
 

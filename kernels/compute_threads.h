@@ -16,6 +16,8 @@
 //                            same BLAS calls happen whatever n is, so results do not depend on
 //                            it (OpenBLAS's own splitting changes bits with its thread count),
 //                            and at most n threads are busy.
+// LibTorch builds whose BLAS is MKL (PyPI's wheel, scripts/cuda-build) size MKL's pool with
+// at::set_num_threads; there each piece runs under OneBlasThreadHere, MKL's thread-local count 1.
 #pragma once
 
 #include <optional>
@@ -34,5 +36,21 @@ bool inference_threading();
 
 // OpenBLAS's current thread count; nullopt when the process's BLAS is not OpenBLAS.
 std::optional<int> blas_threads();
+
+// While alive, BLAS calls from this thread run on this thread alone: MKL's per-thread count
+// (mkl_set_num_threads_local) is 1, restored on destruction. A no-op where the BLAS is not MKL
+// (OpenBLAS's count is process-wide and set_inference_threads already made it 1). Without it the
+// wheel's MKL gave 1 and 2 --threads different last bits (issue 34: 512 × 576 × 1536 on an H100
+// machine's CPU), the pieces' own sgemm calls splitting their work across MKL threads.
+class OneBlasThreadHere {
+ public:
+  OneBlasThreadHere();
+  ~OneBlasThreadHere();
+  OneBlasThreadHere(const OneBlasThreadHere&) = delete;
+  OneBlasThreadHere& operator=(const OneBlasThreadHere&) = delete;
+
+ private:
+  int previous_ = -1;  // MKL's earlier per-thread count (0: none set); -1: no MKL
+};
 
 }  // namespace qeval::kernels

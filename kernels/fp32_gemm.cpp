@@ -69,6 +69,7 @@ at::Tensor split_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
   const std::int64_t pieces = (N + width - 1) / width;
   at::Tensor y = at::empty({M, N}, x.options());  // [M, N]
   at::parallel_for(0, pieces, 1, [&](std::int64_t begin, std::int64_t end) {
+    OneBlasThreadHere one_blas_thread;
     for (std::int64_t p = begin; p < end; ++p) {
       const std::int64_t n0 = p * width, n = std::min(width, N - n0);
       at::Tensor out = y.narrow(1, n0, n);  // [M, n], row stride N: BLAS writes it in place
@@ -135,6 +136,7 @@ at::Tensor fp32_bmm(const at::Tensor& a, const at::Tensor& b, double alpha) {
     // One single-threaded BLAS call per batch entry over LibTorch's pool (see split_linear).
     at::Tensor y = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());  // [batch, M, N]
     at::parallel_for(0, a.size(0), 1, [&](std::int64_t begin, std::int64_t end) {
+      OneBlasThreadHere one_blas_thread;
       for (std::int64_t i = begin; i < end; ++i) {
         at::Tensor out = y.select(0, i);
         at::mm_out(out, a.select(0, i), b.select(0, i));
