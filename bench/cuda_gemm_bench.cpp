@@ -160,8 +160,14 @@ void bench_int8(const GemmShape& s, const Options& o, Random& rng, std::vector<s
              plan.description);
 
   if (o.quick) return;
-  // Every candidate of the plan, the whole linear (quantiser included), for the record.
-  std::string line = fmt::format("{:<18} {:>5} {:>6} {:>6}:", s.name, s.m, s.n, s.k);
+  // The one-read per-token quantiser alone (what every candidate below includes), then every
+  // candidate of the plan, the whole linear, for the record.
+  const double tquant = median_ms(
+      [&](int) { cu::absmax_quantize_int8(x16.get(), cu::FloatType::f16, s.m, s.k, 1, a8.get(), a_scales.get()); },
+      o);
+  std::string line =
+      fmt::format("{:<18} {:>5} {:>6} {:>6}: fp16 GEMM {:.1f} us, quantiser alone {:.1f} us;", s.name, s.m, s.n,
+                  s.k, t16 * 1e3, tquant * 1e3);
   for (const auto& p : cu::int8_linear_candidates(s.m, s.n, s.k)) {
     Linear cand;
     cand.args = lin.args;
@@ -273,7 +279,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> detail;
     for (const auto& s : gemms) bench_int8(s, o, rng, detail);
     if (!detail.empty()) {
-      fmt::print("\nint8 linear candidates (whole linear, per token; the plan took the fastest GEMM + epilogue)\n");
+      fmt::print("\nint8 linear candidates (whole linear, per token, quantiser included; the plan took the fastest GEMM + "
+                 "epilogue)\n");
       for (const auto& line : detail) fmt::print("{}\n", line);
     }
 

@@ -90,7 +90,7 @@ Pieces layout(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t rows_
 
 #ifdef QEVAL_WITH_CUTLASS
 sm90::Config config_of(const Int8LinearPlan& plan) {
-  return {plan.cutlass_tile == 0 ? sm90::Tile::large : sm90::Tile::small, plan.cutlass_splits};
+  return {static_cast<sm90::Tile>(plan.cutlass_tile), plan.cutlass_splits};
 }
 
 sm90::Int8GemmArgs gemm_args(const Int8LinearArgs& a, const std::int8_t* q, const float* row_scales) {
@@ -163,14 +163,14 @@ std::vector<Candidate> candidates(std::int64_t m, std::int64_t n, std::int64_t k
   const bool cutlass_ok = major == 9 && minor == 0 && sm90::unsupported_reason(probe).empty();
   if (cutlass_ok && mode != Mode::cublaslt) {
     const sm90::Config configs[] = {
-        {sm90::Tile::large, 1}, {sm90::Tile::small, 1}, {sm90::Tile::small, 0}, {sm90::Tile::small, 2},
-        {sm90::Tile::small, 3}};
+        {sm90::Tile::large, 1},    {sm90::Tile::pingpong, 1}, {sm90::Tile::small, 1},
+        {sm90::Tile::small, 0},    {sm90::Tile::small, 2},    {sm90::Tile::small, 3}};
     for (const auto& c : configs) {
       // Split-K only where K leaves each split at least 4 k-tiles of 128.
       if (c.splits > 1 && k / c.splits < 512) continue;
       Candidate cand;
       cand.plan.path = Int8LinearPath::cutlass_sm90;
-      cand.plan.cutlass_tile = c.tile == sm90::Tile::large ? 0 : 1;
+      cand.plan.cutlass_tile = static_cast<int>(c.tile);
       cand.plan.cutlass_splits = c.splits;
       for (FloatType t : {FloatType::f32, FloatType::f16, FloatType::bf16}) {  // the same plan serves every output
         sm90::Int8GemmArgs typed = probe;
@@ -201,8 +201,9 @@ std::size_t rule_choice(const std::vector<Candidate>& c, std::int64_t m, std::in
   QEVAL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const std::int64_t large_tiles = ((m + 127) / 128) * ((n + 255) / 256);
   const bool large = large_tiles >= sms;
+  const int wanted_tile = large ? 0 : 1;  // sm90::Tile::large or sm90::Tile::small (built without CUTLASS too)
   for (std::size_t i = 0; i < c.size(); ++i)
-    if (c[i].plan.path == Int8LinearPath::cutlass_sm90 && (c[i].plan.cutlass_tile == 0) == large &&
+    if (c[i].plan.path == Int8LinearPath::cutlass_sm90 && c[i].plan.cutlass_tile == wanted_tile &&
         (large || c[i].plan.cutlass_splits == 0))
       return i;
   return 0;

@@ -36,7 +36,7 @@ enum class Int8LinearPath { cutlass_sm90, cublaslt_epilogue };
 // The implementation chosen for one (device, M, N, K), and the scratch it needs.
 struct Int8LinearPlan {
   Int8LinearPath path = Int8LinearPath::cublaslt_epilogue;
-  int cutlass_tile = 0;    // sm90::Tile as int (0 large, 1 small) when path is cutlass_sm90
+  int cutlass_tile = 0;    // sm90::Tile as int (0 large, 1 small, 2 pingpong) when path is cutlass_sm90
   int cutlass_splits = 1;  // sm90::Config::splits
   std::size_t cutlass_workspace_bytes = 0;
   std::string description;  // "cutlass sm90 fused (128x256x128, persistent)", "cublaslt + epilogue"

@@ -1,5 +1,5 @@
 // Host side of the fused sm90 int8 GEMM (kernels/cuda/sm90/int8_gemm_sm90.h): the limits and
-// the table from (output type, tile) to the six CUTLASS instantiations. No CUTLASS header here,
+// the table from (output type, tile) to the nine CUTLASS instantiations. No CUTLASS header here,
 // so this file compiles in seconds.
 #include <cuda_runtime.h>
 
@@ -48,6 +48,7 @@ void run_tile(const Int8GemmArgs& a, int splits, void* workspace, Stream stream,
 
 std::string to_string(const Config& c) {
   if (c.tile == Tile::large) return "128x256x128, persistent";
+  if (c.tile == Tile::pingpong) return "128x128x128 ping-pong, persistent";
   if (c.splits == 0) return "128x128x128, stream-K heuristic";
   if (c.splits == 1) return "128x128x128, data-parallel";
   return "128x128x128, split-K " + std::to_string(c.splits);
@@ -72,18 +73,23 @@ std::string unsupported_reason(const Int8GemmArgs& a) {
 }
 
 std::size_t workspace_bytes(const Int8GemmArgs& a, const Config& c) {
-  return c.tile == Tile::large ? workspace_for_tile<Tile::large>(a, c.splits)
-                               : workspace_for_tile<Tile::small>(a, c.splits);
+  switch (c.tile) {
+    case Tile::large: return workspace_for_tile<Tile::large>(a, c.splits);
+    case Tile::small: return workspace_for_tile<Tile::small>(a, c.splits);
+    case Tile::pingpong: return workspace_for_tile<Tile::pingpong>(a, c.splits);
+  }
+  return 0;
 }
 
 void run(const Int8GemmArgs& a, const Config& c, void* workspace, Stream stream, bool pdl) {
   const std::string reason = unsupported_reason(a);
   QEVAL_CUDA_EXPECT(reason.empty(), reason);
   QEVAL_CUDA_EXPECT(a.a_row_scales && a.w_scales, "int8 sm90 GEMM: a_row_scales and w_scales are required");
-  if (c.tile == Tile::large)
-    run_tile<Tile::large>(a, c.splits, workspace, stream, pdl);
-  else
-    run_tile<Tile::small>(a, c.splits, workspace, stream, pdl);
+  switch (c.tile) {
+    case Tile::large: run_tile<Tile::large>(a, c.splits, workspace, stream, pdl); break;
+    case Tile::small: run_tile<Tile::small>(a, c.splits, workspace, stream, pdl); break;
+    case Tile::pingpong: run_tile<Tile::pingpong>(a, c.splits, workspace, stream, pdl); break;
+  }
 }
 
 }  // namespace qeval::kernels::cuda::sm90

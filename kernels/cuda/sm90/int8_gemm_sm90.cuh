@@ -1,6 +1,6 @@
 // The CUTLASS kernels behind kernels/cuda/sm90/int8_gemm_sm90.h (internal; needs CUTLASS and
 // nvcc with -gencode=arch=compute_90a,code=sm_90a). Each int8_gemm_sm90_<tile>_<out>.cu
-// instantiates one (output type, tile) pair, so the six CUTLASS kernels compile in parallel and
+// instantiates one (output type, tile) pair, so the nine CUTLASS kernels compile in parallel and
 // each one's compile time shows on its own.
 //
 // Why CUTLASS and not cuBLASLt: cuBLASLt's int8 IMMA kernels take per-tensor alpha (or, for
@@ -19,7 +19,8 @@
 // Mainloop: wgmma s8·s8→s32 (the only operand layout Hopper's 8-bit wgmma takes is K-major for
 // both A and B, which is exactly nn.Linear's x [M, K] and w [N, K]), TMA loads into a
 // multi-stage shared-memory pipeline, a producer warp and two consumer warpgroups
-// (warp-specialised "cooperative": both warpgroups share one output tile).
+// (warp-specialised "cooperative": both warpgroups share one output tile; "ping-pong": each takes
+// its own, alternately).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -101,12 +102,28 @@ struct TileConfig<Tile::large> {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
   using Scheduler = cutlass::gemm::PersistentScheduler;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 template <>
 struct TileConfig<Tile::small> {
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
   using Scheduler = cutlass::gemm::StreamKScheduler;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+// Ping-pong: the two consumer warpgroups take alternate output tiles, so one runs its epilogue
+// (the scales, the bias, the store) while the other runs its mainloop: the epilogue hides behind
+// tensor-core work instead of following it. The configuration vLLM uses for its int8 scaled_mm
+// (the same per-token × per-channel epilogue) on sm90 above M = 128.
+template <>
+struct TileConfig<Tile::pingpong> {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 };
 
 template <FloatType kOut, Tile kTile>
@@ -136,14 +153,14 @@ struct Int8Gemm {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, std::int32_t, float, void, LayoutD, kAlignD, ElementD, LayoutD,
-      kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative, Epilogue>::CollectiveOp;
+      kAlignD, typename TileConfig<kTile>::EpilogueSchedule, Epilogue>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, std::int8_t, cutlass::layout::RowMajor, 16, std::int8_t,
       cutlass::layout::ColumnMajor, 16, std::int32_t, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename TileConfig<kTile>::MainloopSchedule>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, typename TileConfig<kTile>::Scheduler>;

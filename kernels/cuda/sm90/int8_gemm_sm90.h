@@ -42,7 +42,9 @@ struct Int8GemmArgs {
 //          whose 128×256 tiles would not fill the GPU; `splits` > 1 forces split-K over that many
 //          K slices, 0 lets CUTLASS's heuristic choose (data-parallel or stream-K), 1 forces
 //          data-parallel. int32 partial sums make every decomposition exact.
-enum class Tile { large, small };
+//   pingpong 128×128×128, cluster 2×1, warp-specialised ping-pong, persistent: each consumer
+//          warpgroup owns alternate tiles, so one's epilogue overlaps the other's mainloop
+enum class Tile { large, small, pingpong };
 
 struct Config {
   Tile tile = Tile::large;
@@ -51,8 +53,8 @@ struct Config {
 
 // Programmatic dependent launch (pdl): the GEMM is launched while the kernel before it on the
 // stream (the quantiser) finishes, does its prologue, and waits (griddepcontrol.wait, compiled
-// in with CUTLASS_ENABLE_GDC_FOR_SM90) before it reads any global memory. Only the large tile
-// (the stream-K scheduler of CUTLASS 4.2 does not compile with it) and only workspace-free
+// in with CUTLASS_ENABLE_GDC_FOR_SM90) before it reads any global memory. Only the persistent
+// tiles, large and pingpong (the stream-K scheduler of CUTLASS 4.2 does not compile with it) and only workspace-free
 // configurations (a workspace memset would come in between); otherwise pdl is ignored.
 std::string to_string(const Config& c);
 

@@ -1,6 +1,6 @@
 // One CUTLASS kernel of the fused int8 GEMM (int8_gemm_sm90.cuh): 128×256×128 tiles, cluster 2×1, persistent, f16 output.
 // One instantiation per file keeps each kernel's compile time and memory visible and lets the
-// six compile in parallel.
+// nine compile in parallel.
 // griddepcontrol.wait compiled in, so the kernel may be launched with programmatic dependent
 // launch after the quantiser. Only the persistent-scheduler kernels: CUTLASS 4.2's stream-K
 // scheduler does not compile with it (is_last_tile binds a const member to a non-const

@@ -1,6 +1,6 @@
 // One CUTLASS kernel of the fused int8 GEMM (int8_gemm_sm90.cuh): 128×128×128 tiles, stream-K / split-K scheduler, f32 output.
 // One instantiation per file keeps each kernel's compile time and memory visible and lets the
-// six compile in parallel.
+// nine compile in parallel.
 #include "kernels/cuda/sm90/int8_gemm_sm90.cuh"
 
 namespace qeval::kernels::cuda::sm90::detail {
