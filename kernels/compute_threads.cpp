@@ -27,8 +27,11 @@ void set_blas_threads(int threads) {
 
 using MklSetLocal = int (*)(int);  // returns the previous per-thread count (0: none was set)
 
+// MKL's C entry point. Not the lower-case `mkl_set_num_threads_local` the wheel also exports: that
+// one is the Fortran interface (it reads its argument through a pointer; called with an int it
+// crashed every CPU evaluation on the GPU machine).
 MklSetLocal mkl_set_num_threads_local_fn() {
-  static const MklSetLocal fn = blas_symbol<MklSetLocal>("mkl_set_num_threads_local");
+  static const MklSetLocal fn = blas_symbol<MklSetLocal>("MKL_Set_Num_Threads_Local");
   return fn;
 }
 

@@ -38,10 +38,12 @@ bool inference_threading();
 std::optional<int> blas_threads();
 
 // While alive, BLAS calls from this thread run on this thread alone: MKL's per-thread count
-// (mkl_set_num_threads_local) is 1, restored on destruction. A no-op where the BLAS is not MKL
-// (OpenBLAS's count is process-wide and set_inference_threads already made it 1). Without it the
-// wheel's MKL gave 1 and 2 --threads different last bits (issue 34: 512 × 576 × 1536 on an H100
-// machine's CPU), the pieces' own sgemm calls splitting their work across MKL threads.
+// (MKL_Set_Num_Threads_Local) is 1, restored on destruction. A no-op where the BLAS is not MKL
+// (OpenBLAS's count is process-wide and set_inference_threads already made it 1). Why MKL needs
+// it: at::set_num_threads sets MKL's count for the calling thread only and turns MKL's dynamic
+// adjustment off, so a slice's sgemm on one of LibTorch's pool workers ran on MKL's default
+// team (every core) and split its own work: 1 and 2 --threads gave different last bits on the
+// H100 machine's 16-core Xeon (issue 34, 512 × 576 × 1536).
 class OneBlasThreadHere {
  public:
   OneBlasThreadHere();
