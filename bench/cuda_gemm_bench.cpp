@@ -168,6 +168,20 @@ void bench_int8(const GemmShape& s, const Options& o, Random& rng, std::vector<s
   std::string line =
       fmt::format("{:<18} {:>5} {:>6} {:>6}: fp16 GEMM {:.1f} us, quantiser alone {:.1f} us;", s.name, s.m, s.n,
                   s.k, t16 * 1e3, tquant * 1e3);
+  // Every register configuration of the per-token quantiser that holds a row of K (warps per row ×
+  // 16-byte vectors per thread), as µs and GB/s of bytes read and written.
+  std::string configs = fmt::format("{:<18} {:>5} {:>6} {:>6}: quantiser (warps x vectors):", s.name, s.m, s.n, s.k);
+  const double quant_bytes = static_cast<double>(M * K) * (2 + 1);
+  for (int warps : {1, 2, 4, 8})
+    for (int vectors : {1, 2, 4, 8}) {
+      if (!cu::absmax_quantize_rows_f16_config(x16.get(), s.m, s.k, warps, vectors, a8.get(), a_scales.get()))
+        continue;
+      const double t = median_ms(
+          [&](int) { cu::absmax_quantize_rows_f16_config(x16.get(), s.m, s.k, warps, vectors, a8.get(), a_scales.get()); },
+          o);
+      configs += fmt::format("  {}x{} {:.1f} us ({:.0f} GB/s)", warps, vectors, t * 1e3, quant_bytes / t / 1e6);
+    }
+  detail.push_back(configs);
   for (const auto& p : cu::int8_linear_candidates(s.m, s.n, s.k)) {
     Linear cand;
     cand.args = lin.args;

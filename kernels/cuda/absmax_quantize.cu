@@ -330,6 +330,24 @@ void absmax_quantize_int8_rows(const void* x, FloatType x_type, std::int64_t m, 
   }
 }
 
+bool absmax_quantize_rows_f16_config(const void* x, std::int64_t m, std::int64_t k, int warps, int vectors,
+                                     std::int8_t* q, float* scales, Stream stream) {
+  using T = __half;
+  const auto* xh = static_cast<const T*>(x);
+  const std::int64_t needed = (k / detail::kVec16<T> + warps * 32 - 1) / (warps * 32);  // vectors per thread
+  if (m <= 0 || !detail::vectorisable<T>(x, q, k) || needed > vectors) return false;
+#define QEVAL_CONFIG(W, V) \
+  if (warps == W && vectors == V) return detail::launch_rows_registers<T, W, V>(xh, m, k, q, scales, nullptr, stream), true;
+#define QEVAL_CONFIGS(W) QEVAL_CONFIG(W, 1) QEVAL_CONFIG(W, 2) QEVAL_CONFIG(W, 4) QEVAL_CONFIG(W, 8)
+  QEVAL_CONFIGS(1)
+  QEVAL_CONFIGS(2)
+  QEVAL_CONFIGS(4)
+  QEVAL_CONFIGS(8)
+#undef QEVAL_CONFIGS
+#undef QEVAL_CONFIG
+  return false;
+}
+
 void set_quantize_rows_kernel(QuantizeRowsKernel kernel) {
   detail::rows_kernel().store(kernel, std::memory_order_relaxed);
 }
