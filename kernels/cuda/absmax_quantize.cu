@@ -202,9 +202,11 @@ void launch_rows_registers(const T* x, std::int64_t m, std::int64_t k, std::int8
   QEVAL_CUDA_CHECK_LAUNCH(quantize_rows_registers_kernel);
 }
 
-// The smallest register-resident configuration that holds a row (fewer warps per row first: more
-// rows per block and no barrier; 4 vectors per thread, 8 for the longest rows), or false when
-// the row is too long for any (the block-per-row kernel then runs).
+// A register-resident configuration that holds a row, or false when the row is too long for any
+// (the block-per-row kernel then runs). Short rows: the fewest warps per row (more rows per block,
+// no barrier), 4 vectors per thread. Rows of more than 256 vectors (K > 2048 halves): 8 warps,
+// measured fastest of every configuration on an H100 (cuda_gemm_bench's sweep, issue 33): at
+// M 2048, K 4096 f16, 14.3 µs against 15.9 µs for 4 warps; K 3072, 12.1 against 12.5 µs.
 template <typename T>
 bool try_rows_registers(const T* x, std::int64_t m, std::int64_t k, std::int8_t* q, float* scales, float* row_scales,
                         Stream stream) {
@@ -213,8 +215,6 @@ bool try_rows_registers(const T* x, std::int64_t m, std::int64_t k, std::int8_t*
     launch_rows_registers<T, 1, 4>(x, m, k, q, scales, row_scales, stream);
   else if (vectors <= 64 * 4)
     launch_rows_registers<T, 2, 4>(x, m, k, q, scales, row_scales, stream);
-  else if (vectors <= 128 * 4)
-    launch_rows_registers<T, 4, 4>(x, m, k, q, scales, row_scales, stream);
   else if (vectors <= 256 * 4)
     launch_rows_registers<T, 8, 4>(x, m, k, q, scales, row_scales, stream);
   else if (vectors <= 256 * 8)
