@@ -4,6 +4,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "kernels/compute_threads.h"
 
 namespace qeval::kernels {
@@ -36,6 +38,22 @@ TEST(ComputeThreads, InferenceThreadsSizeLibTorchAndKeepOpenBlasOnOneThread) {
   }
   set_compute_threads(before);
   EXPECT_FALSE(inference_threading());
+}
+
+// at::parallel_for is a header template, parallel only where the calling code is compiled with
+// OpenMP (CMakeLists.txt: QEVAL_OPENMP adds it to every target that links LibTorch, this test's
+// too). Without the flag every chunk ran on thread 0 whatever --threads said (issue 34).
+TEST(ComputeThreads, ParallelForInOurOwnCodeRunsOnEveryThread) {
+#if defined(__clang__)
+  GTEST_SKIP() << "clang builds (the fuzz preset) are built without OpenMP: at::parallel_for is serial there";
+#else
+  const int before = at::get_num_threads();
+  set_inference_threads(2);
+  std::atomic<unsigned> seen{0};
+  at::parallel_for(0, 64, 1, [&](std::int64_t, std::int64_t) { seen |= 1u << at::get_thread_num(); });
+  set_compute_threads(before);
+  EXPECT_EQ(seen.load(), 3u) << "bit t set: thread t ran a chunk";
+#endif
 }
 
 }  // namespace
