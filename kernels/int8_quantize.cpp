@@ -18,6 +18,14 @@ Int8Rows quantize_int8_rows(const at::Tensor& x, std::int64_t rows_per_scale) {
   return cpu::quantize_int8_rows_cpu(x.contiguous(), rows_per_scale);
 }
 
+void fake_quantize_int8_rows_(at::Tensor& x, std::int64_t rows_per_scale) {
+  TORCH_CHECK(x.defined() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous(),
+              "fake_quantize_int8_rows_: expected contiguous float32 [M, K]");
+  TORCH_CHECK(rows_per_scale >= 1, "fake_quantize_int8_rows_: rows_per_scale must be at least 1, got ", rows_per_scale);
+  TORCH_CHECK(x.is_cpu(), "fake_quantize_int8_rows_: no backend for device ", x.device(), " in this build");
+  cpu::fake_quantize_int8_rows_cpu_(x, rows_per_scale);
+}
+
 at::Tensor scales_per_row(const Int8Rows& rows, std::int64_t rows_per_scale) {
   const std::int64_t M = rows.q.size(0);
   if (rows_per_scale == 1) return rows.scales;

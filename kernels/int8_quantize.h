@@ -22,6 +22,11 @@ struct Int8Rows {
 
 Int8Rows quantize_int8_rows(const at::Tensor& x, std::int64_t rows_per_scale);
 
+// x ← float(q) · s in place, with q and s as quantize_int8_rows(x, rows_per_scale) gives them: the
+// round trip of a scheme's output quantisation, equal bit for bit to int8_dequantize(q, s) of
+// quant/quantize.h, in two passes over x and no int8 tensor. x: contiguous float32 [M, K], CPU.
+void fake_quantize_int8_rows_(at::Tensor& x, std::int64_t rows_per_scale);
+
 // One scale per row of q, [M] (what int8_gemm takes as a_scale), from a group-wise result.
 at::Tensor scales_per_row(const Int8Rows& rows, std::int64_t rows_per_scale);
 

@@ -354,11 +354,13 @@ at::Tensor QuantizedLinear::forward_quantized(const at::Tensor& x) const {
     y = B == 1 ? parts[0] : at::cat(parts, 0);
   }
   if (path_ == ExecutionPath::kernel && outputs_.kind == QuantKind::int8_absmax) {
-    // The fused quantiser gives the reference maths' codes and scales bit for bit, in two passes.
+    // The fused round trip gives the reference maths' codes and scales bit for bit, in two
+    // passes over y and in place (y is this call's own tensor).
     const std::int64_t L = y.size(1), N = y.size(2);
-    const std::int64_t rows = rows_per_scale(outputs_, L);
-    kernels::Int8Rows r = kernels::quantize_int8_rows(y.reshape({B * L, N}), rows);
-    return int8_dequantize(r.q, kernels::scales_per_row(r, rows).unsqueeze(1)).reshape({B, L, N});
+    y = y.contiguous();
+    at::Tensor rows_view = y.view({B * L, N});
+    kernels::fake_quantize_int8_rows_(rows_view, rows_per_scale(outputs_, L));
+    return y;
   }
   return fake_quantize_activations(y, outputs_);
 }

@@ -1,7 +1,8 @@
 // Fused absmax int8 quantisation of activation rows on the CPU: one pass for each row's
 // max |x|, then one pass that divides, rounds half to even, clamps and narrows to int8, both
 // split over rows with at::parallel_for. Replaces five ATen passes (abs, amax, div, round,
-// clamp + cast) with two reads of x. AVX-512 and AVX2 variants chosen at run time by CPUID (GCC
+// clamp + cast) with two reads of x. The round trip (quantise, then dequantise in place: a
+// scheme's output quantisation) has the same two passes, the second writing float(q) · s back. AVX-512 and AVX2 variants chosen at run time by CPUID (GCC
 // target attribute per function, so the binary runs on any x86-64), portable loops otherwise; all
 // produce exactly quant/quantize.h's codes and scales (IEEE division, round half to even).
 #include <ATen/Parallel.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12 warns inside its own AVX-512 intrinsics (_mm512_undefined_* self-initialises).
@@ -33,6 +35,15 @@ void quantize_row_portable(const float* x, std::int64_t K, float s, std::int8_t*
   for (std::int64_t k = 0; k < K; ++k) {
     const float r = std::nearbyint(x[k] / s);  // default rounding mode: half to even
     q[k] = static_cast<std::int8_t>(std::min(127.0f, std::max(-127.0f, r)));
+  }
+}
+
+// x[k] ← float(q[k]) · s in place, q[k] as quantize_row_portable gives it (through the integer,
+// so a code of 0 gives +0 · s as the reference's q.to(float) · s does, never −0).
+void round_trip_row_portable(float* x, std::int64_t K, float s) {
+  for (std::int64_t k = 0; k < K; ++k) {
+    const float r = std::nearbyint(x[k] / s);
+    x[k] = static_cast<float>(static_cast<int>(std::min(127.0f, std::max(-127.0f, r)))) * s;
   }
 }
 
@@ -68,6 +79,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_row_avx512(co
   }
 }
 
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void round_trip_row_avx512(float* x, std::int64_t K, float s) {
+  const __m512 sv = _mm512_set1_ps(s);
+  std::int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    const __m512 r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + k), sv),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 c = _mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-127.0f), r));
+    _mm512_storeu_ps(x + k, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtps_epi32(c)), sv));
+  }
+  round_trip_row_portable(x + k, K - k, s);
+}
+
 // AVX2: 8 floats a vector; 32 codes a step (four vectors narrowed through two packs, whose
 // 128-bit-lane interleaving one vpermd undoes); the tail runs the portable loop.
 __attribute__((target("avx2"))) float row_absmax_avx2(const float* x, std::int64_t K) {
@@ -99,6 +122,14 @@ __attribute__((target("avx2"))) void quantize_row_avx2(const float* x, std::int6
   }
   quantize_row_portable(x + k, K - k, s, q + k);
 }
+
+__attribute__((target("avx2"))) void round_trip_row_avx2(float* x, std::int64_t K, float s) {
+  const __m256 sv = _mm256_set1_ps(s);
+  std::int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    _mm256_storeu_ps(x + k, _mm256_mul_ps(_mm256_cvtepi32_ps(codes8(_mm256_loadu_ps(x + k), sv)), sv));
+  round_trip_row_portable(x + k, K - k, s);
+}
 #endif
 
 bool cpu_has_avx2() {
@@ -122,54 +153,77 @@ bool cpu_has_avx512f() {
 
 enum class Variant { portable, avx2, avx512 };
 
-Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, Variant variant) {
-  const bool avx512 = variant == Variant::avx512, avx2 = variant == Variant::avx2;
-  const std::int64_t M = x.size(0), K = x.size(1);
+// Pass 1: each row's max |x|; then each group's scale, as quant/quantize.h computes it.
+at::Tensor group_scales(const float* px, std::int64_t M, std::int64_t K, std::int64_t rows_per_scale,
+                        Variant variant) {
   const std::int64_t groups = (M + rows_per_scale - 1) / rows_per_scale;
-  Int8Rows out{at::empty({M, K}, at::TensorOptions().dtype(at::kChar)),
-               at::empty({groups}, at::TensorOptions().dtype(at::kFloat))};
+  at::Tensor scales = at::empty({groups}, at::TensorOptions().dtype(at::kFloat));
   std::vector<float> row_max(static_cast<std::size_t>(M));
-  const float* px = x.data_ptr<float>();
-  std::int8_t* pq = out.q.data_ptr<std::int8_t>();
-  float* ps = out.scales.data_ptr<float>();
   at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t m = begin; m < end; ++m) {
+      float& r = row_max[static_cast<std::size_t>(m)];
 #ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
-      if (avx512) {
-        row_max[static_cast<std::size_t>(m)] = row_absmax_avx512(px + m * K, K);
+      if (variant == Variant::avx512) {
+        r = row_absmax_avx512(px + m * K, K);
         continue;
       }
-      if (avx2) {
-        row_max[static_cast<std::size_t>(m)] = row_absmax_avx2(px + m * K, K);
+      if (variant == Variant::avx2) {
+        r = row_absmax_avx2(px + m * K, K);
         continue;
       }
 #endif
-      row_max[static_cast<std::size_t>(m)] = row_absmax_portable(px + m * K, K);
+      r = row_absmax_portable(px + m * K, K);
     }
   });
+  float* ps = scales.data_ptr<float>();
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t r1 = std::min(M, (g + 1) * rows_per_scale);
     float amax = 0.0f;
     for (std::int64_t r = g * rows_per_scale; r < r1; ++r) amax = std::max(amax, row_max[static_cast<std::size_t>(r)]);
     ps[g] = amax == 0.0f ? 1.0f : amax / 127.0f;
   }
+  return scales;
+}
+
+// Pass 2 over every row m with its group's scale: row(m, s).
+template <typename RowFn>
+void for_each_row(std::int64_t M, std::int64_t rows_per_scale, const at::Tensor& scales, RowFn row) {
+  const float* ps = scales.data_ptr<float>();
   at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t m = begin; m < end; ++m) {
-      const float s = ps[m / rows_per_scale];
+    for (std::int64_t m = begin; m < end; ++m) row(m, ps[m / rows_per_scale]);
+  });
+}
+
+Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, Variant variant) {
+  const std::int64_t M = x.size(0), K = x.size(1);
+  const float* px = x.data_ptr<float>();
+  Int8Rows out{at::empty({M, K}, at::TensorOptions().dtype(at::kChar)), group_scales(px, M, K, rows_per_scale, variant)};
+  std::int8_t* pq = out.q.data_ptr<std::int8_t>();
+  for_each_row(M, rows_per_scale, out.scales, [&](std::int64_t m, float s) {
 #ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
-      if (avx512) {
-        quantize_row_avx512(px + m * K, K, s, pq + m * K);
-        continue;
-      }
-      if (avx2) {
-        quantize_row_avx2(px + m * K, K, s, pq + m * K);
-        continue;
-      }
+    if (variant == Variant::avx512) return quantize_row_avx512(px + m * K, K, s, pq + m * K);
+    if (variant == Variant::avx2) return quantize_row_avx2(px + m * K, K, s, pq + m * K);
 #endif
-      quantize_row_portable(px + m * K, K, s, pq + m * K);
-    }
+    quantize_row_portable(px + m * K, K, s, pq + m * K);
   });
   return out;
+}
+
+void round_trip(at::Tensor& x, std::int64_t rows_per_scale, Variant variant) {
+  const std::int64_t M = x.size(0), K = x.size(1);
+  float* px = x.data_ptr<float>();
+  const at::Tensor scales = group_scales(px, M, K, rows_per_scale, variant);
+  for_each_row(M, rows_per_scale, scales, [&](std::int64_t m, float s) {
+#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
+    if (variant == Variant::avx512) return round_trip_row_avx512(px + m * K, K, s);
+    if (variant == Variant::avx2) return round_trip_row_avx2(px + m * K, K, s);
+#endif
+    round_trip_row_portable(px + m * K, K, s);
+  });
+}
+
+Variant best_variant() {
+  return cpu_has_avx512f() ? Variant::avx512 : cpu_has_avx2() ? Variant::avx2 : Variant::portable;
 }
 
 }  // namespace
@@ -179,8 +233,20 @@ bool int8_quantize_uses_avx512() { return cpu_has_avx512f(); }
 bool int8_quantize_avx2_available() { return cpu_has_avx2(); }
 
 Int8Rows quantize_int8_rows_cpu(const at::Tensor& x, std::int64_t rows_per_scale) {
-  return run(x, rows_per_scale,
-             cpu_has_avx512f() ? Variant::avx512 : cpu_has_avx2() ? Variant::avx2 : Variant::portable);
+  return run(x, rows_per_scale, best_variant());
+}
+
+void fake_quantize_int8_rows_cpu_(at::Tensor& x, std::int64_t rows_per_scale) {
+  round_trip(x, rows_per_scale, best_variant());
+}
+
+void fake_quantize_int8_rows_portable_(at::Tensor& x, std::int64_t rows_per_scale) {
+  round_trip(x, rows_per_scale, Variant::portable);
+}
+
+void fake_quantize_int8_rows_avx2_(at::Tensor& x, std::int64_t rows_per_scale) {
+  TORCH_CHECK(cpu_has_avx2(), "fake_quantize_int8_rows_: the AVX2 variant needs a CPU with AVX2");
+  round_trip(x, rows_per_scale, Variant::avx2);
 }
 
 Int8Rows quantize_int8_rows_portable(const at::Tensor& x, std::int64_t rows_per_scale) {

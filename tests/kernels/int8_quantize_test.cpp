@@ -65,6 +65,40 @@ TEST(Int8QuantizeRows, HalfwayValuesRoundToEven) {
   }
 }
 
+// The in-place round trip (a scheme's output quantisation) against quant/quantize.h's
+// int8_dequantize of the reference codes, compared as bits: a small negative value whose code is
+// 0 must come back +0 (float(0) · s), not −0 (which at::equal would not tell apart).
+TEST(Int8QuantizeRows, RoundTripInPlaceEqualsDequantisedReferenceBits) {
+  at::manual_seed(22);
+  for (std::int64_t K : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 768}) {
+    at::Tensor x = at::randn({10, K}) * 3;
+    x[3].zero_();
+    x[7] *= 1000;  // a loud row: the others' small values round to code 0, negative ones included
+    x[5] = -at::rand({K}) * 1e-3;
+    x[5][0] = 10.0f;
+    for (std::int64_t rows : {1, 3, 10, 11}) {
+      Int8Rows codes = reference(x, rows);
+      const at::Tensor per_row = scales_per_row(codes, rows).unsqueeze(1);
+      const at::Tensor want = int8_dequantize(codes.q, per_row);
+      for (const char* variant : {"dispatch", "portable", "avx2"}) {
+        const std::string v = variant;
+        if (v == "avx2" && !cpu::int8_quantize_avx2_available()) continue;
+        at::Tensor got = x.clone();
+        if (v == "portable")
+          cpu::fake_quantize_int8_rows_portable_(got, rows);
+        else if (v == "avx2")
+          cpu::fake_quantize_int8_rows_avx2_(got, rows);
+        else
+          fake_quantize_int8_rows_(got, rows);
+        EXPECT_TRUE(test::tensors_equal(got.view(at::kInt), want.view(at::kInt)))
+            << "K " << K << " rows " << rows << " " << v;
+      }
+    }
+  }
+  at::Tensor strided = at::randn({4, 6}).t();
+  EXPECT_THROW(fake_quantize_int8_rows_(strided, 1), c10::Error);
+}
+
 TEST(Int8QuantizeRows, ScalesPerRowRepeatEachGroupScale) {
   at::Tensor x = at::randn({5, 4});
   Int8Rows r = quantize_int8_rows(x, 2);
