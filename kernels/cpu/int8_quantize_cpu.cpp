@@ -2,9 +2,10 @@
 // max |x|, then one pass that divides, rounds half to even, clamps and narrows to int8, both
 // split over rows with at::parallel_for. Replaces five ATen passes (abs, amax, div, round,
 // clamp + cast) with two reads of x. The round trip (quantise, then dequantise in place: a
-// scheme's output quantisation) has the same two passes, the second writing float(q) · s back. AVX-512 and AVX2 variants chosen at run time by CPUID (GCC
-// target attribute per function, so the binary runs on any x86-64), portable loops otherwise; all
-// produce exactly quant/quantize.h's codes and scales (IEEE division, round half to even).
+// scheme's output quantisation) has the same two passes, the second writing float(q) · s back.
+// AVX-512 and AVX2 variants chosen at run time by CPUID (GCC target attribute per function, so
+// the binary runs on any x86-64), portable loops otherwise; all produce exactly
+// quant/quantize.h's codes and scales (IEEE division, round half to even).
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -59,12 +60,16 @@ __attribute__((target("avx512f"))) float row_absmax_avx512(const float* x, std::
   return _mm512_reduce_max_ps(m);
 }
 
-// 16 floats → 16 int8 codes: divide, round half to even, clamp, narrow (values are integral
-// and within ±127 by then, so the conversions are exact).
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m128i codes16(__m512 v, __m512 s) {
+// 16 floats → 16 codes as int32: divide, round half to even, clamp (values are integral and
+// within ±127 by then, so the conversions are exact).
+__attribute__((target("avx512f"))) inline __m512i codes16_epi32(__m512 v, __m512 s) {
   const __m512 r = _mm512_roundscale_ps(_mm512_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 c = _mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-127.0f), r));
-  return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(c));
+  return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-127.0f), r)));
+}
+
+// The same codes narrowed to int8.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m128i codes16(__m512 v, __m512 s) {
+  return _mm512_cvtepi32_epi8(codes16_epi32(v, s));
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_row_avx512(const float* x, std::int64_t K,
@@ -82,12 +87,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_row_avx512(co
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void round_trip_row_avx512(float* x, std::int64_t K, float s) {
   const __m512 sv = _mm512_set1_ps(s);
   std::int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    const __m512 r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + k), sv),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 c = _mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-127.0f), r));
-    _mm512_storeu_ps(x + k, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtps_epi32(c)), sv));
-  }
+  for (; k + 16 <= K; k += 16)
+    _mm512_storeu_ps(x + k, _mm512_mul_ps(_mm512_cvtepi32_ps(codes16_epi32(_mm512_loadu_ps(x + k), sv)), sv));
   round_trip_row_portable(x + k, K - k, s);
 }
 

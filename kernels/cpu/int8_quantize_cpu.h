@@ -17,6 +17,8 @@ Int8Rows quantize_int8_rows_portable(const at::Tensor& x, std::int64_t rows_per_
 // The AVX2 variant alone (refuses without AVX2), for the same reason.
 Int8Rows quantize_int8_rows_avx2(const at::Tensor& x, std::int64_t rows_per_scale);
 
+// kernels::fake_quantize_int8_rows_ on the CPU (x contiguous float32 [M, K], checked by the
+// caller), the best variant this CPU runs; then the portable and AVX2 variants alone, for tests.
 void fake_quantize_int8_rows_cpu_(at::Tensor& x, std::int64_t rows_per_scale);
 void fake_quantize_int8_rows_portable_(at::Tensor& x, std::int64_t rows_per_scale);
 void fake_quantize_int8_rows_avx2_(at::Tensor& x, std::int64_t rows_per_scale);
