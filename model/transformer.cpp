@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "kernels/fp32_gemm.h"
+#include "model/causal_attention_cpu.h"
 
 namespace qeval {
 
@@ -233,13 +234,28 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const
     q = apply_rope(q, table);
     k = apply_rope(k, table);
   }
+  const bool wants_probs = observer && observer->wants_attention(layer);
+  const std::int64_t window = config_.attention_window(layer);
+  const double scale = config_.attention_scale_or_default();
+  // Soft cap, mask and softmax of scaled scores [.., L, L] or of one block of them.
+  auto probabilities = [&](at::Tensor scores, const at::Tensor& mask) {
+    if (config_.attn_logit_softcap > 0) scores = soft_cap(scores, config_.attn_logit_softcap);
+    scores.add_(mask);
+    // Half precision: the softmax in fp32, as Hugging Face's eager attention does.
+    if (scores.scalar_type() != at::kFloat && scores.scalar_type() != at::kDouble) scores = scores.to(at::kFloat);
+    return config_.attention_softmax == SoftmaxKind::softmax1 ? softmax1(scores) : at::softmax(scores, -1);
+  };
+  if (blocked_causal_attention_applies(q)) {  // CPU inference: skips what the causal mask hides
+    at::Tensor probs;
+    at::Tensor out = blocked_causal_attention(q, k, v, tables.mask_for(window), window, scale, probabilities,
+                                              wants_probs ? &probs : nullptr);
+    if (wants_probs) observer->on_attention(layer, probs);
+    return linear(idx.o).forward(out);
+  }
   if (Hkv != H) {  // grouped-query: query head i reads kv head i / (H / Hkv)
     k = k.repeat_interleave(H / Hkv, 1);
     v = v.repeat_interleave(H / Hkv, 1);
   }
-  const bool wants_probs = observer && observer->wants_attention(layer);
-  const std::int64_t window = config_.attention_window(layer);
-  const double scale = config_.attention_scale_or_default();
   at::Tensor out;  // [B, L, H·hd]
   if (!wants_probs && config_.attention_softmax == SoftmaxKind::softmax && window == 0 &&
       config_.attn_logit_softcap <= 0 && fused_attention_available(q)) {
@@ -249,14 +265,9 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const
     // this layer's window (plain causal for global layers).
     at::Tensor scores =
         kernels::fp32_bmm(q.reshape({B * H, L, hd}), k.reshape({B * H, L, hd}).transpose(1, 2), scale);
-    if (config_.attn_logit_softcap > 0) scores = soft_cap(scores, config_.attn_logit_softcap);
-    scores.add_(tables.mask_for(window));
-    scores = scores.view({B, H, L, L});
-    // Half precision: the softmax in fp32, as Hugging Face's eager attention does; the weights are
-    // then rounded to the compute dtype for the product with v.
-    if (scores.scalar_type() != at::kFloat && scores.scalar_type() != at::kDouble) scores = scores.to(at::kFloat);
-    at::Tensor probs =
-        config_.attention_softmax == SoftmaxKind::softmax1 ? softmax1(scores) : at::softmax(scores, -1);
+    // In half precision the probabilities are fp32; they are rounded to the compute dtype for the
+    // product with v.
+    at::Tensor probs = probabilities(scores.view({B, H, L, L}), tables.mask_for(window));
     if (wants_probs) observer->on_attention(layer, probs);
     out = kernels::fp32_bmm(probs.to(v.scalar_type()).reshape({B * H, L, L}), v.reshape({B * H, L, hd}))
               .view({B, H, L, hd})

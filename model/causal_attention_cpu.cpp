@@ -1,0 +1,58 @@
+#include "model/causal_attention_cpu.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+
+#include "kernels/compute_threads.h"
+#include "kernels/fp32_gemm.h"
+
+namespace qeval {
+namespace {
+
+// Queries per block: 8 blocks at L = 512 compute 36 of 64 key blocks (56 %) where the plain path
+// computes all; a multiple of 64 keeps each row's softmax in the same vector lanes.
+constexpr std::int64_t kQueryBlock = 64;
+
+}  // namespace
+
+bool blocked_causal_attention_applies(const at::Tensor& q) {
+  return q.device().is_cpu() && q.scalar_type() == at::kFloat && !(at::GradMode::is_enabled() && q.requires_grad()) &&
+         kernels::inference_threading() && kernels::fp32_gemm_cpu_backend() == kernels::Fp32GemmBackend::aten;
+}
+
+at::Tensor blocked_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& mask, std::int64_t window, double scale,
+                                    const AttentionProbabilities& probabilities, at::Tensor* probs) {
+  const std::int64_t B = q.size(0), H = q.size(1), L = q.size(2), hd = q.size(3), Hkv = k.size(1);
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0 && k.size(2) == L && v.sizes() == k.sizes() && k.size(3) == hd &&
+                  mask.size(0) == L && mask.size(1) == L,
+              "blocked_causal_attention: q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes(), " and mask ",
+              mask.sizes(), " do not fit");
+  const std::int64_t group = H / Hkv, blocks = (L + kQueryBlock - 1) / kQueryBlock;
+  at::Tensor out = at::empty({B, L, H * hd}, q.options());  // [B, L, H·hd]
+  if (probs != nullptr) *probs = at::zeros({B, H, L, L}, q.options());
+  at::parallel_for(0, B * H * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+    kernels::OneBlasThreadHere one_blas_thread;
+    for (std::int64_t item = begin; item < end; ++item) {
+      const std::int64_t b = item / (H * blocks), h = item / blocks % H, r0 = item % blocks * kQueryBlock;
+      const std::int64_t rows = std::min(kQueryBlock, L - r0);
+      // Keys [c0, r0 + rows): the last query of the block sees up to itself; with a window the
+      // first query sees nothing before r0 - window + 1.
+      const std::int64_t c0 = window > 0 ? std::max<std::int64_t>(0, r0 - window + 1) / kQueryBlock * kQueryBlock : 0;
+      const std::int64_t cols = r0 + rows - c0;
+      const at::Tensor kv_k = k.select(0, b).select(0, h / group).narrow(0, c0, cols);  // [cols, hd]
+      const at::Tensor kv_v = v.select(0, b).select(0, h / group).narrow(0, c0, cols);
+      at::Tensor scores = at::mm(q.select(0, b).select(0, h).narrow(0, r0, rows), kv_k.t());  // [rows, cols]
+      if (scale != 1.0) scores.mul_(scale);  // as kernels::fp32_bmm scales
+      at::Tensor p = probabilities(scores, mask.narrow(0, r0, rows).narrow(1, c0, cols));
+      if (probs != nullptr) probs->select(0, b).select(0, h).narrow(0, r0, rows).narrow(1, c0, cols).copy_(p);
+      at::Tensor o = out.select(0, b).narrow(0, r0, rows).narrow(1, h * hd, hd);  // row stride H·hd: written in place
+      at::mm_out(o, p, kv_v);
+    }
+  });
+  return out;
+}
+
+}  // namespace qeval

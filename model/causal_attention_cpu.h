@@ -1,0 +1,45 @@
+// Causal attention on the CPU by blocks of queries: the keys a block of queries cannot see are
+// never multiplied, exponentiated or stored.
+//
+// The plain way (Transformer::attention's general path) multiplies every query by every key,
+// [L, L] scores per head, adds a mask of -inf above the diagonal and runs the softmax and the
+// product with v over whole rows: at L = 512 about half of that work is on entries the mask then
+// zeroes, and the softmax's exponentials with it. Here the queries of a head go in blocks of 64;
+// block [r0, r1) takes only keys [c0, r1), where c0 is 0 for causal layers and, for sliding-window
+// layers, the first key the block's first query sees (rounded down to a block boundary). Every
+// entry it skips is one the mask hides, whose probability is exactly 0, so each probability
+// is the same expression as before; the sums of the softmax and of p·v run over fewer zeros, so
+// the last bit can differ from the plain path (tests/model compares the two).
+//
+// Work items are (sequence, head, query block), run over LibTorch's pool with one single-threaded
+// BLAS call per product (kernels/compute_threads.h), so the bits do not depend on the thread
+// count. It applies to float32 CPU inference under set_inference_threads with LibTorch's BLAS as
+// the fp32 GEMM (kernels/fp32_gemm.h): where oneDNN's brgemm is the fp32 GEMM (AVX-512 CPUs), its
+// batched matmul over whole heads is kept.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+
+namespace qeval {
+
+// What a layer does between the scaled scores and the probabilities: scores [rows, cols] (already
+// times the attention scale; the callee may modify them in place) and the matching block of the
+// layer's mask (0 where a query sees a key, -inf elsewhere) → probabilities [rows, cols].
+using AttentionProbabilities = std::function<at::Tensor(at::Tensor scores, const at::Tensor& mask)>;
+
+// Whether blocked_causal_attention serves q (float32, CPU, no gradients wanted, inference
+// threading, LibTorch's BLAS as the fp32 GEMM).
+bool blocked_causal_attention_applies(const at::Tensor& q);
+
+// q [B, H, L, hd]; k, v [B, Hkv, L, hd] with H a multiple of Hkv (query head h reads kv head
+// h / (H / Hkv)); mask [L, L]; window: the layer's sliding window (0: plain causal). When `probs`
+// is not null it receives [B, H, L, L] probabilities, 0 where the mask hides a key.
+// Returns the attention output [B, L, H · hd].
+at::Tensor blocked_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& mask, std::int64_t window, double scale,
+                                    const AttentionProbabilities& probabilities, at::Tensor* probs = nullptr);
+
+}  // namespace qeval
