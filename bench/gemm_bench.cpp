@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "common/build_info.h"
+#include "common/memory.h"
 #include "kernels/compute_threads.h"
 #include "kernels/fp32_gemm.h"
 #include "kernels/cpu/int8_gemm_cpu.h"
@@ -74,6 +75,8 @@ std::vector<LayerShape> family_shapes(const std::string& family) {
   if (family == "smollm2")
     return {{family, "attn.q/o", 576, 576}, {family, "attn.k/v", 576, 192}, {family, "mlp.gate/up", 576, 1536},
             {family, "mlp.down", 1536, 576}};
+  if (family == "smollm2-head")  // the LM head: fp32 in every preset, int8 with --quantize-lm-head
+    return {{family, "lm_head", 576, 49152}};
   if (family == "gpt2-small")
     return {{family, "attn.qkv", 768, 2304}, {family, "attn.o", 768, 768}, {family, "mlp.up", 768, 3072},
             {family, "mlp.down", 3072, 768}};
@@ -83,7 +86,7 @@ std::vector<LayerShape> family_shapes(const std::string& family) {
   if (family == "llama-7b")
     return {{family, "attn.q/k/v/o", 4096, 4096}, {family, "mlp.gate/up", 4096, 11008},
             {family, "mlp.down", 11008, 4096}};
-  throw std::runtime_error("unknown family '" + family + "'; valid: smollm2, gpt2-small, gpt2-medium, llama-7b");
+  throw std::runtime_error("unknown family '" + family + "'; valid: smollm2, smollm2-head, gpt2-small, gpt2-medium, llama-7b");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -159,13 +162,14 @@ std::vector<double> time_interleaved(const std::vector<std::function<void()>>& v
 }  // namespace
 
 int main(int argc, char** argv) {
+  qeval::keep_freed_memory_for_reuse();  // as qeval eval: no page faults on every call's output
   CLI::App app{"CPU GEMM benchmark: the int8 kernel and the 4-bit kernel against fp32 at layer shapes"};
   std::string families = "smollm2,gpt2-small,gpt2-medium,llama-7b", ms = "1,16,512,2048", json_path;
   int reps = 5, threads = 2;
   std::string clock = "wall";
   double max_seconds = 60.0;
   bool no_flush = false;
-  app.add_option("--families", families, "comma-separated: smollm2, gpt2-small, gpt2-medium, llama-7b")
+  app.add_option("--families", families, "comma-separated: smollm2, smollm2-head, gpt2-small, gpt2-medium, llama-7b")
       ->capture_default_str();
   app.add_option("--m", ms, "comma-separated row counts M (tokens)")->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions per variant (median reported)")->capture_default_str();
