@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/memory.h"
 #include "kernels/compute_threads.h"
 #include "kernels/fp32_gemm.h"
 #include "model/causal_attention_cpu.h"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repetitions of each path (alternated)")->capture_default_str();
   app.add_option("--threads", threads, "threads (0: the cores this process may use)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  qeval::keep_freed_memory_for_reuse();  // as qeval eval: the whole matrix's scores are reused, not page-faulted
   if (threads <= 0) threads = qeval::kernels::available_cores();
   qeval::kernels::set_inference_threads(threads);
   at::NoGradGuard no_grad;
