@@ -260,14 +260,22 @@ at::Tensor run(const at::Tensor& a, const at::Tensor& b, const Epilogue& ep) {
     for (std::int64_t p = begin; p < end; ++p)
       pack_pairs(pb, K, p * kNr, std::min(kNr, N - p * kNr), kNr, pairs, pbp + p * pairs * kNr);
   });
-  // Tiles of `rows` × kNc, row blocks outermost: a thread's consecutive tiles share their rows of a.
+  // Tiles of a row block × kNc columns, row blocks outermost: a thread's consecutive tiles share
+  // their rows of a. As few row blocks as the L2 budget allows, the micro-panels spread evenly over
+  // them (block i: micro-panels [P · i / blocks, P · (i + 1) / blocks)). at::parallel_for gives
+  // every thread the same number of tiles, so blocks of equal height keep the threads equally
+  // busy: with full blocks of 96 rows and the remainder last, M = 512 made blocks 5 × 96 + 32, and
+  // on 2 threads the one with the short block idled a fifth of every GEMM.
   float* out = out_t.data_ptr<float>();
-  const std::int64_t rows = tile_rows(pairs);
-  const std::int64_t row_blocks = (M + rows - 1) / rows, col_blocks = (N + kNc - 1) / kNc;
+  const std::int64_t panels_per_block = tile_rows(pairs) / kMr;
+  const std::int64_t row_blocks = (micro_panels + panels_per_block - 1) / panels_per_block;
+  const std::int64_t col_blocks = (N + kNc - 1) / kNc;
   at::parallel_for(0, row_blocks * col_blocks, 1, [&](std::int64_t t_begin, std::int64_t t_end) {
     alignas(32) std::int32_t acc[kMr * kNr];
     for (std::int64_t t = t_begin; t < t_end; ++t) {
-      const std::int64_t m_begin = (t / col_blocks) * rows, m_end = std::min(M, m_begin + rows);
+      const std::int64_t block = t / col_blocks;
+      const std::int64_t m_begin = kMr * (micro_panels * block / row_blocks);
+      const std::int64_t m_end = std::min(M, kMr * (micro_panels * (block + 1) / row_blocks));
       const std::int64_t n_begin = (t % col_blocks) * kNc, n_end = std::min(N, n_begin + kNc);
       for (std::int64_t n0 = n_begin; n0 < n_end; n0 += kNr) {
         const std::int32_t* panel = pbp + (n0 / kNr) * pairs * kNr;
