@@ -83,6 +83,9 @@ TEST(BlockedCausalAttention, RefusesShapesThatDoNotFit) {
   at::Tensor q = at::randn({1, 3, 8, 4}), k = at::randn({1, 2, 8, 4});  // 3 query heads over 2 kv heads
   auto probabilities = [](at::Tensor s, const at::Tensor& m) { return at::softmax(s.add_(m), -1); };
   EXPECT_THROW(blocked_causal_attention(q, k, k, causal_mask(8, 0, at::kFloat), 0, 1.0, probabilities), c10::Error);
+  // A mask of another length would be read in blocks without complaint: only the check refuses it.
+  at::Tensor q2 = at::randn({1, 2, 8, 4}), k2 = at::randn({1, 2, 8, 4});
+  EXPECT_THROW(blocked_causal_attention(q2, k2, k2, causal_mask(9, 0, at::kFloat), 0, 1.0, probabilities), c10::Error);
 }
 
 }  // namespace
