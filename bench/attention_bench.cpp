@@ -1,6 +1,7 @@
 // Causal attention of one layer on the CPU: the whole-matrix path (every query times every key,
 // mask, softmax over whole rows; what Transformer::attention runs where the blocked path does
-// not apply) against model/causal_attention_cpu.h's blocks of queries, alternated rep by rep in
+// not apply), model/causal_attention_cpu.h's blocks of queries op by op, and the fused kernel
+// (kernels/cpu/fused_attention_cpu.h, where the CPU has AVX2 and FMA), alternated rep by rep in
 // one run, at SmolLM2-135M's (9 heads over 3 kv heads, head 64) and GPT-2 small's (12 heads, 64)
 // shapes. Prints the best and median time of each and their ratio; it measures, it never passes
 // or fails.
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -21,6 +23,7 @@
 
 #include "common/memory.h"
 #include "kernels/compute_threads.h"
+#include "kernels/cpu/fused_attention_cpu.h"
 #include "kernels/fp32_gemm.h"
 #include "model/causal_attention_cpu.h"
 
@@ -47,7 +50,7 @@ std::string first_line_of(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"causal attention of one layer: whole matrix against blocks of queries"};
+  CLI::App app{"causal attention of one layer: whole matrix, blocks of queries op by op, fused kernel"};
   std::vector<std::int64_t> seqs = {512, 1024, 2048};
   int reps = 15, threads = 0;
   app.add_option("--seq", seqs, "sequence lengths")->delimiter(',');
@@ -61,8 +64,11 @@ int main(int argc, char** argv) {
   fmt::print("# attention_bench: {} threads, fp32 GEMM {}, load average at start: {}\n", threads,
              qeval::kernels::fp32_gemm_description(), first_line_of("/proc/loadavg"));
   const std::vector<Shape> shapes = {{"smollm2", 9, 3, 64}, {"gpt2-small", 12, 12, 64}};
-  fmt::print("| model | L | whole matrix ms (best / median) | blocked ms (best / median) | whole / blocked (best) | max |Δ| |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|\n");
+  const bool fused_here = qeval::kernels::cpu::avx2_fused_attention_available();
+  fmt::print("# fused kernel: {}\n", fused_here ? "avx2 + fma" : "not on this CPU (no AVX2 or FMA)");
+  fmt::print("| model | L | whole matrix ms (best / median) | blocked ms | fused ms | whole / blocked | blocked / fused "
+             "(best) | max |Δ| blocked, fused vs whole |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Shape& s : shapes) {
     for (std::int64_t L : seqs) {
       at::manual_seed(0);
@@ -72,29 +78,39 @@ int main(int argc, char** argv) {
                                                        -std::numeric_limits<float>::infinity());
       const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
       auto probabilities = [](at::Tensor scores, const at::Tensor& m) { return at::softmax(scores.add_(m), -1); };
-      at::Tensor whole_out, blocked_out;
-      auto whole = [&] {  // Transformer::attention's general path
-        at::Tensor kr = k.repeat_interleave(H / Hkv, 1), vr = v.repeat_interleave(H / Hkv, 1);
-        at::Tensor scores = qeval::kernels::fp32_bmm(q.reshape({H, L, hd}), kr.reshape({H, L, hd}).transpose(1, 2), scale);
-        at::Tensor p = probabilities(scores.view({1, H, L, L}), mask);
-        whole_out = qeval::kernels::fp32_bmm(p.reshape({H, L, L}), vr.reshape({H, L, hd}))
-                        .view({1, H, L, hd})
-                        .transpose(1, 2)
-                        .reshape({1, L, H * hd});
+      // The three paths, alternated rep by rep; each keeps its last output.
+      std::vector<std::function<at::Tensor()>> paths = {
+          [&] {  // Transformer::attention's general path
+            at::Tensor kr = k.repeat_interleave(H / Hkv, 1), vr = v.repeat_interleave(H / Hkv, 1);
+            at::Tensor scores =
+                qeval::kernels::fp32_bmm(q.reshape({H, L, hd}), kr.reshape({H, L, hd}).transpose(1, 2), scale);
+            at::Tensor p = probabilities(scores.view({1, H, L, L}), mask);
+            return qeval::kernels::fp32_bmm(p.reshape({H, L, L}), vr.reshape({H, L, hd}))
+                .view({1, H, L, hd})
+                .transpose(1, 2)
+                .reshape({1, L, H * hd});
+          },
+          [&] { return qeval::blocked_causal_attention(q, k, v, mask, 0, scale, probabilities); }};
+      if (fused_here)
+        paths.push_back([&] { return qeval::kernels::cpu::fused_causal_attention_avx2(q, k, v, 0, scale, false); });
+      std::vector<at::Tensor> outs(paths.size());
+      std::vector<std::vector<double>> times(paths.size());
+      for (int r = -1; r < reps; ++r)  // rep -1 warms up
+        for (std::size_t i = 0; i < paths.size(); ++i) {
+          const double t = seconds_of([&] { outs[i] = paths[i](); });
+          if (r >= 0) times[i].push_back(t);
+        }
+      for (auto& t : times) std::sort(t.begin(), t.end());
+      auto cell = [&](std::size_t i) {
+        return i < times.size() ? fmt::format("{:.3f} / {:.3f}", 1e3 * times[i][0], 1e3 * times[i][times[i].size() / 2])
+                                : std::string("–");
       };
-      auto blocked = [&] { blocked_out = qeval::blocked_causal_attention(q, k, v, mask, 0, scale, probabilities); };
-      whole();
-      blocked();
-      std::vector<double> tw, tb;
-      for (int r = 0; r < reps; ++r) {
-        tw.push_back(seconds_of(whole));
-        tb.push_back(seconds_of(blocked));
-      }
-      std::sort(tw.begin(), tw.end());
-      std::sort(tb.begin(), tb.end());
-      fmt::print("| {} | {} | {:.3f} / {:.3f} | {:.3f} / {:.3f} | {:.2f}× | {:.1e} |\n", s.name, L, 1e3 * tw[0],
-                 1e3 * tw[tw.size() / 2], 1e3 * tb[0], 1e3 * tb[tb.size() / 2], tw[0] / tb[0],
-                 (whole_out - blocked_out).abs().max().item<float>());
+      auto max_diff = [&](std::size_t i) {
+        return i < outs.size() ? fmt::format("{:.1e}", (outs[0] - outs[i]).abs().max().item<float>()) : std::string("–");
+      };
+      fmt::print("| {} | {} | {} | {} | {} | {:.2f}× | {} | {}, {} |\n", s.name, L, cell(0), cell(1), cell(2),
+                 times[0][0] / times[1][0], fused_here ? fmt::format("{:.2f}×", times[1][0] / times[2][0]) : "–",
+                 max_diff(1), max_diff(2));
     }
   }
   fmt::print("# load average at the end: {}\n", first_line_of("/proc/loadavg"));

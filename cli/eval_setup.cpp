@@ -14,6 +14,7 @@
 #include "kernels/compute_threads.h"
 #include "kernels/fp32_gemm.h"
 #include "loaders/tokenizers/tokenizer_discovery.h"
+#include "model/causal_attention_cpu.h"
 
 namespace qeval::cli {
 namespace {
@@ -195,6 +196,8 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   context.options = {{"batch_size", a.batch_size},
                      {"threads", at::get_num_threads()},
                      {"fp32_gemm", kernels::fp32_gemm_description()}};
+  // Which CPU attention kernel ran (model/causal_attention_cpu.h): it moves the last bits too.
+  if (in.placement.on_cpu()) context.options["cpu_attention"] = cpu_attention_description();
   return in;
 }
 

@@ -4,8 +4,10 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/compute_threads.h"
+#include "kernels/cpu/fused_attention_cpu.h"
 #include "kernels/fp32_gemm.h"
 
 namespace qeval {
@@ -15,7 +17,28 @@ namespace {
 // computes all; a multiple of 64 keeps each row's softmax in the same vector lanes.
 constexpr std::int64_t kQueryBlock = 64;
 
+// The fused kernel, unless QEVAL_CPU_ATTENTION=blocked asks for the op-by-op blocks (read once).
+bool fused_kernel_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("QEVAL_CPU_ATTENTION");
+    const std::string forced = env != nullptr ? env : "";
+    TORCH_CHECK(forced.empty() || forced == "fused" || forced == "blocked", "QEVAL_CPU_ATTENTION=", forced,
+                ": expected fused or blocked (or unset)");
+    return forced != "blocked" && kernels::cpu::avx2_fused_attention_available();
+  }();
+  return enabled;
+}
+
 }  // namespace
+
+bool fused_causal_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softcap) {
+  return softcap <= 0 && fused_kernel_enabled() && kernels::cpu::fused_causal_attention_fits(q, k, v);
+}
+
+std::string cpu_attention_description() {
+  if (kernels::fp32_gemm_cpu_backend() != kernels::Fp32GemmBackend::aten) return "whole matrix (oneDNN batched matmul)";
+  return fused_kernel_enabled() ? "fused (avx2)" : "blocked";
+}
 
 bool blocked_causal_attention_applies(const at::Tensor& q) {
   return q.device().is_cpu() && q.scalar_type() == at::kFloat && !(at::GradMode::is_enabled() && q.requires_grad()) &&

@@ -16,12 +16,20 @@
 // count. It applies to float32 CPU inference under set_inference_threads with LibTorch's BLAS as
 // the fp32 GEMM (kernels/fp32_gemm.h): where oneDNN's brgemm is the fp32 GEMM (AVX-512 CPUs), its
 // batched matmul over whole heads is kept.
+//
+// On CPUs with AVX2 and FMA the same blocks run through one fused kernel instead
+// (kernels/cpu/fused_attention_cpu.h: scores, softmax and the product with v per block without
+// LibTorch ops in between), for every layer without a soft cap whose head dim is a multiple of 8;
+// its sums run in another order, so it differs from the op-by-op blocks in the last bits.
+// QEVAL_CPU_ATTENTION=blocked keeps the op-by-op blocks (to compare the two); the record's
+// options.cpu_attention says which ran.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace qeval {
 
@@ -41,5 +49,15 @@ bool blocked_causal_attention_applies(const at::Tensor& q);
 at::Tensor blocked_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& mask, std::int64_t window, double scale,
                                     const AttentionProbabilities& probabilities, at::Tensor* probs = nullptr);
+
+// Whether the fused kernel serves a layer where blocked_causal_attention_applies: this CPU has AVX2
+// and FMA, q, k and v fit it (kernels::cpu::fused_causal_attention_fits), the layer has no soft cap
+// (`softcap` ≤ 0) and QEVAL_CPU_ATTENTION is not `blocked`.
+bool fused_causal_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softcap);
+
+// What CPU inference passes run for a layer without a soft cap whose head dim is a multiple of 8:
+// "fused (avx2)", "blocked" or, where oneDNN is the fp32 GEMM, "whole matrix (oneDNN batched
+// matmul)" (for the record's options.cpu_attention).
+std::string cpu_attention_description();
 
 }  // namespace qeval

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "kernels/cpu/fused_attention_cpu.h"
 #include "kernels/fp32_gemm.h"
 #include "model/causal_attention_cpu.h"
 
@@ -247,8 +248,13 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const
   };
   if (blocked_causal_attention_applies(q)) {  // CPU inference: skips what the causal mask hides
     at::Tensor probs;
-    at::Tensor out = blocked_causal_attention(q, k, v, tables.mask_for(window), window, scale, probabilities,
-                                              wants_probs ? &probs : nullptr);
+    at::Tensor out =
+        fused_causal_attention_serves(q, k, v, config_.attn_logit_softcap)
+            ? kernels::cpu::fused_causal_attention_avx2(q, k, v, window, scale,
+                                                        config_.attention_softmax == SoftmaxKind::softmax1,
+                                                        wants_probs ? &probs : nullptr)
+            : blocked_causal_attention(q, k, v, tables.mask_for(window), window, scale, probabilities,
+                                       wants_probs ? &probs : nullptr);
     if (wants_probs) observer->on_attention(layer, probs);
     return linear(idx.o).forward(out);
   }
