@@ -8,8 +8,11 @@
 
 #include "kernels/compute_threads.h"
 #include "kernels/cpu/fused_attention_cpu.h"
+#include "loaders/checkpoints/checkpoint.h"
+#include "loaders/checkpoints/safetensors.h"
 #include "kernels/fp32_gemm.h"
 #include "model/causal_attention_cpu.h"
+#include "model/observer.h"
 #include "model/transformer.h"
 #include "tests/support/test_data.h"
 
@@ -161,6 +164,39 @@ TEST(FusedCausalAttention, RefusesWhatItDoesNotServe) {
   EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q3, k2, k2));
   EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q3.to(at::kDouble), q3.to(at::kDouble), q3.to(at::kDouble)));
   EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q3, at::randn({1, 3, 9, 16}), at::randn({1, 3, 9, 16})));
+}
+
+// Asks for every layer's probabilities and only checks their shape, as statistics passes would.
+class WantsAllAttention : public ForwardObserver {
+ public:
+  bool wants_attention(std::int64_t) const override { return true; }
+  void on_attention(std::int64_t, const at::Tensor& probs) override { ++layers_seen; EXPECT_EQ(probs.dim(), 4); }
+  int layers_seen = 0;
+};
+
+// The families' fixtures forward as `qeval eval` runs them (inference threading: the fused kernel
+// where the head dim allows, 8 for GPT-NeoX, Phi-3 with its window and Qwen3; the op-by-op blocks for
+// the others, heads of 4 and Gemma-3's 12): within 1e-4 of Hugging Face's logits, and the same
+// bits whether statistics take the probabilities or not.
+TEST(CpuAttentionInTheModel, MatchesTheFixturesAndIgnoresObservers) {
+  const int before = at::get_num_threads();
+  kernels::set_inference_threads(2);
+  for (const char* folder : {"tiny-gpt-neox-hf", "tiny-phi3-hf", "tiny-qwen3-hf", "tiny-mistral-hf", "tiny-gemma3-hf"}) {
+    SCOPED_TRACE(folder);
+    const auto dir = test::repo_path(std::string("tests/model/fixtures/") + folder);
+    const auto reference = read_safetensors(dir / "reference.safetensors");
+    LoadedCheckpoint ckpt = load_checkpoint(dir);
+    Transformer model(ckpt.config, ckpt.weights, dir.string());
+    const at::Tensor ids = reference.at("input_ids");
+    at::NoGradGuard no_grad;
+    const at::Tensor plain = model.forward(ids);
+    WantsAllAttention observer;
+    const at::Tensor observed = model.forward(ids, &observer);
+    EXPECT_EQ(observer.layers_seen, ckpt.config.n_layers);
+    EXPECT_TRUE(test::tensors_close(plain, reference.at("logits"), 1e-4));
+    EXPECT_TRUE(test::tensors_equal(plain, observed)) << "the probabilities moved the logits";
+  }
+  kernels::set_compute_threads(before);
 }
 
 }  // namespace
