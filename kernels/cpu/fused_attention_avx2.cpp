@@ -124,35 +124,6 @@ void pack_keys(const float* k, std::int64_t stride, std::int64_t L, std::int64_t
     }
 }
 
-// s[r][0, 16) = scale · Σ_d q[r][d] · kp[d][0, 16) for rows r < rows (q[r]: row pointers; rows past
-// `rows` repeat a valid row and are not stored).
-QEVAL_AVX2_FMA void score_tile(const float* const q[kMr], const float* kp, std::int64_t hd, float scale, float* s,
-                               std::int64_t s_stride, std::int64_t rows) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
-         c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  for (std::int64_t d = 0; d < hd; ++d) {
-    const __m256 b0 = _mm256_loadu_ps(kp + d * kKeys), b1 = _mm256_loadu_ps(kp + d * kKeys + 8);
-    __m256 a;
-#define QEVAL_ROW(r)                        \
-  a = _mm256_broadcast_ss(q[r] + d);        \
-  c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0); \
-  c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);
-    QEVAL_ROW(0)
-    QEVAL_ROW(1)
-    QEVAL_ROW(2)
-    QEVAL_ROW(3)
-    QEVAL_ROW(4)
-    QEVAL_ROW(5)
-#undef QEVAL_ROW
-  }
-  const __m256 sc = _mm256_set1_ps(scale);
-  const __m256 sums[2 * kMr] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
-  for (std::int64_t r = 0; r < rows; ++r) {
-    _mm256_storeu_ps(s + r * s_stride, _mm256_mul_ps(sums[2 * r], sc));
-    _mm256_storeu_ps(s + r * s_stride + 8, _mm256_mul_ps(sums[2 * r + 1], sc));
-  }
-}
-
 // y[0, n) = x[0, n) / d.
 QEVAL_AVX2_FMA void divide_row(const float* x, std::int64_t n, float d, float* y) {
   const __m256 dv = _mm256_set1_ps(d);
@@ -196,28 +167,32 @@ QEVAL_AVX2_FMA float exp_row(float* x, std::int64_t n, float m) {
   return lane_sum(sum);
 }
 
-// o[r][0, 8·NV) (+)= Σ_{c < n} e[r][c] · v[c][0, 8·NV) for rows r < rows, NV = 1 or 2: added to
-// what o holds when `accumulate`, else written (e[r]: row pointers, rows past `rows` repeat a valid
-// row; v's rows `v_stride` floats apart, o's `o_stride`). The accumulators are named variables, as
-// in score_tile: held in an array, GCC stored them to the stack on every key.
+// out[r][0, 8·NV) = init[r][0, 8·NV) + Σ_{c < n} a[r][c] · b[c][0, 8·NV) for rows r < rows, NV = 1
+// or 2, summed in the order of c; init null: from 0. a[r]: row pointers (rows past `rows` repeat a
+// valid row and are not stored); b's rows `b_stride` floats apart; init and out `out_stride` apart
+// (init may be out). The micro-kernel of both products: scores (a = queries, b = packed kᵀ) and e · v
+// (a = exponentials, b = v, init = the partial sums of earlier chunks). The accumulators are named
+// variables, with the asm barrier the int8 kernel uses: held in an array, GCC stored them to the
+// stack on every step.
 template <int NV>
-QEVAL_AVX2_FMA void value_tile(const float* const e[kMr], const float* v, std::int64_t v_stride, std::int64_t n,
-                               bool accumulate, float* o, std::int64_t o_stride, std::int64_t rows) {
+QEVAL_AVX2_FMA void fma_tile(const float* const a[kMr], const float* b, std::int64_t b_stride, std::int64_t n,
+                             const float* init, float* out, std::int64_t out_stride, std::int64_t rows) {
   static_assert(NV == 1 || NV == 2, "one or two vectors of 8 channels");
 #define start(r, j) \
-  (accumulate && (r) < rows ? _mm256_loadu_ps(o + (r) * o_stride + 8 * (j)) : _mm256_setzero_ps())
+  (init != nullptr && (r) < rows ? _mm256_loadu_ps(init + (r) * out_stride + 8 * (j)) : _mm256_setzero_ps())
   __m256 c00 = start(0, 0), c10 = start(1, 0), c20 = start(2, 0), c30 = start(3, 0), c40 = start(4, 0),
          c50 = start(5, 0);
   __m256 c01 = _mm256_setzero_ps(), c11 = c01, c21 = c01, c31 = c01, c41 = c01, c51 = c01;
   if (NV == 2) c01 = start(0, 1), c11 = start(1, 1), c21 = start(2, 1), c31 = start(3, 1), c41 = start(4, 1), c51 = start(5, 1);
+#undef start
   for (std::int64_t c = 0; c < n; ++c) {
-    const __m256 b0 = _mm256_loadu_ps(v + c * v_stride);
-    const __m256 b1 = NV == 2 ? _mm256_loadu_ps(v + c * v_stride + 8) : b0;
-    __m256 a;
+    const __m256 b0 = _mm256_loadu_ps(b + c * b_stride);
+    const __m256 b1 = NV == 2 ? _mm256_loadu_ps(b + c * b_stride + 8) : b0;
+    __m256 x;
 #define QEVAL_ROW(r)                                        \
-  a = _mm256_broadcast_ss(e[r] + c);                        \
-  c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                 \
-  if (NV == 2) c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);
+  x = _mm256_broadcast_ss(a[r] + c);                        \
+  c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                 \
+  if (NV == 2) c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
     QEVAL_ROW(0)
     QEVAL_ROW(1)
     QEVAL_ROW(2)
@@ -228,10 +203,17 @@ QEVAL_AVX2_FMA void value_tile(const float* const e[kMr], const float* v, std::i
     asm("" : "+x"(c00), "+x"(c01), "+x"(c10), "+x"(c11), "+x"(c20), "+x"(c21), "+x"(c30), "+x"(c31), "+x"(c40),
         "+x"(c41), "+x"(c50), "+x"(c51));  // keeps the accumulators in registers
   }
-#undef start
   const __m256 sums[kMr][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
   for (std::int64_t r = 0; r < rows; ++r)
-    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(o + r * o_stride + 8 * j, sums[r][j]);
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + r * out_stride + 8 * j, sums[r][j]);
+}
+
+// x[r][0, 16) *= scale for rows r < rows, `stride` floats apart: the scores' scale, applied to the
+// finished sum as LibTorch's path applies it to the product.
+QEVAL_AVX2_FMA void scale_tile(float* x, std::int64_t stride, std::int64_t rows, float scale) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < 2; ++j) _mm256_storeu_ps(x + r * stride + 8 * j, _mm256_mul_ps(_mm256_loadu_ps(x + r * stride + 8 * j), sc));
 }
 
 struct Problem {
@@ -282,7 +264,9 @@ QEVAL_AVX2_FMA void attend_block(const Problem& p, std::int64_t b, std::int64_t 
       if (key0 > tile.last || key0 + kKeys <= tile.lo) continue;  // wholly hidden from the tile
       const float* q_rows[kMr];
       rows_of(tile, q, p.q_stride[2], tile.first, q_rows);
-      score_tile(q_rows, panel, hd, p.scale, s + tile.m0 * s_stride + (key0 - c0), s_stride, tile.rows);
+      float* s_tile = s + tile.m0 * s_stride + (key0 - c0);
+      fma_tile<2>(q_rows, panel, kKeys, hd, nullptr, s_tile, s_stride, tile.rows);
+      scale_tile(s_tile, s_stride, tile.rows, p.scale);
     }
   }
   // 2. Each query's softmax over the keys it sees; the rest of its tile's key range set to 0.
@@ -295,9 +279,7 @@ QEVAL_AVX2_FMA void attend_block(const Problem& p, std::int64_t b, std::int64_t 
       float m = row_max(row + a, end - a);
       if (p.softmax_one) m = std::max(m, 0.0f);
       const float sum = exp_row(row + a, end - a, m);
-      denom[i] = p.softmax_one ? sum + lane_sum(_mm256_and_ps(exp_ps(_mm256_set1_ps(-m)),
-                                                              _mm256_castsi256_ps(first_lanes(1))))
-                               : sum;
+      denom[i] = p.softmax_one ? sum + _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(-m))) : sum;
       if (p.probs != nullptr)
         divide_row(row + a, end - a, denom[i], p.probs + ((b * p.H + h) * p.L + query) * p.L + c0 + a);
       std::fill(row + (tile.lo - c0), row + a, 0.0f);
@@ -317,11 +299,11 @@ QEVAL_AVX2_FMA void attend_block(const Problem& p, std::int64_t b, std::int64_t 
       float* o_tile = o + tile.m0 * hd;
       std::int64_t d0 = 0;
       for (; d0 + 16 <= hd; d0 += 16)
-        value_tile<2>(e_rows, v + from * p.v_stride[2] + d0, p.v_stride[2], to - from, started[t], o_tile + d0, hd,
-                      tile.rows);
+        fma_tile<2>(e_rows, v + from * p.v_stride[2] + d0, p.v_stride[2], to - from, started[t] ? o_tile + d0 : nullptr,
+                    o_tile + d0, hd, tile.rows);
       if (d0 < hd)  // hd is a multiple of 8
-        value_tile<1>(e_rows, v + from * p.v_stride[2] + d0, p.v_stride[2], to - from, started[t], o_tile + d0, hd,
-                      tile.rows);
+        fma_tile<1>(e_rows, v + from * p.v_stride[2] + d0, p.v_stride[2], to - from, started[t] ? o_tile + d0 : nullptr,
+                    o_tile + d0, hd, tile.rows);
       started[t] = true;
     }
   }
