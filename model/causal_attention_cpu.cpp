@@ -8,7 +8,6 @@
 
 #include "kernels/compute_threads.h"
 #include "kernels/cpu/fused_attention_cpu.h"
-#include "kernels/fp32_gemm.h"
 
 namespace qeval {
 namespace {
@@ -17,16 +16,24 @@ namespace {
 // computes all; a multiple of 64 keeps each row's softmax in the same vector lanes.
 constexpr std::int64_t kQueryBlock = 64;
 
-// The fused kernel, unless QEVAL_CPU_ATTENTION=blocked asks for the op-by-op blocks (read once).
-bool fused_kernel_enabled() {
-  static const bool enabled = [] {
+// QEVAL_CPU_ATTENTION (read once): unset or `fused` (the fused kernel where it serves, else the
+// op-by-op blocks), `blocked` (the op-by-op blocks everywhere) or `whole` (the whole-matrix path
+// of Transformer::attention): the last two are there to compare the paths on one binary.
+enum class CpuAttention { fused, blocked, whole };
+
+CpuAttention cpu_attention_asked() {
+  static const CpuAttention asked = [] {
     const char* env = std::getenv("QEVAL_CPU_ATTENTION");
     const std::string forced = env != nullptr ? env : "";
-    TORCH_CHECK(forced.empty() || forced == "fused" || forced == "blocked", "QEVAL_CPU_ATTENTION=", forced,
-                ": expected fused or blocked (or unset)");
-    return forced != "blocked" && kernels::cpu::avx2_fused_attention_available();
+    TORCH_CHECK(forced.empty() || forced == "fused" || forced == "blocked" || forced == "whole",
+                "QEVAL_CPU_ATTENTION=", forced, ": expected fused, blocked or whole (or unset)");
+    return forced == "whole" ? CpuAttention::whole : forced == "blocked" ? CpuAttention::blocked : CpuAttention::fused;
   }();
-  return enabled;
+  return asked;
+}
+
+bool fused_kernel_enabled() {
+  return cpu_attention_asked() == CpuAttention::fused && kernels::cpu::avx2_fused_attention_available();
 }
 
 }  // namespace
@@ -36,13 +43,13 @@ bool fused_causal_attention_serves(const at::Tensor& q, const at::Tensor& k, con
 }
 
 std::string cpu_attention_description() {
-  if (kernels::fp32_gemm_cpu_backend() != kernels::Fp32GemmBackend::aten) return "whole matrix (oneDNN batched matmul)";
+  if (cpu_attention_asked() == CpuAttention::whole) return "whole matrix (batched matmul)";
   return fused_kernel_enabled() ? "fused (avx2)" : "blocked";
 }
 
 bool blocked_causal_attention_applies(const at::Tensor& q) {
   return q.device().is_cpu() && q.scalar_type() == at::kFloat && !(at::GradMode::is_enabled() && q.requires_grad()) &&
-         kernels::inference_threading() && kernels::fp32_gemm_cpu_backend() == kernels::Fp32GemmBackend::aten;
+         kernels::inference_threading() && cpu_attention_asked() != CpuAttention::whole;
 }
 
 at::Tensor blocked_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -13,16 +13,18 @@
 //
 // Work items are (sequence, head, query block), run over LibTorch's pool with one single-threaded
 // BLAS call per product (kernels/compute_threads.h), so the bits do not depend on the thread
-// count. It applies to float32 CPU inference under set_inference_threads with LibTorch's BLAS as
-// the fp32 GEMM (kernels/fp32_gemm.h): where oneDNN's brgemm is the fp32 GEMM (AVX-512 CPUs), its
-// batched matmul over whole heads is kept.
+// count. It applies to float32 CPU inference under set_inference_threads, whichever fp32 GEMM the
+// linears run on (kernels/fp32_gemm.h): on a Zen 4 with oneDNN's AVX-512 brgemm as the fp32 GEMM,
+// the blocks took 1.4-1.6x less time than oneDNN's batched matmul over whole heads, and the fused
+// kernel below 2.4-2.5x less (bench/results/cpu-zen4-2026-11-27.md).
 //
 // On CPUs with AVX2 and FMA the same blocks run through one fused kernel instead
 // (kernels/cpu/fused_attention_cpu.h: scores, softmax and the product with v per block without
 // LibTorch ops in between), for every layer without a soft cap whose head dim is a multiple of 8;
 // its sums run in another order, so it differs from the op-by-op blocks in the last bits.
-// QEVAL_CPU_ATTENTION=blocked keeps the op-by-op blocks (to compare the two); the record's
-// options.cpu_attention says which ran.
+// QEVAL_CPU_ATTENTION=blocked keeps the op-by-op blocks and QEVAL_CPU_ATTENTION=whole the
+// whole-matrix path (to compare them on one binary); the record's options.cpu_attention says which
+// ran.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -38,8 +40,8 @@ namespace qeval {
 // layer's mask (0 where a query sees a key, -inf elsewhere) → probabilities [rows, cols].
 using AttentionProbabilities = std::function<at::Tensor(at::Tensor scores, const at::Tensor& mask)>;
 
-// Whether blocked_causal_attention serves q (float32, CPU, no gradients wanted, inference
-// threading, LibTorch's BLAS as the fp32 GEMM).
+// Whether blocked_causal_attention (or the fused kernel) serves q: float32, CPU, no gradients
+// wanted, inference threading, and QEVAL_CPU_ATTENTION is not `whole`.
 bool blocked_causal_attention_applies(const at::Tensor& q);
 
 // q [B, H, L, hd]; k, v [B, Hkv, L, hd] with H a multiple of Hkv (query head h reads kv head
@@ -56,8 +58,8 @@ at::Tensor blocked_causal_attention(const at::Tensor& q, const at::Tensor& k, co
 bool fused_causal_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softcap);
 
 // What CPU inference passes run for a layer without a soft cap whose head dim is a multiple of 8:
-// "fused (avx2)", "blocked" or, where oneDNN is the fp32 GEMM, "whole matrix (oneDNN batched
-// matmul)" (for the record's options.cpu_attention).
+// "fused (avx2)", "blocked" or, under QEVAL_CPU_ATTENTION=whole, "whole matrix (batched matmul)"
+// (for the record's options.cpu_attention).
 std::string cpu_attention_description();
 
 }  // namespace qeval
