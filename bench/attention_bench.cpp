@@ -9,6 +9,7 @@
 //   attention_bench [--seq 512,1024,2048] [--reps 15] [--threads 0 (the cores this process may use)]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <limits>
