@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
@@ -34,6 +35,33 @@ TEST(Cli, EvalWritesRecordAndTable) {
   double ppl = record.at("schemes").at(0).at("perplexity").at("ppl");
   EXPECT_GT(ppl, 1.0);
   EXPECT_LT(ppl, 20.0);  // a trained model on its own kind of text, far below the vocabulary (512)
+}
+
+// QEVAL_CPU_ATTENTION picks the CPU attention path (model/causal_attention_cpu.h); the record names
+// the one that ran, the paths agree to the last bits, and a value it does not know is an error
+// before any work, with no record.
+TEST(Cli, CpuAttentionSwitchIsRecordedAndUnknownValuesRefused) {
+  test::TempDir dir;
+  const std::string eval = test::kEval + " --seq-len 128 --max-windows 2 --schemes full --out ";
+  auto run_with = [&](const std::string& value) {
+    const auto out = dir / ("r-" + value + ".json");
+    CommandResult r = test::run_qeval(eval + out.string(), "QEVAL_CPU_ATTENTION=" + value);
+    EXPECT_EQ(r.status, 0) << value << ": " << r.output;
+    return nlohmann::json::parse(read_file(out));
+  };
+  const auto whole = run_with("whole"), blocked = run_with("blocked"), plain = run_with("");
+  EXPECT_EQ(whole.at("options").at("cpu_attention"), "whole matrix (batched matmul)");
+  EXPECT_EQ(blocked.at("options").at("cpu_attention"), "blocked");
+  EXPECT_NE(plain.at("options").at("cpu_attention"), whole.at("options").at("cpu_attention"));
+  auto nll = [](const nlohmann::json& rec) { return rec.at("schemes").at(0).at("perplexity").at("nll_mean").get<double>(); };
+  EXPECT_NEAR(nll(blocked), nll(whole), 1e-6 * nll(whole));
+  EXPECT_NEAR(nll(plain), nll(whole), 1e-6 * nll(whole));
+
+  const auto refused = dir / "refused.json";
+  CommandResult r = test::run_qeval(eval + refused.string(), "QEVAL_CPU_ATTENTION=sideways");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.output, "QEVAL_CPU_ATTENTION=sideways: expected fused, blocked or whole")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(refused));
 }
 
 TEST(Cli, ConfigFileSuppliesOptionsAndFlagsOverride) {
