@@ -1,8 +1,8 @@
 // Causal attention of one layer on the CPU: the whole-matrix path (every query times every key,
 // mask, softmax over whole rows; what Transformer::attention runs where the blocked path does
 // not apply), model/causal_attention_cpu.h's blocks of queries op by op, and the fused kernel
-// (kernels/cpu/fused_attention_cpu.h, where the CPU has AVX2 and FMA), alternated rep by rep in
-// one run, at SmolLM2-135M's (9 heads over 3 kv heads, head 64) and GPT-2 small's (12 heads, 64)
+// (kernels/cpu/fused_attention_cpu.h: its AVX2 variant, and its AVX-512 one where the CPU has
+// AVX-512), alternated rep by rep in one run, at SmolLM2-135M's (9 heads over 3 kv heads, head 64) and GPT-2 small's (12 heads, 64)
 // shapes. Prints the best and median time of each and their ratio; it measures, it never passes
 // or fails.
 //
@@ -65,11 +65,15 @@ int main(int argc, char** argv) {
   fmt::print("# attention_bench: {} threads, fp32 GEMM {}, load average at start: {}\n", threads,
              qeval::kernels::fp32_gemm_description(), first_line_of("/proc/loadavg"));
   const std::vector<Shape> shapes = {{"smollm2", 9, 3, 64}, {"gpt2-small", 12, 12, 64}};
-  const bool fused_here = qeval::kernels::cpu::avx2_fused_attention_available();
-  fmt::print("# fused kernel: {}\n", fused_here ? "avx2 + fma" : "not on this CPU (no AVX2 or FMA)");
-  fmt::print("| model | L | whole matrix ms (best / median) | blocked ms | fused ms | whole / blocked | blocked / fused "
-             "(best) | max |Δ| from float64: whole, blocked, fused |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  using qeval::kernels::cpu::FusedAttentionIsa;
+  const FusedAttentionIsa widest = qeval::kernels::cpu::fused_attention_isa();
+  const bool fused_here = widest != FusedAttentionIsa::none, wide_here = widest == FusedAttentionIsa::avx512;
+  fmt::print("# fused kernel: {}\n", !fused_here ? "not on this CPU (no AVX2 or FMA)"
+                                     : wide_here  ? "avx2 + fma and avx512 variants"
+                                                  : "avx2 + fma variant (no AVX-512 here)");
+  fmt::print("| model | L | whole matrix ms (best / median) | blocked ms | fused avx2 ms | fused avx512 ms | whole / blocked "
+             "| blocked / fused avx2 | fused avx2 / avx512 (best) | max |Δ| from float64: whole, blocked, avx2, avx512 |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Shape& s : shapes) {
     for (std::int64_t L : seqs) {
       at::manual_seed(0);
@@ -92,8 +96,9 @@ int main(int argc, char** argv) {
                 .reshape({1, L, H * hd});
           },
           [&] { return qeval::blocked_causal_attention(q, k, v, mask, 0, scale, probabilities); }};
-      if (fused_here)
-        paths.push_back([&] { return qeval::kernels::cpu::fused_causal_attention_avx2(q, k, v, 0, scale, false); });
+      for (const FusedAttentionIsa isa : {FusedAttentionIsa::avx2, FusedAttentionIsa::avx512})
+        if (qeval::kernels::cpu::fused_causal_attention_fits(q, k, v, isa))
+          paths.push_back([&, isa] { return qeval::kernels::cpu::fused_causal_attention(q, k, v, 0, scale, false, nullptr, isa); });
       std::vector<at::Tensor> outs(paths.size());
       std::vector<std::vector<double>> times(paths.size());
       for (int r = -1; r < reps; ++r)  // rep -1 warms up
@@ -119,9 +124,11 @@ int main(int argc, char** argv) {
         return i < outs.size() ? fmt::format("{:.1e}", (outs[i].to(at::kDouble) - exact).abs().max().item<double>())
                                : std::string("–");
       };
-      fmt::print("| {} | {} | {} | {} | {} | {:.2f}× | {} | {}, {}, {} |\n", s.name, L, cell(0), cell(1), cell(2),
-                 times[0][0] / times[1][0], fused_here ? fmt::format("{:.2f}×", times[1][0] / times[2][0]) : "–",
-                 max_diff(0), max_diff(1), max_diff(2));
+      auto ratio = [&](std::size_t a, std::size_t b) {
+        return b < times.size() ? fmt::format("{:.2f}×", times[a][0] / times[b][0]) : std::string("–");
+      };
+      fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}, {}, {}, {} |\n", s.name, L, cell(0), cell(1), cell(2),
+                 cell(3), ratio(0, 1), ratio(1, 2), ratio(2, 3), max_diff(0), max_diff(1), max_diff(2), max_diff(3));
     }
   }
   fmt::print("# load average at the end: {}\n", first_line_of("/proc/loadavg"));

@@ -16,35 +16,60 @@ namespace {
 // computes all; a multiple of 64 keeps each row's softmax in the same vector lanes.
 constexpr std::int64_t kQueryBlock = 64;
 
-// QEVAL_CPU_ATTENTION (read once): unset or `fused` (the fused kernel where it serves, else the
-// op-by-op blocks), `blocked` (the op-by-op blocks everywhere) or `whole` (the whole-matrix path
-// of Transformer::attention): the last two are there to compare the paths on one binary.
-enum class CpuAttention { fused, blocked, whole };
+// QEVAL_CPU_ATTENTION (read once): unset or `fused` (the fused kernel's widest variant where it
+// serves, else the op-by-op blocks), `fused-avx2` (its AVX2 variant even where AVX-512 runs),
+// `blocked` (the op-by-op blocks everywhere) or `whole` (the whole-matrix path of
+// Transformer::attention): all but the first are there to compare the paths on one binary.
+enum class CpuAttention { fused, fused_avx2, blocked, whole };
 
 CpuAttention cpu_attention_asked() {
   static const CpuAttention asked = [] {
     const char* env = std::getenv("QEVAL_CPU_ATTENTION");
     const std::string forced = env != nullptr ? env : "";
-    TORCH_CHECK(forced.empty() || forced == "fused" || forced == "blocked" || forced == "whole",
-                "QEVAL_CPU_ATTENTION=", forced, ": expected fused, blocked or whole (or unset)");
-    return forced == "whole" ? CpuAttention::whole : forced == "blocked" ? CpuAttention::blocked : CpuAttention::fused;
+    if (forced.empty() || forced == "fused") return CpuAttention::fused;
+    if (forced == "fused-avx2") return CpuAttention::fused_avx2;
+    if (forced == "blocked") return CpuAttention::blocked;
+    TORCH_CHECK(forced == "whole", "QEVAL_CPU_ATTENTION=", forced,
+                ": expected fused, fused-avx2, blocked or whole (or unset)");
+    return CpuAttention::whole;
   }();
   return asked;
 }
 
-bool fused_kernel_enabled() {
-  return cpu_attention_asked() == CpuAttention::fused && kernels::cpu::avx2_fused_attention_available();
+// The widest variant of the fused kernel the switch allows on this CPU.
+kernels::cpu::FusedAttentionIsa fused_isa_allowed() {
+  using kernels::cpu::FusedAttentionIsa;
+  const FusedAttentionIsa widest = kernels::cpu::fused_attention_isa();
+  switch (cpu_attention_asked()) {
+    case CpuAttention::fused: return widest;
+    case CpuAttention::fused_avx2: return widest == FusedAttentionIsa::none ? widest : FusedAttentionIsa::avx2;
+    case CpuAttention::blocked:
+    case CpuAttention::whole: break;
+  }
+  return FusedAttentionIsa::none;
 }
 
 }  // namespace
 
-bool fused_causal_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softcap) {
-  return softcap <= 0 && fused_kernel_enabled() && kernels::cpu::fused_causal_attention_fits(q, k, v);
+kernels::cpu::FusedAttentionIsa fused_attention_variant(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                        double softcap) {
+  using kernels::cpu::FusedAttentionIsa;
+  const FusedAttentionIsa allowed = fused_isa_allowed();
+  if (softcap > 0 || allowed == FusedAttentionIsa::none) return FusedAttentionIsa::none;
+  if (allowed == FusedAttentionIsa::avx512 && kernels::cpu::fused_causal_attention_fits(q, k, v, allowed)) return allowed;
+  return kernels::cpu::fused_causal_attention_fits(q, k, v, FusedAttentionIsa::avx2) ? FusedAttentionIsa::avx2
+                                                                                       : FusedAttentionIsa::none;
 }
 
 std::string cpu_attention_description() {
+  using kernels::cpu::FusedAttentionIsa;
   if (cpu_attention_asked() == CpuAttention::whole) return "whole matrix (batched matmul)";
-  return fused_kernel_enabled() ? "fused (avx2)" : "blocked";
+  switch (fused_isa_allowed()) {
+    case FusedAttentionIsa::avx512: return "fused (avx512; avx2 where the head dim is not a multiple of 16)";
+    case FusedAttentionIsa::avx2: return "fused (avx2)";
+    case FusedAttentionIsa::none: break;
+  }
+  return "blocked";
 }
 
 bool blocked_causal_attention_applies(const at::Tensor& q) {

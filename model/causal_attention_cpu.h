@@ -20,9 +20,10 @@
 //
 // On CPUs with AVX2 and FMA the same blocks run through one fused kernel instead
 // (kernels/cpu/fused_attention_cpu.h: scores, softmax and the product with v per block without
-// LibTorch ops in between), for every layer without a soft cap whose head dim is a multiple of 8;
-// its sums run in another order, so it differs from the op-by-op blocks in the last bits.
-// QEVAL_CPU_ATTENTION=blocked keeps the op-by-op blocks and QEVAL_CPU_ATTENTION=whole the
+// LibTorch ops in between), for every layer without a soft cap whose head dim is a multiple of 8,
+// in its AVX-512 variant where the CPU has AVX-512 and the head dim is a multiple of 16; its sums
+// run in another order, so it differs from the op-by-op blocks in the last bits.
+// QEVAL_CPU_ATTENTION=fused-avx2 keeps the AVX2 variant, =blocked the op-by-op blocks and =whole the
 // whole-matrix path (to compare them on one binary); the record's options.cpu_attention says which
 // ran.
 #pragma once
@@ -32,6 +33,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+
+#include "kernels/cpu/fused_attention_cpu.h"
 
 namespace qeval {
 
@@ -52,14 +55,17 @@ at::Tensor blocked_causal_attention(const at::Tensor& q, const at::Tensor& k, co
                                     const at::Tensor& mask, std::int64_t window, double scale,
                                     const AttentionProbabilities& probabilities, at::Tensor* probs = nullptr);
 
-// Whether the fused kernel serves a layer where blocked_causal_attention_applies: this CPU has AVX2
-// and FMA, q, k and v fit it (kernels::cpu::fused_causal_attention_fits), the layer has no soft cap
-// (`softcap` ≤ 0) and QEVAL_CPU_ATTENTION is not `blocked`.
-bool fused_causal_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softcap);
+// Which variant of the fused kernel serves a layer where blocked_causal_attention_applies
+// (kernels::cpu::FusedAttentionIsa::none: the op-by-op blocks do): the widest this CPU runs whose
+// lanes divide the head dim (kernels::cpu::fused_causal_attention_fits), for a layer without a soft
+// cap (`softcap` ≤ 0), unless QEVAL_CPU_ATTENTION asks for `fused-avx2`, `blocked` or `whole`.
+kernels::cpu::FusedAttentionIsa fused_attention_variant(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                        double softcap);
 
 // What CPU inference passes run for a layer without a soft cap whose head dim is a multiple of 8:
-// "fused (avx2)", "blocked" or, under QEVAL_CPU_ATTENTION=whole, "whole matrix (batched matmul)"
-// (for the record's options.cpu_attention).
+// "fused (avx512; avx2 where the head dim is not a multiple of 16)", "fused (avx2)", "blocked" or,
+// under QEVAL_CPU_ATTENTION=whole, "whole matrix (batched matmul)" (for the record's
+// options.cpu_attention).
 std::string cpu_attention_description();
 
 }  // namespace qeval

@@ -248,11 +248,12 @@ at::Tensor Transformer::attention(std::int64_t layer, const at::Tensor& h, const
   };
   if (blocked_causal_attention_applies(q)) {  // CPU inference: skips what the causal mask hides
     at::Tensor probs;
+    const auto variant = fused_attention_variant(q, k, v, config_.attn_logit_softcap);
     at::Tensor out =
-        fused_causal_attention_serves(q, k, v, config_.attn_logit_softcap)
-            ? kernels::cpu::fused_causal_attention_avx2(q, k, v, window, scale,
-                                                        config_.attention_softmax == SoftmaxKind::softmax1,
-                                                        wants_probs ? &probs : nullptr)
+        variant != kernels::cpu::FusedAttentionIsa::none
+            ? kernels::cpu::fused_causal_attention(q, k, v, window, scale,
+                                                   config_.attention_softmax == SoftmaxKind::softmax1,
+                                                   wants_probs ? &probs : nullptr, variant)
             : blocked_causal_attention(q, k, v, tables.mask_for(window), window, scale, probabilities,
                                        wants_probs ? &probs : nullptr);
     if (wants_probs) observer->on_attention(layer, probs);

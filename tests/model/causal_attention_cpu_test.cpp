@@ -92,13 +92,23 @@ TEST(BlockedCausalAttention, RefusesShapesThatDoNotFit) {
   EXPECT_THROW(blocked_causal_attention(q2, k2, k2, causal_mask(9, 0, at::kFloat), 0, 1.0, probabilities), c10::Error);
 }
 
-// The fused kernel against the same float64 definition: head dims with and without a tail of 8
-// channels, lengths around the 16-key panels and 6-query tiles, grouped-query heads, windows shorter
-// than a panel, shorter and longer than a block, softmax-1, and scores spread wide enough that
-// e^(s - max) underflows. Its output is the same bits with and without the probabilities, and for
-// 1, 2 and 3 threads.
+// The variants of the fused kernel this CPU runs (AVX2 and, where there is AVX-512, AVX-512).
+std::vector<kernels::cpu::FusedAttentionIsa> fused_variants_here() {
+  std::vector<kernels::cpu::FusedAttentionIsa> here;
+  const auto best = kernels::cpu::fused_attention_isa();
+  if (best != kernels::cpu::FusedAttentionIsa::none) here.push_back(kernels::cpu::FusedAttentionIsa::avx2);
+  if (best == kernels::cpu::FusedAttentionIsa::avx512) here.push_back(best);
+  return here;
+}
+
+// Each variant of the fused kernel against the same float64 definition: head dims with and without
+// a tail of the variant's lanes, lengths around the key panels and 6-query tiles, grouped-query
+// heads, windows shorter than a panel, shorter and longer than a block, softmax-1, and scores
+// spread wide enough that e^(s - max) underflows. Its output is the same bits with and without the
+// probabilities, and for 1, 2 and 3 threads.
 TEST(FusedCausalAttention, MatchesTheWholeMatrixDefinitionForEveryThreadCount) {
-  if (!kernels::cpu::avx2_fused_attention_available()) GTEST_SKIP() << "this CPU lacks AVX2 or FMA";
+  const auto variants = fused_variants_here();
+  if (variants.empty()) GTEST_SKIP() << "this CPU lacks AVX2 or FMA";
   struct FusedCase {
     Case c;
     std::int64_t hd;
@@ -107,62 +117,83 @@ TEST(FusedCausalAttention, MatchesTheWholeMatrixDefinitionForEveryThreadCount) {
   const std::vector<FusedCase> cases = {{{200, 6, 2, 0, false}, 64, 2},  {{128, 4, 4, 0, true}, 24, 2},
                                         {{300, 4, 1, 70, false}, 16, 2}, {{257, 2, 2, 130, true}, 64, 2},
                                         {{1, 3, 3, 0, false}, 8, 2},     {{77, 2, 1, 5, true}, 40, 2},
-                                        {{150, 2, 2, 0, false}, 64, 30}, {{90, 2, 2, 0, true}, 16, 30}};
+                                        {{150, 2, 2, 0, false}, 64, 30}, {{90, 2, 2, 0, true}, 16, 30},
+                                        {{333, 2, 1, 0, false}, 48, 2},  {{70, 2, 2, 20, true}, 32, 2}};
   at::manual_seed(7);
-  for (const FusedCase& f : cases) {
-    const Case& c = f.c;
-    const std::int64_t B = 2;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(f.hd));
-    at::Tensor q = at::randn({B, c.H, c.L, f.hd}) * f.spread, k = at::randn({B, c.Hkv, c.L, f.hd}),
-               v = at::randn({B, c.Hkv, c.L, f.hd});
-    ASSERT_TRUE(kernels::cpu::fused_causal_attention_fits(q, k, v));
-    std::vector<at::Tensor> outs;
-    at::Tensor probs;
-    for (int threads : {1, 2, 3}) {
-      at::set_num_threads(threads);
-      outs.push_back(kernels::cpu::fused_causal_attention_avx2(q, k, v, c.window, scale, c.softmax_one));
+  int served = 0;
+  for (const auto isa : variants) {
+    for (const FusedCase& f : cases) {
+      const Case& c = f.c;
+      const std::int64_t B = 2;
+      const double scale = 1.0 / std::sqrt(static_cast<double>(f.hd));
+      at::Tensor q = at::randn({B, c.H, c.L, f.hd}) * f.spread, k = at::randn({B, c.Hkv, c.L, f.hd}),
+                 v = at::randn({B, c.Hkv, c.L, f.hd});
+      const std::int64_t lanes = isa == kernels::cpu::FusedAttentionIsa::avx512 ? 16 : 8;
+      ASSERT_EQ(kernels::cpu::fused_causal_attention_fits(q, k, v, isa), f.hd % lanes == 0);
+      if (f.hd % lanes != 0) continue;
+      ++served;
+      std::vector<at::Tensor> outs;
+      at::Tensor probs;
+      for (int threads : {1, 2, 3}) {
+        at::set_num_threads(threads);
+        outs.push_back(kernels::cpu::fused_causal_attention(q, k, v, c.window, scale, c.softmax_one, nullptr, isa));
+      }
+      const at::Tensor with_probs = kernels::cpu::fused_causal_attention(q, k, v, c.window, scale, c.softmax_one, &probs, isa);
+      at::set_num_threads(1);
+      at::Tensor expected_probs;
+      const at::Tensor expected = reference(q, k, v, c, scale, &expected_probs);
+      const std::string name = std::string(kernels::cpu::fused_attention_isa_name(isa)) + ", L " + std::to_string(c.L) +
+                               ", hd " + std::to_string(f.hd) + ", window " + std::to_string(c.window) + ", spread " +
+                               std::to_string(f.spread);
+      // Scores of magnitude ~spread carry float32 rounding of ~spread · 2⁻²⁴ each, which e^s turns into
+      // relative errors of the probabilities of that size: the tolerances grow with the spread.
+      const double wide = f.spread / 2;
+      EXPECT_TRUE(test::tensors_close(outs[0], expected.to(at::kFloat), 2e-5 * wide, 2e-5 * wide)) << name;
+      EXPECT_TRUE(test::tensors_close(probs, expected_probs.to(at::kFloat), 1e-6 * wide, 1e-5 * wide)) << name;
+      const at::Tensor hidden = at::isinf(causal_mask(c.L, c.window, at::kFloat)).expand_as(probs);
+      EXPECT_EQ(probs.masked_select(hidden).abs().sum().item<float>(), 0.0f) << name;
+      EXPECT_TRUE(test::tensors_equal(outs[0], with_probs)) << name << ": the probabilities moved the output";
+      for (int t : {1, 2})
+        EXPECT_TRUE(test::tensors_equal(outs[0], outs[t])) << name << ": 1 and " << t + 1 << " threads differ";
     }
-    const at::Tensor with_probs = kernels::cpu::fused_causal_attention_avx2(q, k, v, c.window, scale, c.softmax_one, &probs);
-    at::set_num_threads(1);
-    at::Tensor expected_probs;
-    const at::Tensor expected = reference(q, k, v, c, scale, &expected_probs);
-    const std::string name = "L " + std::to_string(c.L) + ", hd " + std::to_string(f.hd) + ", window " +
-                             std::to_string(c.window) + ", spread " + std::to_string(f.spread);
-    // Scores of magnitude ~spread carry float32 rounding of ~spread · 2⁻²⁴ each, which e^s turns into
-    // relative errors of the probabilities of that size: the tolerances grow with the spread.
-    const double wide = f.spread / 2;
-    EXPECT_TRUE(test::tensors_close(outs[0], expected.to(at::kFloat), 2e-5 * wide, 2e-5 * wide)) << name;
-    EXPECT_TRUE(test::tensors_close(probs, expected_probs.to(at::kFloat), 1e-6 * wide, 1e-5 * wide)) << name;
-    const at::Tensor hidden = at::isinf(causal_mask(c.L, c.window, at::kFloat)).expand_as(probs);
-    EXPECT_EQ(probs.masked_select(hidden).abs().sum().item<float>(), 0.0f) << name;
-    EXPECT_TRUE(test::tensors_equal(outs[0], with_probs)) << name << ": the probabilities moved the output";
-    for (int t : {1, 2})
-      EXPECT_TRUE(test::tensors_equal(outs[0], outs[t])) << name << ": 1 and " << t + 1 << " threads differ";
   }
+  EXPECT_GE(served, 6 * static_cast<int>(variants.size()));
 }
 
 // q, k and v as the model hands them over: views of [B, L, heads, hd] projections, positions
-// heads·hd apart. The same bits as from contiguous copies.
+// heads·hd apart. The same bits as from contiguous copies, in every variant.
 TEST(FusedCausalAttention, ReadsStridedViewsInPlace) {
-  if (!kernels::cpu::avx2_fused_attention_available()) GTEST_SKIP() << "this CPU lacks AVX2 or FMA";
+  const auto variants = fused_variants_here();
+  if (variants.empty()) GTEST_SKIP() << "this CPU lacks AVX2 or FMA";
   at::manual_seed(8);
   const std::int64_t B = 2, L = 100, H = 6, Hkv = 2, hd = 32;
   at::Tensor q = at::randn({B, L, H, hd}).transpose(1, 2), k = at::randn({B, L, Hkv, hd}).transpose(1, 2),
              v = at::randn({B, L, Hkv, hd}).transpose(1, 2);
   ASSERT_FALSE(q.is_contiguous());
-  EXPECT_TRUE(test::tensors_equal(kernels::cpu::fused_causal_attention_avx2(q, k, v, 0, 0.2, false),
-                                  kernels::cpu::fused_causal_attention_avx2(q.contiguous(), k.contiguous(),
-                                                                            v.contiguous(), 0, 0.2, false)));
+  for (const auto isa : variants)
+    EXPECT_TRUE(test::tensors_equal(
+        kernels::cpu::fused_causal_attention(q, k, v, 0, 0.2, false, nullptr, isa),
+        kernels::cpu::fused_causal_attention(q.contiguous(), k.contiguous(), v.contiguous(), 0, 0.2, false, nullptr, isa)))
+        << kernels::cpu::fused_attention_isa_name(isa);
 }
 
 TEST(FusedCausalAttention, RefusesWhatItDoesNotServe) {
+  using kernels::cpu::FusedAttentionIsa;
   const at::Tensor q = at::randn({1, 2, 8, 12});  // head dim 12: not a multiple of 8
-  EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q, q, q));
-  EXPECT_THROW(kernels::cpu::fused_causal_attention_avx2(q, q, q, 0, 1.0, false), c10::Error);
+  for (const auto isa : {FusedAttentionIsa::avx2, FusedAttentionIsa::avx512, FusedAttentionIsa::none}) {
+    EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q, q, q, isa));
+    EXPECT_THROW(kernels::cpu::fused_causal_attention(q, q, q, 0, 1.0, false, nullptr, isa), c10::Error);
+  }
+  EXPECT_EQ(kernels::cpu::fused_attention_isa_for(q, q, q), FusedAttentionIsa::none);
+  const at::Tensor h24 = at::randn({1, 2, 8, 24});  // AVX2 only: not a multiple of 16
+  EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(h24, h24, h24, FusedAttentionIsa::avx512));
+  EXPECT_NE(kernels::cpu::fused_attention_isa_for(h24, h24, h24), FusedAttentionIsa::avx512);
   const at::Tensor q3 = at::randn({1, 3, 8, 16}), k2 = at::randn({1, 2, 8, 16});  // 3 query heads over 2 kv heads
-  EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q3, k2, k2));
-  EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q3.to(at::kDouble), q3.to(at::kDouble), q3.to(at::kDouble)));
-  EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q3, at::randn({1, 3, 9, 16}), at::randn({1, 3, 9, 16})));
+  for (const auto isa : {FusedAttentionIsa::avx2, FusedAttentionIsa::avx512}) {
+    EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q3, k2, k2, isa));
+    EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q3.to(at::kDouble), q3.to(at::kDouble), q3.to(at::kDouble), isa));
+    EXPECT_FALSE(kernels::cpu::fused_causal_attention_fits(q3, at::randn({1, 3, 9, 16}), at::randn({1, 3, 9, 16}), isa));
+  }
 }
 
 // Asks for every layer's probabilities and only checks their shape, as statistics passes would.
