@@ -36,7 +36,7 @@ CpuAttention cpu_attention_asked() {
   return asked;
 }
 
-// The widest variant of the fused kernel the switch allows on this CPU.
+// The widest variant of the fused kernel the switch allows on this CPU (for the record).
 kernels::cpu::FusedAttentionIsa fused_isa_allowed() {
   using kernels::cpu::FusedAttentionIsa;
   const FusedAttentionIsa widest = kernels::cpu::fused_attention_isa();
@@ -54,11 +54,16 @@ kernels::cpu::FusedAttentionIsa fused_isa_allowed() {
 kernels::cpu::FusedAttentionIsa fused_attention_variant(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                         double softcap) {
   using kernels::cpu::FusedAttentionIsa;
-  const FusedAttentionIsa allowed = fused_isa_allowed();
-  if (softcap > 0 || allowed == FusedAttentionIsa::none) return FusedAttentionIsa::none;
-  if (allowed == FusedAttentionIsa::avx512 && kernels::cpu::fused_causal_attention_fits(q, k, v, allowed)) return allowed;
-  return kernels::cpu::fused_causal_attention_fits(q, k, v, FusedAttentionIsa::avx2) ? FusedAttentionIsa::avx2
-                                                                                       : FusedAttentionIsa::none;
+  if (softcap > 0) return FusedAttentionIsa::none;
+  switch (cpu_attention_asked()) {
+    case CpuAttention::fused: return kernels::cpu::fused_attention_isa_for(q, k, v);
+    case CpuAttention::fused_avx2:
+      return kernels::cpu::fused_causal_attention_fits(q, k, v, FusedAttentionIsa::avx2) ? FusedAttentionIsa::avx2
+                                                                                           : FusedAttentionIsa::none;
+    case CpuAttention::blocked:
+    case CpuAttention::whole: break;
+  }
+  return FusedAttentionIsa::none;
 }
 
 std::string cpu_attention_description() {
