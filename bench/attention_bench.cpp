@@ -1,5 +1,5 @@
 // Causal attention of one layer on the CPU: the whole-matrix path (every query times every key,
-// mask, softmax over whole rows; what Transformer::attention runs where the blocked path does
+// mask, softmax over whole rows; what Block::attention runs where the blocked path does
 // not apply), model/causal_attention_cpu.h's blocks of queries op by op, and the fused kernel
 // (kernels/cpu/fused_attention_cpu.h: its AVX2 variant, and its AVX-512 one where the CPU has
 // AVX-512), alternated rep by rep in one run, at SmolLM2-135M's (9 heads over 3 kv heads, head 64) and GPT-2 small's (12 heads, 64)
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       auto probabilities = [](at::Tensor scores, const at::Tensor& m) { return at::softmax(scores.add_(m), -1); };
       // The three paths, alternated rep by rep; each keeps its last output.
       std::vector<std::function<at::Tensor()>> paths = {
-          [&] {  // Transformer::attention's general path
+          [&] {  // Block::attention's general path
             at::Tensor kr = k.repeat_interleave(H / Hkv, 1), vr = v.repeat_interleave(H / Hkv, 1);
             at::Tensor scores =
                 qeval::kernels::fp32_bmm(q.reshape({H, L, hd}), kr.reshape({H, L, hd}).transpose(1, 2), scale);

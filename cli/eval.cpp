@@ -11,6 +11,7 @@
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/host_memory.h"
 #include "eval/evaluator.h"
 #include "eval/figure_data.h"
 #include "eval/plot.h"
@@ -73,7 +74,6 @@ void run_eval(const EvalArgs& a) {
     QEVAL_CHECK(std::filesystem::is_directory(dir), "--out {}: folder {} does not exist", a.out, dir.string());
   }
   EvalInputs inputs = prepare_eval_inputs(a.data);
-  const Transformer& full = *inputs.full;
   SchemeOptions scheme_options;
   scheme_options.stats_for = parse_stats_for(a.stats_for);
   scheme_options.statistics.attention = !a.no_attention_stats;
@@ -81,13 +81,15 @@ void run_eval(const EvalArgs& a) {
   scheme_options.statistics.sink_eps = a.sink_eps;
   scheme_options.quantize_lm_head = a.quantize_lm_head;
   scheme_options.placement = inputs.placement;
-  PreparedSchemes prepared = make_schemes(full, parse_scheme_list(a.schemes), scheme_options);
+  PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
   std::vector<EvalScheme>& schemes = prepared.schemes;
   std::shared_ptr<FigureDataObserver> figures;  // --plots: maps of the full-precision pass
   if (!a.plots.empty()) {
     find_gnuplot();  // fail before the evaluation, not after it
     figures = attach_figure_observer(schemes.front());
   }
+  nlohmann::json plan_json;
+  const PlanEstimate plan = plan_evaluation(inputs, a.data, schemes, prepared.rewrites, a.quiet, plan_json);
 
   WindowSource& windows = *inputs.windows;
   RecordContext& context = inputs.context;
@@ -96,11 +98,11 @@ void run_eval(const EvalArgs& a) {
                           {"attention_statistics", !a.no_attention_stats},
                           {"quantize_lm_head", a.quantize_lm_head},
                           {"shard", a.shard.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.shard)}});
-  const std::vector<SchemeInfo> infos = scheme_infos(schemes);
   // What a saved state must match to be resumed: everything that decides the results.
   EvalResult empty;
   empty.schemes.resize(schemes.size());
-  const nlohmann::json identity = evaluation_identity(build_record(context, infos, empty, {}));
+  const nlohmann::json identity =
+      evaluation_identity(build_record(context, scheme_infos(schemes, prepared.linear_weight_bytes()), empty, {}));
   EvalResult resumed;
   if (a.resume && std::filesystem::exists(state_path)) {
     nlohmann::json saved = nlohmann::json::parse(read_file(state_path), nullptr, /*allow_exceptions=*/false);
@@ -117,6 +119,8 @@ void run_eval(const EvalArgs& a) {
   options.batch_size = a.data.batch_size;
   options.progress = !a.quiet;
   options.expected_windows = windows.expected_windows();
+  options.placement = inputs.placement;
+  options.plan = plan.plan;
   if (shard.count > 1) options.select_window = [shard](std::int64_t w) { return w % shard.count == shard.index; };
   auto last_save = std::chrono::steady_clock::now();
   auto save_state = [&](const EvalResult& r) {
@@ -132,32 +136,31 @@ void run_eval(const EvalArgs& a) {
       if (stop) throw StoppedEarly{r.windows};
     };
   }
-  for (const auto& s : prepared.schemes) {  // count only the evaluated windows
-    reset_kept_positions(s.model);
-    reset_outlier_features(s.model);
-  }
   EvalResult result;
   try {
-    result = evaluate(schemes, windows, options, std::move(resumed));
+    result = evaluate(*inputs.model, schemes, windows, options, std::move(resumed));
   } catch (const StoppedEarly& stopped) {
     fmt::print(stderr, "stopped after {} windows as asked (--stop-after); state in {}\n", stopped.windows, state_path);
     exit_status = 3;
     return;
   }
   finish_context(inputs);
+  prepared.finish_descriptions();
 
-  nlohmann::json record = build_record(context, infos, result, prepared.statistics_summaries());
+  nlohmann::json record =
+      build_record(context, scheme_infos(schemes, prepared.linear_weight_bytes()), result, prepared.statistics_summaries());
+  record["plan"] = plan_json;
+  record["plan"]["measured_peak_rss_bytes"] = peak_rss();
   // Schemes that keep tokens in full precision (quant/scheme.h keep_tokens) say which positions
   // they kept, over the windows this process evaluated (a resumed run's earlier windows and
   // other shards are not in these counts; "sequences" says how many are).
   for (std::size_t i = 0; i < prepared.schemes.size(); ++i) {
-    if (nlohmann::json kept = kept_positions_report(prepared.schemes[i].model); !kept.is_null())
-      record["schemes"][i]["kept_positions"] = kept;
+    if (nlohmann::json kept = prepared.kept_positions_report(i); !kept.is_null()) record["schemes"][i]["kept_positions"] = kept;
     // LLM.int8()-style schemes: how many input features ran in float, per layer.
     // On a GPU: which int8 GEMM / 4-bit path the dispatch chose for the shapes this run saw.
-    if (nlohmann::json engines = engines_used_report(prepared.schemes[i].model); !engines.is_null())
+    if (nlohmann::json engines = prepared.engines_used_report(i); !engines.is_null())
       record["schemes"][i]["kernels_used"] = engines;
-    if (nlohmann::json outliers = outlier_features_report(prepared.schemes[i].model); !outliers.is_null())
+    if (nlohmann::json outliers = prepared.outlier_features_report(i); !outliers.is_null())
       record["schemes"][i]["outlier_features"] = outliers;
   }
   if (shard.count > 1)

@@ -10,6 +10,7 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "common/model_cache.h"
+#include "common/sizes.h"
 #include "eval/model_transforms.h"
 #include "kernels/compute_threads.h"
 #include "kernels/fp32_gemm.h"
@@ -91,6 +92,18 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
       ->capture_default_str();
   cmd->add_option("--dtype", args.dtype, "full-precision dtype: fp32, fp16, bf16, or auto (fp32 on the CPU, fp16 on a GPU)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
+  cmd->add_option("--max-memory", args.max_memory,
+                  "host memory the evaluation may use, e.g. 300M or 6G (default: what the machine, its cgroup and "
+                  "ulimit -v leave); the plan is chosen to fit, or the run refuses before reading weights");
+  cmd->add_option("--max-device-memory", args.max_device_memory, "GPU memory the evaluation may use (default: the device's free memory)");
+  cmd->add_option("--plan", args.plan,
+                  "how the model is visited: auto (the fastest that fits), resident (every layer kept), "
+                  "resident-weights (full precision kept, schemes rebuilt per chunk), streamed (layers read from the "
+                  "checkpoint per chunk of windows); results are the same bits whatever the plan")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "resident", "resident-weights", "streamed"}));
+  cmd->add_option("--chunk-windows", args.chunk_windows,
+                  "windows that go through a layer together in the resident-weights and streamed plans (0: as many as fit)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
 }
 
 std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
@@ -112,7 +125,9 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   in.model_path = resolve_model_path(a.model, data_dir);
   in.data_path = resolve_input_path(a.data, data_dir);
 
-  in.checkpoint = load_checkpoint(in.model_path);
+  if (!a.max_memory.empty()) in.max_memory = parse_size(a.max_memory, "--max-memory");
+  if (!a.max_device_memory.empty()) in.max_device_memory = parse_size(a.max_device_memory, "--max-device-memory");
+  in.model = open_checkpoint(in.model_path);  // headers only
   // Pre-tokenised .bin data needs no tokenizer: one is used when given or found beside the model
   // (for its separator and BOS ids), and without one the ids come from the file alone.
   if (!a.tokenizer.empty()) {
@@ -124,7 +139,7 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
     if (found) in.tokenizer_path = *found;
   }
   if (!in.tokenizer_path.empty()) in.tokenizer = load_tokenizer(in.tokenizer_path);
-  const ModelConfig& config = in.checkpoint.config;
+  const ModelConfig config = in.model->config();
   if (in.tokenizer)
     QEVAL_CHECK(in.tokenizer->vocab_size() <= config.vocab_size,
                 "tokenizer {} has {} tokens but model {} has a vocabulary of {}: they do not belong together",
@@ -143,9 +158,13 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   in.source_options.vocab_size = config.vocab_size;
   in.windows = in.open_windows();
 
-  in.full = std::make_unique<Transformer>(config, in.checkpoint.weights, in.model_path.string());
+  const LoadedCheckpoint info = in.model->info();
   nlohmann::json transform_report = nlohmann::json::array();
   if (!transforms.empty()) {
+    // Transforms rewrite the whole model at once: it is read whole, transformed, and served from
+    // memory to every plan (the memory plan counts it).
+    LoadedCheckpoint whole = in.model->read_all();
+    const Transformer original(whole.config, std::move(whole.weights), in.model_path.string());
     CalibrationSource calibration = [&](const std::string& path, std::int64_t n) {
       const std::filesystem::path calib_path = path.empty() ? in.data_path : resolve_input_path(path, data_dir);
       const bool same = std::filesystem::equivalent(calib_path, in.data_path);
@@ -157,16 +176,17 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
       c.description["hash"] = hash_file(calib_path);
       return c;
     };
-    in.full = std::make_unique<Transformer>(apply_transforms(*in.full, transforms, calibration, transform_report));
+    const Transformer transformed = apply_transforms(original, transforms, calibration, transform_report);
+    in.model = transformer_reader(transformed, in.model_path.string());
   }
 
   RecordContext& context = in.context;
   context.model = {{"path", in.model_path.string()},
-                   {"format", in.checkpoint.format},
-                   {"weights_hash", in.checkpoint.weights_hash},
+                   {"format", info.format},
+                   {"weights_hash", info.weights_hash},
                    {"config", config_to_json(config)},
                    {"parameters", config.parameter_count()},
-                   {"notes", in.checkpoint.notes},
+                   {"notes", info.notes},
                    {"transforms", transform_report}};
   context.tokenizer = in.tokenizer ? nlohmann::json{{"path", in.tokenizer_path.string()},
                                                     {"kind", in.tokenizer->kind()},
@@ -186,7 +206,8 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
                        {"device", in.placement.device.str()},
                        {"device_description", describe_device(in.placement.device)}};
   if (!in.placement.on_cpu()) {
-    context.precision["weights_source"] = "fp32 on the CPU: transforms and weight quantisation run there, then the models are copied to the device";
+    context.precision["weights_source"] =
+        "fp32 on the CPU: each layer is read, transformed and quantised there, then copied to the device";
     context.precision["batch_size_independent"] =
         "integer (int8 kernel) paths yes; float GEMMs and attention run over the whole batch on the GPU and may round "
         "differently for another batch size";
@@ -199,6 +220,29 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   // Which CPU attention kernel ran (model/causal_attention_cpu.h): it moves the last bits too.
   if (in.placement.on_cpu()) context.options["cpu_attention"] = cpu_attention_description();
   return in;
+}
+
+PlanEstimate plan_evaluation(const EvalInputs& in, const EvalDataArgs& a, const std::vector<EvalScheme>& schemes,
+                             const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites, bool quiet,
+                             nlohmann::json& plan_json) {
+  PlanInputs p;
+  p.config = in.model->config();
+  p.parts = in.model->part_sizes();
+  p.reader_resident = in.model->resident_bytes();
+  p.reader_in_memory = in.model->access() == "in memory";
+  for (std::size_t i = 0; i < schemes.size(); ++i) {
+    p.schemes.push_back(i < rewrites.size() && rewrites[i] ? std::optional<SchemeSpec>(rewrites[i]->spec()) : std::nullopt);
+    p.attention_statistics.push_back(schemes[i].observer && schemes[i].observer->wants_attention(0));
+  }
+  p.batch_size = a.batch_size;
+  p.seq_len = in.protocol.seq_len;
+  p.windows = in.windows->expected_windows();
+  p.placement = in.placement;
+  const MemoryBudget budget = memory_budget(in.max_memory, in.max_device_memory, in.placement);
+  PlanEstimate chosen = choose_plan(p, budget, a.plan, a.chunk_windows);
+  if (!quiet) fmt::print(stderr, "{}\n", describe(chosen, budget));
+  plan_json = plan_record(chosen, budget);
+  return chosen;
 }
 
 void finish_context(EvalInputs& in) {

@@ -12,7 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "eval/evaluator.h"
+#include "eval/memory_plan.h"
 #include "eval/record.h"
+#include "loaders/checkpoints/model_reader.h"
+#include "quant/rewrite.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/protocols/protocol.h"
 #include "loaders/text/documents.h"
@@ -43,6 +47,11 @@ struct EvalDataArgs {
   std::vector<std::string> transforms;  // --transform, in order (eval/model_transforms.h)
   std::string device = "cpu";           // cpu | cuda | cuda:N
   std::string dtype = "auto";           // fp32 | fp16 | bf16 | auto (fp32 on the CPU, fp16 on a GPU)
+  // Memory (eval/memory_plan.h): caps ("300M", "6G"; empty: what the machine has), the plan
+  // (auto: the fastest that fits) and its chunk of windows (0: the plan's).
+  std::string max_memory, max_device_memory;
+  std::string plan = "auto";
+  std::int64_t chunk_windows = 0;
 };
 
 // Registers the options above on `cmd` (same names, help and checks for every command).
@@ -50,13 +59,15 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args);
 
 struct EvalInputs {
   std::filesystem::path model_path, tokenizer_path, data_path;
-  LoadedCheckpoint checkpoint;
+  // The full-precision model every scheme starts from, read by parts (transformed, and then in
+  // memory, when --transform is given). Opening it read the headers only.
+  std::unique_ptr<ModelReader> model;
   std::unique_ptr<Tokenizer> tokenizer;
   ProtocolSpec protocol;  // the preset with the command-line overrides applied
   WindowSourceOptions source_options;
   std::unique_ptr<WindowSource> windows;  // the evaluation windows, not yet read
-  std::unique_ptr<Transformer> full;      // the full-precision model every scheme starts from (transformed), fp32 on the CPU
-  Placement placement;                    // where the schemes run (--device, --dtype): models are placed after the rewrite
+  Placement placement;                    // where the schemes run (--device, --dtype): blocks are placed after the rewrite
+  std::int64_t max_memory = 0, max_device_memory = 0;  // --max-memory, --max-device-memory (0: none)
   // model, tokenizer, data, protocol, precision and the options above; the caller adds its own
   // options and the command line.
   RecordContext context;
@@ -65,8 +76,15 @@ struct EvalInputs {
   std::unique_ptr<WindowSource> open_windows() const;
 };
 
-// Loads everything, failing (naming the file) before any evaluation work. Sets the thread count.
+// Opens everything, failing (naming the file) before any evaluation work; reads the model's
+// headers only (its weights too when --transform is given). Sets the thread count.
 EvalInputs prepare_eval_inputs(const EvalDataArgs& args);
+
+// The memory plan for these inputs and schemes (eval/memory_plan.h), printed on stderr in one
+// line unless `quiet`; throws, before any weight is read, when none fits.
+PlanEstimate plan_evaluation(const EvalInputs& inputs, const EvalDataArgs& args, const std::vector<EvalScheme>& schemes,
+                             const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites, bool quiet,
+                             nlohmann::json& plan_json);
 
 // After the evaluation has consumed `inputs.windows`: the facts only known then (documents read,
 // stream tokens, the protocol's facts) go into the context.

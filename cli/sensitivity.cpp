@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "eval/plot.h"
 #include "eval/record.h"
+#include "eval/schemes.h"
 #include "eval/sensitivity.h"
 #include "quant/scheme.h"
 
@@ -50,7 +51,7 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   if (a.quantize_lm_head) base.quantize_lm_head = true;
 
   EvalInputs inputs = prepare_eval_inputs(a.data);
-  sensitivity_units(*inputs.full, base, by);  // the scheme must select something in this model
+  sensitivity_units(inputs.model->config(), base, by);  // the scheme must select something in this model
 
   SensitivityOptions options;
   options.by = by;
@@ -58,14 +59,22 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   options.progress = !a.quiet;
   options.expected_windows = inputs.windows->expected_windows();
   options.placement = inputs.placement;
-  SensitivityRun run = run_sensitivity(*inputs.full, base, *inputs.windows, options);
+  nlohmann::json plan_json;
+  options.plan = [&](const std::vector<EvalScheme>& schemes, const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites) {
+    return plan_evaluation(inputs, a.data, schemes, rewrites, a.quiet, plan_json).plan;
+  };
+  SensitivityRun run = run_sensitivity(*inputs.model, base, *inputs.windows, options);
   finish_context(inputs);
 
   RecordContext& context = inputs.context;
   context.command = a.argv;
   context.options.update({{"quantize_lm_head", a.quantize_lm_head},
                           {"sensitivity", {{"scheme", a.scheme}, {"by", to_string(by)}}}});
-  nlohmann::json record = build_record(context, scheme_infos(run.schemes), run.result, {});
+  std::vector<std::int64_t> bytes;
+  for (const auto& scheme : run.schemes)
+    bytes.push_back(scheme.description.value("model_linear_bytes", full_linear_weight_bytes(inputs.model->config())));
+  nlohmann::json record = build_record(context, scheme_infos(run.schemes, bytes), run.result, {});
+  record["plan"] = plan_json;
   record["sensitivity"] = run.to_json();
 
   fmt::print("{}", sensitivity_table_markdown(record, a.top));

@@ -1,16 +1,263 @@
 #include "eval/evaluator.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <future>
+#include <optional>
 
 #include "common/error.h"
 #include "common/hash.h"
 #include "eval/progress.h"
-#include "kernels/cuda/device.h"
+#include "kernels/device.h"
+#include "model/norms.h"
 
 namespace qeval {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Batch {
+  at::Tensor tokens;  // [B, L] int64 on the CPU
+  std::vector<std::int64_t> indices, first_scored;
+  std::int64_t size() const { return tokens.size(0); }
+  std::int64_t length() const { return tokens.size(1); }
+};
+
+Batch make_batch(const std::vector<Window>& windows) {
+  const auto B = static_cast<std::int64_t>(windows.size());
+  const auto L = static_cast<std::int64_t>(windows.front().tokens.size());
+  Batch batch;
+  batch.tokens = at::empty({B, L}, at::kLong);
+  auto* out = batch.tokens.data_ptr<std::int64_t>();
+  for (std::int64_t b = 0; b < B; ++b) {
+    const Window& w = windows[static_cast<std::size_t>(b)];
+    QEVAL_CHECK(static_cast<std::int64_t>(w.tokens.size()) == L, "evaluate: windows in a batch differ in length ({} vs {})",
+                w.tokens.size(), L);
+    for (std::int64_t l = 0; l < L; ++l) out[b * L + l] = w.tokens[static_cast<std::size_t>(l)];
+    batch.indices.push_back(w.index);
+    batch.first_scored.push_back(w.first_scored);
+  }
+  return batch;
+}
+
+// The model's parts as the plan visits them, on the placement's device: full-precision blocks
+// from the reader, each scheme's blocks derived from them, the head's vocabulary blocks. What
+// the plan keeps is built once; the rest is built when reached and dropped when released.
+class ModelParts {
+ public:
+  ModelParts(ModelReader& reader, std::vector<EvalScheme>& schemes, const Placement& placement, const EvalPlan& plan)
+      : reader_(reader),
+        schemes_(schemes),
+        placement_(placement),
+        plan_(plan),
+        config_(std::make_shared<const ModelConfig>(reader.config())),
+        source_(reader.info().path.empty() ? std::string("model") : reader.info().path.string()),
+        run_cache_(placement),
+        full_blocks_(static_cast<std::size_t>(config_->n_layers)),
+        scheme_blocks_(schemes.size(), std::vector<Built>(static_cast<std::size_t>(config_->n_layers))),
+        head_linears_(schemes.size()) {
+    const NormWeights norm = reader_.final_norm();
+    check_finite(norm.weight, "final_norm.weight", source_);
+    check_finite(norm.bias, "final_norm.bias", source_);
+    final_norm_ = {run_cache_.move(norm.weight), run_cache_.move(norm.bias)};
+    const at::Tensor position = reader_.position_embedding();
+    check_finite(position, "position_embedding", source_);
+    position_embedding_ = run_cache_.move(position);
+  }
+
+  const ModelConfig& config() const { return *config_; }
+  const std::shared_ptr<const ModelConfig>& shared_config() const { return config_; }
+
+  // The residual stream of a batch before block 0 (a fresh tensor: blocks add into it in place).
+  at::Tensor embed(const Batch& batch) {
+    check_tokens(batch.tokens, *config_);
+    const at::Tensor rows = reader_.token_embedding_rows(batch.tokens.reshape({-1}));
+    check_finite(rows, "token_embedding (rows of this batch's tokens)", source_);
+    at::Tensor placed = rows.to(placement_.device, placement_.dtype);
+    if (placed.is_same(rows)) placed = rows.clone();  // a view of the reader's table must not be added into
+    return embedding_stream(placed, batch.size(), batch.length(), *config_, position_embedding_);
+  }
+
+  const Block& block(std::size_t s, std::int64_t layer) {
+    Built& slot = scheme_blocks_[s][static_cast<std::size_t>(layer)];
+    if (!slot.block) {
+      const Block& full = full_block(layer);
+      const EvalScheme& scheme = schemes_[s];
+      std::optional<Block> prefetched = take_prefetched(s, layer);
+      Block built = prefetched ? std::move(*prefetched) : scheme.rewrite_block ? scheme.rewrite_block(full) : full;
+      slot.same_as_full = !scheme.observer && !scheme.begin_batch && !scheme.wrap_block;
+      for (std::size_t i = 0; slot.same_as_full && i < full.linears().size(); ++i)
+        slot.same_as_full = built.linears()[i].linear == full.linears()[i].linear;
+      if (!placement_.is_default()) built = built.placed(layer_cache(layer));
+      if (scheme.wrap_block) built = scheme.wrap_block(built);
+      slot.block.emplace(std::move(built));
+    }
+    return *slot.block;
+  }
+
+  // Whether scheme s's block of `layer` is full precision's own (no linear rewritten, nothing
+  // watching it), so that its stream, still full precision's, need not be computed apart.
+  bool same_as_full(std::size_t s, std::int64_t layer) {
+    block(s, layer);
+    return scheme_blocks_[s][static_cast<std::size_t>(layer)].same_as_full;
+  }
+
+  // Starts the host's work for `layer` on another thread: reading its weights and rewriting them
+  // for every scheme whose block is not kept already (placement stays on this thread). block()
+  // and full_block() take the results, so the work overlaps the current layer's compute.
+  void prefetch(std::int64_t layer) {
+    if (!plan_.prefetch_next_layer || layer >= config_->n_layers || prefetch_.valid()) return;
+    if (full_blocks_[static_cast<std::size_t>(layer)]) return;  // kept from an earlier chunk
+    prefetch_layer_ = layer;
+    prefetch_ = std::async(std::launch::async, [this, layer] {
+      Prefetched p;
+      p.full.emplace(read_full_block(layer));
+      p.rewritten.resize(schemes_.size());
+      for (std::size_t s = 0; s < schemes_.size(); ++s)
+        if (!scheme_blocks_[s][static_cast<std::size_t>(layer)].block && schemes_[s].rewrite_block)
+          p.rewritten[s].emplace(schemes_[s].rewrite_block(*p.full));
+      return p;
+    });
+  }
+
+  // The plan is done with scheme s's block of `layer` for this chunk.
+  void release(std::size_t s, std::int64_t layer) {
+    if (!plan_.keep_scheme_blocks) scheme_blocks_[s][static_cast<std::size_t>(layer)].block.reset();
+  }
+  // Every scheme is done with `layer` for this chunk.
+  void release_layer(std::int64_t layer) {
+    // On a device whose blocks are all kept placed, the host's float32 block has served its purpose.
+    const bool placed_and_kept = plan_.keep_scheme_blocks && !placement_.is_default();
+    if (plan_.keep_full_blocks && !placed_and_kept) return;
+    full_blocks_[static_cast<std::size_t>(layer)].reset();
+    layer_cache_.reset();
+    if (!placement_.on_cpu()) kernels::release_cached_weights();
+  }
+
+  at::Tensor head_input(const at::Tensor& x) const { return apply_norm(x, final_norm_, *config_); }
+
+  // Logits of scheme s for vocabulary rows [begin, begin + n) from its head input h [B, P, D].
+  // Schemes with a rewritten head compute whole logits once per batch (`whole`, kept by the caller).
+  at::Tensor logits(std::size_t s, const at::Tensor& h, std::int64_t begin, std::int64_t n, at::Tensor& whole) {
+    const EvalScheme& scheme = schemes_[s];
+    if (scheme.rewrite_head) {
+      if (!whole.defined()) whole = final_soft_cap(rewritten_head(s).forward(h), *config_);
+      return whole.narrow(-1, begin, n);
+    }
+    return final_soft_cap(head_block(begin, n).forward(h), *config_);
+  }
+  // The plan is done with the head's vocabulary blocks for this chunk.
+  void release_head() {
+    if (!plan_.keep_full_blocks) head_blocks_.clear();
+  }
+
+ private:
+  const Block& full_block(std::int64_t layer) {
+    std::optional<Block>& slot = full_blocks_[static_cast<std::size_t>(layer)];
+    if (!slot && prefetch_.valid() && prefetch_layer_ == layer) {
+      Prefetched p = prefetch_.get();  // rethrows what the other thread threw
+      slot = std::move(p.full);
+      prefetched_ = std::move(p.rewritten);
+    }
+    if (!slot) slot.emplace(read_full_block(layer));
+    return *slot;
+  }
+
+  Block read_full_block(std::int64_t layer) {
+    BlockWeights weights = reader_.block(layer);
+    for (const auto& [name, tensor] : named_tensors(weights, layer)) check_finite(tensor, name, source_);
+    return Block(config_, layer, std::move(weights), source_);
+  }
+
+  // Scheme s's rewritten block of `layer` when a prefetch made it.
+  std::optional<Block> take_prefetched(std::size_t s, std::int64_t layer) {
+    if (prefetch_layer_ != layer || s >= prefetched_.size() || !prefetched_[s]) return std::nullopt;
+    std::optional<Block> out = std::move(prefetched_[s]);
+    prefetched_[s].reset();
+    return out;
+  }
+
+  // Copies to the device are shared by every scheme of a layer (unquantised linears, norms). The
+  // cache is the layer's only: it holds the host tensors it copied, which must not outlive the layer.
+  PlacementCache& layer_cache(std::int64_t layer) {
+    if (!layer_cache_ || layer_cache_layer_ != layer) {
+      layer_cache_.emplace(placement_);
+      layer_cache_layer_ = layer;
+    }
+    return *layer_cache_;
+  }
+
+  const Linear& head_block(std::int64_t begin, std::int64_t n) {
+    auto it = head_blocks_.find(begin);
+    if (it == head_blocks_.end()) {
+      if (!plan_.keep_full_blocks) head_blocks_.clear();  // one block at a time
+      at::Tensor w = reader_.lm_head_rows(begin, n);
+      check_finite(w, fmt::format("lm_head (rows {} to {})", begin, begin + n - 1), source_);
+      at::Tensor bias = reader_.lm_head_bias();
+      if (bias.defined()) bias = bias.narrow(0, begin, n);
+      std::shared_ptr<const Linear> linear = std::make_shared<FloatLinear>(w, bias);
+      if (!placement_.is_default()) {
+        PlacementCache cache(placement_);
+        linear = linear->placed(cache);
+      }
+      it = head_blocks_.emplace(begin, std::move(linear)).first;
+    }
+    return *it->second;
+  }
+
+  const Linear& rewritten_head(std::size_t s) {
+    if (!head_linears_[s]) {
+      const std::int64_t V = config_->vocab_size;
+      at::Tensor w = reader_.lm_head_rows(0, V);
+      check_finite(w, "lm_head", source_);
+      auto full = std::make_shared<FloatLinear>(w, reader_.lm_head_bias());
+      std::shared_ptr<const Linear> head = schemes_[s].rewrite_head(full);
+      if (!placement_.is_default()) head = head->placed(run_cache_);
+      head_linears_[s] = std::move(head);
+    }
+    return *head_linears_[s];
+  }
+
+  ModelReader& reader_;
+  std::vector<EvalScheme>& schemes_;
+  Placement placement_;
+  EvalPlan plan_;
+  std::shared_ptr<const ModelConfig> config_;
+  std::string source_;
+  PlacementCache run_cache_;
+  std::optional<PlacementCache> layer_cache_;
+  std::int64_t layer_cache_layer_ = -1;
+  NormWeights final_norm_;
+  at::Tensor position_embedding_;
+  std::vector<std::optional<Block>> full_blocks_;
+  struct Built {
+    std::optional<Block> block;
+    bool same_as_full = false;
+  };
+  std::vector<std::vector<Built>> scheme_blocks_;  // [scheme][layer]
+  std::map<std::int64_t, std::shared_ptr<const Linear>> head_blocks_;  // by first row
+  std::vector<std::shared_ptr<const Linear>> head_linears_;            // rewritten heads, per scheme
+  struct Prefetched {
+    std::optional<Block> full;
+    std::vector<std::optional<Block>> rewritten;  // per scheme
+  };
+  std::future<Prefetched> prefetch_;
+  std::int64_t prefetch_layer_ = -1;
+  std::vector<std::optional<Block>> prefetched_;  // rewritten blocks of prefetch_layer_ not yet taken
+};
+
+// Names the first layer whose output was not finite, from per-layer flags (0-dim bool tensors).
+std::string first_bad_layer(const std::vector<at::Tensor>& finite, std::int64_t row) {
+  for (std::size_t layer = 0; layer < finite.size(); ++layer)
+    if (!finite[layer][row].item<bool>())
+      return fmt::format("the first non-finite hidden state is the output of layer {}", layer);
+  return "the hidden states are finite after every layer: the LM head's logits are not";
+}
+
+}  // namespace
 
 std::uint64_t window_hash(const Window& w) {
   Hasher h;
@@ -18,22 +265,6 @@ std::uint64_t window_hash(const Window& w) {
   h.update(w.tokens.data(), w.tokens.size() * sizeof(std::int32_t));
   return h.digest();
 }
-
-at::Tensor batch_tokens(const std::vector<Window>& batch) {
-  const auto B = static_cast<std::int64_t>(batch.size());
-  const auto L = static_cast<std::int64_t>(batch.front().tokens.size());
-  at::Tensor tokens = at::empty({B, L}, at::kLong);
-  auto* out = tokens.data_ptr<std::int64_t>();
-  for (std::int64_t b = 0; b < B; ++b) {
-    const auto& w = batch[static_cast<std::size_t>(b)].tokens;
-    QEVAL_CHECK(static_cast<std::int64_t>(w.size()) == L, "evaluate: windows in a batch differ in length ({} vs {})",
-                w.size(), L);
-    for (std::int64_t l = 0; l < L; ++l) out[b * L + l] = w[static_cast<std::size_t>(l)];
-  }
-  return tokens;
-}
-
-}  // namespace
 
 std::string EvalResult::token_stream_hash() const {
   Hasher h;
@@ -44,8 +275,8 @@ std::string EvalResult::token_stream_hash() const {
   return h.hex();
 }
 
-EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, const EvalOptions& options,
-                    EvalResult resumed) {
+EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowSource& windows,
+                    const EvalOptions& options, EvalResult resumed) {
   QEVAL_CHECK(!schemes.empty(), "evaluate: no schemes to evaluate");
   QEVAL_CHECK(options.batch_size >= 1, "evaluate: batch size must be >= 1, found {}", options.batch_size);
   EvalResult result = std::move(resumed);
@@ -57,57 +288,165 @@ EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, con
   double running_nll = 0;
   for (const auto& [index, row] : result.schemes.front().rows) running_nll += row.nll_sum;
 
-  std::vector<Window> batch;
-  auto run_batch = [&] {
-    if (batch.empty()) return;
-    at::Tensor tokens = batch_tokens(batch);
-    std::vector<std::int64_t> indices, first_scored;
-    for (const auto& w : batch) {
-      indices.push_back(w.index);
-      first_scored.push_back(w.first_scored);
-      result.window_hashes[w.index] = window_hash(w);
-      result.processed_tokens += static_cast<std::int64_t>(w.tokens.size());
+  ModelParts parts(full, schemes, options.placement, options.plan);
+  const ModelConfig& config = parts.config();
+  const std::int64_t layers = config.n_layers, V = config.vocab_size;
+  const std::size_t S = schemes.size();
+  const std::int64_t chunk_windows = std::max(options.plan.chunk_windows, options.batch_size);
+
+  std::vector<Batch> chunk;
+  std::int64_t chunk_size = 0;
+  auto run_chunk = [&] {
+    if (chunk.empty()) return;
+    const std::int64_t done_before = result.windows;
+    // Each scheme's residual stream per batch, and whether it stayed finite after each layer. A
+    // scheme whose layers so far are full precision's shares full precision's stream (undefined
+    // here) until the first layer that differs: it would compute the same bits.
+    std::vector<std::vector<at::Tensor>> x(S, std::vector<at::Tensor>(chunk.size()));
+    std::vector<std::vector<std::vector<at::Tensor>>> finite(S, std::vector<std::vector<at::Tensor>>(chunk.size()));
+    std::vector<ForwardContext> contexts;
+    for (std::size_t b = 0; b < chunk.size(); ++b) {
+      x[0][b] = parts.embed(chunk[b]);
+      contexts.push_back(make_forward_context(config, chunk[b].length(), x[0][b]));
     }
-    at::Tensor full_log_probs;
-    for (std::size_t s = 0; s < schemes.size(); ++s) {
-      EvalScheme& scheme = schemes[s];
-      if (scheme.begin_batch) scheme.begin_batch(indices);
-      auto t0 = Clock::now();
-      at::Tensor logits = scheme.model.forward(tokens, scheme.observer.get());
-      at::Tensor log_probs = at::log_softmax(logits.to(at::kFloat), -1);
-      if (log_probs.is_cuda()) kernels::cuda::synchronize();  // GPU work is asynchronous: time it whole
-      result.schemes[s].forward_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-      if (s == 0) full_log_probs = log_probs;
-      std::vector<WindowScores> rows = score_batch(log_probs, full_log_probs, tokens, first_scored);
-      for (std::size_t b = 0; b < rows.size(); ++b) {
-        if (s == 0) {
-          result.scored_tokens += rows[b].tokens;
-          running_nll += rows[b].nll_sum;
-        }
-        result.schemes[s].rows[indices[b]] = rows[b];
+    for (std::int64_t layer = 0; layer < layers; ++layer) {
+      for (std::size_t s = 1; s < S; ++s)
+        if (!x[s][0].defined() && !parts.same_as_full(s, layer))
+          for (std::size_t b = 0; b < chunk.size(); ++b) x[s][b] = x[0][b].clone();  // the layer's input
+      if (options.plan.prefetch_next_layer) {
+        // Every block of this layer first (the schemes' rewrites are not shared between threads),
+        // then the next layer's host work on another thread while this one computes.
+        for (std::size_t s = 0; s < S; ++s)
+          if (s == 0 || x[s][0].defined()) parts.block(s, layer);
+        parts.prefetch(layer + 1);
       }
+      for (std::size_t s = 0; s < S; ++s) {
+        EvalScheme& scheme = schemes[s];
+        if (!x[s][0].defined()) {  // still full precision's stream: nothing of its own to run
+          for (std::size_t b = 0; b < chunk.size(); ++b) finite[s][b].push_back(finite[0][b].back());
+          parts.release(s, layer);
+          continue;
+        }
+        const Block& block = parts.block(s, layer);  // read, rewritten and placed when the plan reaches it
+        kernels::synchronize(options.placement.device);
+        const auto t0 = Clock::now();
+        for (std::size_t b = 0; b < chunk.size(); ++b) {
+          if (scheme.begin_batch) scheme.begin_batch(chunk[b].indices);
+          block.forward(x[s][b], contexts[b], scheme.observer.get());
+          if (scheme.observer) scheme.observer->on_block_output(layer, x[s][b]);
+          finite[s][b].push_back(x[s][b].isfinite().reshape({x[s][b].size(0), -1}).all(1));
+        }
+        kernels::synchronize(options.placement.device);  // GPU work is asynchronous: time it whole
+        result.schemes[s].forward_seconds += seconds_since(t0);
+        parts.release(s, layer);
+      }
+      parts.release_layer(layer);
+      progress.update_partial(static_cast<double>(done_before) +
+                                  static_cast<double>(chunk_size) * static_cast<double>(layer + 1) /
+                                      static_cast<double>(layers + 1),
+                              fmt::format("layer {}/{}", layer + 1, layers));
     }
-    result.windows += static_cast<std::int64_t>(batch.size());
-    batch.clear();
-    progress.update(result.windows, std::exp(running_nll / std::max<std::int64_t>(result.scored_tokens, 1)),
+    // The head, vocabulary block by vocabulary block: every scheme's logits of a block against full precision's.
+    std::vector<std::vector<at::Tensor>> h(S, std::vector<at::Tensor>(chunk.size()));
+    std::vector<std::vector<at::Tensor>> whole(S, std::vector<at::Tensor>(chunk.size()));
+    std::vector<VocabScorer> scorers;
+    for (std::size_t b = 0; b < chunk.size(); ++b) {
+      scorers.emplace_back(chunk[b].tokens, S);
+      const std::int64_t P = chunk[b].length() - 1;
+      for (std::size_t s = 0; s < S; ++s) {
+        if (s > 0 && !x[s][b].defined() && !schemes[s].on_head_input) {
+          h[s][b] = h[0][b];  // full precision's stream, so its head input
+          continue;
+        }
+        const at::Tensor normed = parts.head_input(x[s][b].defined() ? x[s][b] : x[0][b]);  // [B, L, D]
+        if (schemes[s].on_head_input) schemes[s].on_head_input(normed);
+        h[s][b] = normed.narrow(1, 0, P);  // the positions that predict a token
+      }
+      for (std::size_t s = 0; s < S; ++s) x[s][b] = at::Tensor();
+    }
+    for (std::int64_t begin = 0; begin < V; begin += kVocabBlock) {
+      const std::int64_t n = std::min(kVocabBlock, V - begin);
+      for (std::size_t b = 0; b < chunk.size(); ++b) {
+        if (chunk[b].length() < 2) continue;  // nothing to predict
+        for (std::size_t s = 0; s < S; ++s) {
+          const auto t0 = Clock::now();
+          scorers[b].add(s, begin, parts.logits(s, h[s][b], begin, n, whole[s][b]));
+          kernels::synchronize(options.placement.device);
+          result.schemes[s].forward_seconds += seconds_since(t0);
+        }
+      }
+      for (VocabScorer& scorer : scorers) scorer.end_block();
+    }
+    parts.release_head();
+    for (std::size_t b = 0; b < chunk.size(); ++b) {
+      const Batch& batch = chunk[b];
+      const std::vector<TokenValues> values = scorers[b].finish();
+      for (std::size_t s = 0; s < S; ++s) {
+        const at::Tensor bad = values[s].nll.isfinite().logical_not().any(1);  // [B]
+        for (std::int64_t row = 0; row < batch.size(); ++row)
+          QEVAL_CHECK(!bad[row].item<bool>(), "scheme {}: window {}: the NLL is not finite; {}; no result is written",
+                      schemes[s].name, batch.indices[static_cast<std::size_t>(row)],
+                      first_bad_layer(finite[s][b], row));
+      }
+      for (std::size_t s = 0; s < S; ++s) {
+        std::vector<WindowScores> rows = window_rows(values[s], values[0], batch.first_scored);
+        for (std::size_t r = 0; r < rows.size(); ++r) {
+          if (s == 0) {
+            result.scored_tokens += rows[r].tokens;
+            running_nll += rows[r].nll_sum;
+          }
+          result.schemes[s].rows[batch.indices[r]] = rows[r];
+        }
+        if (schemes[s].on_token_values) schemes[s].on_token_values(batch.indices, batch.first_scored, values[s], values[0]);
+      }
+      result.windows += batch.size();
+      result.processed_tokens += batch.size() * batch.length();
+    }
+    chunk.clear();
+    chunk_size = 0;
+    progress.update(result.windows, std::exp(running_nll / static_cast<double>(std::max<std::int64_t>(result.scored_tokens, 1))),
                     result.scored_tokens);
     if (options.after_batch) options.after_batch(result);
   };
 
+  std::vector<Window> pending;  // the batch being filled
+  auto close_batch = [&] {
+    if (pending.empty()) return;
+    for (const Window& w : pending) result.window_hashes[w.index] = window_hash(w);
+    chunk.push_back(make_batch(pending));
+    chunk_size += static_cast<std::int64_t>(pending.size());
+    pending.clear();
+    if (chunk_size + options.batch_size > chunk_windows) run_chunk();
+  };
   while (auto w = windows.next()) {
     if (options.select_window && !options.select_window(w->index)) continue;
     if (result.contains(w->index)) continue;  // done before the run was interrupted
     // Protocol stride's last window may be shorter: batches hold equal lengths only.
-    if (!batch.empty() && batch.front().tokens.size() != w->tokens.size()) run_batch();
-    batch.push_back(std::move(*w));
-    if (static_cast<std::int64_t>(batch.size()) == options.batch_size) run_batch();
+    if (!pending.empty() && pending.front().tokens.size() != w->tokens.size()) close_batch();
+    pending.push_back(std::move(*w));
+    if (static_cast<std::int64_t>(pending.size()) == options.batch_size) close_batch();
   }
-  run_batch();
+  close_batch();
+  run_chunk();
   progress.finish();
   QEVAL_CHECK(result.windows > 0, "evaluate: the data gave no complete window ({} tokens from {} documents)",
               windows.stream_tokens(), windows.documents_read());
-  result.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  result.seconds += seconds_since(start);
   return result;
+}
+
+std::unique_ptr<ModelReader> transformer_reader(const Transformer& model, const std::string& source) {
+  LoadedCheckpoint checkpoint;
+  checkpoint.config = model.config();
+  checkpoint.weights = model.weights();
+  checkpoint.path = source;
+  return resident_reader(std::move(checkpoint));
+}
+
+EvalResult evaluate(const Transformer& full, std::vector<EvalScheme>& schemes, WindowSource& windows,
+                    const EvalOptions& options, EvalResult resumed) {
+  std::unique_ptr<ModelReader> reader = transformer_reader(full);
+  return evaluate(*reader, schemes, windows, options, std::move(resumed));
 }
 
 }  // namespace qeval

@@ -1,6 +1,17 @@
-// Evaluator: runs every scheme on each window, window-major, against that window's
-// full-precision logits (DESIGN.md §4–§6), and keeps per-window rows so that shards and
-// resumed runs reduce to exactly the same totals.
+// Evaluator: runs every scheme on every window against that window's full-precision logits
+// (DESIGN.md §4–§6), layer-major (§11): a chunk of windows goes through the embedding, then
+// through layer 1 for every scheme, then layer 2, …, then the LM head in vocabulary blocks. Each
+// scheme keeps its own hidden states for the chunk. The full-precision weights come from a
+// ModelReader (read by parts from the checkpoint, or already in memory), and each scheme's
+// blocks are derived from the full-precision block when the plan reaches it.
+//
+// The plan (EvalPlan) says whether blocks are kept once built (every layer resident) or built
+// again for every chunk and dropped (weights streamed), and how many windows make a chunk.
+// Window-major evaluation is the plan "everything kept, chunk = one batch". Results do not
+// depend on the plan, bit for bit: every window's forward runs the same operations on the same
+// shapes in the same order (a chunk goes through a layer batch by batch), per-window sums are
+// float64 in window order, and the vocabulary is always scored in the same blocks
+// (eval/vocab_scoring.h). Per-window rows let shards and resumed runs reduce to the same totals.
 #pragma once
 
 #include <chrono>
@@ -12,22 +23,52 @@
 #include <vector>
 
 #include "eval/token_scores.h"
+#include "eval/vocab_scoring.h"
+#include "loaders/checkpoints/model_reader.h"
 #include "loaders/protocols/protocol.h"
+#include "model/block.h"
 #include "model/observer.h"
+#include "model/placement.h"
 #include "model/transformer.h"
 
 namespace qeval {
 
-// One model variant to evaluate. The first scheme must be full precision ("full"): the others
-// are compared against it.
+// One model variant to evaluate. The first scheme must be full precision: the others are
+// compared against it.
 struct EvalScheme {
   std::string name;
-  Transformer model;
   nlohmann::json description = nlohmann::json::object();  // resolved spec + execution report
-  // Optional: sees this scheme's forward pass (statistics). Its begin_batch is the caller's.
+  // This scheme's block from the full-precision block (on the CPU, float32, before placement);
+  // empty: the full-precision block itself.
+  std::function<Block(const Block&)> rewrite_block;
+  // This scheme's LM head from the full-precision head (a float [V, D] linear): empty when the
+  // scheme keeps the head in full precision, which then runs in vocabulary blocks. A rewritten
+  // head is built once for the run and computes whole logits per batch.
+  std::function<std::shared_ptr<const Linear>(const std::shared_ptr<const Linear>&)> rewrite_head;
+  // After placement: decorators that watch the block's linears (sensitivity's input recorders).
+  std::function<Block(const Block&)> wrap_block;
+  // Sees the LM head's input of each batch, [B, L, D] (the final norm's output at every position).
+  std::function<void(const at::Tensor&)> on_head_input;
+  // Optional: sees this scheme's forward pass (statistics).
   std::shared_ptr<ForwardObserver> observer;
-  // Called before each batch with the global window indices of its rows.
+  // Called before each batch goes through a layer, with the global window indices of its rows
+  // (the same batch again for each layer).
   std::function<void(const std::vector<std::int64_t>&)> begin_batch;
+  // Called with each batch's per-token values once it is scored (sensitivity's per-position ΔNLL).
+  std::function<void(const std::vector<std::int64_t>& windows, const std::vector<std::int64_t>& first_scored,
+                     const TokenValues& values, const TokenValues& full)>
+      on_token_values;
+};
+
+// How the evaluation visits the model (eval/memory_plan.h chooses one from the memory at hand).
+struct EvalPlan {
+  std::string name = "resident";    // for records: resident | resident-weights | streamed
+  bool keep_full_blocks = true;     // full-precision blocks (and head blocks) read once and kept
+  bool keep_scheme_blocks = true;   // every scheme's blocks built once and kept
+  std::int64_t chunk_windows = 0;   // windows through a layer together; 0: one batch
+  // Read and rewrite the next layer on another thread while the current one computes (GPU
+  // placements, whose host is otherwise idle; the bits are the same either way).
+  bool prefetch_next_layer = false;
 };
 
 struct EvalResult;
@@ -38,8 +79,10 @@ struct EvalOptions {
   std::int64_t expected_windows = 0;  // for the ETA; 0 when unknown
   // Evaluate only windows whose global index it accepts (sharding: index % n == i); all when empty.
   std::function<bool(std::int64_t)> select_window;
-  // Called after every batch with everything accumulated so far (checkpointing for --resume).
+  // Called after every chunk with everything accumulated so far (checkpointing for --resume).
   std::function<void(const struct EvalResult&)> after_batch;
+  Placement placement;  // where the blocks run (built on the CPU in float32, then placed)
+  EvalPlan plan;
 };
 
 struct SchemeResult {
@@ -59,9 +102,22 @@ struct EvalResult {
 };
 
 // Consumes the stream, starting from `resumed` (a state saved by an interrupted run: windows
-// already in it are skipped, so the final result is identical to an uninterrupted run). Windows of different lengths never share a batch (a window whose length
-// differs from the batch's flushes it first). Throws (leaving no partial output anywhere) on any error.
-EvalResult evaluate(std::vector<EvalScheme>& schemes, WindowSource& windows, const EvalOptions& options,
-                    EvalResult resumed = {});
+// already in it are skipped, so the final result is identical to an uninterrupted run). Windows
+// of different lengths never share a batch. Throws (leaving no partial output anywhere) on any
+// error, and when a weight, a hidden state or a logit is not finite: the message names the
+// tensor and its first bad index, or the scheme, the window and the first layer whose output
+// is not finite.
+EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowSource& windows,
+                    const EvalOptions& options, EvalResult resumed = {});
+
+// The same over a model already in memory (a reader over its weights).
+EvalResult evaluate(const Transformer& full, std::vector<EvalScheme>& schemes, WindowSource& windows,
+                    const EvalOptions& options, EvalResult resumed = {});
+
+// A reader over a Transformer's full-precision weights (its float linears as they are).
+std::unique_ptr<ModelReader> transformer_reader(const Transformer& model, const std::string& source = "model");
+
+// The window hash the result keeps: XXH3 of its first scored position and tokens.
+std::uint64_t window_hash(const Window& window);
 
 }  // namespace qeval

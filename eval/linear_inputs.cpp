@@ -166,6 +166,20 @@ at::Tensor RecordingLinear::forward(const at::Tensor& x) const {
   return inner_->forward(x);
 }
 
+std::size_t LinearInputRecorder::slot(const std::string& linear_name) const {
+  auto it = slots_.find(linear_name);
+  QEVAL_CHECK(it != slots_.end(), "LinearInputRecorder: linear {} is not recorded", linear_name);
+  return it->second;
+}
+
+Block record_block_inputs(const Block& block, const std::shared_ptr<LinearInputRecorder>& recorder) {
+  Block out = block;
+  for (const auto& named : block.linears())
+    if (recorder->records(named.name))
+      out.replace_linear(named.name, std::make_shared<RecordingLinear>(named.linear, recorder, recorder->slot(named.name)));
+  return out;
+}
+
 std::shared_ptr<LinearInputRecorder> record_linear_inputs(Transformer& model, const std::vector<std::string>& names) {
   std::vector<std::string> all;
   for (const auto& named : model.linears()) all.push_back(named.name);

@@ -68,6 +68,8 @@ class LinearInputRecorder {
 
   const std::vector<std::string>& names() const { return names_; }
   bool records(const std::string& linear_name) const;
+  // The slot of a recorded linear (its index in names()); throws when it is not recorded.
+  std::size_t slot(const std::string& linear_name) const;
 
   // max |x| per input feature over every sequence seen: [in] float64 (a copy). Throws naming
   // the linear when it is not recorded or has seen no input yet.
@@ -117,5 +119,9 @@ class RecordingLinear final : public LinearDecorator {
 // passes: quantize_model refuses it (its linears are no longer FloatLinear), so quantise a copy
 // taken before wrapping.
 std::shared_ptr<LinearInputRecorder> record_linear_inputs(Transformer& model, const std::vector<std::string>& names = {});
+
+// The block with each of its linears that `recorder` records wrapped in a RecordingLinear (the
+// others as they are): how a layer-major evaluation records one block at a time.
+Block record_block_inputs(const Block& block, const std::shared_ptr<LinearInputRecorder>& recorder);
 
 }  // namespace qeval

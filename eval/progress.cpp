@@ -29,6 +29,22 @@ void Progress::update(std::int64_t done, double running_ppl, std::int64_t tokens
   std::fflush(stderr);
 }
 
+void Progress::update_partial(double done, const std::string& where) {
+  if (!enabled_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (std::chrono::duration<double>(now - last_print_).count() < (tty_ ? 0.2 : 10.0)) return;
+  last_print_ = now;
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  std::string eta = "?";
+  if (total_ > 0 && done > 0) {
+    auto left = static_cast<std::int64_t>(elapsed / done * (static_cast<double>(total_) - done));
+    eta = fmt::format("{}:{:02}", left / 60, left % 60);
+  }
+  std::string count = total_ > 0 ? fmt::format("{:.1f}/{}", done, total_) : fmt::format("{:.1f}", done);
+  fmt::print(stderr, "{}[{}] windows, {}, ETA {}{}", tty_ ? "\r" : "", count, where, eta, tty_ ? "\033[K" : "\n");
+  std::fflush(stderr);
+}
+
 void Progress::finish() {
   if (enabled_ && tty_) fmt::print(stderr, "\n");
 }

@@ -12,6 +12,9 @@ class Progress {
   // total: expected number of windows (0 when unknown).
   Progress(bool enabled, std::int64_t total);
   void update(std::int64_t done, double running_ppl, std::int64_t tokens);
+  // Within a chunk of windows (layer-major evaluation): `done` windows' worth of work so far
+  // (fractional), and where the chunk is ("layer 12/32"), for the ETA.
+  void update_partial(double done, const std::string& where);
   void finish();
 
  private:

@@ -19,9 +19,10 @@ std::string utc_now() {
 
 }  // namespace
 
-std::vector<SchemeInfo> scheme_infos(const std::vector<EvalScheme>& schemes) {
+std::vector<SchemeInfo> scheme_infos(const std::vector<EvalScheme>& schemes, const std::vector<std::int64_t>& linear_weight_bytes) {
   std::vector<SchemeInfo> infos;
-  for (const auto& s : schemes) infos.push_back({s.name, s.description, s.model.linear_weight_bytes()});
+  for (std::size_t i = 0; i < schemes.size(); ++i)
+    infos.push_back({schemes[i].name, schemes[i].description, i < linear_weight_bytes.size() ? linear_weight_bytes[i] : 0});
   return infos;
 }
 
@@ -41,7 +42,15 @@ nlohmann::json evaluation_identity(const nlohmann::json& record) {
   nlohmann::json protocol = record.at("protocol");
   for (const char* key : {"windows", "scored_tokens", "token_stream_hash"}) protocol.erase(key);
   nlohmann::json schemes = nlohmann::json::array();
-  for (const auto& s : record.at("schemes")) schemes.push_back({{"name", s.at("name")}, {"description", s.at("description")}});
+  for (const auto& s : record.at("schemes")) {
+    // What the rewrite reports once the layers were built (their list and bytes) is the same for
+    // every evaluation of the scheme; the identity holds what decides the numbers before any weight is read.
+    nlohmann::json description = s.at("description");
+    for (const char* key : {"layers", "quantized_layers", "quantized_weight_bytes", "fp32_weight_bytes", "weight_bytes_ratio",
+                            "model_linear_bytes", "model_linear_bytes_fp32"})
+      description.erase(key);
+    schemes.push_back({{"name", s.at("name")}, {"description", description}});
+  }
   nlohmann::json options = record.at("options");
   for (const char* key : {"threads", "batch_size", "shard"}) options.erase(key);  // results do not depend on them
   return {{"model_weights", record.at("model").at("weights_hash")},

@@ -30,7 +30,7 @@ struct SchemeInfo {
   nlohmann::json description;  // resolved spec + execution report
   std::int64_t linear_weight_bytes = 0;
 };
-std::vector<SchemeInfo> scheme_infos(const std::vector<EvalScheme>& schemes);
+std::vector<SchemeInfo> scheme_infos(const std::vector<EvalScheme>& schemes, const std::vector<std::int64_t>& linear_weight_bytes);
 // Read back from a record's "schemes" list.
 std::vector<SchemeInfo> scheme_infos(const nlohmann::json& record);
 

@@ -4,17 +4,9 @@
 #include <set>
 
 #include "common/error.h"
-#include "quant/rewrite.h"
 #include "quant/scheme.h"
 
 namespace qeval {
-namespace {
-
-bool spec_quantizes_lm_head(const nlohmann::json& description) {
-  return description.contains("scheme") && description["scheme"].value("quantize_lm_head", false);
-}
-
-}  // namespace
 
 StatsFor parse_stats_for(const std::string& s) {
   if (s == "none") return StatsFor::none;
@@ -59,41 +51,92 @@ std::vector<nlohmann::json> PreparedSchemes::statistics_summaries() const {
   return out;
 }
 
-PreparedSchemes make_schemes(const Transformer& full, const std::vector<std::string>& names,
+namespace {
+
+// The parts of a rewrite's report known before any weight is read.
+nlohmann::json description_before_run(const SchemeRewrite& rewrite) {
+  nlohmann::json report = rewrite.report();
+  for (const char* key : {"layers", "quantized_layers", "quantized_weight_bytes", "fp32_weight_bytes", "weight_bytes_ratio",
+                          "model_linear_bytes", "model_linear_bytes_fp32"})
+    report.erase(key);
+  report["execution"] = report.at("execution_path");
+  return report;
+}
+
+std::int64_t linear_bytes(std::int64_t out, std::int64_t in, bool bias) { return (out * in + (bias ? out : 0)) * 4; }
+
+}  // namespace
+
+std::int64_t full_linear_weight_bytes(const ModelConfig& c) {
+  const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
+  const std::int64_t H = c.n_heads, Hkv = c.n_kv_heads;
+  std::int64_t block = linear_bytes((H + 2 * Hkv) * hd, D, c.has_qkv_bias()) + linear_bytes(D, H * hd, c.attention_bias);
+  block += linear_bytes((c.gated_mlp() ? 2 : 1) * F, D, c.mlp_bias) + linear_bytes(D, F, c.mlp_bias);
+  return c.n_layers * block + linear_bytes(c.vocab_size, D, false);
+}
+
+void PreparedSchemes::finish_descriptions() {
+  for (std::size_t i = 0; i < schemes.size(); ++i) {
+    if (!rewrites[i]) continue;
+    nlohmann::json report = rewrites[i]->report();
+    nlohmann::json& d = schemes[i].description;
+    for (auto& [key, value] : report.items()) d[key] = value;
+    d["execution"] = report.at("execution_path");
+  }
+}
+
+std::vector<std::int64_t> PreparedSchemes::linear_weight_bytes() const {
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; i < schemes.size(); ++i) {
+    const nlohmann::json& d = schemes[i].description;
+    out.push_back(d.contains("model_linear_bytes") ? d.at("model_linear_bytes").get<std::int64_t>()
+                                                   : d.value("model_linear_bytes_fp32", std::int64_t{0}));
+  }
+  return out;
+}
+
+nlohmann::json PreparedSchemes::kept_positions_report(std::size_t i) const {
+  return rewrites[i] ? rewrites[i]->kept_positions_report() : nlohmann::json(nullptr);
+}
+nlohmann::json PreparedSchemes::outlier_features_report(std::size_t i) const {
+  return rewrites[i] ? rewrites[i]->outlier_features_report() : nlohmann::json(nullptr);
+}
+nlohmann::json PreparedSchemes::engines_used_report(std::size_t i) const {
+  return rewrites[i] ? rewrites[i]->engines_used_report() : nlohmann::json(nullptr);
+}
+
+PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::string>& names,
                              const SchemeOptions& options) {
   PreparedSchemes prepared;
-  PlacementCache cache(options.placement);
+  const std::vector<std::string> linears = model_linear_names(config);
+  const std::int64_t full_bytes = full_linear_weight_bytes(config);
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
-    EvalScheme scheme{name, full, nlohmann::json::object(), nullptr, {}};
+    EvalScheme scheme;
+    scheme.name = name;
+    std::shared_ptr<SchemeRewrite> rewrite;
     if (name == "full") {
       QEVAL_CHECK(i == 0, "make_schemes: full precision must come first");
       scheme.description = {{"execution", full_precision_execution(options.placement)},
-                            {"scheme", scheme_to_json(preset_scheme("full"))}};
+                            {"scheme", scheme_to_json(preset_scheme("full"))},
+                            {"model_linear_bytes_fp32", full_bytes}};
     } else {
       QEVAL_CHECK(i > 0, "make_schemes: the first scheme must be full precision, found '{}'", name);
       SchemeSpec spec = resolve_scheme(name);
       if (options.quantize_lm_head) spec.quantize_lm_head = true;
-      QuantizedModel q = quantize_model(full, spec);
-      scheme.model = std::move(q.model);
-      scheme.description = q.report;
-      scheme.description["execution"] = q.report.at("execution_path");
+      rewrite = std::make_shared<SchemeRewrite>(spec, linears);
+      scheme.description = description_before_run(*rewrite);
+      scheme.rewrite_block = [rewrite](const Block& full) { return rewrite->rewrite(full); };
+      if (rewrite->selects("lm_head"))
+        scheme.rewrite_head = [rewrite](const std::shared_ptr<const Linear>& head) { return rewrite->rewrite_head(head); };
       // A scheme file is shown by its "name" (its stem when it has none); the path is recorded.
       if (spec.name != name) {
         scheme.name = spec.name;
         scheme.description["scheme_file"] = name;
       }
-    }
-    if (!options.placement.is_default()) {
-      scheme.model = scheme.model.placed(cache);
-      if (i > 0) {
-        std::set<std::string> engines;  // what the placed quantised layers run, once each
-        for (const auto& named : scheme.model.linears())
-          if (named.name != "lm_head" || spec_quantizes_lm_head(scheme.description)) engines.insert(named.linear->describe());
+      if (!options.placement.is_default())
         scheme.description["placement"] = {{"device", options.placement.device.str()},
-                                           {"dtype", dtype_name(options.placement.dtype)},
-                                           {"layer_engines", engines}};
-      }
+                                           {"dtype", dtype_name(options.placement.dtype)}};
     }
     for (const auto& earlier : prepared.schemes)
       QEVAL_CHECK(earlier.name != scheme.name, "--schemes: two schemes are named '{}' ({} and {}); give each a distinct \"name\"",
@@ -101,7 +144,7 @@ PreparedSchemes make_schemes(const Transformer& full, const std::vector<std::str
     std::shared_ptr<StatisticsCollector> stats;
     if (options.stats_for == StatsFor::all || (options.stats_for == StatsFor::full && i == 0)) {
       StatisticsOptions statistics = options.statistics;
-      statistics.attention_windows = full.config().attention_windows;  // sliding-window layers count differently
+      statistics.attention_windows = config.attention_windows;  // sliding-window layers count differently
       stats = std::make_shared<StatisticsCollector>(statistics);
       scheme.observer = stats;
       scheme.begin_batch = [collector = stats.get()](const std::vector<std::int64_t>& windows) {
@@ -109,6 +152,7 @@ PreparedSchemes make_schemes(const Transformer& full, const std::vector<std::str
       };
     }
     prepared.statistics.push_back(stats);
+    prepared.rewrites.push_back(rewrite);
     prepared.schemes.push_back(std::move(scheme));
   }
   return prepared;

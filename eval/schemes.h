@@ -1,5 +1,7 @@
-// Turning scheme names (presets or JSON spec files) into model variants to evaluate, each with
-// its statistics collector when asked.
+// Turning scheme names (presets or JSON spec files) into the schemes the evaluator runs, each with
+// its statistics collector when asked. A scheme is a rewrite of full precision's blocks and head
+// (quant/rewrite.h SchemeRewrite), applied when the evaluation plan reaches each part, so no
+// scheme's whole model needs to exist at once (DESIGN.md §11).
 #pragma once
 
 #include <memory>
@@ -9,6 +11,7 @@
 #include "eval/evaluator.h"
 #include "eval/statistics.h"
 #include "model/placement.h"
+#include "quant/rewrite.h"
 
 namespace qeval {
 
@@ -20,8 +23,7 @@ struct SchemeOptions {
   StatsFor stats_for = StatsFor::full;
   StatisticsOptions statistics;
   bool quantize_lm_head = false;  // overrides every scheme's quantize_lm_head when true
-  // Where the models run: each is built on the CPU in fp32 (rewrite, weight quantisation), then
-  // placed there, sharing one placement cache (model/placement.h).
+  // Where the models run (recorded in each description; the evaluator places the blocks).
   Placement placement;
 };
 
@@ -30,14 +32,28 @@ std::vector<std::string> parse_scheme_list(const std::string& list);
 
 struct PreparedSchemes {
   std::vector<EvalScheme> schemes;
+  std::vector<std::shared_ptr<SchemeRewrite>> rewrites;  // per scheme; null for full precision
   std::vector<std::shared_ptr<StatisticsCollector>> statistics;  // per scheme; null when not collected
   // Per-scheme statistics summaries for the record (null where not collected).
   std::vector<nlohmann::json> statistics_summaries() const;
+  // After the evaluation: each description completed with its rewrite's report (every layer
+  // rewritten by then), and each scheme's linear weight bytes.
+  void finish_descriptions();
+  std::vector<std::int64_t> linear_weight_bytes() const;
+  // What the quantised layers logged (kept positions, outlier features, kernels used), per scheme.
+  nlohmann::json kept_positions_report(std::size_t scheme) const;
+  nlohmann::json outlier_features_report(std::size_t scheme) const;
+  nlohmann::json engines_used_report(std::size_t scheme) const;
 };
 
-// "full" is `full` itself; any other name is a quantisation preset or a JSON scheme file,
-// applied to `full` (quant/rewrite.h). Throws listing the presets for an unknown name.
-PreparedSchemes make_schemes(const Transformer& full, const std::vector<std::string>& names,
+// "full" is full precision itself; any other name is a quantisation preset or a JSON scheme
+// file, applied to full precision's linears (quant/rewrite.h). Throws listing the presets for an
+// unknown name, and before any weight is read for a pattern that matches no linear of `config`.
+PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::string>& names,
                              const SchemeOptions& options = {});
+
+// The fp32 linear weight bytes of the model (blocks + head), from its config: what full
+// precision's record entry says.
+std::int64_t full_linear_weight_bytes(const ModelConfig& config);
 
 }  // namespace qeval

@@ -27,11 +27,6 @@ json number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 // Per-position ΔNLL. evaluate() keeps per-window sums only; these pieces see the same logits and
 // targets and keep, per scheme, sums per position of the target token in its window.
 
-struct PendingWindow {
-  std::vector<std::int32_t> tokens;
-  std::int64_t first_scored = 1;
-};
-
 struct PositionTotals {
   std::vector<double> sum;           // Σ d by target position
   std::vector<std::int64_t> count;   // tokens by target position
@@ -39,130 +34,36 @@ struct PositionTotals {
   std::int64_t first_tokens = 0, rest_tokens = 0;
 };
 
-class PositionPenalties {
- public:
-  explicit PositionPenalties(std::size_t schemes) : totals_(schemes) {}
-
-  void remember(const Window& w) { pending_[w.index] = {w.tokens, w.first_scored}; }
-
-  // evaluate() calls the scheme's begin_batch right before its forward pass.
-  void begin_batch(std::size_t scheme, const std::vector<std::int64_t>& windows) {
-    scheme_ = scheme;
-    batch_ = windows;
+// Per-position ΔNLL of a variant: the evaluator hands each scored batch's per-token NLL
+// (eval/vocab_scoring.h TokenValues, the values its window rows are summed from) of the variant
+// and of full precision; d = nll_variant − nll_full per target position.
+void add_penalties(PositionTotals& tot, const std::vector<std::int64_t>& first_scored, const TokenValues& values,
+                   const TokenValues& full) {
+  const std::int64_t B = values.nll.size(0), P = values.nll.size(1), L = P + 1;
+  if (static_cast<std::int64_t>(tot.sum.size()) < L) {
+    tot.sum.resize(static_cast<std::size_t>(L), 0.0);
+    tot.count.resize(static_cast<std::size_t>(L), 0);
   }
-
-  // logits: [B, L, V] of scheme `scheme` for the batch named by the last begin_batch.
-  void on_logits(std::size_t scheme, const at::Tensor& logits) {
-    QEVAL_CHECK(scheme == scheme_ && static_cast<std::int64_t>(batch_.size()) == logits.size(0),
-                "sensitivity: logits of scheme {} arrived without its begin_batch", scheme);
-    const std::int64_t B = logits.size(0), L = logits.size(1);
-    if (L < 2) return;  // nothing scored
-    at::Tensor targets = at::empty({B, L}, at::kLong);
-    auto t = targets.accessor<std::int64_t, 2>();
-    std::vector<std::int64_t> first(static_cast<std::size_t>(B));
-    for (std::int64_t b = 0; b < B; ++b) {
-      auto it = pending_.find(batch_[static_cast<std::size_t>(b)]);
-      QEVAL_CHECK(it != pending_.end() && static_cast<std::int64_t>(it->second.tokens.size()) == L,
-                  "sensitivity: window {} was not seen by the window source", batch_[static_cast<std::size_t>(b)]);
-      for (std::int64_t l = 0; l < L; ++l) t[b][l] = it->second.tokens[static_cast<std::size_t>(l)];
-      first[static_cast<std::size_t>(b)] = it->second.first_scored;
-    }
-    // Exactly as score_batch: position p predicts token p + 1; float32 log-softmax, float64 values.
-    at::Tensor log_probs = at::log_softmax(logits.to(at::kFloat), -1);
-    at::Tensor pred = log_probs.narrow(1, 0, L - 1);
-    at::Tensor next = targets.narrow(1, 1, L - 1).to(log_probs.device()).unsqueeze(-1);
-    at::Tensor nll = (-pred.gather(-1, next).squeeze(-1)).to(at::kDouble).cpu().contiguous();  // [B, L−1]
-    if (scheme == 0) {
-      full_nll_ = nll;
-      full_batch_ = batch_;
-    } else {
-      QEVAL_CHECK(full_batch_ == batch_, "sensitivity: scheme {} ran a batch full precision did not", scheme);
-      PositionTotals& tot = totals_[scheme];
-      if (static_cast<std::int64_t>(tot.sum.size()) < L) {
-        tot.sum.resize(static_cast<std::size_t>(L), 0.0);
-        tot.count.resize(static_cast<std::size_t>(L), 0);
-      }
-      const double* n = nll.data_ptr<double>();
-      const double* fn = full_nll_.data_ptr<double>();
-      for (std::int64_t b = 0; b < B; ++b) {
-        const std::int64_t from = first[static_cast<std::size_t>(b)];
-        for (std::int64_t pos = from; pos < L; ++pos) {  // target position; its prediction is pos − 1
-          const double d = n[b * (L - 1) + pos - 1] - fn[b * (L - 1) + pos - 1];
-          tot.sum[static_cast<std::size_t>(pos)] += d;
-          tot.count[static_cast<std::size_t>(pos)] += 1;
-          if (pos == from) {
-            tot.first_sum += d;
-            tot.first_tokens += 1;
-          } else {
-            tot.rest_sum += d;
-            tot.rest_tokens += 1;
-          }
-        }
+  const double* n = values.nll.data_ptr<double>();
+  const double* fn = full.nll.data_ptr<double>();
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t from = first_scored[static_cast<std::size_t>(b)];
+    for (std::int64_t pos = from; pos < L; ++pos) {  // target position; its prediction is pos − 1
+      const double d = n[b * P + pos - 1] - fn[b * P + pos - 1];
+      tot.sum[static_cast<std::size_t>(pos)] += d;
+      tot.count[static_cast<std::size_t>(pos)] += 1;
+      if (pos == from) {
+        tot.first_sum += d;
+        tot.first_tokens += 1;
+      } else {
+        tot.rest_sum += d;
+        tot.rest_tokens += 1;
       }
     }
-    if (scheme + 1 == totals_.size())
-      for (std::int64_t w : batch_) pending_.erase(w);
   }
-
-  const PositionTotals& totals(std::size_t scheme) const { return totals_.at(scheme); }
-
- private:
-  std::vector<PositionTotals> totals_;
-  std::map<std::int64_t, PendingWindow> pending_;
-  std::size_t scheme_ = 0;
-  std::vector<std::int64_t> batch_, full_batch_;
-  at::Tensor full_nll_;
-};
-
-// Decorator for the LM head: hands its output (the logits) to the penalties, unchanged.
-class LogitsTap final : public LinearDecorator {
- public:
-  LogitsTap(std::shared_ptr<const Linear> inner, std::shared_ptr<PositionPenalties> penalties, std::size_t scheme)
-      : LinearDecorator(std::move(inner)), penalties_(std::move(penalties)), scheme_(scheme) {}
-  at::Tensor forward(const at::Tensor& x) const override {
-    at::Tensor y = inner_->forward(x);
-    penalties_->on_logits(scheme_, y);
-    return y;
-  }
-
- private:
-  std::shared_ptr<PositionPenalties> penalties_;
-  std::size_t scheme_;
-};
-
-void tap_logits(EvalScheme& scheme, const std::shared_ptr<PositionPenalties>& penalties, std::size_t index) {
-  const auto& linears = scheme.model.linears();
-  const auto head = std::find_if(linears.begin(), linears.end(), [](const NamedLinear& l) { return l.name == "lm_head"; });
-  QEVAL_CHECK(head != linears.end(), "sensitivity: the model has no lm_head");
-  scheme.model.replace_linear("lm_head", std::make_shared<LogitsTap>(head->linear, penalties, index));
-  scheme.begin_batch = [penalties, index](const std::vector<std::int64_t>& windows) {
-    penalties->begin_batch(index, windows);
-  };
 }
 
-// Forwards a window source and lets the penalties keep each window's tokens until scored.
-class RememberingSource final : public WindowSource {
- public:
-  RememberingSource(WindowSource& inner, PositionPenalties& penalties) : inner_(inner), penalties_(penalties) {}
-  std::optional<Window> next() override {
-    std::optional<Window> w = inner_.next();
-    if (w) penalties_.remember(*w);
-    return w;
-  }
-  std::int64_t documents_read() const override { return inner_.documents_read(); }
-  std::int64_t stream_tokens() const override { return inner_.stream_tokens(); }
-  std::string data_format() const override { return inner_.data_format(); }
-  std::int64_t expected_windows() const override { return inner_.expected_windows(); }
-  json facts() const override { return inner_.facts(); }
-
- private:
-  WindowSource& inner_;
-  PositionPenalties& penalties_;
-};
-
-void check_patterns(const Transformer& model, const SchemeSpec& spec) {
-  std::vector<std::string> names;
-  for (const auto& l : model.linears()) names.push_back(l.name);
+void check_patterns(const std::vector<std::string>& names, const SchemeSpec& spec) {
   for (const auto* list : {&spec.include, &spec.exclude})
     for (const auto& pattern : *list) {
       bool any = false;
@@ -243,27 +144,27 @@ std::string linear_kind(const std::string& linear_name) {
   return dot == std::string::npos ? linear_name : linear_name.substr(dot + 1);
 }
 
-std::vector<SensitivityUnit> sensitivity_units(const Transformer& model, const SchemeSpec& base, SensitivityGrouping by) {
+std::vector<SensitivityUnit> sensitivity_units(const ModelConfig& config, const SchemeSpec& base, SensitivityGrouping by) {
+  const std::vector<std::string> model_names = model_linear_names(config);
   validate_scheme(base, "scheme " + base.name);
   QEVAL_CHECK(base.quantizes_anything(),
               "sensitivity: scheme {} quantises nothing (full precision): there is no penalty to attribute; give a "
               "quantisation preset ({}) or a scheme file",
               base.name, fmt::join(preset_names(), ", "));
-  check_patterns(model, base);
+  check_patterns(model_names, base);
   std::vector<SensitivityUnit> units;
   std::map<std::string, std::size_t> by_kind;
-  std::vector<std::string> names;
-  for (const auto& l : model.linears()) {
-    names.push_back(l.name);
-    if (!base.selects(l.name)) continue;
+  const std::vector<std::string>& names = model_names;
+  for (const auto& name : model_names) {
+    if (!base.selects(name)) continue;
     if (by == SensitivityGrouping::layer) {
-      units.push_back({l.name, {l.name}});
+      units.push_back({name, {name}});
       continue;
     }
-    const std::string kind = linear_kind(l.name);
+    const std::string kind = linear_kind(name);
     auto [it, added] = by_kind.emplace(kind, units.size());
     if (added) units.push_back({kind, {}});
-    units[it->second].layers.push_back(l.name);
+    units[it->second].layers.push_back(name);
   }
   QEVAL_CHECK(!units.empty(),
               "sensitivity: scheme {} selects no linear of this model (include [{}], exclude [{}], quantize_lm_head {}); "
@@ -281,44 +182,64 @@ SchemeSpec unit_scheme(const SchemeSpec& base, const SensitivityUnit& unit) {
   return s;
 }
 
-SensitivityRun run_sensitivity(const Transformer& full, const SchemeSpec& base, WindowSource& windows,
+SensitivityRun run_sensitivity(ModelReader& full, const SchemeSpec& base, WindowSource& windows,
                                const SensitivityOptions& options) {
   QEVAL_CHECK(options.top_positions >= 0, "sensitivity: top_positions must be >= 0, found {}", options.top_positions);
   SensitivityRun run;
   run.base = base;
   run.by = options.by;
-  const std::vector<SensitivityUnit> units = sensitivity_units(full, base, options.by);
-  auto penalties = std::make_shared<PositionPenalties>(units.size() + 1);
+  const ModelConfig& config = full.config();
+  const std::vector<SensitivityUnit> units = sensitivity_units(config, base, options.by);
+  auto totals = std::make_shared<std::vector<PositionTotals>>(units.size() + 1);
 
-  // Scheme 0: full precision, its selected linears' inputs recorded. Quantised variants are made
-  // from `full` itself (quantize_model wants float linears, not recording wrappers).
+  // Scheme 0: full precision, its selected linears' inputs recorded (each block wrapped once
+  // placed). The variants are rewritten from the unwrapped full-precision blocks.
   std::vector<std::string> recorded;
   for (const auto& u : units) recorded.insert(recorded.end(), u.layers.begin(), u.layers.end());
-  // Every model is placed before its linears are wrapped (recording, logits taps), sharing one cache.
-  PlacementCache cache(options.placement);
-  auto place = [&](const Transformer& model) { return options.placement.is_default() ? model : model.placed(cache); };
-  EvalScheme reference{"full", place(full), json::object(), nullptr, {}};
+  std::sort(recorded.begin(), recorded.end(), [order = model_linear_names(config)](const std::string& a, const std::string& b) {
+    return std::find(order.begin(), order.end(), a) < std::find(order.begin(), order.end(), b);
+  });
+  run.inputs = std::make_shared<LinearInputRecorder>(recorded);
+  EvalScheme reference;
+  reference.name = "full";
   reference.description = {{"execution", full_precision_execution(options.placement)},
                            {"scheme", scheme_to_json(preset_scheme("full"))}};
-  run.inputs = record_linear_inputs(reference.model, recorded);
-  tap_logits(reference, penalties, 0);
+  reference.wrap_block = [recorder = run.inputs](const Block& block) { return record_block_inputs(block, recorder); };
+  if (run.inputs->records("lm_head"))
+    reference.on_head_input = [recorder = run.inputs](const at::Tensor& x) { recorder->record(recorder->slot("lm_head"), x); };
   run.schemes.push_back(std::move(reference));
+  run.rewrites.push_back(nullptr);
+  const std::vector<std::string> names = model_linear_names(config);
   for (std::size_t i = 0; i < units.size(); ++i) {
     const SchemeSpec spec = unit_scheme(base, units[i]);
-    QuantizedModel q = quantize_model(full, spec);
-    EvalScheme scheme{spec.name, place(q.model), q.report, nullptr, {}};
-    scheme.description["execution"] = q.report.at("execution_path");
+    auto rewrite = std::make_shared<SchemeRewrite>(spec, names);
+    EvalScheme scheme;
+    scheme.name = spec.name;
+    scheme.description = rewrite->report();
+    scheme.description["execution"] = scheme.description.at("execution_path");
     scheme.description["sensitivity_unit"] = {{"by", to_string(options.by)}, {"unit", units[i].name}, {"layers", units[i].layers}};
-    tap_logits(scheme, penalties, i + 1);
+    scheme.rewrite_block = [rewrite](const Block& b) { return rewrite->rewrite(b); };
+    if (rewrite->selects("lm_head"))
+      scheme.rewrite_head = [rewrite](const std::shared_ptr<const Linear>& head) { return rewrite->rewrite_head(head); };
+    scheme.on_token_values = [totals, index = i + 1](const std::vector<std::int64_t>&, const std::vector<std::int64_t>& first,
+                                                     const TokenValues& values, const TokenValues& full_values) {
+      add_penalties((*totals)[index], first, values, full_values);
+    };
     run.schemes.push_back(std::move(scheme));
+    run.rewrites.push_back(std::move(rewrite));
   }
 
-  RememberingSource source(windows, *penalties);
   EvalOptions eval_options;
   eval_options.batch_size = options.batch_size;
   eval_options.progress = options.progress;
   eval_options.expected_windows = options.expected_windows;
-  run.result = evaluate(run.schemes, source, eval_options);
+  eval_options.placement = options.placement;
+  eval_options.plan = options.plan ? options.plan(run.schemes, run.rewrites) : EvalPlan{};
+  run.result = evaluate(full, run.schemes, windows, eval_options);
+  for (std::size_t i = 1; i < run.schemes.size(); ++i) {
+    nlohmann::json report = run.rewrites[i]->report();
+    for (auto& [key, value] : report.items()) run.schemes[i].description[key] = value;
+  }
 
   const SchemeSummary reference_summary = run.result.schemes.front().summary();
   for (std::size_t i = 0; i < units.size(); ++i) {
@@ -329,7 +250,7 @@ SensitivityRun run_sensitivity(const Transformer& full, const SchemeSpec& base, 
     u.summary = run.result.schemes[u.scheme_index].summary();
     u.dppl_rel = reference_summary.ppl > 0 ? (u.summary.ppl - reference_summary.ppl) / reference_summary.ppl : 0.0;
     u.inputs = unit_inputs(*run.inputs, units[i]);
-    const PositionTotals& t = penalties->totals(u.scheme_index);
+    const PositionTotals& t = (*totals)[u.scheme_index];
     u.first_tokens = t.first_tokens;
     u.rest_tokens = t.rest_tokens;
     u.first_dnll_sum = t.first_sum;

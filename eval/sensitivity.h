@@ -13,14 +13,14 @@
 // "include": [those names].
 //
 // One pass. Full precision (scheme 0, its linears wrapped by a LinearInputRecorder) and every
-// variant run in ONE evaluate() call, window-major: each window goes through every scheme, so
-// the per-unit ΔNLL is the eval record's paired difference on the same windows (summarize()
-// of the evaluator's per-window rows, not re-derived).
+// variant run in ONE evaluate() call, layer-major (eval/evaluator.h): each chunk of windows goes
+// through every scheme, so the per-unit ΔNLL is the eval record's paired difference on the same
+// windows (summarize() of the evaluator's per-window rows, not re-derived). A variant computes
+// nothing of its own before its unit's first layer: its stream is full precision's until then.
 //
-// Which tokens carry the penalty. evaluate() keeps per-window sums only, so the logits of each
-// scheme are tapped at the LM head (a decorator that hands them on unchanged) and scored here
-// the way score_batch scores them (log_softmax in float32 of the logits, the target token's
-// value in float64). Per token, d = nll_variant − nll_full; per unit:
+// Which tokens carry the penalty. The evaluator hands each scored batch's per-token NLL (the
+// values its window rows are summed from) to each variant; per token, d = nll_variant −
+// nll_full; per unit:
 //   first_share     Σ d over the first scored position of every window / Σ d over all scored
 //                   positions: the fraction of the unit's total ΔNLL that falls on the first
 //                   scored token (null when the total is not positive: no penalty to share)
@@ -48,7 +48,10 @@
 #include "eval/linear_inputs.h"
 #include "eval/token_scores.h"
 #include "model/transformer.h"
+#include "quant/rewrite.h"
 #include "quant/scheme.h"
+
+#include <functional>
 
 namespace qeval {
 
@@ -66,7 +69,7 @@ struct SensitivityUnit {
 
 // The units of `base` on `model`. Throws naming the scheme when it quantises nothing, when an
 // include/exclude pattern matches no linear of the model, or when it selects no linear.
-std::vector<SensitivityUnit> sensitivity_units(const Transformer& model, const SchemeSpec& base, SensitivityGrouping by);
+std::vector<SensitivityUnit> sensitivity_units(const ModelConfig& config, const SchemeSpec& base, SensitivityGrouping by);
 
 // The variant: `base` restricted to the unit's layers, named "<base.name>@<unit.name>".
 SchemeSpec unit_scheme(const SchemeSpec& base, const SensitivityUnit& unit);
@@ -78,6 +81,8 @@ struct SensitivityOptions {
   std::int64_t expected_windows = 0;  // for the ETA
   std::int64_t top_positions = 5;
   Placement placement;  // where the models run (they are placed before their linears are wrapped)
+  // The evaluation plan for these schemes (eval/memory_plan.h); empty: every layer resident.
+  std::function<EvalPlan(const std::vector<EvalScheme>&, const std::vector<std::shared_ptr<SchemeRewrite>>&)> plan;
 };
 
 struct PositionPenalty {
@@ -112,6 +117,7 @@ struct SensitivityRun {
   SchemeSpec base;
   SensitivityGrouping by = SensitivityGrouping::layer;
   std::vector<EvalScheme> schemes;  // [0] full precision, then one variant per unit, in unit order
+  std::vector<std::shared_ptr<SchemeRewrite>> rewrites;  // per scheme (null for full precision)
   EvalResult result;
   std::shared_ptr<LinearInputRecorder> inputs;  // the full-precision pass's linear inputs
   std::vector<UnitSensitivity> units;           // sorted: largest ΔNLL first (ties: unit order)
@@ -131,7 +137,7 @@ struct SensitivityRun {
 
 // Runs full precision and every unit's variant of `base` over `windows` in one evaluate() pass.
 // Throws (before any window is read) like sensitivity_units, and like quantize_model.
-SensitivityRun run_sensitivity(const Transformer& full, const SchemeSpec& base, WindowSource& windows,
+SensitivityRun run_sensitivity(ModelReader& full, const SchemeSpec& base, WindowSource& windows,
                                const SensitivityOptions& options = {});
 
 // Markdown: a title line (model, data, windows, scheme, grouping) and one row per unit, largest

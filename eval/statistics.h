@@ -83,8 +83,9 @@ class StatisticsCollector : public ForwardObserver {
  public:
   explicit StatisticsCollector(StatisticsOptions options = {});
 
-  // Global window index of each row of the next forward's [B, L] batch: distinct, ≥ 0, and not
-  // seen before by this collector.
+  // Global window index of each row of the next forward's [B, L] batch (distinct, ≥ 0). A window
+  // seen before continues where it stopped (layer-major evaluation names a batch again before
+  // each layer); each window must receive its layers in order, each once.
   void begin_batch(std::vector<std::int64_t> window_indices);
 
   void on_block_output(std::int64_t layer, const at::Tensor& hidden) override;  // [B, L, D]

@@ -27,13 +27,7 @@ struct WindowScores {
   static WindowScores from_json(const nlohmann::json& j);
 };
 
-// Scores one batch. log_probs: [B, L, V] log-softmax of the scheme's logits (float32);
-// full_log_probs: the same for full precision (may be the same tensor); targets: [B, L] ids;
-// first_scored[b]: first scored position of row b. Position p's distribution predicts token p.
-// Returns one row per batch element. Sums run sequentially in float64 in position order, so
-// the result does not depend on the thread count or the batch size.
-std::vector<WindowScores> score_batch(const at::Tensor& log_probs, const at::Tensor& full_log_probs,
-                                      const at::Tensor& targets, const std::vector<std::int64_t>& first_scored);
+// Rows are made per batch by eval/vocab_scoring.h (window_rows).
 
 struct SchemeSummary {
   std::int64_t windows = 0, tokens = 0;

@@ -19,7 +19,7 @@ constexpr std::int64_t kQueryBlock = 64;
 // QEVAL_CPU_ATTENTION (read once): unset or `fused` (the fused kernel's widest variant where it
 // serves, else the op-by-op blocks), `fused-avx2` (its AVX2 variant even where AVX-512 runs),
 // `blocked` (the op-by-op blocks everywhere) or `whole` (the whole-matrix path of
-// Transformer::attention): all but the first are there to compare the paths on one binary.
+// Block::attention): all but the first are there to compare the paths on one binary.
 enum class CpuAttention { fused, fused_avx2, blocked, whole };
 
 CpuAttention cpu_attention_asked() {

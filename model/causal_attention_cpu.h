@@ -1,7 +1,7 @@
 // Causal attention on the CPU by blocks of queries: the keys a block of queries cannot see are
 // never multiplied, exponentiated or stored.
 //
-// The plain way (Transformer::attention's general path) multiplies every query by every key,
+// The plain way (Block::attention's general path) multiplies every query by every key,
 // [L, L] scores per head, adds a mask of -inf above the diagonal and runs the softmax and the
 // product with v over whole rows: at L = 512 about half of that work is on entries the mask then
 // zeroes, and the softmax's exponentials with it. Here the queries of a head go in blocks of 64;

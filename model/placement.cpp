@@ -3,7 +3,7 @@
 #include <ATen/Context.h>
 
 #include "common/error.h"
-#include "kernels/cuda/device.h"
+#include "kernels/device.h"
 
 namespace qeval {
 
@@ -22,8 +22,8 @@ at::Device parse_device(const std::string& text) {
               "--device {}: this qeval was built with a LibTorch without CUDA; build against a CUDA LibTorch "
               "(docs/gpu.md) to evaluate on a GPU",
               text);
-  const int devices = kernels::cuda::device_count();
-  QEVAL_CHECK(devices > 0, "--device {}: no usable CUDA device ({})", text, kernels::cuda::no_device_reason());
+  const int devices = kernels::gpu_count();
+  QEVAL_CHECK(devices > 0, "--device {}: no usable CUDA device ({})", text, kernels::no_gpu_reason());
   QEVAL_CHECK(index < devices, "--device {}: this machine has {} CUDA device(s), numbered from 0", text, devices);
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
@@ -64,8 +64,8 @@ std::string full_precision_execution(const Placement& placement) {
 
 std::string describe_device(const at::Device& device) {
   if (device.is_cpu()) return "cpu";
-  return kernels::cuda::device_description(device.index() < 0 ? 0 : device.index()) + ", " +
-         kernels::cuda::cuda_versions();
+  return kernels::gpu_description(device.index() < 0 ? 0 : device.index()) + ", " +
+         kernels::gpu_versions();
 }
 
 at::Tensor PlacementCache::move(const at::Tensor& t, c10::optional<at::ScalarType> dtype) {

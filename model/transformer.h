@@ -1,6 +1,9 @@
 // Transformer: one forward pass for every supported family (GPT-2, Llama, Qwen2/3, Mistral,
-// Gemma-3, Phi-3, GPT-NeoX, OPT), driven by ModelConfig's switches. Every projection runs through a Linear, named canonically, so quant/ can rewrite
-// them; an optional ForwardObserver sees hidden states and (when it asks) attention.
+// Gemma-3, Phi-3, GPT-NeoX, OPT), driven by ModelConfig's switches: an embedding, a sequence of
+// Blocks (model/block.h) and a head. Every projection runs through a Linear, named canonically,
+// so quant/ can rewrite them; an optional ForwardObserver sees hidden states and (when it asks)
+// attention. The stages (embed, blocks, head_input, logits) are public so that the layer-major
+// evaluator (eval/evaluator.h) can run them in its own order; forward() runs them in sequence.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -9,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "model/block.h"
 #include "model/config.h"
+#include "model/forward_context.h"
 #include "model/linear.h"
 #include "model/observer.h"
 #include "model/placement.h"
@@ -17,20 +22,25 @@
 
 namespace qeval {
 
-struct NamedLinear {
-  std::string name;  // layers.{i}.attn.{qkv|q|k|v|o}, layers.{i}.mlp.{up|gate|gate_up|down}, lm_head
-  std::shared_ptr<const Linear> linear;
-};
-
 class Transformer {
  public:
-  // Validates the weights against the config (throws naming `source`) and wraps every linear
+  // Validates the config and the weights (throws naming `source`) and wraps every linear
   // weight in a FloatLinear. Copies are cheap and share all tensors.
   Transformer(ModelConfig config, ModelWeights weights, const std::string& source = "model");
 
   // tokens: [B, L] int64 with positions 0..L-1 (any device) → logits [B, L, V] in the compute
   // dtype, on the model's device.
   at::Tensor forward(const at::Tensor& tokens, ForwardObserver* observer = nullptr) const;
+
+  // The stages of forward(), in its order:
+  // tokens [B, L] → the residual stream before block 0, [B, L, D] (a tensor of its own).
+  at::Tensor embed(const at::Tensor& tokens) const;
+  const std::vector<Block>& blocks() const { return blocks_; }
+  // x [B, L, D] after the last block → the LM head's input (the final norm).
+  at::Tensor head_input(const at::Tensor& x) const;
+  // The LM head's input → logits [B, L, V] (with the final soft cap).
+  at::Tensor logits(const at::Tensor& head_input) const;
+  const std::shared_ptr<const Linear>& lm_head() const { return linears_.back().linear; }
 
   // This model on the cache's device and dtype (model/placement.h): embeddings, norms and every
   // linear placed through the cache, so models placed with one cache share what they share here.
@@ -39,7 +49,8 @@ class Transformer {
   Transformer placed(PlacementCache& cache) const;
   at::Device device() const { return weights_.token_embedding.device(); }
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const { return *config_; }
+  const std::shared_ptr<const ModelConfig>& shared_config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
 
   // Every linear in execution order (blocks first, lm_head last).
@@ -51,49 +62,30 @@ class Transformer {
   std::int64_t linear_weight_bytes() const;
 
  private:
-  struct BlockLinears {
-    int qkv = -1, q = -1, k = -1, v = -1, o = -1, up = -1, gate = -1, gate_up = -1, down = -1;  // indices into linears_
-  };
-  // What every layer's attention shares within one forward pass, computed once per pass: one
-  // rotary table per RoPE base and one mask per attention window that some layer uses.
-  struct RopeTable {
-    double theta = 0;
-    at::Tensor cos, sin;  // [L, rotary_dims/2] rotary angles in the compute dtype
-  };
-  struct MaskTable {
-    std::int64_t window = 0;  // 0: plain causal
-    at::Tensor bias;          // [L, L]: 0 where query i sees key j, -inf elsewhere
-  };
-  struct PositionTables {
-    std::vector<RopeTable> rope;  // rope positions only
-    std::vector<MaskTable> masks;
-    const RopeTable& rope_for(double theta) const;
-    const at::Tensor& mask_for(std::int64_t window) const;
-  };
-  PositionTables position_tables(std::int64_t L, const at::Tensor& like) const;
-  // One block: pre-norm residual (GPT-2, Llama), with sandwich norms (Gemma-3) or parallel (NeoX).
-  void block(std::int64_t layer, at::Tensor& x, const PositionTables& tables, ForwardObserver* observer) const;
-  at::Tensor attention(std::int64_t layer, const at::Tensor& h, const PositionTables& tables, ForwardObserver* observer) const;
-  at::Tensor mlp(std::int64_t layer, const at::Tensor& h) const;
-  // LibTorch's fused causal attention (scaled_dot_product_attention) runs here: LibTorch ≥ 2.1 on a GPU.
-  static bool fused_attention_available(const at::Tensor& q);
-  // q, k, v [B, H, L, hd] (k, v already repeated for grouped-query), scores scaled by `scale` → [B, L, H·hd].
-  static at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
-  at::Tensor norm(const at::Tensor& x, const NormWeights& w) const;
-  // RMSNorm over the last axis with gains `w` (the per-head q/k norms: x [B, H, L, hd], w [hd]).
-  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
-  at::Tensor apply_rope(const at::Tensor& x /*[B, H, L, hd]*/, const RopeTable& table) const;
-  const Linear& linear(int index) const { return *linears_[static_cast<std::size_t>(index)].linear; }
+  Transformer() = default;
+  void collect_linears();  // linears_ from the blocks and the head
 
-  ModelConfig config_;
-  ModelWeights weights_;
+  std::shared_ptr<const ModelConfig> config_;
+  ModelWeights weights_;  // embeddings, final norm, head; blocks_[i].weights() mirrored in weights_.blocks[i]
+  std::vector<Block> blocks_;
+  std::shared_ptr<const Linear> head_;
   std::vector<NamedLinear> linears_;
-  std::vector<BlockLinears> blocks_;
-  int lm_head_ = -1;
 };
 
 // Softmax-1 over the last axis: exp(x_i) / (1 + Σ_j exp(x_j)), computed with
 // m = max(0, max_j x_j) so neither term overflows. Entries of -inf contribute nothing.
 at::Tensor softmax1(const at::Tensor& scores);
+
+// The model's token embedding of `tokens` [B, L] from `table` ([V, D] rows, or the rows a reader
+// gave) with the config's scaling and learned positions: the residual stream before block 0.
+// `rows` [B·L, D] are the embedding rows of the tokens in order.
+at::Tensor embedding_stream(const at::Tensor& rows, std::int64_t B, std::int64_t L, const ModelConfig& config,
+                            const at::Tensor& position_embedding);
+
+// The final logit soft cap of the config (Gemma-2), or `logits` unchanged.
+at::Tensor final_soft_cap(const at::Tensor& logits, const ModelConfig& config);
+
+// Checks tokens [B, L] against the vocabulary and the learned positions; throws naming the first bad id.
+void check_tokens(const at::Tensor& tokens, const ModelConfig& config);
 
 }  // namespace qeval

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -57,5 +58,16 @@ struct ModelWeights {
 // Checks every shape, dtype and presence against `config`; throws naming `source`, the
 // tensor, the expected and the found shape.
 void validate_weights(const ModelWeights& weights, const ModelConfig& config, const std::string& source);
+// The same checks for one block (tensor names "layers.{layer}.…") and for the final norm and head.
+void validate_block_weights(const BlockWeights& block, const ModelConfig& config, std::int64_t layer,
+                            const std::string& source);
+void validate_head_weights(const ModelWeights& weights, const ModelConfig& config, const std::string& source);
+
+// A block's defined tensors with their canonical names ("layers.3.attn.q.weight", ...).
+std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights& block, std::int64_t layer);
+
+// Throws naming `source`, the tensor `name` and its first non-finite element (index and value)
+// when `t` holds a NaN or an infinity (DESIGN.md §9: a checkpoint never yields a number silently).
+void check_finite(const at::Tensor& t, const std::string& name, const std::string& source);
 
 }  // namespace qeval

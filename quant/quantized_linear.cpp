@@ -49,8 +49,10 @@ std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
   return "";
 }
 
+std::shared_ptr<QuantizedLinearLog> QuantizedLinear::make_log() { return std::make_shared<QuantizedLinearLog>(); }
+
 QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weight, const at::Tensor& bias,
-                                 const SchemeSpec& spec, ExecutionPath path)
+                                 const SchemeSpec& spec, ExecutionPath path, std::shared_ptr<QuantizedLinearLog> log)
     : name_(name),
       weights_(spec.weights),
       inputs_(spec.input_activations),
@@ -58,7 +60,8 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
       path_(path),
       bias_(bias),
       keep_(spec.keep_tokens),
-      outlier_threshold_(spec.outlier_threshold) {
+      outlier_threshold_(spec.outlier_threshold),
+      log_(log ? std::move(log) : make_log()) {
   QEVAL_CHECK(weight.defined() && weight.dim() == 2 && weight.scalar_type() == at::kFloat,
               "QuantizedLinear {}: expected a float32 [out, in] weight", name);
   out_ = weight.size(0);
@@ -97,7 +100,8 @@ QuantizedLinear::QuantizedLinear(const QuantizedLinear& source, PlacementCache& 
       in_(source.in_),
       out_(source.out_),
       keep_(source.keep_),
-      outlier_threshold_(source.outlier_threshold_) {
+      outlier_threshold_(source.outlier_threshold_),
+      log_(source.log_) {
   const at::ScalarType compute = cache.placement().dtype;
   // Packed codes as they are; their scales, zeros and the epilogue's bias stay float32.
   if (source.int8_) {
@@ -161,8 +165,8 @@ std::string QuantizedLinear::describe() const {
 }
 
 std::set<std::string> QuantizedLinear::engines_used() const {
-  std::lock_guard<std::mutex> lock(engine_log_->mutex);
-  return engine_log_->used;
+  std::lock_guard<std::mutex> lock(log_->mutex);
+  return log_->engines_used;
 }
 
 at::Tensor QuantizedLinear::dequantized_weight() const {
@@ -193,13 +197,13 @@ at::Tensor QuantizedLinear::select_outlier_features(const at::Tensor& x) const {
 }
 
 QuantizedLinear::OutlierFeatures QuantizedLinear::outlier_features() const {
-  std::lock_guard<std::mutex> lock(outlier_log_->mutex);
-  return outlier_log_->features;
+  std::lock_guard<std::mutex> lock(log_->mutex);
+  return log_->outliers;
 }
 
 void QuantizedLinear::reset_outlier_features() const {
-  std::lock_guard<std::mutex> lock(outlier_log_->mutex);
-  outlier_log_->features = {};
+  std::lock_guard<std::mutex> lock(log_->mutex);
+  log_->outliers = {};
 }
 
 at::Tensor QuantizedLinear::forward_mixed(const at::Tensor& x) const {
@@ -209,8 +213,8 @@ at::Tensor QuantizedLinear::forward_mixed(const at::Tensor& x) const {
   bool any = false, all = true;
   {
     const at::Tensor cpu = outlier.cpu();
-    std::lock_guard<std::mutex> lock(outlier_log_->mutex);
-    OutlierFeatures& log = outlier_log_->features;
+    std::lock_guard<std::mutex> lock(log_->mutex);
+    OutlierFeatures& log = log_->outliers;
     log.sequences += B;
     for (std::int64_t b = 0; b < B; ++b) {
       const at::Tensor ids = cpu[b].nonzero().reshape({-1});
@@ -270,13 +274,13 @@ at::Tensor QuantizedLinear::select_kept_positions(const at::Tensor& x) const {
 }
 
 QuantizedLinear::KeptPositions QuantizedLinear::kept_positions() const {
-  std::lock_guard<std::mutex> lock(kept_log_->mutex);
-  return kept_log_->positions;
+  std::lock_guard<std::mutex> lock(log_->mutex);
+  return log_->kept;
 }
 
 void QuantizedLinear::reset_kept_positions() const {
-  std::lock_guard<std::mutex> lock(kept_log_->mutex);
-  kept_log_->positions = {};
+  std::lock_guard<std::mutex> lock(log_->mutex);
+  log_->kept = {};
 }
 
 at::Tensor QuantizedLinear::forward_keeping(const at::Tensor& x) const {
@@ -286,10 +290,10 @@ at::Tensor QuantizedLinear::forward_keeping(const at::Tensor& x) const {
   {
     const at::Tensor cpu = kept.cpu();
     const auto ids = cpu.accessor<std::int64_t, 2>();
-    std::lock_guard<std::mutex> lock(kept_log_->mutex);
-    kept_log_->positions.sequences += B;
+    std::lock_guard<std::mutex> lock(log_->mutex);
+    log_->kept.sequences += B;
     for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t i = 0; i < k; ++i) ++kept_log_->positions.counts[ids[b][i]];
+      for (std::int64_t i = 0; i < k; ++i) ++log_->kept.counts[ids[b][i]];
   }
   // The full-precision layer's own op on every row (see the header for why not on the kept rows
   // alone); the rows not kept are then overwritten with the quantised path's.
@@ -308,8 +312,8 @@ at::Tensor QuantizedLinear::forward_quantized_device(const at::Tensor& x) const 
   const std::int64_t B = x.size(0), L = x.size(1);
   const at::ScalarType dtype = x.scalar_type();
   auto log_engine = [&](const std::string& engine) {
-    std::lock_guard<std::mutex> lock(engine_log_->mutex);
-    engine_log_->used.insert(engine);
+    std::lock_guard<std::mutex> lock(log_->mutex);
+    log_->engines_used.insert(engine);
   };
   if (path_ == ExecutionPath::kernel && int8_) {
     // One op over all B·L rows: exact integer sums, per-row or per-sequence scales.

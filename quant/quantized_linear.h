@@ -68,12 +68,17 @@ std::string to_string(ExecutionPath p);
 // "per-feature activation scales cannot be factored out of an integer GEMM".
 std::string kernel_path_unavailable_reason(const SchemeSpec& spec);
 
+struct QuantizedLinearLog;
+
 class QuantizedLinear final : public Linear {
  public:
   // weight [out, in] float32, bias [out] float32 or undefined. Throws when `path` is kernel and
   // kernel_path_unavailable_reason(spec) is not empty. `name` is the canonical linear name.
+  // `log`: where it logs (null: a log of its own).
   QuantizedLinear(const std::string& name, const at::Tensor& weight, const at::Tensor& bias, const SchemeSpec& spec,
-                  ExecutionPath path);
+                  ExecutionPath path, std::shared_ptr<QuantizedLinearLog> log = nullptr);
+  // A new empty log to share between layers rebuilt for one linear.
+  static std::shared_ptr<QuantizedLinearLog> make_log();
 
   at::Tensor forward(const at::Tensor& x /*[B, L, in]*/) const override;  // → [B, L, out]
   std::int64_t in_features() const override { return in_; }
@@ -91,6 +96,8 @@ class QuantizedLinear final : public Linear {
   // The kernels this layer's forward passes ran, in words (on a GPU: which int8 GEMM or 4-bit
   // path the dispatch chose for each shape seen), for records. Empty before any forward on a GPU.
   std::set<std::string> engines_used() const;
+  // The log this layer writes (shared with the layers rebuilt for the same linear).
+  const QuantizedLinearLog& log() const { return *log_; }
 
   const KeepTokens& keep_tokens() const { return keep_; }
   // The positions kept for x [B, L, in]: [B, min(k, L)] int64, ascending within each sequence
@@ -146,26 +153,20 @@ class QuantizedLinear final : public Linear {
   // the float GEMMs (reference path; 4-bit weights in fp32).
   at::Tensor device_weight_, device_bias_;
   std::string engine_;  // what describe() names as the engine once placed; empty on the CPU
-  struct EngineLog {
-    std::mutex mutex;
-    std::set<std::string> used;
-  };
-  std::unique_ptr<EngineLog> engine_log_ = std::make_unique<EngineLog>();
-
   KeepTokens keep_;
   std::optional<FloatLinear> float_op_;  // the full-precision layer, when keep_ or outlier_threshold_ is set
-  struct KeptLog {
-    std::mutex mutex;
-    KeptPositions positions;
-  };
-  std::unique_ptr<KeptLog> kept_log_ = std::make_unique<KeptLog>();
-
   std::optional<double> outlier_threshold_;
-  struct OutlierLog {
-    std::mutex mutex;
-    OutlierFeatures features;
-  };
-  std::unique_ptr<OutlierLog> outlier_log_ = std::make_unique<OutlierLog>();
+  std::shared_ptr<QuantizedLinearLog> log_;
+};
+
+// What a quantised layer logs while it runs (kernels used, kept positions, outlier features).
+// Layers rebuilt for the same linear (a plan that quantises a layer once per chunk of windows,
+// eval/evaluator.h) share one log, so the record counts every window whichever plan ran.
+struct QuantizedLinearLog {
+  mutable std::mutex mutex;
+  std::set<std::string> engines_used;
+  QuantizedLinear::KeptPositions kept;
+  QuantizedLinear::OutlierFeatures outliers;
 };
 
 }  // namespace qeval

@@ -1,23 +1,19 @@
 #include "quant/rewrite.h"
 
-#include <set>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <map>
+#include <set>
 
 #include "common/error.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/w4_gemm.h"
-#include "quant/quantized_linear.h"
 
 namespace qeval {
 namespace {
 
-void check_patterns_match(const Transformer& full, const SchemeSpec& spec) {
-  std::vector<std::string> names;
-  for (const auto& l : full.linears()) names.push_back(l.name);
+void check_patterns_match(const std::vector<std::string>& names, const SchemeSpec& spec) {
   for (const auto* list : {&spec.include, &spec.exclude}) {
     for (const auto& pattern : *list) {
       bool any = false;
@@ -38,94 +34,242 @@ nlohmann::json kernel_backends(const SchemeSpec& spec) {
   return nlohmann::json::object();
 }
 
-}  // namespace
+std::int64_t fp32_bytes_of(const FloatLinear& fl) {
+  return (fl.weight().numel() + (fl.bias().defined() ? fl.bias().numel() : 0)) * 4;
+}
 
-QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec) {
-  validate_scheme(spec, "scheme " + spec.name);
-  check_patterns_match(full, spec);
-  const std::string why_not_kernel = kernel_path_unavailable_reason(spec);
-  ExecutionPath path = ExecutionPath::reference;
-  std::string path_text;
-  if (!spec.quantizes_anything()) {
-    path_text = "none (full precision)";
-  } else if (spec.execution == ExecutionPreference::reference) {
-    path_text = "reference";
-  } else if (why_not_kernel.empty()) {
-    path = ExecutionPath::kernel;
-    path_text = "kernel";
-  } else {
-    QEVAL_CHECK(spec.execution != ExecutionPreference::kernel,
-                "scheme {} asks for the kernel path, which it cannot run: {}", spec.name, why_not_kernel);
-    path_text = "reference (" + why_not_kernel + ")";
-  }
+// One quantised linear's log, for the reports.
+struct LayerLog {
+  std::string name;
+  std::int64_t in_features = 0;
+  const QuantizedLinearLog* log = nullptr;
+};
 
-  QuantizedModel out{full, nlohmann::json::object()};
-  nlohmann::json layers = nlohmann::json::array();
-  std::int64_t quantized = 0, q_bytes = 0, fp32_bytes = 0;
-  for (const auto& named : full.linears()) {
-    const auto* fl = dynamic_cast<const FloatLinear*>(named.linear.get());
-    QEVAL_CHECK(fl != nullptr, "quantize_model: linear {} is not a float linear ({}); quantise a full-precision model",
-                named.name, named.linear->describe());
-    const std::int64_t fp32 = (fl->weight().numel() + (fl->bias().defined() ? fl->bias().numel() : 0)) * 4;
-    nlohmann::json layer = {{"name", named.name},
-                            {"in_features", fl->in_features()},
-                            {"out_features", fl->out_features()},
-                            {"fp32_weight_bytes", fp32}};
-    if (spec.selects(named.name)) {
-      auto q = std::make_shared<QuantizedLinear>(named.name, fl->weight(), fl->bias(), spec, path);
-      layer["quantized"] = true;
-      layer["describe"] = q->describe();
-      layer["weight_bytes"] = q->weight_bytes();
-      ++quantized;
-      q_bytes += q->weight_bytes();
-      fp32_bytes += fp32;
-      out.model.replace_linear(named.name, std::move(q));
-    } else {
-      layer["quantized"] = false;
-      layer["describe"] = fl->describe();
-      layer["weight_bytes"] = fl->weight_bytes();
-    }
-    layers.push_back(std::move(layer));
-  }
-  out.report = {{"scheme", scheme_to_json(spec)},
-                {"execution_path", path_text},
-                {"kernel_path_available", why_not_kernel.empty()},
-                {"kernel_path_unavailable_reason", why_not_kernel},
-                {"kernels", path == ExecutionPath::kernel ? kernel_backends(spec) : nlohmann::json::object()},
-                {"layers", std::move(layers)},
-                {"quantized_layers", quantized},
-                {"quantized_weight_bytes", q_bytes},
-                {"fp32_weight_bytes", fp32_bytes},
-                {"weight_bytes_ratio", fp32_bytes > 0 ? static_cast<double>(q_bytes) / fp32_bytes : 1.0},
-                {"model_linear_bytes", out.model.linear_weight_bytes()},
-                {"model_linear_bytes_fp32", full.linear_weight_bytes()}};
+nlohmann::json pairs(const std::map<std::int64_t, std::int64_t>& counts) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [key, n] : counts) out.push_back({key, n});
   return out;
 }
 
-nlohmann::json kept_positions_report(const Transformer& model) {
+nlohmann::json kept_report(const std::vector<LayerLog>& layers_in, const KeepTokens& keep) {
   nlohmann::json layers = nlohmann::json::array();
   std::map<std::int64_t, std::int64_t> total;
-  const QuantizedLinear* first = nullptr;
-  std::int64_t sequences = 0;
-  auto pairs = [](const std::map<std::int64_t, std::int64_t>& counts) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& [position, n] : counts) out.push_back({position, n});
-    return out;
-  };
-  for (const auto& named : model.linears()) {
-    const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get());
-    if (q == nullptr || !q->keep_tokens().enabled()) continue;
-    const QuantizedLinear::KeptPositions kept = q->kept_positions();
-    if (first == nullptr) first = q, sequences = kept.sequences;
+  std::int64_t sequences = -1;
+  for (const LayerLog& l : layers_in) {
+    std::lock_guard<std::mutex> lock(l.log->mutex);
+    const QuantizedLinear::KeptPositions& kept = l.log->kept;
+    if (sequences < 0) sequences = kept.sequences;
     for (const auto& [position, n] : kept.counts) total[position] += n;
-    layers.push_back({{"name", named.name}, {"sequences", kept.sequences}, {"positions", pairs(kept.counts)}});
+    layers.push_back({{"name", l.name}, {"sequences", kept.sequences}, {"positions", pairs(kept.counts)}});
   }
-  if (first == nullptr) return nullptr;
-  return {{"rule", to_string(first->keep_tokens().rule)},
-          {"count", first->keep_tokens().count},
+  if (sequences < 0) return nullptr;
+  return {{"rule", to_string(keep.rule)},
+          {"count", keep.count},
           {"sequences", sequences},
           {"positions", pairs(total)},
           {"layers", std::move(layers)}};
+}
+
+nlohmann::json outlier_report(const std::vector<LayerLog>& layers_in, double threshold) {
+  nlohmann::json layers = nlohmann::json::array();
+  std::int64_t sequences = -1;
+  double sum_of_means = 0;
+  for (const LayerLog& l : layers_in) {
+    std::lock_guard<std::mutex> lock(l.log->mutex);
+    const QuantizedLinear::OutlierFeatures& log = l.log->outliers;
+    if (sequences < 0) sequences = log.sequences;
+    const double mean = log.sequences > 0 ? static_cast<double>(log.total) / static_cast<double>(log.sequences) : 0.0;
+    sum_of_means += mean;
+    layers.push_back({{"name", l.name},
+                      {"in_features", l.in_features},
+                      {"sequences", log.sequences},
+                      {"mean_outlier_features", mean},
+                      {"max_outlier_features", log.max},
+                      {"features", pairs(log.counts)}});
+  }
+  if (sequences < 0) return nullptr;
+  const double mean = sum_of_means / static_cast<double>(layers.size());
+  return {{"threshold", outlier_threshold_for_json(threshold)},
+          {"sequences", sequences},
+          {"layers", std::move(layers)},
+          {"mean_outlier_features", mean}};
+}
+
+nlohmann::json engines_report(const std::vector<LayerLog>& layers) {
+  std::set<std::string> engines;
+  for (const LayerLog& l : layers) {
+    std::lock_guard<std::mutex> lock(l.log->mutex);
+    engines.insert(l.log->engines_used.begin(), l.log->engines_used.end());
+  }
+  return engines.empty() ? nlohmann::json(nullptr) : nlohmann::json(engines);
+}
+
+std::vector<std::string> linear_names(const Transformer& model) {
+  std::vector<std::string> names;
+  for (const auto& l : model.linears()) names.push_back(l.name);
+  return names;
+}
+
+}  // namespace
+
+SchemeRewrite::SchemeRewrite(SchemeSpec spec, std::vector<std::string> linear_names)
+    : spec_(std::move(spec)), names_(std::move(linear_names)) {
+  validate_scheme(spec_, "scheme " + spec_.name);
+  check_patterns_match(names_, spec_);
+  why_not_kernel_ = kernel_path_unavailable_reason(spec_);
+  if (!spec_.quantizes_anything()) {
+    path_text_ = "none (full precision)";
+  } else if (spec_.execution == ExecutionPreference::reference) {
+    path_text_ = "reference";
+  } else if (why_not_kernel_.empty()) {
+    path_ = ExecutionPath::kernel;
+    path_text_ = "kernel";
+  } else {
+    QEVAL_CHECK(spec_.execution != ExecutionPreference::kernel,
+                "scheme {} asks for the kernel path, which it cannot run: {}", spec_.name, why_not_kernel_);
+    path_text_ = "reference (" + why_not_kernel_ + ")";
+  }
+}
+
+std::shared_ptr<const Linear> SchemeRewrite::rewrite_linear(const std::string& name,
+                                                            const std::shared_ptr<const Linear>& full) {
+  const auto* fl = dynamic_cast<const FloatLinear*>(full.get());
+  QEVAL_CHECK(fl != nullptr, "quantize_model: linear {} is not a float linear ({}); quantise a full-precision model", name,
+              full->describe());
+  nlohmann::json layer = {{"name", name},
+                          {"in_features", fl->in_features()},
+                          {"out_features", fl->out_features()},
+                          {"fp32_weight_bytes", fp32_bytes_of(*fl)}};
+  std::shared_ptr<const Linear> out = full;
+  if (spec_.selects(name)) {
+    Logged& logged = logs_[name];
+    if (!logged.log) logged = {QuantizedLinear::make_log(), fl->in_features()};
+    auto q = std::make_shared<QuantizedLinear>(name, fl->weight(), fl->bias(), spec_, path_, logged.log);
+    layer["quantized"] = true;
+    layer["describe"] = q->describe();
+    layer["weight_bytes"] = q->weight_bytes();
+    out = std::move(q);
+  } else {
+    layer["quantized"] = false;
+    layer["describe"] = fl->describe();
+    layer["weight_bytes"] = fl->weight_bytes();
+  }
+  layers_[name] = std::move(layer);
+  return out;
+}
+
+Block SchemeRewrite::rewrite(const Block& full) {
+  Block out = full;
+  for (const auto& named : full.linears()) {
+    std::shared_ptr<const Linear> replaced = rewrite_linear(named.name, named.linear);
+    if (replaced != named.linear) out.replace_linear(named.name, std::move(replaced));
+  }
+  return out;
+}
+
+std::shared_ptr<const Linear> SchemeRewrite::rewrite_head(const std::shared_ptr<const Linear>& full_head) {
+  return rewrite_linear("lm_head", full_head);
+}
+
+nlohmann::json SchemeRewrite::report() const {
+  nlohmann::json layers = nlohmann::json::array();
+  std::int64_t quantized = 0, q_bytes = 0, fp32_bytes = 0, model_bytes = 0, model_fp32 = 0;
+  for (const auto& name : names_) {
+    auto it = layers_.find(name);
+    if (it == layers_.end()) continue;
+    const nlohmann::json& layer = it->second;
+    model_bytes += layer.at("weight_bytes").get<std::int64_t>();
+    model_fp32 += layer.at("fp32_weight_bytes").get<std::int64_t>();
+    if (layer.at("quantized").get<bool>()) {
+      ++quantized;
+      q_bytes += layer.at("weight_bytes").get<std::int64_t>();
+      fp32_bytes += layer.at("fp32_weight_bytes").get<std::int64_t>();
+    }
+    layers.push_back(layer);
+  }
+  return {{"scheme", scheme_to_json(spec_)},
+          {"execution_path", path_text_},
+          {"kernel_path_available", why_not_kernel_.empty()},
+          {"kernel_path_unavailable_reason", why_not_kernel_},
+          {"kernels", path_ == ExecutionPath::kernel ? kernel_backends(spec_) : nlohmann::json::object()},
+          {"layers", std::move(layers)},
+          {"quantized_layers", quantized},
+          {"quantized_weight_bytes", q_bytes},
+          {"fp32_weight_bytes", fp32_bytes},
+          {"weight_bytes_ratio", fp32_bytes > 0 ? static_cast<double>(q_bytes) / fp32_bytes : 1.0},
+          {"model_linear_bytes", model_bytes},
+          {"model_linear_bytes_fp32", model_fp32}};
+}
+
+namespace {
+std::vector<LayerLog> logs_in_order(const std::vector<std::string>& names,
+                                    const std::map<std::string, std::shared_ptr<QuantizedLinearLog>>& logs,
+                                    const std::map<std::string, std::int64_t>& in_features) {
+  std::vector<LayerLog> out;
+  for (const auto& name : names)
+    if (auto it = logs.find(name); it != logs.end()) out.push_back({name, in_features.at(name), it->second.get()});
+  return out;
+}
+}  // namespace
+
+nlohmann::json SchemeRewrite::kept_positions_report() const {
+  if (!spec_.keep_tokens.enabled()) return nullptr;
+  std::map<std::string, std::shared_ptr<QuantizedLinearLog>> logs;
+  std::map<std::string, std::int64_t> in;
+  for (const auto& [name, l] : logs_) logs[name] = l.log, in[name] = l.in_features;
+  return kept_report(logs_in_order(names_, logs, in), spec_.keep_tokens);
+}
+
+nlohmann::json SchemeRewrite::outlier_features_report() const {
+  if (!spec_.outlier_threshold) return nullptr;
+  std::map<std::string, std::shared_ptr<QuantizedLinearLog>> logs;
+  std::map<std::string, std::int64_t> in;
+  for (const auto& [name, l] : logs_) logs[name] = l.log, in[name] = l.in_features;
+  return outlier_report(logs_in_order(names_, logs, in), *spec_.outlier_threshold);
+}
+
+nlohmann::json SchemeRewrite::engines_used_report() const {
+  std::vector<LayerLog> layers;
+  for (const auto& name : names_)
+    if (auto it = logs_.find(name); it != logs_.end()) layers.push_back({name, it->second.in_features, it->second.log.get()});
+  return engines_report(layers);
+}
+
+QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec) {
+  SchemeRewrite rewrite(spec, linear_names(full));
+  QuantizedModel out{full, nlohmann::json::object()};
+  for (const Block& block : full.blocks()) {
+    const Block quantized = rewrite.rewrite(block);
+    for (std::size_t i = 0; i < quantized.linears().size(); ++i)
+      if (quantized.linears()[i].linear != block.linears()[i].linear)
+        out.model.replace_linear(quantized.linears()[i].name, quantized.linears()[i].linear);
+  }
+  out.model.replace_linear("lm_head", rewrite.rewrite_head(full.lm_head()));
+  out.report = rewrite.report();
+  return out;
+}
+
+namespace {
+std::vector<LayerLog> quantized_layers(const Transformer& model, bool (*wanted)(const QuantizedLinear&)) {
+  std::vector<LayerLog> out;
+  for (const auto& named : model.linears())
+    if (const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get()); q != nullptr && wanted(*q))
+      out.push_back({named.name, q->in_features(), &q->log()});
+  return out;
+}
+const QuantizedLinear* first_quantized(const Transformer& model, bool (*wanted)(const QuantizedLinear&)) {
+  for (const auto& named : model.linears())
+    if (const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get()); q != nullptr && wanted(*q)) return q;
+  return nullptr;
+}
+bool keeps_tokens(const QuantizedLinear& q) { return q.keep_tokens().enabled(); }
+bool decomposes_outliers(const QuantizedLinear& q) { return q.outlier_threshold().has_value(); }
+bool any_layer(const QuantizedLinear&) { return true; }
+}  // namespace
+
+nlohmann::json kept_positions_report(const Transformer& model) {
+  const QuantizedLinear* first = first_quantized(model, keeps_tokens);
+  return first ? kept_report(quantized_layers(model, keeps_tokens), first->keep_tokens()) : nlohmann::json(nullptr);
 }
 
 void reset_kept_positions(const Transformer& model) {
@@ -133,41 +277,12 @@ void reset_kept_positions(const Transformer& model) {
     if (const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get())) q->reset_kept_positions();
 }
 
-nlohmann::json engines_used_report(const Transformer& model) {
-  std::set<std::string> engines;
-  for (const auto& named : model.linears())
-    if (const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get()))
-      for (const std::string& e : q->engines_used()) engines.insert(e);
-  return engines.empty() ? nlohmann::json(nullptr) : nlohmann::json(engines);
-}
+nlohmann::json engines_used_report(const Transformer& model) { return engines_report(quantized_layers(model, any_layer)); }
 
 nlohmann::json outlier_features_report(const Transformer& model) {
-  nlohmann::json layers = nlohmann::json::array();
-  const QuantizedLinear* first = nullptr;
-  std::int64_t sequences = 0;
-  double sum_of_means = 0;
-  for (const auto& named : model.linears()) {
-    const auto* q = dynamic_cast<const QuantizedLinear*>(named.linear.get());
-    if (q == nullptr || !q->outlier_threshold()) continue;
-    const QuantizedLinear::OutlierFeatures log = q->outlier_features();
-    if (first == nullptr) first = q, sequences = log.sequences;
-    const double mean = log.sequences > 0 ? static_cast<double>(log.total) / static_cast<double>(log.sequences) : 0.0;
-    sum_of_means += mean;
-    nlohmann::json features = nlohmann::json::array();
-    for (const auto& [feature, n] : log.counts) features.push_back({feature, n});
-    layers.push_back({{"name", named.name},
-                      {"in_features", q->in_features()},
-                      {"sequences", log.sequences},
-                      {"mean_outlier_features", mean},
-                      {"max_outlier_features", log.max},
-                      {"features", std::move(features)}});
-  }
-  if (first == nullptr) return nullptr;
-  const double mean = sum_of_means / static_cast<double>(layers.size());
-  return {{"threshold", outlier_threshold_for_json(*first->outlier_threshold())},
-          {"sequences", sequences},
-          {"layers", std::move(layers)},
-          {"mean_outlier_features", mean}};
+  const QuantizedLinear* first = first_quantized(model, decomposes_outliers);
+  return first ? outlier_report(quantized_layers(model, decomposes_outliers), *first->outlier_threshold())
+               : nlohmann::json(nullptr);
 }
 
 void reset_outlier_features(const Transformer& model) {

@@ -5,7 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "model/transformer.h"
+#include "quant/quantized_linear.h"
 #include "quant/scheme.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
 
 namespace qeval {
 
@@ -32,6 +38,47 @@ struct QuantizedModel {
 // include/exclude pattern matches no linear of this model (listing the model's linears), or when
 // a linear of `full` is not a float linear.
 QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec);
+
+// One scheme's rewrite applied part by part: a block at a time and the head, as the layer-major
+// evaluator reaches them (eval/evaluator.h), possibly once per chunk of windows. The same full
+// block always gives the same quantised block (quantisation is deterministic), and layers rebuilt
+// for one linear share their log, so reports count every window whichever plan ran.
+class SchemeRewrite {
+ public:
+  // `linear_names`: every linear of the model in execution order (lm_head last). Validates the
+  // scheme, checks its include/exclude patterns against the names and decides the execution path,
+  // throwing as quantize_model does; no weight is needed.
+  SchemeRewrite(SchemeSpec spec, std::vector<std::string> linear_names);
+
+  const SchemeSpec& spec() const { return spec_; }
+  bool selects(const std::string& linear_name) const { return spec_.selects(linear_name); }
+  // The block with the linears the scheme selects replaced by quantised ones (the others shared).
+  Block rewrite(const Block& full);
+  // The head (a float [V, D] linear) quantised when the scheme selects lm_head; else `full_head`.
+  std::shared_ptr<const Linear> rewrite_head(const std::shared_ptr<const Linear>& full_head);
+
+  // quantize_model's report over the linears rewritten so far (each counted once, in execution
+  // order); complete once every block and the head went through rewrite.
+  nlohmann::json report() const;
+  // What the quantised layers logged, for the reports below.
+  nlohmann::json kept_positions_report() const;
+  nlohmann::json outlier_features_report() const;
+  nlohmann::json engines_used_report() const;
+
+ private:
+  std::shared_ptr<const Linear> rewrite_linear(const std::string& name, const std::shared_ptr<const Linear>& full);
+
+  SchemeSpec spec_;
+  std::vector<std::string> names_;
+  ExecutionPath path_ = ExecutionPath::reference;
+  std::string path_text_, why_not_kernel_;
+  std::map<std::string, nlohmann::json> layers_;  // report entry by linear name
+  struct Logged {
+    std::shared_ptr<QuantizedLinearLog> log;
+    std::int64_t in_features = 0;
+  };
+  std::map<std::string, Logged> logs_;  // quantised linears' shared logs, by name
+};
 
 // Which positions the quantised linears of `model` kept in full precision (scheme keep_tokens),
 // over every forward pass since quantize_model or the last reset_kept_positions. Null when no

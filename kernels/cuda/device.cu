@@ -96,6 +96,17 @@ void fill_bytes(void* device_dst, int byte, std::size_t bytes, Stream stream) {
 
 void synchronize() { QEVAL_CUDA_CHECK(cudaDeviceSynchronize()); }
 
+std::pair<std::size_t, std::size_t> memory_info(int device) {
+  int current = 0;
+  QEVAL_CUDA_CHECK(cudaGetDevice(&current));
+  QEVAL_CUDA_CHECK(cudaSetDevice(device));
+  std::size_t free = 0, total = 0;
+  const cudaError_t status = cudaMemGetInfo(&free, &total);
+  QEVAL_CUDA_CHECK(cudaSetDevice(current));
+  QEVAL_CUDA_CHECK(status);
+  return {free, total};
+}
+
 std::vector<float> time_runs_ms(const std::function<void(int)>& fn, int warmup, int runs, Stream stream) {
   for (int i = 0; i < warmup; ++i) fn(i);
   // One event between consecutive runs: no host round trip inside the timed region.

@@ -53,6 +53,8 @@ void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes);   
 void copy_on_device(void* dst, const void* src, std::size_t bytes, Stream stream = nullptr);
 void fill_bytes(void* device_dst, int byte, std::size_t bytes, Stream stream = nullptr);
 void synchronize();  // the whole device: also surfaces errors of earlier asynchronous launches
+// Free and total bytes of `device` (cudaMemGetInfo), for the memory planner.
+std::pair<std::size_t, std::size_t> memory_info(int device = 0);
 
 // Device time of each run of fn (its launches on `stream`), in milliseconds, measured with
 // events around every run after `warmup` untimed runs. fn(i) receives the run index so a

@@ -35,6 +35,7 @@ void copy_to_host(void*, const void*, std::size_t) { unavailable("copy_to_host")
 void copy_on_device(void*, const void*, std::size_t, Stream) { unavailable("copy_on_device"); }
 void fill_bytes(void*, int, std::size_t, Stream) { unavailable("fill_bytes"); }
 void synchronize() { unavailable("synchronize"); }
+std::pair<std::size_t, std::size_t> memory_info(int) { unavailable("memory_info"); }
 std::vector<float> time_runs_ms(const std::function<void(int)>&, int, int, Stream) { unavailable("time_runs_ms"); }
 
 void int8_gemm_s32(const std::int8_t*, const std::int8_t*, std::int32_t*, std::int64_t, std::int64_t, std::int64_t,

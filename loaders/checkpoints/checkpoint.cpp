@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
+#include "loaders/checkpoints/model_reader_internal.h"
 #include "loaders/checkpoints/torch_checkpoint.h"
 
 namespace qeval {
@@ -34,7 +35,7 @@ std::string first_bytes(const fs::path& path, std::size_t n) {
   return bytes;
 }
 
-LoadedCheckpoint load_folder(const fs::path& dir) {
+std::unique_ptr<ModelReader> open_folder(const fs::path& dir) {
   const fs::path config_path = dir / "config.json";
   QEVAL_CHECK(fs::is_regular_file(config_path), "{}: a checkpoint folder needs config.json; supported checkpoints: {}",
               dir.string(), kSupported);
@@ -45,14 +46,14 @@ LoadedCheckpoint load_folder(const fs::path& dir) {
     QEVAL_CHECK(format.is_string() && format.get<std::string>() == "qeval",
                 "{}: unknown \"format\" {}; expected \"qeval\" (or no \"format\" for Hugging Face configs)",
                 config_path.string(), format.dump());
-    return load_qeval_checkpoint(dir);
+    return open_qeval_checkpoint(dir);
   }
   if (config.contains("architectures") || config.contains("model_type")) {
     // Hugging Face folders written by torch.save only (no safetensors) load through the state dict.
     if (!fs::exists(dir / "model.safetensors") && !fs::exists(dir / "model.safetensors.index.json") &&
         fs::exists(dir / "pytorch_model.bin"))
-      return load_torch_checkpoint(dir / "pytorch_model.bin");
-    return load_hf_checkpoint(dir);
+      return resident_reader(load_torch_checkpoint(dir / "pytorch_model.bin"));
+    return open_hf_checkpoint(dir);
   }
   fail("{}: neither \"format\": \"qeval\" nor Hugging Face \"architectures\"/\"model_type\"; supported checkpoints: {}",
        config_path.string(), kSupported);
@@ -60,18 +61,21 @@ LoadedCheckpoint load_folder(const fs::path& dir) {
 
 }  // namespace
 
-LoadedCheckpoint load_checkpoint(const fs::path& path) {
+LoadedCheckpoint load_checkpoint(const fs::path& path) { return open_checkpoint(path)->read_all(); }
+
+std::unique_ptr<ModelReader> open_checkpoint(const fs::path& path) {
   std::error_code ec;
   QEVAL_CHECK(fs::exists(path, ec), "checkpoint {} does not exist; supported checkpoints: {}", path.string(),
               kSupported);
-  if (fs::is_directory(path, ec)) return load_folder(path);
-  if (path.filename() == "config.json") return load_folder(path.has_parent_path() ? path.parent_path() : ".");
+  if (fs::is_directory(path, ec)) return open_folder(path);
+  if (path.filename() == "config.json") return open_folder(path.has_parent_path() ? path.parent_path() : ".");
 
   const std::string magic = first_bytes(path, 4);
   const std::string ext = path.extension().string();
-  if (magic == "GGUF" || ext == ".gguf") return load_gguf_checkpoint(path);
-  if (magic == std::string("PK\x03\x04", 4) || ext == ".pt" || ext == ".pth") return load_torch_checkpoint(path);
-  if (ext == ".bin") return load_llama2c_checkpoint(path);
+  if (magic == "GGUF" || ext == ".gguf") return open_gguf_checkpoint(path);
+  if (magic == std::string("PK\x03\x04", 4) || ext == ".pt" || ext == ".pth")
+    return resident_reader(load_torch_checkpoint(path));
+  if (ext == ".bin") return open_llama2c_checkpoint(path);
   if (ext == ".safetensors")
     fail("{}: a safetensors file alone has no model config; pass the folder that holds it with its config.json",
          path.string());

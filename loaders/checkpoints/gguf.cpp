@@ -233,24 +233,42 @@ const GgufTensorInfo& GgufFile::tensor(const std::string& name) const {
 }
 
 at::Tensor GgufFile::read_float32(const std::string& name) const {
+  const std::vector<std::int64_t> shape = tensor(name).shape();
+  return read_float32_rows(name, 0, shape.empty() ? 1 : shape[0]).reshape(shape);
+}
+
+at::Tensor GgufFile::read_float32_rows(const std::string& name, std::int64_t begin, std::int64_t count) const {
   const GgufTensorInfo& t = tensor(name);
   QEVAL_CHECK(ggml_type_dequantizable(t.type),
               "{}: tensor {} has type {} (ggml type {}), which qeval cannot read; supported GGUF tensor types: {}",
               path_.string(), name, ggml_type_name(t.type), t.type, ggml_dequantizable_types());
-  at::Tensor out = at::empty(t.shape(), at::TensorOptions().dtype(at::kFloat));
+  std::vector<std::int64_t> shape = t.shape();
+  if (shape.empty()) shape = {1};
+  const std::int64_t rows = shape[0];
+  QEVAL_CHECK(begin >= 0 && count >= 0 && begin + count <= rows, "{}: tensor {} has {} rows: rows [{}, {}) asked for",
+              path_.string(), name, rows, begin, begin + count);
+  shape[0] = count;
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
   const auto n = static_cast<std::uint64_t>(out.numel());
-  // The span was checked against the file on open: read it whole (F32 straight into the
-  // output), then dequantise; dequantize_ggml checks the byte count against n again.
+  // Every row is a whole number of blocks (checked on open), so a row's bytes are the tensor's
+  // bytes over its rows: read that span (F32 straight into the output), then dequantise;
+  // dequantize_ggml checks the byte count against n again.
+  const bool whole = begin == 0 && count == rows;
+  QEVAL_CHECK(whole || (t.ne.size() >= 2 && t.bytes % static_cast<std::uint64_t>(rows) == 0),
+              "{}: tensor {}: rows of a {}-dimensional {} tensor cannot be read apart", path_.string(), name, t.ne.size(),
+              ggml_type_name(t.type));
+  const std::uint64_t row_bytes = rows > 0 ? t.bytes / static_cast<std::uint64_t>(rows) : 0;
+  const std::uint64_t bytes = whole ? t.bytes : row_bytes * static_cast<std::uint64_t>(count);
   const bool direct = t.type == static_cast<std::uint32_t>(GgmlType::F32);
-  QEVAL_CHECK(!direct || t.bytes == n * sizeof(float), "{}: tensor {}: {} bytes for {} F32 elements", path_.string(),
-              name, t.bytes, n);
-  std::vector<char> raw(direct ? 0 : t.bytes);
-  if (t.bytes > 0) {
+  QEVAL_CHECK(!direct || bytes == n * sizeof(float), "{}: tensor {}: {} bytes for {} F32 elements", path_.string(),
+              name, bytes, n);
+  std::vector<char> raw(direct ? 0 : bytes);
+  if (bytes > 0) {
     std::ifstream in(path_, std::ios::binary);
     QEVAL_CHECK(in.good(), "cannot open {} to read tensor {}", path_.string(), name);
-    in.seekg(static_cast<std::streamoff>(data_offset_ + t.offset));
-    in.read(direct ? reinterpret_cast<char*>(out.data_ptr<float>()) : raw.data(), static_cast<std::streamsize>(t.bytes));
-    QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == t.bytes, "{}: tensor {}: short read (file changed?)",
+    in.seekg(static_cast<std::streamoff>(data_offset_ + t.offset + row_bytes * static_cast<std::uint64_t>(begin)));
+    in.read(direct ? reinterpret_cast<char*>(out.data_ptr<float>()) : raw.data(), static_cast<std::streamsize>(bytes));
+    QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == bytes, "{}: tensor {}: short read (file changed?)",
                 path_.string(), name);
   }
   if (!direct)

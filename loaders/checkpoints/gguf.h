@@ -61,6 +61,9 @@ class GgufFile {
   // (IQ*, TQ*, Q8_1, Q8_K, integers, F64, ...) is refused with an error naming the file, the
   // tensor and its type.
   at::Tensor read_float32(const std::string& name) const;
+  // Rows [begin, begin + count) of shape()'s first axis, read by offset and dequantised the same
+  // way (a row is a whole number of blocks, so the values are those of read_float32).
+  at::Tensor read_float32_rows(const std::string& name, std::int64_t begin, std::int64_t count) const;
 
  private:
   std::filesystem::path path_;

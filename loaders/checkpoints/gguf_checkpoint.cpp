@@ -29,6 +29,7 @@
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/gguf.h"
 #include "loaders/checkpoints/gguf_blocks.h"
+#include "loaders/checkpoints/model_reader_internal.h"
 
 namespace qeval {
 
@@ -65,13 +66,28 @@ class GgufModelReader {
   double real(const std::string& key, double fallback) const { return f_.has(key) ? real(key) : fallback; }
 
   at::Tensor take(const std::string& name, const std::vector<std::int64_t>& shape) {
-    const GgufTensorInfo& t = f_.tensor(name);
-    QEVAL_CHECK(t.shape() == shape, "{}: tensor {} has shape {} (ne {}), expected {}", file_, name,
-                shape_string(t.shape()), shape_string(std::vector<std::int64_t>(t.ne.begin(), t.ne.end())),
-                shape_string(shape));
-    used_.insert(name);
+    check(name, shape);
+    if (header_only_) {
+      QEVAL_CHECK(ggml_type_dequantizable(f_.tensor(name).type),
+                  "{}: tensor {} has type {} (ggml type {}), which qeval cannot read; supported GGUF tensor types: {}", file_,
+                  name, ggml_type_name(f_.tensor(name).type), f_.tensor(name).type, ggml_dequantizable_types());
+      return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+    }
     return f_.read_float32(name);
   }
+  // Rows [begin, begin + count) of a tensor whose whole shape must be `shape`.
+  at::Tensor take_rows(const std::string& name, const std::vector<std::int64_t>& shape, std::int64_t begin,
+                       std::int64_t count) {
+    if (header_only_) {
+      take(name, shape);
+      std::vector<std::int64_t> rows = shape;
+      rows[0] = count;
+      return at::empty(rows, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+    }
+    check(name, shape);
+    return f_.read_float32_rows(name, begin, count);
+  }
+  void set_header_only(bool on) { header_only_ = on; }
   std::vector<std::string> unused() const {
     std::vector<std::string> out;
     for (const auto& t : f_.tensors())
@@ -80,17 +96,24 @@ class GgufModelReader {
   }
 
  private:
+  void check(const std::string& name, const std::vector<std::int64_t>& shape) {
+    const GgufTensorInfo& t = f_.tensor(name);
+    QEVAL_CHECK(t.shape() == shape, "{}: tensor {} has shape {} (ne {}), expected {}", file_, name,
+                shape_string(t.shape()), shape_string(std::vector<std::int64_t>(t.ne.begin(), t.ne.end())),
+                shape_string(shape));
+    used_.insert(name);
+  }
+
   const GgufFile& f_;
   std::string file_;
   std::set<std::string> used_;
+  bool header_only_ = false;
 };
 
-}  // namespace
-
-LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
+// config and notes from the metadata (weights left empty).
+LoadedCheckpoint gguf_model_info(const GgufFile& f, GgufModelReader& r) {
+  const fs::path& path = f.path();
   const std::string file = path.string();
-  GgufFile f(path);
-  GgufModelReader r(f);
   QEVAL_CHECK(f.has("general.architecture") && f.metadata()["general.architecture"].is_string(),
               "{}: missing string metadata general.architecture", file);
   const std::string arch = f.metadata()["general.architecture"].get<std::string>();
@@ -153,42 +176,6 @@ LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
   QEVAL_CHECK(!f.has(p + "attn_logit_softcapping"), "{}: {}attn_logit_softcapping is not supported for {}", file, p,
               arch);
 
-  const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
-  ModelWeights& w = out.weights;
-  w.token_embedding = r.take("token_embd.weight", {c.vocab_size, D});
-  for (std::int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string b = fmt::format("blk.{}.", i);
-    BlockWeights blk;
-    blk.attn_norm.weight = r.take(b + "attn_norm.weight", {D});
-    blk.q.weight = r.take(b + "attn_q.weight", {c.n_heads * hd, D});
-    blk.k.weight = r.take(b + "attn_k.weight", {c.n_kv_heads * hd, D});
-    blk.v.weight = r.take(b + "attn_v.weight", {c.n_kv_heads * hd, D});
-    if (c.qkv_bias) {
-      blk.q.bias = r.take(b + "attn_q.bias", {c.n_heads * hd});
-      blk.k.bias = r.take(b + "attn_k.bias", {c.n_kv_heads * hd});
-      blk.v.bias = r.take(b + "attn_v.bias", {c.n_kv_heads * hd});
-    }
-    blk.o.weight = r.take(b + "attn_output.weight", {D, c.n_heads * hd});
-    if (c.qk_norm) {
-      blk.q_norm.weight = r.take(b + "attn_q_norm.weight", {hd});
-      blk.k_norm.weight = r.take(b + "attn_k_norm.weight", {hd});
-    }
-    if (c.sandwich_norms) {
-      blk.post_attn_norm.weight = r.take(b + "post_attention_norm.weight", {D});
-      blk.post_mlp_norm.weight = r.take(b + "post_ffw_norm.weight", {D});
-    }
-    blk.mlp_norm.weight = r.take(b + "ffn_norm.weight", {D});
-    blk.gate.weight = r.take(b + "ffn_gate.weight", {F, D});
-    blk.up.weight = r.take(b + "ffn_up.weight", {F, D});
-    blk.down.weight = r.take(b + "ffn_down.weight", {D, F});
-    w.blocks.push_back(std::move(blk));
-  }
-  w.final_norm.weight = r.take("output_norm.weight", {D});
-  w.lm_head = c.tied_embeddings ? w.token_embedding : r.take("output.weight", {c.vocab_size, D});
-  for (const auto& name : r.unused())
-    fail("{}: unexpected tensor {} ({}) for a {} model; it would be ignored, so the model would be wrong", file, name,
-         ggml_type_name(f.tensor(name).type), arch);
-  validate_weights(w, c, file);
   if (gemma3) {
     out.notes["norm_gains"] = "stored with Gemma's +1 already added by llama.cpp's converter: applied as they are";
     out.notes["attention_windows"] = c.attention_windows;
@@ -205,20 +192,91 @@ LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) {
       "rope: {}context_length {} is recorded as max_seq_len, not a limit on evaluation windows", p, c.max_seq_len);
   out.notes["rope_pairing"] = arch == "llama" ? "interleaved (GGUF llama layout, as llama.cpp applies it)"
                                               : "half (llama.cpp's NEOX rope for this architecture; q/k stored unpermuted)";
+  return out;
+}
+
+// The tensor types, and for a quantised file which types were dequantised. After the layout
+// check: by then every tensor has been matched to a part, so every type is one qeval reads.
+void add_tensor_type_notes(const GgufFile& f, json& notes) {
   json types = json::object();
   for (const auto& t : f.tensors()) types[ggml_type_name(t.type)] = types.value(ggml_type_name(t.type), 0) + 1;
-  out.notes["tensor_types"] = types;
+  notes["tensor_types"] = types;
   const bool quantised = std::any_of(f.tensors().begin(), f.tensors().end(), [](const GgufTensorInfo& t) {
     return ggml_block_size(t.type).elements > 1;  // every tensor was read above, so every type is known
   });
   if (quantised) {
-    out.notes["dequantized_from"] = types;
-    out.notes["full_precision"] =
+    notes["dequantized_from"] = types;
+    notes["full_precision"] =
         "weights dequantised to float32 from the GGUF block types in dequantized_from (bit-identical to llama.cpp's "
         "gguf.quants.dequantize): full precision for this model means its dequantised weights, not the original "
         "unquantised model";
   }
-  return out;
 }
+
+// A GGUF file read by parts (blocks dequantise per layer, the embedding and head by rows).
+class GgufReader final : public ModelReader {
+ public:
+  explicit GgufReader(const fs::path& path) : ModelReader(LoadedCheckpoint{}), f_(path), r_(f_) {
+    info_ = gguf_model_info(f_, r_);
+    const std::string file = path.string();
+    r_.set_header_only(true);
+    measure_parts(*this, sizes_, file);
+    r_.set_header_only(false);
+    for (const auto& name : r_.unused())
+      fail("{}: unexpected tensor {} ({}) for a {} model; it would be ignored, so the model would be wrong", file, name,
+           ggml_type_name(f_.tensor(name).type), info_.config.architecture);
+    add_tensor_type_notes(f_, info_.notes);
+    for (const auto& t : f_.tensors()) sizes_.stored += static_cast<std::int64_t>(t.bytes);
+  }
+
+  at::Tensor position_embedding() override { return at::Tensor(); }
+  BlockWeights block(std::int64_t i) override {
+    const ModelConfig& c = config();
+    const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
+    const std::string b = fmt::format("blk.{}.", i);
+    BlockWeights blk;
+    blk.attn_norm.weight = r_.take(b + "attn_norm.weight", {D});
+    blk.q.weight = r_.take(b + "attn_q.weight", {c.n_heads * hd, D});
+    blk.k.weight = r_.take(b + "attn_k.weight", {c.n_kv_heads * hd, D});
+    blk.v.weight = r_.take(b + "attn_v.weight", {c.n_kv_heads * hd, D});
+    if (c.qkv_bias) {
+      blk.q.bias = r_.take(b + "attn_q.bias", {c.n_heads * hd});
+      blk.k.bias = r_.take(b + "attn_k.bias", {c.n_kv_heads * hd});
+      blk.v.bias = r_.take(b + "attn_v.bias", {c.n_kv_heads * hd});
+    }
+    blk.o.weight = r_.take(b + "attn_output.weight", {D, c.n_heads * hd});
+    if (c.qk_norm) {
+      blk.q_norm.weight = r_.take(b + "attn_q_norm.weight", {hd});
+      blk.k_norm.weight = r_.take(b + "attn_k_norm.weight", {hd});
+    }
+    if (c.sandwich_norms) {
+      blk.post_attn_norm.weight = r_.take(b + "post_attention_norm.weight", {D});
+      blk.post_mlp_norm.weight = r_.take(b + "post_ffw_norm.weight", {D});
+    }
+    blk.mlp_norm.weight = r_.take(b + "ffn_norm.weight", {D});
+    blk.gate.weight = r_.take(b + "ffn_gate.weight", {F, D});
+    blk.up.weight = r_.take(b + "ffn_up.weight", {F, D});
+    blk.down.weight = r_.take(b + "ffn_down.weight", {D, F});
+    return blk;
+  }
+  NormWeights final_norm() override { return {r_.take("output_norm.weight", {config().d_model}), at::Tensor()}; }
+  at::Tensor lm_head_rows(std::int64_t begin, std::int64_t count) override {
+    const ModelConfig& c = config();
+    return r_.take_rows(c.tied_embeddings ? "token_embd.weight" : "output.weight", {c.vocab_size, c.d_model}, begin, count);
+  }
+
+ private:
+  at::Tensor token_embedding_block(std::int64_t begin, std::int64_t count) override {
+    return r_.take_rows("token_embd.weight", {config().vocab_size, config().d_model}, begin, count);
+  }
+  GgufFile f_;
+  GgufModelReader r_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelReader> open_gguf_checkpoint(const fs::path& path) { return std::make_unique<GgufReader>(path); }
+
+LoadedCheckpoint load_gguf_checkpoint(const fs::path& path) { return open_gguf_checkpoint(path)->read_all(); }
 
 }  // namespace qeval

@@ -19,6 +19,8 @@
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/hf_config.h"
+#include "loaders/checkpoints/model_reader.h"
+#include "loaders/checkpoints/model_reader_internal.h"
 #include "loaders/checkpoints/safetensors_set.h"
 #include "loaders/checkpoints/tensor_map.h"
 
@@ -30,35 +32,13 @@ using nlohmann::json;
 namespace {
 
 // The weight mappings take any tensor set with has() and take(name, shape): SafetensorsSet
-// (folders) or TensorMap (torch.save state dicts).
+// (folders, read by parts) or TensorMap (torch.save state dicts). Each part of the model is mapped
+// on its own, so a reader can read one block at a time (loaders/checkpoints/model_reader.h).
 
 // Conv1D [in, out] → [out, in].
 template <typename Set>
 at::Tensor conv1d(Set& set, const std::string& name, std::int64_t in, std::int64_t out) {
   return set.take(name, {in, out}).t().contiguous();
-}
-
-template <typename Set>
-ModelWeights gpt2_weights(Set& set, const ModelConfig& c) {
-  const std::string p = set.has("transformer.wte.weight") ? "transformer." : "";
-  const std::int64_t D = c.d_model, F = c.d_ff;
-  ModelWeights w;
-  w.token_embedding = set.take(p + "wte.weight", {c.vocab_size, D});
-  w.position_embedding = set.take(p + "wpe.weight", {c.max_seq_len, D});
-  for (std::int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string b = fmt::format("{}h.{}.", p, i);
-    BlockWeights blk;
-    blk.attn_norm = {set.take(b + "ln_1.weight", {D}), set.take(b + "ln_1.bias", {D})};
-    blk.qkv = {conv1d(set, b + "attn.c_attn.weight", D, 3 * D), set.take(b + "attn.c_attn.bias", {3 * D})};
-    blk.o = {conv1d(set, b + "attn.c_proj.weight", D, D), set.take(b + "attn.c_proj.bias", {D})};
-    blk.mlp_norm = {set.take(b + "ln_2.weight", {D}), set.take(b + "ln_2.bias", {D})};
-    blk.up = {conv1d(set, b + "mlp.c_fc.weight", D, F), set.take(b + "mlp.c_fc.bias", {F})};
-    blk.down = {conv1d(set, b + "mlp.c_proj.weight", F, D), set.take(b + "mlp.c_proj.bias", {D})};
-    w.blocks.push_back(std::move(blk));
-  }
-  w.final_norm = {set.take(p + "ln_f.weight", {D}), set.take(p + "ln_f.bias", {D})};
-  w.lm_head = c.tied_embeddings ? w.token_embedding : set.take("lm_head.weight", {c.vocab_size, D});
-  return w;
 }
 
 template <typename Set>
@@ -76,59 +56,66 @@ NormWeights hf_norm(Set& set, const std::string& name, std::int64_t width, bool 
   return n;
 }
 
+// GPT-2: [transformer.]h.{i}.*; the prefix ("transformer." or "") is found on open.
+template <typename Set>
+BlockWeights gpt2_block(Set& set, const HfModel& m, std::int64_t i) {
+  const ModelConfig& c = m.config;
+  const std::int64_t D = c.d_model, F = c.d_ff;
+  const std::string b = fmt::format("{}h.{}.", m.prefix, i);
+  BlockWeights blk;
+  blk.attn_norm = {set.take(b + "ln_1.weight", {D}), set.take(b + "ln_1.bias", {D})};
+  blk.qkv = {conv1d(set, b + "attn.c_attn.weight", D, 3 * D), set.take(b + "attn.c_attn.bias", {3 * D})};
+  blk.o = {conv1d(set, b + "attn.c_proj.weight", D, D), set.take(b + "attn.c_proj.bias", {D})};
+  blk.mlp_norm = {set.take(b + "ln_2.weight", {D}), set.take(b + "ln_2.bias", {D})};
+  blk.up = {conv1d(set, b + "mlp.c_fc.weight", D, F), set.take(b + "mlp.c_fc.bias", {F})};
+  blk.down = {conv1d(set, b + "mlp.c_proj.weight", F, D), set.take(b + "mlp.c_proj.bias", {D})};
+  return blk;
+}
+
 // Llama, Qwen2/3, Mistral, Gemma-3, Phi-3: model.layers.{i}.{input_layernorm, self_attn.*, mlp.*, ...}.
 template <typename Set>
-ModelWeights rotary_decoder_weights(Set& set, const HfModel& m) {
+BlockWeights rotary_decoder_block(Set& set, const HfModel& m, std::int64_t i) {
   const ModelConfig& c = m.config;
   const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
-  const std::string& p = m.prefix;
   auto norm = [&](const std::string& name, std::int64_t width) { return hf_norm(set, name, width, false, m.norm_plus_one); };
-  ModelWeights w;
-  w.token_embedding = set.take(p + "embed_tokens.weight", {c.vocab_size, D});
-  for (std::int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string b = fmt::format("{}layers.{}.", p, i);
-    BlockWeights blk;
-    blk.attn_norm = norm(b + "input_layernorm", D);
-    if (c.fused_qkv) {
-      blk.qkv = hf_linear(set, b + "self_attn.qkv_proj", (c.n_heads + 2 * c.n_kv_heads) * hd, D, c.has_qkv_bias());
-    } else {
-      blk.q = hf_linear(set, b + "self_attn.q_proj", c.n_heads * hd, D, c.has_qkv_bias());
-      blk.k = hf_linear(set, b + "self_attn.k_proj", c.n_kv_heads * hd, D, c.has_qkv_bias());
-      blk.v = hf_linear(set, b + "self_attn.v_proj", c.n_kv_heads * hd, D, c.has_qkv_bias());
-    }
-    blk.o = hf_linear(set, b + "self_attn.o_proj", D, c.n_heads * hd, c.attention_bias);
-    if (c.qk_norm) {
-      blk.q_norm = norm(b + "self_attn.q_norm", hd);
-      blk.k_norm = norm(b + "self_attn.k_norm", hd);
-    }
-    if (c.sandwich_norms) {  // Gemma-3's four norms per block
-      blk.post_attn_norm = norm(b + "post_attention_layernorm", D);
-      blk.mlp_norm = norm(b + "pre_feedforward_layernorm", D);
-      blk.post_mlp_norm = norm(b + "post_feedforward_layernorm", D);
-    } else {
-      blk.mlp_norm = norm(b + "post_attention_layernorm", D);
-    }
-    if (c.fused_gate_up) {
-      blk.gate_up = hf_linear(set, b + "mlp.gate_up_proj", 2 * F, D, c.mlp_bias);
-    } else {
-      blk.gate = hf_linear(set, b + "mlp.gate_proj", F, D, c.mlp_bias);
-      blk.up = hf_linear(set, b + "mlp.up_proj", F, D, c.mlp_bias);
-    }
-    blk.down = hf_linear(set, b + "mlp.down_proj", D, F, c.mlp_bias);
-    w.blocks.push_back(std::move(blk));
+  const std::string b = fmt::format("{}layers.{}.", m.prefix, i);
+  BlockWeights blk;
+  blk.attn_norm = norm(b + "input_layernorm", D);
+  if (c.fused_qkv) {
+    blk.qkv = hf_linear(set, b + "self_attn.qkv_proj", (c.n_heads + 2 * c.n_kv_heads) * hd, D, c.has_qkv_bias());
+  } else {
+    blk.q = hf_linear(set, b + "self_attn.q_proj", c.n_heads * hd, D, c.has_qkv_bias());
+    blk.k = hf_linear(set, b + "self_attn.k_proj", c.n_kv_heads * hd, D, c.has_qkv_bias());
+    blk.v = hf_linear(set, b + "self_attn.v_proj", c.n_kv_heads * hd, D, c.has_qkv_bias());
   }
-  w.final_norm = norm(p + "norm", D);
-  w.lm_head = c.tied_embeddings ? w.token_embedding : set.take(m.lm_head, {c.vocab_size, D});
-  return w;
+  blk.o = hf_linear(set, b + "self_attn.o_proj", D, c.n_heads * hd, c.attention_bias);
+  if (c.qk_norm) {
+    blk.q_norm = norm(b + "self_attn.q_norm", hd);
+    blk.k_norm = norm(b + "self_attn.k_norm", hd);
+  }
+  if (c.sandwich_norms) {  // Gemma-3's four norms per block
+    blk.post_attn_norm = norm(b + "post_attention_layernorm", D);
+    blk.mlp_norm = norm(b + "pre_feedforward_layernorm", D);
+    blk.post_mlp_norm = norm(b + "post_feedforward_layernorm", D);
+  } else {
+    blk.mlp_norm = norm(b + "post_attention_layernorm", D);
+  }
+  if (c.fused_gate_up) {
+    blk.gate_up = hf_linear(set, b + "mlp.gate_up_proj", 2 * F, D, c.mlp_bias);
+  } else {
+    blk.gate = hf_linear(set, b + "mlp.gate_proj", F, D, c.mlp_bias);
+    blk.up = hf_linear(set, b + "mlp.up_proj", F, D, c.mlp_bias);
+  }
+  blk.down = hf_linear(set, b + "mlp.down_proj", D, F, c.mlp_bias);
+  return blk;
 }
 
 // GPT-NeoX / Pythia. query_key_value's rows are [head 0: q k v, head 1: q k v, ...] (HF views its
 // output as [.., H, 3 hd]); they are regrouped into [q; k; v], the fused layout the transformer splits.
 template <typename Set>
-ModelWeights gpt_neox_weights(Set& set, const HfModel& m) {
+BlockWeights gpt_neox_block(Set& set, const HfModel& m, std::int64_t i) {
   const ModelConfig& c = m.config;
   const std::int64_t D = c.d_model, F = c.d_ff, H = c.n_heads, hd = c.head_dim();
-  const std::string& p = m.prefix;
   auto regroup = [&](const at::Tensor& t) {  // [H * 3 * hd, ...] → [3 * H * hd, ...]
     std::vector<std::int64_t> shape{H, 3, hd};
     for (std::int64_t d = 1; d < t.dim(); ++d) shape.push_back(t.size(d));
@@ -136,66 +123,105 @@ ModelWeights gpt_neox_weights(Set& set, const HfModel& m) {
     for (std::int64_t d = 1; d < t.dim(); ++d) out_shape.push_back(t.size(d));
     return t.reshape(shape).transpose(0, 1).contiguous().reshape(out_shape);
   };
-  ModelWeights w;
-  w.token_embedding = set.take(p + "embed_in.weight", {c.vocab_size, D});
-  for (std::int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string b = fmt::format("{}layers.{}.", p, i);
-    BlockWeights blk;
-    blk.attn_norm = hf_norm(set, b + "input_layernorm", D, true, false);
-    blk.qkv = hf_linear(set, b + "attention.query_key_value", 3 * D, D, c.attention_bias);
-    blk.qkv.weight = regroup(blk.qkv.weight);
-    if (blk.qkv.bias.defined()) blk.qkv.bias = regroup(blk.qkv.bias);
-    blk.o = hf_linear(set, b + "attention.dense", D, D, c.attention_bias);
-    blk.mlp_norm = hf_norm(set, b + "post_attention_layernorm", D, true, false);
-    blk.up = hf_linear(set, b + "mlp.dense_h_to_4h", F, D, true);
-    blk.down = hf_linear(set, b + "mlp.dense_4h_to_h", D, F, true);
-    w.blocks.push_back(std::move(blk));
-  }
-  w.final_norm = hf_norm(set, p + "final_layer_norm", D, true, false);
-  w.lm_head = c.tied_embeddings ? w.token_embedding : set.take(m.lm_head, {c.vocab_size, D});
-  return w;
+  const std::string b = fmt::format("{}layers.{}.", m.prefix, i);
+  BlockWeights blk;
+  blk.attn_norm = hf_norm(set, b + "input_layernorm", D, true, false);
+  blk.qkv = hf_linear(set, b + "attention.query_key_value", 3 * D, D, c.attention_bias);
+  blk.qkv.weight = regroup(blk.qkv.weight);
+  if (blk.qkv.bias.defined()) blk.qkv.bias = regroup(blk.qkv.bias);
+  blk.o = hf_linear(set, b + "attention.dense", D, D, c.attention_bias);
+  blk.mlp_norm = hf_norm(set, b + "post_attention_layernorm", D, true, false);
+  blk.up = hf_linear(set, b + "mlp.dense_h_to_4h", F, D, true);
+  blk.down = hf_linear(set, b + "mlp.dense_4h_to_h", D, F, true);
+  return blk;
 }
 
 // OPT: model.decoder.*; embed_positions has two extra leading rows (position p reads row p + 2).
 template <typename Set>
-ModelWeights opt_weights(Set& set, const HfModel& m) {
+BlockWeights opt_block(Set& set, const HfModel& m, std::int64_t i) {
   const ModelConfig& c = m.config;
   const std::int64_t D = c.d_model, F = c.d_ff;
-  const std::string& p = m.prefix;
-  ModelWeights w;
-  w.token_embedding = set.take(p + "embed_tokens.weight", {c.vocab_size, D});
-  w.position_embedding = set.take(p + "embed_positions.weight", {c.max_seq_len + 2, D}).narrow(0, 2, c.max_seq_len).contiguous();
-  for (std::int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string b = fmt::format("{}layers.{}.", p, i);
-    BlockWeights blk;
-    blk.attn_norm = hf_norm(set, b + "self_attn_layer_norm", D, true, false);
-    blk.q = hf_linear(set, b + "self_attn.q_proj", D, D, c.attention_bias);
-    blk.k = hf_linear(set, b + "self_attn.k_proj", D, D, c.attention_bias);
-    blk.v = hf_linear(set, b + "self_attn.v_proj", D, D, c.attention_bias);
-    blk.o = hf_linear(set, b + "self_attn.out_proj", D, D, c.attention_bias);
-    blk.mlp_norm = hf_norm(set, b + "final_layer_norm", D, true, false);
-    blk.up = hf_linear(set, b + "fc1", F, D, c.mlp_bias);
-    blk.down = hf_linear(set, b + "fc2", D, F, c.mlp_bias);
-    w.blocks.push_back(std::move(blk));
-  }
-  w.final_norm = hf_norm(set, p + "final_layer_norm", D, true, false);
-  w.lm_head = c.tied_embeddings ? w.token_embedding : set.take(m.lm_head, {c.vocab_size, D});
-  return w;
+  const std::string b = fmt::format("{}layers.{}.", m.prefix, i);
+  BlockWeights blk;
+  blk.attn_norm = hf_norm(set, b + "self_attn_layer_norm", D, true, false);
+  blk.q = hf_linear(set, b + "self_attn.q_proj", D, D, c.attention_bias);
+  blk.k = hf_linear(set, b + "self_attn.k_proj", D, D, c.attention_bias);
+  blk.v = hf_linear(set, b + "self_attn.v_proj", D, D, c.attention_bias);
+  blk.o = hf_linear(set, b + "self_attn.out_proj", D, D, c.attention_bias);
+  blk.mlp_norm = hf_norm(set, b + "final_layer_norm", D, true, false);
+  blk.up = hf_linear(set, b + "fc1", F, D, c.mlp_bias);
+  blk.down = hf_linear(set, b + "fc2", D, F, c.mlp_bias);
+  return blk;
 }
 
+// Gemma3ForConditionalGeneration's text part and GPT-2's optional "transformer." prefix depend on
+// which names the files hold.
 template <typename Set>
-ModelWeights hf_weights(Set& set, HfModel& m) {
+void settle_prefix(Set& set, HfModel& m) {
   if (m.architecture == "Gemma3ForConditionalGeneration") {  // the text part's prefix differs by transformers version
     for (auto [prefix, head] : {std::pair{"model.language_model.", "lm_head.weight"},
                                 std::pair{"language_model.model.", "language_model.lm_head.weight"}})
       if (set.has(std::string(prefix) + "embed_tokens.weight")) m.prefix = prefix, m.lm_head = head;
   }
+  if (m.family == HfFamily::gpt2) m.prefix = set.has("transformer.wte.weight") ? "transformer." : "";
+}
+
+// The names of the parts read by rows: the token embedding and an untied head.
+std::string token_embedding_name(const HfModel& m) {
   switch (m.family) {
-    case HfFamily::gpt2: return gpt2_weights(set, m.config);
-    case HfFamily::gpt_neox: return gpt_neox_weights(set, m);
-    case HfFamily::opt: return opt_weights(set, m);
-    default: return rotary_decoder_weights(set, m);
+    case HfFamily::gpt2: return m.prefix + "wte.weight";
+    case HfFamily::gpt_neox: return m.prefix + "embed_in.weight";
+    default: return m.prefix + "embed_tokens.weight";
   }
+}
+std::string lm_head_name(const HfModel& m) {
+  return m.config.tied_embeddings ? token_embedding_name(m) : (m.family == HfFamily::gpt2 ? "lm_head.weight" : m.lm_head);
+}
+
+template <typename Set>
+BlockWeights hf_block(Set& set, const HfModel& m, std::int64_t i) {
+  switch (m.family) {
+    case HfFamily::gpt2: return gpt2_block(set, m, i);
+    case HfFamily::gpt_neox: return gpt_neox_block(set, m, i);
+    case HfFamily::opt: return opt_block(set, m, i);
+    default: return rotary_decoder_block(set, m, i);
+  }
+}
+
+template <typename Set>
+NormWeights hf_final_norm(Set& set, const HfModel& m) {
+  const std::int64_t D = m.config.d_model;
+  switch (m.family) {
+    case HfFamily::gpt2: return {set.take(m.prefix + "ln_f.weight", {D}), set.take(m.prefix + "ln_f.bias", {D})};
+    case HfFamily::gpt_neox: return hf_norm(set, m.prefix + "final_layer_norm", D, true, false);
+    case HfFamily::opt: return hf_norm(set, m.prefix + "final_layer_norm", D, true, false);
+    default: return hf_norm(set, m.prefix + "norm", D, false, m.norm_plus_one);
+  }
+}
+
+template <typename Set>
+at::Tensor hf_position_embedding(Set& set, const HfModel& m) {
+  const ModelConfig& c = m.config;
+  switch (m.family) {
+    case HfFamily::gpt2: return set.take(m.prefix + "wpe.weight", {c.max_seq_len, c.d_model});
+    case HfFamily::opt:
+      return set.take(m.prefix + "embed_positions.weight", {c.max_seq_len + 2, c.d_model}).narrow(0, 2, c.max_seq_len).contiguous();
+    default: return at::Tensor();
+  }
+}
+
+// The whole model (torch.save state dicts, already in memory).
+template <typename Set>
+ModelWeights hf_weights(Set& set, HfModel& m) {
+  settle_prefix(set, m);
+  const ModelConfig& c = m.config;
+  ModelWeights w;
+  w.token_embedding = set.take(token_embedding_name(m), {c.vocab_size, c.d_model});
+  w.position_embedding = hf_position_embedding(set, m);
+  for (std::int64_t i = 0; i < c.n_layers; ++i) w.blocks.push_back(hf_block(set, m, i));
+  w.final_norm = hf_final_norm(set, m);
+  w.lm_head = c.tied_embeddings ? w.token_embedding : set.take(lm_head_name(m), {c.vocab_size, c.d_model});
+  return w;
 }
 
 // Tensors HF checkpoints carry that are not weights (causal-mask and rotary buffers) or that
@@ -245,26 +271,54 @@ LoadedCheckpoint load_hf_tensors(const fs::path& config_dir, TensorMap& tensors)
   return out;
 }
 
-LoadedCheckpoint load_hf_checkpoint(const fs::path& dir) {
-  LoadedCheckpoint out;
-  out.path = dir;
-  HfModel m = read_hf_config(dir, out);
+namespace {
 
-  SafetensorsSet set = open_safetensors_folder(dir);
-  out.weights = hf_weights(set, m);
-  json ignored = json::array();
-  for (const auto& name : set.unused()) {
-    QEVAL_CHECK(ignorable(name, out.config), "{}: unexpected tensor {} in {} for {}; the checkpoint does not match its config",
-                dir.string(), name, set.file_of(name).path().filename().string(), m.architecture);
-    ignored.push_back(name);
+// A Hugging Face safetensors folder read by parts: the headers are checked on open (every tensor
+// the config implies, none left over), tensors are read when their part is.
+class HfReader final : public ModelReader {
+ public:
+  explicit HfReader(const fs::path& dir) : ModelReader(LoadedCheckpoint{}), set_(dir.string()) {
+    info_.path = dir;
+    m_ = read_hf_config(dir, info_);
+    set_ = open_safetensors_folder(dir);
+    settle_prefix(set_, m_);
+    set_.set_header_only(true);
+    measure_parts(*this, sizes_, dir.string());
+    set_.set_header_only(false);
+    json ignored = json::array();
+    for (const auto& name : set_.unused()) {
+      QEVAL_CHECK(ignorable(name, info_.config), "{}: unexpected tensor {} in {} for {}; the checkpoint does not match its config",
+                  dir.string(), name, set_.file_of(name).path().filename().string(), m_.architecture);
+      ignored.push_back(name);
+    }
+    if (!ignored.empty()) info_.notes["ignored_tensors"] = ignored;
+    json files = json::array();
+    for (const auto& p : set_.paths()) files.push_back(p.filename().string());
+    info_.notes["weight_files"] = files;
+    info_.weights_hash = hash_weight_files(set_.paths());
+    sizes_.stored = set_.stored_bytes();
   }
-  if (!ignored.empty()) out.notes["ignored_tensors"] = ignored;
-  json files = json::array();
-  for (const auto& p : set.paths()) files.push_back(p.filename().string());
-  out.notes["weight_files"] = files;
-  validate_weights(out.weights, out.config, dir.string());
-  out.weights_hash = hash_weight_files(set.paths());
-  return out;
-}
+
+  at::Tensor position_embedding() override { return hf_position_embedding(set_, m_); }
+  BlockWeights block(std::int64_t layer) override { return hf_block(set_, m_, layer); }
+  NormWeights final_norm() override { return hf_final_norm(set_, m_); }
+  at::Tensor lm_head_rows(std::int64_t begin, std::int64_t count) override {
+    return set_.take_rows(lm_head_name(m_), {config().vocab_size, config().d_model}, begin, count);
+  }
+
+ private:
+  at::Tensor token_embedding_block(std::int64_t begin, std::int64_t count) override {
+    return set_.take_rows(token_embedding_name(m_), {config().vocab_size, config().d_model}, begin, count);
+  }
+
+  SafetensorsSet set_;
+  HfModel m_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelReader> open_hf_checkpoint(const fs::path& dir) { return std::make_unique<HfReader>(dir); }
+
+LoadedCheckpoint load_hf_checkpoint(const fs::path& dir) { return open_hf_checkpoint(dir)->read_all(); }
 
 }  // namespace qeval

@@ -18,6 +18,9 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "loaders/checkpoints/checkpoint.h"
+#include "loaders/checkpoints/model_reader_internal.h"
+
+#include <map>
 
 namespace qeval {
 
@@ -28,30 +31,84 @@ namespace {
 // Far above any llama2.c model, low enough that no size product below can overflow 64 bits.
 constexpr std::int64_t kMaxDim = 1 << 20;
 
-class FloatReader {
+// The file's float32 tensors by name and offset, in run.c's order; read by rows on demand.
+class Float32Layout {
  public:
-  FloatReader(const fs::path& path, std::uint64_t offset) : path_(path), in_(path, std::ios::binary) {
-    QEVAL_CHECK(in_.good(), "cannot open {}", path.string());
-    in_.seekg(static_cast<std::streamoff>(offset));
+  Float32Layout(fs::path path, std::uint64_t offset) : path_(std::move(path)), next_(offset) {}
+  // Appends the next tensor of `shape` (stacked per layer when `layers` > 0: [layers, ...shape]).
+  void add(const std::string& name, std::vector<std::int64_t> shape) {
+    std::int64_t numel = 1;
+    for (std::int64_t d : shape) numel *= d;
+    entries_[name] = {next_, shape};
+    next_ += static_cast<std::uint64_t>(numel) * 4;
   }
-  // Next numel floats as a tensor of `shape`; `name` for messages.
-  at::Tensor next(const std::vector<std::int64_t>& shape, const char* name) {
+  // Rows [begin, begin + count) of the first axis of `name`, [count, ...].
+  at::Tensor rows(const std::string& name, std::int64_t begin, std::int64_t count) const {
+    const Entry& e = entries_.at(name);
+    std::vector<std::int64_t> shape = e.shape;
+    std::int64_t row = 1;
+    for (std::size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+    QEVAL_CHECK(begin >= 0 && count >= 0 && begin + count <= shape[0], "{}: tensor {}: rows [{}, {}) of {} asked for",
+                path_.string(), name, begin, begin + count, shape[0]);
+    shape[0] = count;
     at::Tensor t = at::empty(shape, at::kFloat);
-    const auto bytes = static_cast<std::streamsize>(t.numel() * 4);
-    in_.read(static_cast<char*>(t.data_ptr()), bytes);
-    QEVAL_CHECK(in_.gcount() == bytes, "{}: short read in tensor {} (file changed while loading?)", path_.string(),
-                name);
+    const auto bytes = static_cast<std::streamsize>(count * row * 4);
+    std::ifstream in(path_, std::ios::binary);
+    QEVAL_CHECK(in.good(), "cannot open {}", path_.string());
+    in.seekg(static_cast<std::streamoff>(e.offset + static_cast<std::uint64_t>(begin * row * 4)));
+    in.read(static_cast<char*>(t.data_ptr()), bytes);
+    QEVAL_CHECK(in.gcount() == bytes, "{}: short read in tensor {} (file changed while loading?)", path_.string(), name);
     return t;
+  }
+  at::Tensor whole(const std::string& name) const { return rows(name, 0, entries_.at(name).shape[0]); }
+  // One layer of a stacked tensor: [shape[1:]].
+  at::Tensor layer(const std::string& name, std::int64_t i) const { return rows(name, i, 1).squeeze(0); }
+
+ private:
+  struct Entry {
+    std::uint64_t offset = 0;
+    std::vector<std::int64_t> shape;
+  };
+  fs::path path_;
+  std::uint64_t next_;
+  std::map<std::string, Entry> entries_;
+};
+
+class Llama2cReader final : public ModelReader {
+ public:
+  Llama2cReader(LoadedCheckpoint info, Float32Layout layout, PartSizes sizes)
+      : ModelReader(std::move(info)), layout_(std::move(layout)) {
+    sizes_ = std::move(sizes);
+  }
+  at::Tensor position_embedding() override { return at::Tensor(); }
+  BlockWeights block(std::int64_t i) override {
+    BlockWeights b;
+    b.attn_norm.weight = layout_.layer("rms_att", i);
+    b.q.weight = layout_.layer("wq", i);
+    b.k.weight = layout_.layer("wk", i);
+    b.v.weight = layout_.layer("wv", i);
+    b.o.weight = layout_.layer("wo", i);
+    b.mlp_norm.weight = layout_.layer("rms_ffn", i);
+    b.gate.weight = layout_.layer("w1", i);
+    b.down.weight = layout_.layer("w2", i);
+    b.up.weight = layout_.layer("w3", i);
+    return b;
+  }
+  NormWeights final_norm() override { return {layout_.whole("rms_final"), at::Tensor()}; }
+  at::Tensor lm_head_rows(std::int64_t begin, std::int64_t count) override {
+    return layout_.rows(config().tied_embeddings ? "tok_emb" : "wcls", begin, count);
   }
 
  private:
-  fs::path path_;
-  std::ifstream in_;
+  at::Tensor token_embedding_block(std::int64_t begin, std::int64_t count) override {
+    return layout_.rows("tok_emb", begin, count);
+  }
+  Float32Layout layout_;
 };
 
 }  // namespace
 
-LoadedCheckpoint load_llama2c_checkpoint(const fs::path& path) {
+std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
   const std::string file = path.string();
   const std::uint64_t size = qeval::file_size(path);
   QEVAL_CHECK(size >= 28, "{}: truncated llama2.c checkpoint of {} bytes; expected a 28-byte header (7 int32)", file,
@@ -85,28 +142,22 @@ LoadedCheckpoint load_llama2c_checkpoint(const fs::path& path) {
               size < expected ? expected - size : size - expected,
               size < expected ? "; truncated?" : "; not a v0 checkpoint, or a different layout?");
 
-  FloatReader r(path, 28);
-  ModelWeights w;
-  w.token_embedding = r.next({V, D}, "tok_emb");
-  at::Tensor rms_att = r.next({L, D}, "rms_att"), wq = r.next({L, D, D}, "wq"), wk = r.next({L, KV, D}, "wk"),
-             wv = r.next({L, KV, D}, "wv"), wo = r.next({L, D, D}, "wo"), rms_ffn = r.next({L, D}, "rms_ffn"),
-             w1 = r.next({L, F, D}, "w1"), w2 = r.next({L, D, F}, "w2"), w3 = r.next({L, F, D}, "w3");
-  w.final_norm.weight = r.next({D}, "rms_final");
-  at::Tensor freq_real = r.next({S, hd / 2}, "freq_cis_real"), freq_imag = r.next({S, hd / 2}, "freq_cis_imag");
-  w.lm_head = shared ? w.token_embedding : r.next({V, D}, "wcls");
-  for (std::int64_t i = 0; i < L; ++i) {
-    BlockWeights b;  // slices of the stacked tensors along the layer axis stay contiguous
-    b.attn_norm.weight = rms_att[i];
-    b.q.weight = wq[i];
-    b.k.weight = wk[i];
-    b.v.weight = wv[i];
-    b.o.weight = wo[i];
-    b.mlp_norm.weight = rms_ffn[i];
-    b.gate.weight = w1[i];
-    b.down.weight = w2[i];
-    b.up.weight = w3[i];
-    w.blocks.push_back(std::move(b));
-  }
+  Float32Layout layout(path, 28);
+  layout.add("tok_emb", {V, D});
+  layout.add("rms_att", {L, D});
+  layout.add("wq", {L, D, D});
+  layout.add("wk", {L, KV, D});
+  layout.add("wv", {L, KV, D});
+  layout.add("wo", {L, D, D});
+  layout.add("rms_ffn", {L, D});
+  layout.add("w1", {L, F, D});
+  layout.add("w2", {L, D, F});
+  layout.add("w3", {L, F, D});
+  layout.add("rms_final", {D});
+  layout.add("freq_cis_real", {S, hd / 2});
+  layout.add("freq_cis_imag", {S, hd / 2});
+  if (!shared) layout.add("wcls", {V, D});
+  const at::Tensor freq_real = layout.whole("freq_cis_real"), freq_imag = layout.whole("freq_cis_imag");
 
   LoadedCheckpoint out;
   ModelConfig& c = out.config;
@@ -128,14 +179,12 @@ LoadedCheckpoint load_llama2c_checkpoint(const fs::path& path) {
   c.bos_id = 1;
   c.eos_id = 2;
   c.validate(file);
-  validate_weights(w, c, file);
 
   // The stored tables should be cos/sin of pos * 10000^(-2i/hd); say how far they are.
   auto opts = at::TensorOptions().dtype(at::kDouble);
   at::Tensor angles = at::outer(at::arange(S, opts), at::pow(10000.0, -at::arange(0, hd, 2, opts) / double(hd)));
   const double table_error = std::max((freq_real.to(at::kDouble) - angles.cos()).abs().max().item<double>(),
                                       (freq_imag.to(at::kDouble) - angles.sin()).abs().max().item<double>());
-  out.weights = std::move(w);
   out.format = "llama2c";
   out.path = path;
   out.weights_hash = hash_file(path);
@@ -148,7 +197,16 @@ LoadedCheckpoint load_llama2c_checkpoint(const fs::path& path) {
       table_error);
   out.notes["positions"] = "rope: seq_len is recorded as max_seq_len, not a limit on evaluation windows";
   out.notes["norm_eps"] = "1e-5, as llama2.c run.c uses";
-  return out;
+  // Every part's size follows from the header (the file size was checked against it above).
+  PartSizes sizes;
+  sizes.token_embedding = V * D * 4;
+  sizes.blocks.assign(static_cast<std::size_t>(L), (2 * D + 2 * D * D + 2 * KV * D + 3 * F * D) * 4);
+  sizes.final_norm = D * 4;
+  sizes.lm_head = shared ? 0 : V * D * 4;
+  sizes.stored = static_cast<std::int64_t>(size - 28);
+  return std::make_unique<Llama2cReader>(std::move(out), std::move(layout), std::move(sizes));
 }
+
+LoadedCheckpoint load_llama2c_checkpoint(const fs::path& path) { return open_llama2c_checkpoint(path)->read_all(); }
 
 }  // namespace qeval

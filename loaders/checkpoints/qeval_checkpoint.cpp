@@ -8,6 +8,7 @@
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/safetensors.h"
 #include "loaders/checkpoints/safetensors_set.h"
+#include "loaders/checkpoints/model_reader_internal.h"
 
 namespace qeval {
 
@@ -17,53 +18,113 @@ using nlohmann::json;
 namespace {
 
 // One walk over the canonical layout serves saving and loading: `visit(name, tensor&, shape)`
-// is called for every tensor the config implies, in a fixed order.
+// is called for every tensor the config implies, in a fixed order; a block's tensors can be
+// walked alone (reading by parts).
 template <typename Visit>
-void for_each_tensor(const ModelConfig& c, ModelWeights& w, Visit&& visit) {
+void visit_norm(const ModelConfig& c, const std::string& name, NormWeights& n, Visit&& visit) {
+  const std::int64_t norm_width = c.norm == NormKind::rmsnorm_single ? 1 : c.d_model;
+  visit(name + ".weight", n.weight, std::vector<std::int64_t>{norm_width});
+  if (c.norm == NormKind::layernorm) visit(name + ".bias", n.bias, std::vector<std::int64_t>{c.d_model});
+}
+
+template <typename Visit>
+void visit_block(const ModelConfig& c, std::int64_t i, BlockWeights& b, Visit&& visit) {
   const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
-  const std::int64_t norm_width = c.norm == NormKind::rmsnorm_single ? 1 : D;
-  auto norm = [&](const std::string& name, NormWeights& n) {
-    visit(name + ".weight", n.weight, std::vector<std::int64_t>{norm_width});
-    if (c.norm == NormKind::layernorm) visit(name + ".bias", n.bias, std::vector<std::int64_t>{D});
-  };
+  auto norm = [&](const std::string& name, NormWeights& n) { visit_norm(c, name, n, visit); };
   auto linear = [&](const std::string& name, LinearWeights& l, std::int64_t out, std::int64_t in, bool bias) {
     visit(name + ".weight", l.weight, std::vector<std::int64_t>{out, in});
     if (bias) visit(name + ".bias", l.bias, std::vector<std::int64_t>{out});
   };
+  const std::string p = fmt::format("layers.{}.", i);
+  norm(p + "attn_norm", b.attn_norm);
+  if (c.fused_qkv) {
+    linear(p + "attn.qkv", b.qkv, (c.n_heads + 2 * c.n_kv_heads) * hd, D, c.has_qkv_bias());
+  } else {
+    linear(p + "attn.q", b.q, c.n_heads * hd, D, c.has_qkv_bias());
+    linear(p + "attn.k", b.k, c.n_kv_heads * hd, D, c.has_qkv_bias());
+    linear(p + "attn.v", b.v, c.n_kv_heads * hd, D, c.has_qkv_bias());
+  }
+  linear(p + "attn.o", b.o, D, c.n_heads * hd, c.attention_bias);
+  if (c.qk_norm) {
+    visit(p + "attn.q_norm.weight", b.q_norm.weight, std::vector<std::int64_t>{hd});
+    visit(p + "attn.k_norm.weight", b.k_norm.weight, std::vector<std::int64_t>{hd});
+  }
+  if (c.sandwich_norms) norm(p + "post_attn_norm", b.post_attn_norm);
+  norm(p + "mlp_norm", b.mlp_norm);
+  if (c.fused_gate_up) {
+    linear(p + "mlp.gate_up", b.gate_up, 2 * F, D, c.mlp_bias);
+  } else {
+    linear(p + "mlp.up", b.up, F, D, c.mlp_bias);
+    if (c.gated_mlp()) linear(p + "mlp.gate", b.gate, F, D, c.mlp_bias);
+  }
+  linear(p + "mlp.down", b.down, D, F, c.mlp_bias);
+  if (c.sandwich_norms) norm(p + "post_mlp_norm", b.post_mlp_norm);
+}
+
+template <typename Visit>
+void for_each_tensor(const ModelConfig& c, ModelWeights& w, Visit&& visit) {
+  const std::int64_t D = c.d_model;
   visit("token_embedding", w.token_embedding, std::vector<std::int64_t>{c.vocab_size, D});
   if (c.position == PositionKind::learned)
     visit("position_embedding", w.position_embedding, std::vector<std::int64_t>{c.max_seq_len, D});
   w.blocks.resize(static_cast<std::size_t>(c.n_layers));
-  for (std::int64_t i = 0; i < c.n_layers; ++i) {
-    BlockWeights& b = w.blocks[static_cast<std::size_t>(i)];
-    const std::string p = fmt::format("layers.{}.", i);
-    norm(p + "attn_norm", b.attn_norm);
-    if (c.fused_qkv) {
-      linear(p + "attn.qkv", b.qkv, (c.n_heads + 2 * c.n_kv_heads) * hd, D, c.has_qkv_bias());
-    } else {
-      linear(p + "attn.q", b.q, c.n_heads * hd, D, c.has_qkv_bias());
-      linear(p + "attn.k", b.k, c.n_kv_heads * hd, D, c.has_qkv_bias());
-      linear(p + "attn.v", b.v, c.n_kv_heads * hd, D, c.has_qkv_bias());
-    }
-    linear(p + "attn.o", b.o, D, c.n_heads * hd, c.attention_bias);
-    if (c.qk_norm) {
-      visit(p + "attn.q_norm.weight", b.q_norm.weight, std::vector<std::int64_t>{hd});
-      visit(p + "attn.k_norm.weight", b.k_norm.weight, std::vector<std::int64_t>{hd});
-    }
-    if (c.sandwich_norms) norm(p + "post_attn_norm", b.post_attn_norm);
-    norm(p + "mlp_norm", b.mlp_norm);
-    if (c.fused_gate_up) {
-      linear(p + "mlp.gate_up", b.gate_up, 2 * F, D, c.mlp_bias);
-    } else {
-      linear(p + "mlp.up", b.up, F, D, c.mlp_bias);
-      if (c.gated_mlp()) linear(p + "mlp.gate", b.gate, F, D, c.mlp_bias);
-    }
-    linear(p + "mlp.down", b.down, D, F, c.mlp_bias);
-    if (c.sandwich_norms) norm(p + "post_mlp_norm", b.post_mlp_norm);
-  }
-  norm("final_norm", w.final_norm);
+  for (std::int64_t i = 0; i < c.n_layers; ++i) visit_block(c, i, w.blocks[static_cast<std::size_t>(i)], visit);
+  visit_norm(c, "final_norm", w.final_norm, visit);
   if (!c.tied_embeddings) visit("lm_head.weight", w.lm_head, std::vector<std::int64_t>{c.vocab_size, D});
 }
+
+// qeval's own folder read by parts.
+class QevalReader final : public ModelReader {
+ public:
+  explicit QevalReader(const fs::path& dir) : ModelReader(LoadedCheckpoint{}), set_(dir.string()) {
+    const fs::path config_path = dir / "config.json";
+    const json j = read_json_file(config_path);
+    info_.config = config_from_json(j, config_path.string());
+    set_ = open_safetensors_folder(dir);
+    set_.set_header_only(true);
+    measure_parts(*this, sizes_, dir.string());
+    set_.set_header_only(false);
+    const auto extra = set_.unused();
+    QEVAL_CHECK(extra.empty(), "{}: unexpected tensor {} in {} ({} left over); the config does not match the weights",
+                dir.string(), extra.empty() ? "" : extra.front(),
+                extra.empty() ? "" : set_.file_of(extra.front()).path().filename().string(), extra.size());
+    info_.format = "qeval";
+    info_.path = dir;
+    info_.weights_hash = hash_weight_files(set_.paths());
+    if (j.contains("metadata")) info_.notes["metadata"] = j["metadata"];
+    if (info_.config.optimizer) info_.notes["optimizer"] = *info_.config.optimizer;
+    sizes_.stored = set_.stored_bytes();
+  }
+
+  at::Tensor position_embedding() override {
+    const ModelConfig& c = config();
+    return c.position == PositionKind::learned ? set_.take("position_embedding", {c.max_seq_len, c.d_model}) : at::Tensor();
+  }
+  BlockWeights block(std::int64_t layer) override {
+    BlockWeights b;
+    visit_block(config(), layer, b, [&](const std::string& name, at::Tensor& t, const std::vector<std::int64_t>& shape) {
+      t = set_.take(name, shape);
+    });
+    return b;
+  }
+  NormWeights final_norm() override {
+    NormWeights n;
+    visit_norm(config(), "final_norm", n, [&](const std::string& name, at::Tensor& t, const std::vector<std::int64_t>& shape) {
+      t = set_.take(name, shape);
+    });
+    return n;
+  }
+  at::Tensor lm_head_rows(std::int64_t begin, std::int64_t count) override {
+    const ModelConfig& c = config();
+    return set_.take_rows(c.tied_embeddings ? "token_embedding" : "lm_head.weight", {c.vocab_size, c.d_model}, begin, count);
+  }
+
+ private:
+  at::Tensor token_embedding_block(std::int64_t begin, std::int64_t count) override {
+    return set_.take_rows("token_embedding", {config().vocab_size, config().d_model}, begin, count);
+  }
+  SafetensorsSet set_;
+};
 
 }  // namespace
 
@@ -93,28 +154,8 @@ void save_qeval_checkpoint(const fs::path& dir, const ModelConfig& config, const
   write_file_atomic(dir / "config.json", j.dump(2) + "\n");
 }
 
-LoadedCheckpoint load_qeval_checkpoint(const fs::path& dir) {
-  const fs::path config_path = dir / "config.json";
-  const json j = read_json_file(config_path);
-  LoadedCheckpoint out;
-  out.config = config_from_json(j, config_path.string());
-  SafetensorsSet set = open_safetensors_folder(dir);
-  for_each_tensor(out.config, out.weights,
-                  [&](const std::string& name, at::Tensor& t, const std::vector<std::int64_t>& shape) {
-                    t = set.take(name, shape);
-                  });
-  if (out.config.tied_embeddings) out.weights.lm_head = out.weights.token_embedding;
-  const auto extra = set.unused();
-  QEVAL_CHECK(extra.empty(), "{}: unexpected tensor {} in {} ({} left over); the config does not match the weights",
-              dir.string(), extra.empty() ? "" : extra.front(),
-              extra.empty() ? "" : set.file_of(extra.front()).path().filename().string(), extra.size());
-  validate_weights(out.weights, out.config, dir.string());
-  out.format = "qeval";
-  out.path = dir;
-  out.weights_hash = hash_weight_files(set.paths());
-  if (j.contains("metadata")) out.notes["metadata"] = j["metadata"];
-  if (out.config.optimizer) out.notes["optimizer"] = *out.config.optimizer;
-  return out;
-}
+std::unique_ptr<ModelReader> open_qeval_checkpoint(const fs::path& dir) { return std::make_unique<QevalReader>(dir); }
+
+LoadedCheckpoint load_qeval_checkpoint(const fs::path& dir) { return open_qeval_checkpoint(dir)->read_all(); }
 
 }  // namespace qeval

@@ -218,6 +218,30 @@ at::Tensor SafetensorsFile::read_float32(const std::string& name, const std::vec
   return read_float32(name);
 }
 
+at::Tensor SafetensorsFile::read_float32_rows(const std::string& name, std::int64_t begin, std::int64_t count) const {
+  const auto& entry = info(name);
+  QEVAL_CHECK(at::isFloatingType(entry.scalar_type),
+              "{}: tensor {} has dtype {}, expected a floating-point dtype (F32, F16, BF16 or F64)", path_.string(),
+              name, entry.dtype);
+  QEVAL_CHECK(!entry.shape.empty() && begin >= 0 && count >= 0 && begin + count <= entry.shape[0],
+              "{}: tensor {} of shape [{}]: rows [{}, {}) asked for", path_.string(), name, fmt::join(entry.shape, ", "),
+              begin, begin + count);
+  std::vector<std::int64_t> shape = entry.shape;
+  shape[0] = count;
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(entry.scalar_type));
+  const std::uint64_t row_bytes = entry.shape[0] > 0 ? (entry.end - entry.begin) / static_cast<std::uint64_t>(entry.shape[0]) : 0;
+  const std::uint64_t bytes = row_bytes * static_cast<std::uint64_t>(count);
+  if (bytes > 0) {
+    std::ifstream in(path_, std::ios::binary);
+    QEVAL_CHECK(in.good(), "cannot open {} to read tensor {}", path_.string(), name);
+    in.seekg(static_cast<std::streamoff>(data_start_ + entry.begin + row_bytes * static_cast<std::uint64_t>(begin)));
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
+    QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == bytes, "{}: tensor {}: read {} of {} bytes (file changed?)",
+                path_.string(), name, in.gcount(), bytes);
+  }
+  return entry.scalar_type == at::kFloat ? t : t.to(at::kFloat);
+}
+
 std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& path, bool to_float32) {
   SafetensorsFile file(path);
   std::map<std::string, at::Tensor> out;

@@ -48,6 +48,9 @@ class SafetensorsFile {
   at::Tensor read_float32(const std::string& name) const;
   // As read_float32, and checks the stored shape first (the error names both shapes).
   at::Tensor read_float32(const std::string& name, const std::vector<std::int64_t>& expected_shape) const;
+  // Rows [begin, begin + count) along the first axis, as float32, read by offset (nothing else
+  // of the tensor is read): [count, ...].
+  at::Tensor read_float32_rows(const std::string& name, std::int64_t begin, std::int64_t count) const;
 
  private:
   std::filesystem::path path_;

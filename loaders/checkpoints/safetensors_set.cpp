@@ -41,9 +41,41 @@ at::Tensor SafetensorsSet::take(const std::string& name, const std::vector<std::
     for (const auto& f : files_) looked += (looked.empty() ? "" : ", ") + f->path().filename().string();
     fail("{}: missing tensor {} (expected shape {}; looked in {})", source_, name, shape_string(shape), looked);
   }
+  if (header_only_) {
+    const SafetensorsFile& file = file_of(name);
+    const SafetensorsTensorInfo& entry = file.info(name);
+    QEVAL_CHECK(entry.shape == shape, "{}: tensor {} has shape {}, expected {}", file.path().string(), name,
+                shape_string(entry.shape), shape_string(shape));
+    QEVAL_CHECK(at::isFloatingType(entry.scalar_type),
+                "{}: tensor {} has dtype {}, expected a floating-point dtype (F32, F16, BF16 or F64)",
+                file.path().string(), name, entry.dtype);
+    used_.insert(name);
+    return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+  }
   at::Tensor t = file_of(name).read_float32(name, shape);
   used_.insert(name);
   return t;
+}
+
+at::Tensor SafetensorsSet::take_rows(const std::string& name, const std::vector<std::int64_t>& shape, std::int64_t begin,
+                                     std::int64_t count) {
+  const SafetensorsFile& file = file_of(name);
+  QEVAL_CHECK(file.info(name).shape == shape, "{}: tensor {} has shape {}, expected {}", file.path().string(), name,
+              shape_string(file.info(name).shape), shape_string(shape));
+  used_.insert(name);
+  if (header_only_) {
+    std::vector<std::int64_t> rows = shape;
+    rows[0] = count;
+    return at::empty(rows, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+  }
+  return file.read_float32_rows(name, begin, count);
+}
+
+std::int64_t SafetensorsSet::stored_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& f : files_)
+    for (const auto& name : f->names()) total += static_cast<std::int64_t>(f->info(name).end - f->info(name).begin);
+  return total;
 }
 
 std::vector<std::string> SafetensorsSet::unused() const {

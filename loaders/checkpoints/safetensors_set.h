@@ -33,14 +33,25 @@ class SafetensorsSet {
   // float32, contiguous, with the expected shape (errors name the file, the tensor, both
   // shapes); remembers the name as used.
   at::Tensor take(const std::string& name, const std::vector<std::int64_t>& shape);
+  // Rows [begin, begin + count) of a tensor whose whole shape must be `shape`, read by offset
+  // (loaders/checkpoints/model_reader.h); remembers the name as used.
+  at::Tensor take_rows(const std::string& name, const std::vector<std::int64_t>& shape, std::int64_t begin,
+                       std::int64_t count);
   // Names present in the files and never taken, in file order.
   std::vector<std::string> unused() const;
+  // While on, take() checks the name, shape and dtype against the headers and returns an empty
+  // float32 tensor of that shape on the meta device: no data is read (a reader checks a
+  // checkpoint's layout and measures its parts this way on open).
+  void set_header_only(bool on) { header_only_ = on; }
+  // The tensor bytes of every file, as stored.
+  std::int64_t stored_bytes() const;
 
  private:
   std::string source_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::size_t> where_;  // tensor name → index into files_
   std::set<std::string> used_;
+  bool header_only_ = false;
 };
 
 // Opens the weights of a Hugging Face-style folder: `model.safetensors.index.json` with its

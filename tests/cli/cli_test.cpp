@@ -285,6 +285,44 @@ TEST(CliScale, KilledRunResumesToTheUninterruptedRecord) {
   EXPECT_TRUE(contains(mismatch.output, "different evaluation")) << mismatch.output;
 }
 
+TEST(CliScale, EveryMemoryPlanGivesTheSameRecordAndTheRecordNamesIt) {
+  test::TempDir dir;
+  ASSERT_EQ(qeval(kSmallEval + " --plan resident --out " + (dir / "resident.json").string()).status, 0);
+  CommandResult streamed = qeval(kSmallEval + " --plan streamed --chunk-windows 4 --batch-size 2 --out " + (dir / "streamed.json").string());
+  ASSERT_EQ(streamed.status, 0) << streamed.output;
+  ASSERT_EQ(qeval(kSmallEval + " --plan resident-weights --out " + (dir / "weights.json").string()).status, 0);
+  EXPECT_EQ(results_of(dir / "streamed.json"), results_of(dir / "resident.json"));
+  EXPECT_EQ(results_of(dir / "weights.json"), results_of(dir / "resident.json"));
+  const nlohmann::json record = read_record(dir / "streamed.json");
+  EXPECT_EQ(record.at("plan").at("name"), "streamed");
+  EXPECT_EQ(record.at("plan").at("chunk_windows"), 4);
+  EXPECT_GT(record.at("plan").at("measured_peak_rss_bytes").get<std::int64_t>(), 0);
+  EXPECT_GT(record.at("plan").at("estimated_peak_host_bytes").get<std::int64_t>(), 0);
+  // A run resumed under another plan continues to the same bits.
+  auto out = (dir / "mixed.json").string();
+  ASSERT_EQ(qeval(kSmallEval + " --plan streamed --resume --stop-after 4 --out " + out).status, 3);
+  ASSERT_EQ(qeval(kSmallEval + " --plan resident --resume --out " + out).status, 0);
+  EXPECT_EQ(results_of(out), results_of(dir / "resident.json"));
+}
+
+TEST(CliScale, NoPlanThatFitsIsRefusedWithTheNumbersBeforeAnyWork) {
+  test::TempDir dir;
+  const auto out = dir / "r.json";
+  CommandResult r = qeval(kSmallEval + " --max-memory 40M --out " + out.string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  for (const char* part : {"no evaluation plan fits", "40.0 MiB available (--max-memory 40.0 MiB)", "resident needs ~",
+                           "streamed needs ~", "no weight was read"})
+    EXPECT_TRUE(contains(r.output, part)) << part << " in: " << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  CommandResult forced = qeval(kSmallEval + " --plan resident --max-memory 100M --out " + out.string());
+  EXPECT_EQ(forced.status, 2) << forced.output;
+  EXPECT_TRUE(contains(forced.output, "--plan resident")) << forced.output;
+  CommandResult bad = qeval(kSmallEval + " --max-memory lots --out " + out.string());
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "--max-memory 'lots'")) << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 TEST(CliScale, ThreadsAndBatchSizeDoNotChangeAnyBit) {
   test::TempDir dir;
   ASSERT_EQ(qeval(kSmallEval + " --threads 1 --batch-size 1 --out " + (dir / "a.json").string()).status, 0);

@@ -63,7 +63,7 @@ TEST(Sensitivity, OneLayerEqualsANormalEvalWhoseSchemeSelectsOnlyThatLayer) {
     Transformer model = test::random_transformer(31, gpt2, 64, 32, 3);
     const std::string layer = "layers.1.mlp.down";
     Windows w1(model);
-    SensitivityRun run = run_sensitivity(model, preset_scheme("int8-moderate"), w1.stream, quiet(SensitivityGrouping::layer, 2));
+    SensitivityRun run = run_sensitivity(*transformer_reader(model), preset_scheme("int8-moderate"), w1.stream, quiet(SensitivityGrouping::layer, 2));
     const UnitSensitivity& u = unit_named(run, layer);
     EXPECT_EQ(u.scheme, "int8-moderate@layers.1.mlp.down");
 
@@ -76,12 +76,13 @@ TEST(Sensitivity, OneLayerEqualsANormalEvalWhoseSchemeSelectsOnlyThatLayer) {
     write_file_atomic(dir / "only.json", spec.dump());
     SchemeOptions no_stats;
     no_stats.stats_for = StatsFor::none;
-    PreparedSchemes prepared = make_schemes(model, {"full", (dir / "only.json").string()}, no_stats);
+    PreparedSchemes prepared = make_schemes(model.config(), {"full", (dir / "only.json").string()}, no_stats);
     Windows w2(model);
     EvalOptions eo;
     eo.progress = false;
     eo.batch_size = 3;
-    EvalResult normal = evaluate(prepared.schemes, w2.stream, eo);
+    EvalResult normal = evaluate(model, prepared.schemes, w2.stream, eo);
+    prepared.finish_descriptions();
 
     const SchemeSummary expected = normal.schemes[1].summary();
     EXPECT_EQ(u.summary.diff_mean, expected.diff_mean);  // exact doubles, not near
@@ -109,7 +110,7 @@ TEST(Sensitivity, OneLayerEqualsANormalEvalWhoseSchemeSelectsOnlyThatLayer) {
 
 TEST(Sensitivity, LayerGroupingHasEveryLinearTheSchemeSelects) {
   Transformer model = test::random_transformer(2, false, 64, 32, 2);
-  auto units = sensitivity_units(model, preset_scheme("int8-fine"), SensitivityGrouping::layer);
+  auto units = sensitivity_units(model.config(), preset_scheme("int8-fine"), SensitivityGrouping::layer);
   std::vector<std::string> names;
   for (const auto& u : units) {
     ASSERT_EQ(u.layers, std::vector<std::string>{u.name});
@@ -121,16 +122,16 @@ TEST(Sensitivity, LayerGroupingHasEveryLinearTheSchemeSelects) {
   EXPECT_EQ(names, expected);
   SchemeSpec with_head = preset_scheme("int8-fine");
   with_head.quantize_lm_head = true;
-  EXPECT_EQ(sensitivity_units(model, with_head, SensitivityGrouping::layer).back().name, "lm_head");
+  EXPECT_EQ(sensitivity_units(model.config(), with_head, SensitivityGrouping::layer).back().name, "lm_head");
   SchemeSpec some = preset_scheme("int8-fine");
   some.exclude = {"*.attn.*"};
-  for (const auto& u : sensitivity_units(model, some, SensitivityGrouping::layer))
+  for (const auto& u : sensitivity_units(model.config(), some, SensitivityGrouping::layer))
     EXPECT_EQ(u.name.find(".attn."), std::string::npos) << u.name;
 }
 
 TEST(Sensitivity, KindGroupingSelectsExactlyTheLayersOfThatKind) {
   Transformer llama = test::random_transformer(3, false, 64, 32, 3);
-  auto units = sensitivity_units(llama, preset_scheme("int8-moderate"), SensitivityGrouping::kind);
+  auto units = sensitivity_units(llama.config(), preset_scheme("int8-moderate"), SensitivityGrouping::kind);
   std::vector<std::string> kinds;
   for (const auto& u : units) {
     kinds.push_back(u.name);
@@ -143,7 +144,7 @@ TEST(Sensitivity, KindGroupingSelectsExactlyTheLayersOfThatKind) {
   // Intersected with what the base selects.
   SchemeSpec base = preset_scheme("int8-moderate");
   base.exclude = {"layers.0.*"};
-  for (const auto& u : sensitivity_units(llama, base, SensitivityGrouping::kind))
+  for (const auto& u : sensitivity_units(llama.config(), base, SensitivityGrouping::kind))
     EXPECT_EQ(u.layers, (std::vector<std::string>{"layers.1." + u.name, "layers.2." + u.name}));
   SchemeSpec variant = unit_scheme(base, {"mlp.up", {"layers.1.mlp.up", "layers.2.mlp.up"}});
   EXPECT_EQ(variant.name, "int8-moderate@mlp.up");
@@ -154,7 +155,7 @@ TEST(Sensitivity, KindGroupingSelectsExactlyTheLayersOfThatKind) {
   // GPT-2's fused projection is one kind; a run quantises exactly the unit's layers.
   Transformer gpt2 = test::random_transformer(3, true, 64, 32, 2);
   Windows w(gpt2);
-  SensitivityRun run = run_sensitivity(gpt2, preset_scheme("int8-moderate"), w.stream, quiet(SensitivityGrouping::kind, 4));
+  SensitivityRun run = run_sensitivity(*transformer_reader(gpt2), preset_scheme("int8-moderate"), w.stream, quiet(SensitivityGrouping::kind, 4));
   ASSERT_EQ(run.units.size(), 4u);
   for (const auto& u : run.units) {
     std::vector<std::string> quantized;
@@ -169,7 +170,7 @@ TEST(Sensitivity, KindGroupingSelectsExactlyTheLayersOfThatKind) {
 TEST(Sensitivity, UnitsAreSortedByHarmAndTheirInputsAreTheRecordersStatistics) {
   Transformer model = test::random_transformer(7, false, 64, 32, 2);
   Windows w(model);
-  SensitivityRun run = run_sensitivity(model, preset_scheme("int8-coarse"), w.stream, quiet(SensitivityGrouping::layer, 3));
+  SensitivityRun run = run_sensitivity(*transformer_reader(model), preset_scheme("int8-coarse"), w.stream, quiet(SensitivityGrouping::layer, 3));
   ASSERT_EQ(run.units.size(), 14u);
   for (std::size_t i = 1; i < run.units.size(); ++i)
     EXPECT_GE(run.units[i - 1].summary.diff_mean, run.units[i].summary.diff_mean) << "rank " << i + 1;
@@ -189,7 +190,7 @@ TEST(Sensitivity, UnitsAreSortedByHarmAndTheirInputsAreTheRecordersStatistics) {
   }
   // A kind's inputs: the mean over its layers, and the largest of any.
   Windows w2(model);
-  SensitivityRun kinds = run_sensitivity(model, preset_scheme("int8-coarse"), w2.stream, quiet(SensitivityGrouping::kind));
+  SensitivityRun kinds = run_sensitivity(*transformer_reader(model), preset_scheme("int8-coarse"), w2.stream, quiet(SensitivityGrouping::kind));
   const UnitSensitivity& down = unit_named(kinds, "mlp.down");
   const LinearInputSummary a = kinds.inputs->summary("layers.0.mlp.down"), b = kinds.inputs->summary("layers.1.mlp.down");
   EXPECT_DOUBLE_EQ(down.inputs.kurtosis_first, (a.kurtosis_first + b.kurtosis_first) / 2);
@@ -216,7 +217,7 @@ TEST(Sensitivity, FirstTokenShareAndWorstPositionsMatchADirectComputation) {
   Windows w(model);
   SensitivityOptions o = quiet(SensitivityGrouping::kind, 2);
   o.top_positions = 4;
-  SensitivityRun run = run_sensitivity(model, preset_scheme("int8-coarse"), w.stream, o);
+  SensitivityRun run = run_sensitivity(*transformer_reader(model), preset_scheme("int8-coarse"), w.stream, o);
   const UnitSensitivity& u = unit_named(run, "mlp.down");
 
   // Directly: every window alone through full precision and the unit's scheme.
@@ -228,36 +229,37 @@ TEST(Sensitivity, FirstTokenShareAndWorstPositionsMatchADirectComputation) {
   while (auto win = again.stream.next()) {
     ++windows;
     at::Tensor t = at::tensor(std::vector<std::int64_t>(win->tokens.begin(), win->tokens.end())).reshape({1, -1});
-    at::Tensor lf = at::log_softmax(model.forward(t).to(at::kFloat), -1)[0];
-    at::Tensor lq = at::log_softmax(q.forward(t).to(at::kFloat), -1)[0];
+    // float64 log-probabilities: the evaluator's vocabulary-blocked scoring agrees with them to ~1e-7 a token.
+    at::Tensor lf = at::log_softmax(model.forward(t).to(at::kDouble), -1)[0];
+    at::Tensor lq = at::log_softmax(q.forward(t).to(at::kDouble), -1)[0];
     for (std::int64_t pos = win->first_scored; pos < t.size(1); ++pos) {
       const std::int64_t target = t[0][pos].item<std::int64_t>();
-      const double d = -static_cast<double>(lq[pos - 1][target].item<float>()) + static_cast<double>(lf[pos - 1][target].item<float>());
+      const double d = -lq[pos - 1][target].item<double>() + lf[pos - 1][target].item<double>();
       (pos == win->first_scored ? first : rest) += d;
       by_position[pos].first += d;
       by_position[pos].second += 1;
     }
   }
   EXPECT_EQ(u.first_tokens, windows);
-  EXPECT_NEAR(u.first_dnll_sum, first, 1e-9);
-  EXPECT_NEAR(u.rest_dnll_sum, rest, 1e-9);
+  EXPECT_NEAR(u.first_dnll_sum, first, 1e-5);
+  EXPECT_NEAR(u.rest_dnll_sum, rest, 1e-5);
   EXPECT_NEAR(u.first_dnll_sum + u.rest_dnll_sum, u.summary.diff_mean * static_cast<double>(u.summary.tokens), 1e-9);
-  if (first + rest > 0) EXPECT_NEAR(u.first_share, first / (first + rest), 1e-9);
+  if (first + rest > 1e-3) EXPECT_NEAR(u.first_share, first / (first + rest), 1e-3);
   ASSERT_EQ(u.top_positions.size(), 4u);
   for (std::size_t i = 0; i < u.top_positions.size(); ++i) {
     const auto& p = u.top_positions[i];
     EXPECT_EQ(p.tokens, by_position.at(p.position).second);
-    EXPECT_NEAR(p.dnll_mean, by_position.at(p.position).first / static_cast<double>(p.tokens), 1e-9);
+    EXPECT_NEAR(p.dnll_mean, by_position.at(p.position).first / static_cast<double>(p.tokens), 1e-6);
     if (i > 0) EXPECT_GE(u.top_positions[i - 1].dnll_mean, p.dnll_mean);
   }
   for (const auto& [pos, sum_n] : by_position)  // nothing outside the top beats the last of it
-    EXPECT_LE(sum_n.first / static_cast<double>(sum_n.second), u.top_positions.front().dnll_mean + 1e-12) << pos;
+    EXPECT_LE(sum_n.first / static_cast<double>(sum_n.second), u.top_positions.front().dnll_mean + 1e-6) << pos;
 }
 
 TEST(Sensitivity, BadInputFailsBeforeReadingAnyWindow) {
   Transformer model = test::random_transformer(5);
   Windows w(model);
-  auto run = [&](const SchemeSpec& s) { run_sensitivity(model, s, w.stream, quiet(SensitivityGrouping::layer)); };
+  auto run = [&](const SchemeSpec& s) { run_sensitivity(*transformer_reader(model), s, w.stream, quiet(SensitivityGrouping::layer)); };
   EXPECT_TRUE(test::throws_with([&] { run(preset_scheme("full")); }, {"scheme full", "quantises nothing"}));
   SchemeSpec nothing = preset_scheme("int8-moderate");
   nothing.include = {"layers.0.*"};
@@ -279,7 +281,7 @@ TEST(Sensitivity, PlotWritesAPngWithItsDataAndScript) {
   }
   Transformer model = test::random_transformer(8);
   Windows w(model);
-  SensitivityRun run = run_sensitivity(model, preset_scheme("int8-coarse"), w.stream, quiet(SensitivityGrouping::kind));
+  SensitivityRun run = run_sensitivity(*transformer_reader(model), preset_scheme("int8-coarse"), w.stream, quiet(SensitivityGrouping::kind));
   nlohmann::json record = {{"model", {{"path", "random.bin"}}}, {"sensitivity", run.to_json()}};
   test::TempDir dir;
   auto png = plot_sensitivity(record, dir / "sens.png");

@@ -461,7 +461,12 @@ TEST(StatisticsCollector, RejectsMisuse) {
   EXPECT_THROW(c.on_block_output(1, at::randn({2, 4, 8})), Error);  // layer 0 comes first
   c.on_attention(0, at::softmax(at::randn({2, 2, 4, 4}), -1));
   c.on_block_output(0, at::randn({2, 4, 8}));
-  EXPECT_THROW(c.begin_batch({1}), Error);  // already observed
+  // A window seen before continues (layer-major evaluation names a batch again for each layer),
+  // but it cannot receive a layer twice.
+  c.begin_batch({1});
+  EXPECT_THROW(c.on_block_output(0, at::randn({1, 4, 8})), Error);  // window 1 already has layer 0
+  c.on_attention(1, at::softmax(at::randn({1, 2, 4, 4}), -1));
+  c.on_block_output(1, at::randn({1, 4, 8}));  // its next layer is fine
 }
 
 // The collector driven by a real forward pass: it sees every layer, and changes nothing.

@@ -31,12 +31,12 @@ void check(const ProtocolSpec& spec, const std::vector<std::string>& docs) {
     windows.push_back(*w);
   ASSERT_GE(windows.size(), 3u);
   for (std::int64_t batch : {std::int64_t{1}, std::int64_t{4}}) {
-    std::vector<EvalScheme> schemes{{"full", model, {}, nullptr, {}}};
+    std::vector<EvalScheme> schemes{EvalScheme{"full"}};
     auto source = make_window_source(std::make_unique<test::ListDocuments>(docs), tok, spec);
     EvalOptions options;
     options.batch_size = batch;
     options.progress = false;
-    EvalResult r = evaluate(schemes, *source, options);
+    EvalResult r = evaluate(model, schemes, *source, options);
     ASSERT_EQ(r.windows, static_cast<std::int64_t>(windows.size()));
     for (const auto& w : windows) {
       const WindowScores& row = r.schemes[0].rows.at(w.index);

@@ -1,0 +1,288 @@
+#include "eval/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "common/host_memory.h"
+#include "common/sizes.h"
+#include "kernels/device.h"
+#include "model/block.h"
+#include "eval/vocab_scoring.h"
+
+namespace qeval {
+namespace {
+
+// What the process holds before any weight: the binary, LibTorch's libraries and allocator
+// arenas, the tokenizer and the data stream (measured for stories260K, whose weights are 1 MB).
+constexpr std::int64_t kProcessBaseline = 160ll << 20;
+
+struct LinearShape {
+  std::string name;
+  std::int64_t out = 0, in = 0;
+};
+
+std::vector<LinearShape> block_linears(const ModelConfig& c, std::int64_t layer) {
+  const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim(), H = c.n_heads, Hkv = c.n_kv_heads;
+  std::vector<LinearShape> out;
+  for (const std::string& name : block_linear_names(c, layer)) {
+    const std::string kind = name.substr(name.find('.', name.find('.') + 1) + 1);
+    std::int64_t o = 0, i = D;
+    if (kind == "attn.qkv") o = (H + 2 * Hkv) * hd;
+    else if (kind == "attn.q") o = H * hd;
+    else if (kind == "attn.k" || kind == "attn.v") o = Hkv * hd;
+    else if (kind == "attn.o") o = D, i = H * hd;
+    else if (kind == "mlp.gate_up") o = 2 * F;
+    else if (kind == "mlp.gate" || kind == "mlp.up") o = F;
+    else if (kind == "mlp.down") o = D, i = F;
+    out.push_back({name, o, i});
+  }
+  return out;
+}
+
+// Bytes a scheme's quantised copy of one linear holds beyond the full-precision weight it shares.
+std::int64_t quantised_bytes(const QuantSpec& w, std::int64_t out, std::int64_t in) {
+  const std::int64_t groups = w.granularity == Granularity::group && w.group_size > 0 ? (in + w.group_size - 1) / w.group_size : 1;
+  const std::int64_t scales = w.granularity == Granularity::tensor ? 1 : out * groups;
+  switch (w.kind) {
+    case QuantKind::int8_absmax: return out * in + scales * 4;
+    case QuantKind::int4_zeropoint: return out * ((in + 1) / 2) + scales * 8;
+    case QuantKind::none: return 0;
+  }
+  return 0;
+}
+
+struct SchemeLayerBytes {
+  std::int64_t held = 0;       // quantised weights of the layer
+  std::int64_t transient = 0;  // the largest dequantised weight a forward makes (reference paths, large-M 4-bit)
+};
+
+SchemeLayerBytes scheme_layer_bytes(const SchemeSpec& spec, const ModelConfig& c, std::int64_t layer) {
+  SchemeLayerBytes b;
+  for (const LinearShape& l : block_linears(c, layer)) {
+    if (!spec.selects(l.name)) continue;
+    b.held += quantised_bytes(spec.weights, l.out, l.in);
+    if (spec.weights.enabled()) b.transient = std::max(b.transient, l.out * l.in * 4);
+  }
+  return b;
+}
+
+std::int64_t round_down(std::int64_t x, std::int64_t multiple) { return x / multiple * multiple; }
+
+struct Terms {
+  std::int64_t fixed_host = 0, per_window_host = 0;
+  std::int64_t fixed_device = 0, per_window_device = 0;
+  nlohmann::json breakdown = nlohmann::json::object();
+};
+
+Terms plan_terms(const PlanInputs& in, const std::string& plan) {
+  const ModelConfig& c = in.config;
+  const bool gpu = !in.placement.on_cpu();
+  const std::int64_t dsize = gpu ? at::elementSize(in.placement.dtype) : 4;
+  const std::int64_t D = c.d_model, F = c.d_ff, V = c.vocab_size, L = std::max<std::int64_t>(in.seq_len, 2);
+  const std::int64_t B = in.batch_size, S = static_cast<std::int64_t>(in.schemes.size());
+  const std::int64_t Vb = std::min(kVocabBlock, V);
+  const std::int64_t qkv = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim(), attn = c.n_heads * c.head_dim();
+  Terms t;
+  auto add = [&](const char* name, std::int64_t host, std::int64_t device) {
+    t.fixed_host += host;
+    t.fixed_device += device;
+    t.breakdown[name] = gpu ? nlohmann::json{{"host", host}, {"device", device}} : nlohmann::json(host);
+  };
+
+  // Weights. Largest stored tensor bytes ≈ the largest block's stored share, converted one tensor at a time.
+  const std::int64_t blocks_fp32 = [&] {
+    std::int64_t total = 0;
+    for (std::int64_t b : in.parts.blocks) total += b;
+    return total;
+  }();
+  const std::int64_t largest_block = in.parts.largest_block();
+  const std::int64_t head_fp32 = V * D * 4;
+  const double stored_ratio = in.parts.total() > 0 ? static_cast<double>(in.parts.stored) / static_cast<double>(in.parts.total()) : 1.0;
+  const std::int64_t conversion = static_cast<std::int64_t>(static_cast<double>(largest_block) * std::min(stored_ratio, 1.0));
+  std::int64_t schemes_all = 0, schemes_layer = 0, transient = 0, heads = 0;
+  for (const auto& spec : in.schemes) {
+    if (!spec) continue;
+    std::int64_t largest = 0;
+    for (std::int64_t layer = 0; layer < c.n_layers; ++layer) {
+      const SchemeLayerBytes b = scheme_layer_bytes(*spec, c, layer);
+      schemes_all += b.held;
+      largest = std::max(largest, b.held);
+      transient = std::max(transient, b.transient);
+    }
+    schemes_layer = std::max(schemes_layer, largest);
+    if (spec->quantize_lm_head || spec->selects("lm_head")) heads += quantised_bytes(spec->weights, V, D);
+  }
+  add("process", kProcessBaseline + in.reader_resident, 0);
+  const bool keep_full = plan != "streamed", keep_schemes = plan == "resident";
+  const std::int64_t full_kept = in.reader_in_memory ? 0 : blocks_fp32 + head_fp32;
+  if (gpu) {
+    // Blocks are built on the host in float32 and placed; the device keeps what the plan keeps.
+    const std::int64_t full_device = (blocks_fp32 + head_fp32) / 4 * dsize;
+    add("weights", keep_full && !keep_schemes ? full_kept : largest_block + conversion + Vb * D * 4,
+        keep_full ? full_device : 2 * largest_block / 4 * dsize + Vb * D * dsize);
+    add("scheme_layers", schemes_layer + transient, keep_schemes ? schemes_all + transient : 2 * schemes_layer + transient / 4 * dsize);
+  } else {
+    add("weights", keep_full ? full_kept + conversion : largest_block + conversion + 2 * Vb * D * 4, 0);
+    add("scheme_layers", (keep_schemes ? schemes_all : schemes_layer) + transient, 0);
+  }
+  if (heads > 0) add("quantised_heads", heads + head_fp32, gpu ? heads : 0);
+
+  // Activations of one batch in flight: a block's intermediates (q, k, v, attention output, MLP
+  // up/gate/hidden, norms; twice, for the per-sequence GEMM outputs stacked), the attention
+  // probabilities an observer asks for, the statistics' float64 copies, and the head's logits
+  // blocks (scheme, full precision and their exponentials).
+  const bool any_attention = std::any_of(in.attention_statistics.begin(), in.attention_statistics.end(), [](bool b) { return b; });
+  const std::int64_t working = 2 * B * L * (qkv + attn + 3 * F + 4 * D) * dsize;
+  const std::int64_t probs = any_attention ? 2 * B * c.n_heads * L * L * 4 : 0;
+  const std::int64_t stats = B * L * D * 8;
+  const std::int64_t logits = 6 * B * (L - 1) * Vb * 4;
+  if (gpu) {
+    add("batch_activations", stats + B * L * D * 4, working + probs + logits);
+  } else {
+    add("batch_activations", working + probs + stats + logits, 0);
+  }
+  // Per window of the chunk: every scheme's residual stream (then its head input), the whole
+  // logits of rewritten heads, and the scorer's per-token state.
+  std::int64_t per_window = S * L * D * dsize + L * S * 48;
+  for (const auto& spec : in.schemes)
+    if (spec && (spec->quantize_lm_head || spec->selects("lm_head"))) per_window += (L - 1) * V * 4;
+  if (gpu) {
+    t.per_window_device = per_window;
+    t.per_window_host = L * 64;
+  } else {
+    t.per_window_host = per_window;
+  }
+  t.breakdown["per_window"] = gpu ? nlohmann::json{{"host", t.per_window_host}, {"device", t.per_window_device}}
+                                  : nlohmann::json(t.per_window_host);
+  return t;
+}
+
+PlanEstimate estimate(const PlanInputs& in, const MemoryBudget& budget, const std::string& name, std::int64_t forced_chunk) {
+  const Terms t = plan_terms(in, name);
+  PlanEstimate e;
+  e.plan.name = name;
+  e.plan.keep_full_blocks = name != "streamed";
+  e.plan.keep_scheme_blocks = name == "resident";
+  // On a GPU the host is idle while a layer computes: it reads and quantises the next one meanwhile.
+  e.plan.prefetch_next_layer = !in.placement.on_cpu() && name != "resident";
+  const std::int64_t B = in.batch_size;
+  const std::int64_t all = in.windows > 0 ? (in.windows + B - 1) / B * B : B;
+  std::int64_t chunk = B;
+  if (forced_chunk > 0) {
+    chunk = std::max(B, round_down(forced_chunk, B));
+  } else if (name != "resident") {
+    // As many windows as fit, so the checkpoint is read (and the schemes rebuilt) as few times as possible.
+    std::int64_t fit = all;
+    if (t.per_window_host > 0) fit = std::min(fit, (budget.host - t.fixed_host) / t.per_window_host);
+    if (budget.device > 0 && t.per_window_device > 0)
+      fit = std::min(fit, (budget.device - t.fixed_device) / t.per_window_device);
+    chunk = std::max(B, round_down(fit, B));
+  }
+  e.plan.chunk_windows = chunk;
+  e.host_bytes = t.fixed_host + t.per_window_host * chunk;
+  e.device_bytes = in.placement.on_cpu() ? 0 : t.fixed_device + t.per_window_device * chunk;
+  e.breakdown = t.breakdown;
+  e.fits = e.host_bytes <= budget.host && (in.placement.on_cpu() || e.device_bytes <= budget.device);
+  return e;
+}
+
+std::string plan_needs(const PlanEstimate& e, bool gpu) {
+  return gpu ? fmt::format("{} needs ~{} host and ~{} device", e.plan.name, format_bytes(e.host_bytes),
+                           format_bytes(e.device_bytes))
+             : fmt::format("{} needs ~{}", e.plan.name, format_bytes(e.host_bytes));
+}
+
+}  // namespace
+
+MemoryBudget memory_budget(std::int64_t max_memory, std::int64_t max_device_memory, const Placement& placement) {
+  MemoryBudget b;
+  const HostMemory host = read_host_memory();
+  b.host = host.usable();
+  b.host_source = host.usable_source();
+  if (max_memory > 0 && max_memory < b.host) {
+    b.host = max_memory;
+    b.host_source = fmt::format("--max-memory {}", format_bytes(max_memory));
+  }
+  if (!placement.on_cpu()) {
+    const kernels::DeviceMemory device = kernels::device_memory(placement.device);
+    b.device = device.free;
+    b.device_source = fmt::format("free on {}: {} of {}", placement.device.str(), format_bytes(device.free), format_bytes(device.total));
+    if (max_device_memory > 0 && max_device_memory < b.device) {
+      b.device = max_device_memory;
+      b.device_source = fmt::format("--max-device-memory {}", format_bytes(max_device_memory));
+    }
+  }
+  return b;
+}
+
+std::vector<PlanEstimate> estimate_plans(const PlanInputs& inputs, const MemoryBudget& budget) {
+  std::vector<PlanEstimate> out;
+  for (const char* name : {"resident", "resident-weights", "streamed"}) out.push_back(estimate(inputs, budget, name, 0));
+  return out;
+}
+
+PlanEstimate choose_plan(const PlanInputs& inputs, const MemoryBudget& budget, const std::string& forced,
+                         std::int64_t chunk_windows) {
+  const bool gpu = !inputs.placement.on_cpu();
+  if (!forced.empty() && forced != "auto") {
+    QEVAL_CHECK(forced == "resident" || forced == "resident-weights" || forced == "streamed",
+                "--plan '{}': expected auto, resident, resident-weights or streamed", forced);
+    PlanEstimate e = estimate(inputs, budget, forced, chunk_windows);
+    const bool host_short = e.host_bytes > budget.host;
+    QEVAL_CHECK(e.fits, "--plan {}{}: {}, more than the {} available ({}); no weight was read", forced,
+                chunk_windows > 0 ? fmt::format(" --chunk-windows {}", chunk_windows) : "", plan_needs(e, gpu),
+                format_bytes(host_short ? budget.host : budget.device), host_short ? budget.host_source : budget.device_source);
+    return e;
+  }
+  std::vector<PlanEstimate> plans = estimate_plans(inputs, budget);
+  if (chunk_windows > 0)
+    for (auto& p : plans) p = estimate(inputs, budget, p.plan.name, p.plan.name == "resident" ? 0 : chunk_windows);
+  for (const PlanEstimate& p : plans)
+    if (p.fits) return p;
+  std::string needs;
+  for (const PlanEstimate& p : plans) needs += (needs.empty() ? "" : "; ") + plan_needs(p, gpu);
+  const PlanEstimate& smallest = plans.back();
+  fail("no evaluation plan fits in the memory available: {} available ({}){}; {} (the smallest: streamed, one "
+       "batch of {} window(s) of {} tokens at a time). Lower --batch-size or --seq-len, evaluate fewer schemes at once, "
+       "or raise --max-memory; no weight was read",
+       format_bytes(budget.host), budget.host_source,
+       gpu ? fmt::format(", {} on the device ({})", format_bytes(budget.device), budget.device_source) : "", needs,
+       smallest.plan.chunk_windows, inputs.seq_len);
+}
+
+std::string describe(const PlanEstimate& e, const MemoryBudget& budget) {
+  const std::string chunk = e.plan.name == "resident"
+                                ? fmt::format("batches of {} window(s), every layer kept", e.plan.chunk_windows)
+                                : fmt::format("chunks of {} window(s), {}", e.plan.chunk_windows,
+                                              e.plan.keep_full_blocks ? "full precision kept, each scheme's layers built per chunk"
+                                                                      : "each layer read from the checkpoint per chunk");
+  std::string line = fmt::format("plan: {}, {}; peak ~{} of {} ({})", e.plan.name, chunk, format_bytes(e.host_bytes),
+                                 format_bytes(budget.host), budget.host_source);
+  if (e.device_bytes > 0)
+    line += fmt::format("; device ~{} of {} ({})", format_bytes(e.device_bytes), format_bytes(budget.device), budget.device_source);
+  return line;
+}
+
+nlohmann::json plan_record(const PlanEstimate& e, const MemoryBudget& budget) {
+  nlohmann::json j = {{"name", e.plan.name},
+                      {"chunk_windows", e.plan.chunk_windows},
+                      {"keep_full_blocks", e.plan.keep_full_blocks},
+                      {"keep_scheme_blocks", e.plan.keep_scheme_blocks},
+                      {"prefetch_next_layer", e.plan.prefetch_next_layer},
+                      {"estimated_peak_host_bytes", e.host_bytes},
+                      {"host_budget_bytes", budget.host},
+                      {"host_budget_source", budget.host_source},
+                      {"breakdown", e.breakdown},
+                      {"note", "results do not depend on the plan (DESIGN.md §11)"}};
+  if (e.device_bytes > 0) {
+    j["estimated_peak_device_bytes"] = e.device_bytes;
+    j["device_budget_bytes"] = budget.device;
+    j["device_budget_source"] = budget.device_source;
+  }
+  return j;
+}
+
+}  // namespace qeval

@@ -1,0 +1,183 @@
+#include "eval/vocab_scoring.h"
+
+#include <ATen/Parallel.h>
+
+#include <limits>
+
+#include "common/error.h"
+
+namespace qeval {
+namespace {
+
+template <typename T>
+void ordered_sums(const T* data, std::int64_t R, std::int64_t n, double* out) {
+  at::parallel_for(0, R, 16, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const T* p = data + r * n;
+      double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      std::int64_t v = 0;
+      for (; v + 8 <= n; v += 8)
+        for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(p[v + k]);
+      for (; v < n; ++v) lane[v & 7] += static_cast<double>(p[v]);
+      double sum = 0;
+      for (double l : lane) sum += l;
+      out[r] = sum;
+    }
+  });
+}
+
+// Row sums in float64: ordered on the CPU, LibTorch's reduction elsewhere.
+at::Tensor row_sums(const at::Tensor& x) {
+  if (!x.is_cpu()) return x.sum(at::IntArrayRef{-1}, /*keepdim=*/false, at::kDouble);
+  return ordered_row_sums(x);
+}
+
+}  // namespace
+
+at::Tensor ordered_row_sums(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2 && x.is_cpu(), "ordered_row_sums: expected a CPU [R, n] tensor, got ", x.sizes());
+  const at::Tensor c = x.contiguous();
+  const std::int64_t R = c.size(0), n = c.size(1);
+  at::Tensor out = at::empty({R}, at::TensorOptions().dtype(at::kDouble));
+  if (c.scalar_type() == at::kFloat)
+    ordered_sums(c.data_ptr<float>(), R, n, out.data_ptr<double>());
+  else if (c.scalar_type() == at::kDouble)
+    ordered_sums(c.data_ptr<double>(), R, n, out.data_ptr<double>());
+  else
+    TORCH_CHECK(false, "ordered_row_sums: expected float32 or float64, got ", c.scalar_type());
+  return out;
+}
+
+VocabScorer::VocabScorer(const at::Tensor& targets, std::size_t schemes) : running_(schemes) {
+  TORCH_CHECK(targets.dim() == 2 && targets.size(1) >= 1, "VocabScorer: targets must be [B, L] with L >= 1, got ",
+              targets.sizes());
+  TORCH_CHECK(schemes >= 1, "VocabScorer: no scheme to score");
+  B_ = targets.size(0);
+  P_ = targets.size(1) - 1;
+  targets_ = targets.narrow(1, 1, P_).to(at::kLong).reshape({-1}).contiguous();  // position p predicts token p + 1
+}
+
+void VocabScorer::add(std::size_t s, std::int64_t begin, const at::Tensor& logits) {
+  TORCH_CHECK(s < running_.size(), "VocabScorer: scheme ", s, " of ", running_.size());
+  TORCH_CHECK(logits.dim() == 3 && logits.size(0) == B_ && logits.size(1) == P_,
+              "VocabScorer: logits must be [", B_, ", ", P_, ", n], got ", logits.sizes());
+  const std::int64_t R = B_ * P_, n = logits.size(2);
+  const at::Tensor l = logits.reshape({R, n}).to(at::kFloat).contiguous();
+  if (targets_.device() != l.device()) targets_ = targets_.to(l.device());
+  Running& r = running_[s];
+  if (!r.m.defined()) {
+    const auto f32 = l.options().dtype(at::kFloat);
+    const auto f64 = l.options().dtype(at::kDouble);
+    r.m = at::full({R}, -std::numeric_limits<float>::infinity(), f32);
+    r.S = at::zeros({R}, f64);
+    r.A = at::zeros({R}, f64);
+    r.target = at::full({R}, std::numeric_limits<float>::quiet_NaN(), f32);
+    r.best = at::full({R}, -std::numeric_limits<float>::infinity(), f32);
+    r.best_index = at::zeros({R}, l.options().dtype(at::kLong));
+  }
+  if (s == 0) {
+    TORCH_CHECK(begin > block_begin_, "VocabScorer: vocabulary blocks must come in ascending order");
+    block_begin_ = begin;
+  } else {
+    TORCH_CHECK(begin == block_begin_, "VocabScorer: scheme ", s, " sent rows from ", begin,
+                " before full precision's block of them (", block_begin_, ")");
+  }
+  at::Tensor block_max, block_arg;
+  std::tie(block_max, block_arg) = l.max(-1);
+  // Top-1: a later block wins only when strictly larger, so ties go to the lowest index.
+  const at::Tensor better = block_max > r.best;
+  r.best = at::where(better, block_max, r.best);
+  r.best_index = at::where(better, block_arg + begin, r.best_index);
+  const at::Tensor in_block = (targets_ >= begin).logical_and(targets_ < begin + n);
+  const at::Tensor local = (targets_ - begin).clamp(0, n - 1).unsqueeze(1);
+  r.target = at::where(in_block, l.gather(1, local).squeeze(1), r.target);
+
+  const at::Tensor m_new = at::maximum(r.m, block_max);
+  const at::Tensor rescale = (r.m.to(at::kDouble) - m_new.to(at::kDouble)).exp();  // exp(−inf) = 0 on the first block
+  const at::Tensor e = (l - m_new.unsqueeze(1)).exp();
+  r.S = r.S * rescale + row_sums(e);
+  r.m = m_new;
+  if (s == 0) {
+    if (running_.size() > 1) {
+      full_logits_ = l;
+      full_exp_ = e;
+      full_rescale_ = rescale;
+    }
+  } else {
+    r.A = r.A * full_rescale_ + row_sums(full_exp_ * (full_logits_ - l));
+  }
+}
+
+void VocabScorer::end_block() {
+  full_logits_ = at::Tensor();
+  full_exp_ = at::Tensor();
+}
+
+std::vector<TokenValues> VocabScorer::finish() const {
+  std::vector<TokenValues> out(running_.size());
+  if (P_ == 0) {  // a one-token window predicts nothing
+    for (TokenValues& v : out) {
+      v.nll = v.kl = v.dp = at::zeros({B_, 0}, at::kDouble);
+      v.agree = at::zeros({B_, 0}, at::kLong);
+    }
+    return out;
+  }
+  const Running& f = running_.front();
+  TORCH_CHECK(f.m.defined(), "VocabScorer: no logits were added");
+  const at::Tensor Z_f = f.m.to(at::kDouble) + f.S.log();
+  const at::Tensor t_f = f.target.to(at::kDouble);
+  for (std::size_t s = 0; s < running_.size(); ++s) {
+    const Running& r = running_[s];
+    TORCH_CHECK(r.m.defined(), "VocabScorer: scheme ", s, " was never scored");
+    const at::Tensor Z = r.m.to(at::kDouble) + r.S.log();
+    const at::Tensor t = r.target.to(at::kDouble);
+    TokenValues& v = out[s];
+    v.nll = (Z - t);
+    if (s == 0) {
+      v.kl = at::zeros_like(v.nll);
+      v.dp = at::zeros_like(v.nll);
+      v.agree = at::ones_like(v.nll, v.nll.options().dtype(at::kLong));
+    } else {
+      v.kl = r.A / f.S - Z_f + Z;
+      v.dp = (t - Z).exp() - (t_f - Z_f).exp();
+      v.agree = r.best_index.eq(f.best_index).to(at::kLong);
+    }
+    for (at::Tensor* x : {&v.nll, &v.kl, &v.dp, &v.agree}) *x = x->reshape({B_, P_}).cpu().contiguous();
+  }
+  return out;
+}
+
+std::vector<WindowScores> window_rows(const TokenValues& scheme, const TokenValues& full,
+                                      const std::vector<std::int64_t>& first_scored) {
+  const bool paired = &scheme != &full;
+  const std::int64_t B = scheme.nll.size(0), P = scheme.nll.size(1);
+  TORCH_CHECK(static_cast<std::int64_t>(first_scored.size()) == B, "window_rows: first_scored has ", first_scored.size(),
+              " entries for a batch of ", B);
+  std::vector<WindowScores> rows(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    WindowScores& r = rows[static_cast<std::size_t>(b)];
+    const std::int64_t from = first_scored[static_cast<std::size_t>(b)] - 1;  // prediction index of the first scored target
+    TORCH_CHECK(from >= 0 && from <= P, "window_rows: first scored position ", from + 1, " outside a window of ", P + 1);
+    const double* n = scheme.nll.data_ptr<double>() + b * P;
+    const double* fn = full.nll.data_ptr<double>() + b * P;
+    const double* k = scheme.kl.data_ptr<double>() + b * P;
+    const double* d = scheme.dp.data_ptr<double>() + b * P;
+    const std::int64_t* a = scheme.agree.data_ptr<std::int64_t>() + b * P;
+    for (std::int64_t p = from; p < P; ++p) {
+      r.tokens += 1;
+      r.nll_sum += n[p];
+      r.nll_sq_sum += n[p] * n[p];
+      if (!paired) continue;
+      const double diff = n[p] - fn[p];
+      r.diff_sum += diff;
+      r.diff_sq_sum += diff * diff;
+      r.kl_sum += k[p];
+      r.top1_agree += a[p];
+      r.dp_sum += d[p];
+    }
+    if (!paired) r.top1_agree = r.tokens;  // full precision agrees with itself
+  }
+  return rows;
+}
+
+}  // namespace qeval

@@ -1,0 +1,86 @@
+// Scoring against full precision over the vocabulary in blocks (DESIGN.md §4, §6, §11): the
+// LM head's rows come in blocks of kVocabBlock, and every per-token quantity is an online
+// reduction over them, so logits for the whole vocabulary never exist at once beyond a block.
+//
+// Per scored position p (its distribution predicts token t = the window's token p + 1), for every
+// scheme s and full precision f, with l the logits over the vocabulary:
+//   m_s        running max of l_s                    (rescales the sums below as it grows)
+//   S_s        Σ_v exp(l_s(v) − m_s)                 log-sum-exp Z_s = m_s + log S_s
+//   A_s        Σ_v exp(l_f(v) − m_f) (l_f(v) − l_s(v))   so Σ_v p_f (l_f − l_s) = A_s / S_f
+//   argmax_s   first index of the largest logit (a later block wins only when strictly larger)
+// and at the end
+//   NLL_s = Z_s − l_s(t)
+//   KL(P_f ‖ P_s) = Σ_v p_f (log p_f − log p_s) = A_s / S_f − Z_f + Z_s
+//   Δp_s = exp(l_s(t) − Z_s) − exp(l_f(t) − Z_f),   top-1 agreement: argmax_s = argmax_f.
+// The exponentials are float32 (LibTorch's vectorised exp, as log_softmax uses); every sum runs in
+// float64. On the CPU each position's sums run in a fixed order (eight lanes over the block, then
+// the lanes, then block after block), so the values do not depend on the thread count, the batch
+// size or the plan; on a GPU they are LibTorch reductions in float64 (the record says GPU results
+// may differ in the last bits for another batch size).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "eval/token_scores.h"
+
+namespace qeval {
+
+// Rows of the LM head per block. A constant, not a plan parameter: the blocks decide the order of
+// the sums, so every plan (and every machine's memory) must use the same ones.
+inline constexpr std::int64_t kVocabBlock = 8192;
+
+// Per-token values of one scheme on one batch, [B, L − 1] (position p predicts token p + 1), on
+// the CPU: nll, kl and dp float64, agree int64 (1 when top-1 agrees). kl, dp and agree are zeros,
+// zeros and ones for full precision itself.
+struct TokenValues {
+  at::Tensor nll, kl, dp, agree;
+};
+
+class VocabScorer {
+ public:
+  // targets [B, L] token ids of the batch; `schemes` scored, scheme 0 being full precision.
+  VocabScorer(const at::Tensor& targets, std::size_t schemes);
+
+  // Logits of scheme s for vocabulary rows [begin, begin + n): [B, L − 1, n] (the prediction
+  // positions only), any float dtype and device. Blocks come in ascending order and, within a
+  // block, scheme 0 first.
+  void add(std::size_t s, std::int64_t begin, const at::Tensor& logits);
+  // Every scheme has had the current block: full precision's block is no longer needed.
+  void end_block();
+
+  // After every block of every scheme: the per-token values of each scheme.
+  std::vector<TokenValues> finish() const;
+
+ private:
+  struct Running {
+    at::Tensor m;       // [R] float32 running max (starts at −inf)
+    at::Tensor S;       // [R] float64
+    at::Tensor A;       // [R] float64 (schemes other than full precision)
+    at::Tensor target;  // [R] float32 logit of the target token
+    at::Tensor best;    // [R] float32 largest logit
+    at::Tensor best_index;  // [R] int64
+  };
+  at::Tensor targets_;     // [R] int64, R = B·(L − 1), on the logits' device once known
+  std::int64_t B_ = 0, P_ = 0;
+  std::vector<Running> running_;
+  // Full precision's current block: its logits and exp(l_f − m_f) with the new max, for the
+  // schemes' A (the blocks of scheme 0 come first).
+  at::Tensor full_logits_, full_exp_, full_rescale_;  // [R, n] float, [R, n] float, [R] float64
+  std::int64_t block_begin_ = -1;
+};
+
+// The window rows of one scheme's batch: sums over each window's scored positions in position
+// order (first_scored[b]: the first scored token's position). `full` is full precision's values;
+// passing the same object as `scheme` scores full precision itself (no paired sums).
+std::vector<WindowScores> window_rows(const TokenValues& scheme, const TokenValues& full,
+                                      const std::vector<std::int64_t>& first_scored);
+
+// Σ over the last axis of x [R, n] (float32 or float64, CPU, contiguous) in float64, each row
+// in a fixed order: eight lanes v ≡ k (mod 8) summed in index order, then the lanes in order.
+// Parallel over rows; the result does not depend on the thread count.
+at::Tensor ordered_row_sums(const at::Tensor& x);
+
+}  // namespace qeval

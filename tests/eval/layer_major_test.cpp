@@ -1,0 +1,275 @@
+// Layer-major evaluation (DESIGN.md §11): every plan gives the window-major result bit for bit
+// (rows, statistics, per-token values), from a checkpoint read by parts or from memory; the
+// vocabulary-blocked scoring agrees with a float64 log-softmax; the memory planner picks the
+// fastest plan that fits and refuses with numbers when none does; non-finite weights and
+// activations never yield a number.
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "eval/evaluator.h"
+#include "eval/memory_plan.h"
+#include "eval/schemes.h"
+#include "eval/statistics.h"
+#include "eval/vocab_scoring.h"
+#include "loaders/checkpoints/model_reader.h"
+#include "loaders/checkpoints/qeval_checkpoint.h"
+#include "loaders/protocols/protocol.h"
+#include "tests/support/test_data.h"
+#include "tests/support/test_models.h"
+
+namespace qeval {
+namespace {
+
+// --- vocabulary-blocked scoring -------------------------------------------------------------
+
+// The float64 reference: log-softmax over the whole vocabulary.
+struct Reference {
+  at::Tensor nll, kl, dp, agree;  // [B, P]
+};
+Reference reference(const at::Tensor& logits, const at::Tensor& full_logits, const at::Tensor& targets) {
+  const std::int64_t P = logits.size(1) - 1;
+  at::Tensor lp = at::log_softmax(logits.narrow(1, 0, P).to(at::kDouble), -1);
+  at::Tensor lf = at::log_softmax(full_logits.narrow(1, 0, P).to(at::kDouble), -1);
+  at::Tensor next = targets.narrow(1, 1, P).unsqueeze(-1);
+  Reference r;
+  r.nll = -lp.gather(-1, next).squeeze(-1);
+  const at::Tensor nll_f = -lf.gather(-1, next).squeeze(-1);
+  r.kl = (lf.exp() * (lf - lp)).sum(-1);
+  r.dp = (-r.nll).exp() - (-nll_f).exp();
+  r.agree = lp.argmax(-1).eq(lf.argmax(-1)).to(at::kLong);
+  return r;
+}
+
+std::vector<TokenValues> score_in_blocks(const std::vector<at::Tensor>& logits, const at::Tensor& targets, std::int64_t block) {
+  VocabScorer scorer(targets, logits.size());
+  const std::int64_t V = logits[0].size(2), P = logits[0].size(1) - 1;
+  for (std::int64_t begin = 0; begin < V; begin += block) {
+    const std::int64_t n = std::min(block, V - begin);
+    for (std::size_t s = 0; s < logits.size(); ++s) scorer.add(s, begin, logits[s].narrow(1, 0, P).narrow(2, begin, n));
+    scorer.end_block();
+  }
+  return scorer.finish();
+}
+
+TEST(VocabScorer, BlockedScoresMatchAFloat64LogSoftmax) {
+  at::manual_seed(3);
+  const std::int64_t B = 2, L = 6, V = 2 * kVocabBlock + 37;
+  const at::Tensor full = 4 * at::randn({B, L, V});
+  const at::Tensor near = full + 0.05 * at::randn({B, L, V});
+  const at::Tensor far = full + 2.0 * at::randn({B, L, V});
+  const at::Tensor targets = at::randint(V, {B, L}, at::kLong);
+  const auto values = score_in_blocks({full, near, far}, targets, kVocabBlock);
+  for (std::size_t s = 0; s < 3; ++s) {
+    const at::Tensor& logits = s == 0 ? full : s == 1 ? near : far;
+    const Reference r = reference(logits, full, targets);
+    EXPECT_TRUE(test::tensors_close(values[s].nll, r.nll, 2e-6, 1e-6)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_close(values[s].kl, s == 0 ? at::zeros_like(r.kl) : r.kl, 2e-6, 1e-5)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_close(values[s].dp, s == 0 ? at::zeros_like(r.dp) : r.dp, 1e-7)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_equal(values[s].agree, r.agree)) << "scheme " << s;
+  }
+  // The near scheme's KL is small and positive: no cancellation took it below zero.
+  EXPECT_GT(values[1].kl.min().item<double>(), 0.0);
+}
+
+TEST(VocabScorer, TiesGoToTheLowestIndexAcrossBlocks) {
+  const std::int64_t V = kVocabBlock + 10;
+  at::Tensor full = at::zeros({1, 2, V});
+  full[0][0][3] = 5;
+  full[0][0][kVocabBlock + 2] = 5;  // the same maximum in a later block
+  at::Tensor other = at::zeros({1, 2, V});
+  other[0][0][kVocabBlock + 2] = 5;
+  const at::Tensor targets = at::zeros({1, 2}, at::kLong);
+  const auto values = score_in_blocks({full, other}, targets, kVocabBlock);
+  EXPECT_EQ(values[1].agree[0][0].item<std::int64_t>(), 0);  // full's argmax is 3, the other's kVocabBlock + 2
+}
+
+TEST(VocabScorer, HandComputedNllKlAndAgreement) {
+  // One window of 3 positions over a vocabulary of 2; targets [x, 0, 1] (as the old score_batch test).
+  at::Tensor full = at::log(at::tensor({0.5, 0.5, 0.9, 0.1, 0.2, 0.8}, at::kFloat)).reshape({1, 3, 2});
+  at::Tensor q = at::log(at::tensor({0.5, 0.5, 0.6, 0.4, 0.7, 0.3}, at::kFloat)).reshape({1, 3, 2});
+  at::Tensor targets = at::tensor({0, 0, 1}, at::kLong).reshape({1, 3});
+  const auto values = score_in_blocks({full, q}, targets, kVocabBlock);
+  auto rows = window_rows(values[1], values[0], {1});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].tokens, 2);
+  EXPECT_NEAR(rows[0].nll_sum, -std::log(0.5) - std::log(0.4), 1e-6);
+  EXPECT_NEAR(rows[0].diff_sum, (-std::log(0.5) + std::log(0.5)) + (-std::log(0.4) + std::log(0.1)), 1e-6);
+  EXPECT_NEAR(rows[0].kl_sum, 0.9 * std::log(0.9 / 0.6) + 0.1 * std::log(0.1 / 0.4), 1e-6);
+  EXPECT_EQ(rows[0].top1_agree, 2);  // position 0 ties at index 0 in both; position 1: 0 vs 0
+  EXPECT_NEAR(rows[0].dp_sum, (0.5 - 0.5) + (0.4 - 0.1), 1e-6);
+  const auto self = window_rows(values[0], values[0], {1});
+  EXPECT_EQ(self[0].top1_agree, self[0].tokens);
+  EXPECT_EQ(self[0].kl_sum, 0.0);
+}
+
+TEST(VocabScorer, OrderedRowSumsDoNotDependOnTheThreadCount) {
+  at::manual_seed(5);
+  const at::Tensor x = at::randn({37, 1003});
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor one = ordered_row_sums(x);
+  at::set_num_threads(2);
+  const at::Tensor two = ordered_row_sums(x);
+  at::set_num_threads(threads);
+  EXPECT_TRUE(test::tensors_equal(one, two));
+  EXPECT_TRUE(test::tensors_close(one, x.to(at::kDouble).sum(-1), 1e-10));
+}
+
+// --- every plan gives the same bits -----------------------------------------------------------
+
+const std::vector<std::string> kDocs = {
+    "the quick brown fox jumps over the lazy dog and runs far away into the woods",
+    "pack my box with five dozen liquor jugs, then carry it up the hill to the old mill",
+    "sphinx of black quartz, judge my vow; how vexingly quick daft zebras jump",
+    "a wizard's job is to vex chumps quickly in fog while the jukebox plays",
+    "how razorback-jumping frogs can level six piqued gymnasts at the fair"};
+
+struct PlanRun {
+  EvalResult result;
+  std::vector<nlohmann::json> statistics;
+};
+
+// The random model's vocabulary spans two vocabulary blocks, so the head runs in blocks.
+constexpr std::int64_t kVocab = kVocabBlock + 300;
+
+PlanRun evaluate_with(ModelReader& reader, const EvalPlan& plan, std::int64_t batch) {
+  SchemeOptions so;
+  so.stats_for = StatsFor::all;
+  PreparedSchemes prepared =
+      make_schemes(reader.config(), {"full", "int8-coarse", "int8-fine", "int8-vectorwise", "w4-zeropoint-g128"}, so);
+  test::ByteTokenizer tok(reader.config().vocab_size);
+  ProtocolSpec spec;
+  spec.seq_len = 24;
+  WindowStream stream(std::make_unique<test::ListDocuments>(kDocs), tok, spec);
+  EvalOptions options;
+  options.batch_size = batch;
+  options.progress = false;
+  options.plan = plan;
+  PlanRun run;
+  run.result = evaluate(reader, prepared.schemes, stream, options);
+  run.statistics = prepared.statistics_summaries();
+  return run;
+}
+
+void expect_same_bits(const PlanRun& a, const PlanRun& b, const std::string& what) {
+  ASSERT_EQ(a.result.schemes.size(), b.result.schemes.size()) << what;
+  EXPECT_EQ(a.result.token_stream_hash(), b.result.token_stream_hash()) << what;
+  for (std::size_t s = 0; s < a.result.schemes.size(); ++s) {
+    ASSERT_EQ(a.result.schemes[s].rows.size(), b.result.schemes[s].rows.size()) << what;
+    for (const auto& [w, row] : a.result.schemes[s].rows)
+      EXPECT_EQ(row.to_json().dump(), b.result.schemes[s].rows.at(w).to_json().dump()) << what << ": scheme " << s << " window " << w;
+    EXPECT_EQ(a.statistics[s].dump(), b.statistics[s].dump()) << what << ": statistics of scheme " << s;
+  }
+}
+
+EvalPlan plan_of(const std::string& name, std::int64_t chunk) {
+  EvalPlan p;
+  p.name = name;
+  p.keep_full_blocks = name != "streamed";
+  p.keep_scheme_blocks = name == "resident";
+  p.chunk_windows = chunk;
+  return p;
+}
+
+TEST(LayerMajor, EveryPlanAndChunkGivesTheWindowMajorBits) {
+  for (bool gpt2 : {false, true}) {
+    SCOPED_TRACE(gpt2 ? "gpt2-style" : "llama-style");
+    const Transformer model = test::random_transformer(11, gpt2, kVocab, 32, 3);
+    test::TempDir dir;
+    save_qeval_checkpoint(dir.path(), model.config(), model.weights());
+    std::unique_ptr<ModelReader> file = open_checkpoint(dir.path());  // read by offset, part by part
+    std::unique_ptr<ModelReader> memory = transformer_reader(model);
+    const PlanRun baseline = evaluate_with(*memory, plan_of("resident", 0), 1);
+    ASSERT_GT(baseline.result.windows, 4);
+    expect_same_bits(baseline, evaluate_with(*file, plan_of("resident", 0), 1), "resident from the file");
+    expect_same_bits(baseline, evaluate_with(*file, plan_of("streamed", 2), 2), "streamed, chunks of 2, batch 2");
+    expect_same_bits(baseline, evaluate_with(*file, plan_of("streamed", 100), 1), "streamed, one chunk");
+    expect_same_bits(baseline, evaluate_with(*memory, plan_of("resident-weights", 3), 1), "resident-weights, chunks of 3");
+    EvalPlan prefetching = plan_of("streamed", 4);
+    prefetching.prefetch_next_layer = true;  // what GPU plans do: the next layer read and rewritten on another thread
+    expect_same_bits(baseline, evaluate_with(*file, prefetching, 2), "streamed with the next layer prefetched");
+  }
+}
+
+TEST(LayerMajor, ReaderPartsEqualTheWholeLoad) {
+  const Transformer model = test::random_transformer(12, false, 300, 32, 2);
+  test::TempDir dir;
+  save_qeval_checkpoint(dir.path(), model.config(), model.weights());
+  std::unique_ptr<ModelReader> reader = open_checkpoint(dir.path());
+  const LoadedCheckpoint whole = load_checkpoint(dir.path());
+  const at::Tensor ids = at::tensor({5, 299, 5, 0, 17}, at::kLong);
+  EXPECT_TRUE(test::tensors_equal(reader->token_embedding_rows(ids), whole.weights.token_embedding.index_select(0, ids)));
+  EXPECT_TRUE(test::tensors_equal(reader->lm_head_rows(100, 50), whole.weights.lm_head.narrow(0, 100, 50)));
+  const BlockWeights b = reader->block(1);
+  EXPECT_TRUE(test::tensors_equal(b.down.weight, whole.weights.blocks[1].down.weight));
+  EXPECT_TRUE(test::tensors_equal(b.attn_norm.weight, whole.weights.blocks[1].attn_norm.weight));
+  const PartSizes& sizes = reader->part_sizes();
+  ASSERT_EQ(sizes.blocks.size(), 2u);
+  const std::int64_t D = 32, F = 96, kv = 2 * 8;
+  EXPECT_EQ(sizes.blocks[0], (2 * D + D * D + 2 * kv * D + D * D + 3 * F * D) * 4);
+  EXPECT_EQ(sizes.token_embedding, 300 * D * 4);
+  EXPECT_EQ(sizes.lm_head, 300 * D * 4);
+}
+
+// --- the memory planner -------------------------------------------------------------------------
+
+PlanInputs plan_inputs_for(const ModelConfig& config, const PartSizes& parts, std::size_t quantised_schemes) {
+  PlanInputs in;
+  in.config = config;
+  in.parts = parts;
+  in.schemes.push_back(std::nullopt);
+  for (std::size_t i = 0; i < quantised_schemes; ++i) in.schemes.push_back(preset_scheme("int8-moderate"));
+  in.attention_statistics.assign(in.schemes.size(), false);
+  in.batch_size = 1;
+  in.seq_len = 128;
+  in.windows = 16;
+  return in;
+}
+
+TEST(MemoryPlan, TakesTheFastestPlanThatFitsAndRefusesWithNumbers) {
+  const Transformer model = test::random_transformer(13, false, 300, 64, 4);
+  std::unique_ptr<ModelReader> reader = transformer_reader(model);
+  PlanInputs in = plan_inputs_for(model.config(), reader->part_sizes(), 6);
+  const std::vector<PlanEstimate> plans = estimate_plans(in, {1ll << 40, "test", 0, ""});
+  ASSERT_EQ(plans.size(), 3u);
+  EXPECT_GT(plans[0].host_bytes, plans[2].host_bytes - plans[2].breakdown.at("per_window").get<std::int64_t>() * plans[2].plan.chunk_windows);
+  MemoryBudget roomy{1ll << 40, "test", 0, ""};
+  EXPECT_EQ(choose_plan(in, roomy).plan.name, "resident");
+  // Just below the resident plan's need: a plan that rebuilds the schemes per chunk.
+  MemoryBudget tight{plans[0].host_bytes - 1, "test cap", 0, ""};
+  const PlanEstimate chosen = choose_plan(in, tight);
+  EXPECT_NE(chosen.plan.name, "resident");
+  EXPECT_LE(chosen.host_bytes, tight.host);
+  MemoryBudget tiny{1 << 20, "test cap", 0, ""};
+  EXPECT_TRUE(test::throws_with([&] { choose_plan(in, tiny); },
+                                {"no evaluation plan fits", "1.00 MiB available (test cap)", "streamed needs", "no weight was read"}));
+  EXPECT_TRUE(test::throws_with([&] { choose_plan(in, tight, "resident"); }, {"--plan resident", "test cap"}));
+  // More schemes need more memory resident, but not streamed beyond one layer's worth.
+  PlanInputs more = plan_inputs_for(model.config(), reader->part_sizes(), 12);
+  const auto plans_more = estimate_plans(more, roomy);
+  EXPECT_GT(plans_more[0].host_bytes, plans[0].host_bytes);
+}
+
+// --- non-finite input yields no number ---------------------------------------------------------
+
+TEST(LayerMajor, NonFiniteWeightsAndActivationsAreRefusedByName) {
+  Transformer model = test::random_transformer(14, false, 64, 32, 2);
+  ModelWeights bad = model.weights();
+  bad.blocks[1].up.weight = bad.blocks[1].up.weight.clone();
+  bad.blocks[1].up.weight[3][7] = std::numeric_limits<float>::quiet_NaN();
+  const Transformer nan_model(model.config(), bad, "nan model");
+  EXPECT_TRUE(test::throws_with([&] { evaluate_with(*transformer_reader(nan_model), plan_of("resident", 0), 1); },
+                                {"layers.1.mlp.up.weight", "non-finite", "[3, 7]"}));
+  // Finite weights whose activations overflow: the scheme, the window and the first layer are named.
+  ModelWeights huge = model.weights();
+  huge.blocks[0].down.weight = at::full_like(huge.blocks[0].down.weight, 3e38f);  // finite, but its products are not
+  const Transformer overflow(model.config(), huge, "overflowing model");
+  EXPECT_TRUE(test::throws_with([&] { evaluate_with(*transformer_reader(overflow), plan_of("resident", 0), 1); },
+                                {"scheme full", "window 0", "NLL is not finite", "output of layer 0"}));
+}
+
+}  // namespace
+}  // namespace qeval
