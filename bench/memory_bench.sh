@@ -56,7 +56,7 @@ for m in "${models[@]}"; do
     llama-3.2-1b | llama-3-8b)
       dir="$cache/$m"
       [[ -f "$dir/config.json" ]] || /usr/bin/python3 "$root/bench/make_llama_checkpoint.py" --shape "$m" --out "$dir" >&2
-      args=(--model "$dir" --data "$dir/tokens.bin" --token-dtype uint32 --seq-len 128 --max-windows 1)
+      args=(--model "$dir" --data "$dir.tokens.bin" --token-dtype uint32 --seq-len 128 --max-windows 1)
       params=$([[ $m == llama-3-8b ]] && echo 8.0B || echo 1.24B) ;;
     *) echo "unknown model $m" >&2; exit 2 ;;
   esac

@@ -10,6 +10,7 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "common/model_cache.h"
+#include "common/host_memory.h"
 #include "common/sizes.h"
 #include "eval/model_transforms.h"
 #include "kernels/compute_threads.h"
@@ -230,6 +231,7 @@ PlanEstimate plan_evaluation(const EvalInputs& in, const EvalDataArgs& a, const 
   p.parts = in.model->part_sizes();
   p.reader_resident = in.model->resident_bytes();
   p.reader_in_memory = in.model->access() == "in memory";
+  p.process_rss = read_host_memory().rss;
   for (std::size_t i = 0; i < schemes.size(); ++i) {
     p.schemes.push_back(i < rewrites.size() && rewrites[i] ? std::optional<SchemeSpec>(rewrites[i]->spec()) : std::nullopt);
     p.attention_statistics.push_back(schemes[i].observer && schemes[i].observer->wants_attention(0));

@@ -16,9 +16,9 @@ std::vector<std::string> command_line;
 }
 
 int main(int argc, char** argv) {
-#ifndef QEVAL_WITH_JEMALLOC
-  qeval::keep_freed_memory_for_reuse();  // common/memory.h: no page faults on every window's logits
-#endif
+  // common/memory.h: no page faults on every window's logits under glibc's malloc; with jemalloc
+  // linked (CMakeLists.txt) malloc is jemalloc's and glibc's settings change nothing.
+  qeval::keep_freed_memory_for_reuse();
   qeval::cli::command_line.assign(argv, argv + argc);
   std::vector<std::string> args;
   try {

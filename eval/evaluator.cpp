@@ -88,9 +88,6 @@ class ModelParts {
       const EvalScheme& scheme = schemes_[s];
       std::optional<Block> prefetched = take_prefetched(s, layer);
       Block built = prefetched ? std::move(*prefetched) : scheme.rewrite_block ? scheme.rewrite_block(full) : full;
-      slot.same_as_full = !scheme.observer && !scheme.begin_batch && !scheme.wrap_block;
-      for (std::size_t i = 0; slot.same_as_full && i < full.linears().size(); ++i)
-        slot.same_as_full = built.linears()[i].linear == full.linears()[i].linear;
       if (!placement_.is_default()) built = built.placed(layer_cache(layer));
       if (scheme.wrap_block) built = scheme.wrap_block(built);
       slot.block.emplace(std::move(built));
@@ -100,9 +97,11 @@ class ModelParts {
 
   // Whether scheme s's block of `layer` is full precision's own (no linear rewritten, nothing
   // watching it), so that its stream, still full precision's, need not be computed apart.
-  bool same_as_full(std::size_t s, std::int64_t layer) {
-    block(s, layer);
-    return scheme_blocks_[s][static_cast<std::size_t>(layer)].same_as_full;
+  bool same_as_full(std::size_t s, std::int64_t layer) const {
+    const EvalScheme& scheme = schemes_[s];
+    if (scheme.observer || scheme.begin_batch || scheme.wrap_block) return false;
+    if (!scheme.rewrite_block) return true;
+    return scheme.rewrites_layer && !scheme.rewrites_layer(layer);
   }
 
   // Starts the host's work for `layer` on another thread: reading its weights and rewriting them
@@ -123,6 +122,12 @@ class ModelParts {
     });
   }
 
+  // Scheme s shares full precision's block of `layer`: its rewrite still sees the block (it selects
+  // nothing there, so nothing is quantised), so that its report lists every layer.
+  void note_shared(std::size_t s, std::int64_t layer) {
+    if (schemes_[s].rewrite_block) schemes_[s].rewrite_block(full_block(layer));
+  }
+
   // The plan is done with scheme s's block of `layer` for this chunk.
   void release(std::size_t s, std::int64_t layer) {
     if (!plan_.keep_scheme_blocks) scheme_blocks_[s][static_cast<std::size_t>(layer)].block.reset();
@@ -139,15 +144,17 @@ class ModelParts {
 
   at::Tensor head_input(const at::Tensor& x) const { return apply_norm(x, final_norm_, *config_); }
 
-  // Logits of scheme s for vocabulary rows [begin, begin + n) from its head input h [B, P, D].
-  // Schemes with a rewritten head compute whole logits once per batch (`whole`, kept by the caller).
-  at::Tensor logits(std::size_t s, const at::Tensor& h, std::int64_t begin, std::int64_t n, at::Tensor& whole) {
+  // Logits of scheme s for vocabulary rows [begin, begin + n) at prediction positions [p0, p0 + np),
+  // from its head input h [B, P, D]: [B, np, n]. Schemes with a rewritten head compute whole logits
+  // once per batch (`whole`, kept by the caller).
+  at::Tensor logits(std::size_t s, const at::Tensor& h, std::int64_t begin, std::int64_t n, std::int64_t p0,
+                    std::int64_t np, at::Tensor& whole) {
     const EvalScheme& scheme = schemes_[s];
     if (scheme.rewrite_head) {
       if (!whole.defined()) whole = final_soft_cap(rewritten_head(s).forward(h), *config_);
-      return whole.narrow(-1, begin, n);
+      return whole.narrow(1, p0, np).narrow(-1, begin, n);
     }
-    return final_soft_cap(head_block(begin, n).forward(h), *config_);
+    return final_soft_cap(head_block(begin, n).forward(h.narrow(1, p0, np)), *config_);
   }
   // The plan is done with the head's vocabulary blocks for this chunk.
   void release_head() {
@@ -235,7 +242,6 @@ class ModelParts {
   std::vector<std::optional<Block>> full_blocks_;
   struct Built {
     std::optional<Block> block;
-    bool same_as_full = false;
   };
   std::vector<std::vector<Built>> scheme_blocks_;  // [scheme][layer]
   std::map<std::int64_t, std::shared_ptr<const Linear>> head_blocks_;  // by first row
@@ -313,6 +319,8 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
       for (std::size_t s = 1; s < S; ++s)
         if (!x[s][0].defined() && !parts.same_as_full(s, layer))
           for (std::size_t b = 0; b < chunk.size(); ++b) x[s][b] = x[0][b].clone();  // the layer's input
+      for (std::size_t s = 1; s < S; ++s)
+        if (!x[s][0].defined()) parts.note_shared(s, layer);
       if (options.plan.prefetch_next_layer) {
         // Every block of this layer first (the schemes' rewrites are not shared between threads),
         // then the next layer's host work on another thread while this one computes.
@@ -324,7 +332,6 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
         EvalScheme& scheme = schemes[s];
         if (!x[s][0].defined()) {  // still full precision's stream: nothing of its own to run
           for (std::size_t b = 0; b < chunk.size(); ++b) finite[s][b].push_back(finite[0][b].back());
-          parts.release(s, layer);
           continue;
         }
         const Block& block = parts.block(s, layer);  // read, rewritten and placed when the plan reaches it
@@ -364,18 +371,23 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
       }
       for (std::size_t s = 0; s < S; ++s) x[s][b] = at::Tensor();
     }
+    // The head's GEMMs take kScoreRows positions at a time, so the logits in flight are one span
+    // of one block per scheme whatever the window length.
     for (std::int64_t begin = 0; begin < V; begin += kVocabBlock) {
       const std::int64_t n = std::min(kVocabBlock, V - begin);
       for (std::size_t b = 0; b < chunk.size(); ++b) {
-        if (chunk[b].length() < 2) continue;  // nothing to predict
-        for (std::size_t s = 0; s < S; ++s) {
-          const auto t0 = Clock::now();
-          scorers[b].add(s, begin, parts.logits(s, h[s][b], begin, n, whole[s][b]));
-          kernels::synchronize(options.placement.device);
-          result.schemes[s].forward_seconds += seconds_since(t0);
+        const std::int64_t P = chunk[b].length() - 1;
+        for (std::int64_t p0 = 0; p0 < P; p0 += kScoreRows) {
+          const std::int64_t np = std::min(kScoreRows, P - p0);
+          for (std::size_t s = 0; s < S; ++s) {
+            const auto t0 = Clock::now();
+            scorers[b].add(s, begin, p0, parts.logits(s, h[s][b], begin, n, p0, np, whole[s][b]));
+            kernels::synchronize(options.placement.device);
+            result.schemes[s].forward_seconds += seconds_since(t0);
+          }
+          scorers[b].end_block();
         }
       }
-      for (VocabScorer& scorer : scorers) scorer.end_block();
     }
     parts.release_head();
     for (std::size_t b = 0; b < chunk.size(); ++b) {

@@ -41,6 +41,9 @@ struct EvalScheme {
   // This scheme's block from the full-precision block (on the CPU, float32, before placement);
   // empty: the full-precision block itself.
   std::function<Block(const Block&)> rewrite_block;
+  // Whether rewrite_block changes anything in that layer (empty: assume it does). A scheme that
+  // changes nothing up to some layer shares full precision's hidden state until then.
+  std::function<bool(std::int64_t layer)> rewrites_layer;
   // This scheme's LM head from the full-precision head (a float [V, D] linear): empty when the
   // scheme keeps the head in full precision, which then runs in vocabulary blocks. A rewritten
   // head is built once for the run and computes whole logits per batch.

@@ -15,9 +15,13 @@
 namespace qeval {
 namespace {
 
-// What the process holds before any weight: the binary, LibTorch's libraries and allocator
-// arenas, the tokenizer and the data stream (measured for stories260K, whose weights are 1 MB).
-constexpr std::int64_t kProcessBaseline = 160ll << 20;
+// What the process holds before any weight when its RSS is not known: the binary and LibTorch's
+// libraries (170 MiB for `qeval data-dir` on Debian's LibTorch 1.13), the tokenizer and the data
+// stream (stories260K's eval: 188 MiB).
+constexpr std::int64_t kProcessBaseline = 190ll << 20;
+// What the process grows by besides the plan's terms: allocator metadata and caches, oneDNN's
+// primitives and scratchpads, the statistics' per-window records, the record itself.
+constexpr std::int64_t kProcessGrowth = 24ll << 20;
 
 struct LinearShape {
   std::string name;
@@ -115,35 +119,44 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
     schemes_layer = std::max(schemes_layer, largest);
     if (spec->quantize_lm_head || spec->selects("lm_head")) heads += quantised_bytes(spec->weights, V, D);
   }
-  add("process", kProcessBaseline + in.reader_resident, 0);
+  // A measured RSS already holds the weights of a reader that read them at open.
+  add("process", in.process_rss > 0 ? in.process_rss + kProcessGrowth : kProcessBaseline + in.reader_resident, 0);
   const bool keep_full = plan != "streamed", keep_schemes = plan == "resident";
-  const std::int64_t full_kept = in.reader_in_memory ? 0 : blocks_fp32 + head_fp32;
+  // Held for the whole run: what the plan keeps.
+  const std::int64_t full_kept = keep_full && !in.reader_in_memory ? blocks_fp32 + head_fp32 : 0;
+  const std::int64_t schemes_kept = keep_schemes ? schemes_all : 0;
   if (gpu) {
-    // Blocks are built on the host in float32 and placed; the device keeps what the plan keeps.
+    // Blocks are built on the host in float32 and placed; the device keeps what the plan keeps
+    // (a kept plan drops the host's float32 copy once a layer is placed).
     const std::int64_t full_device = (blocks_fp32 + head_fp32) / 4 * dsize;
-    add("weights", keep_full && !keep_schemes ? full_kept : largest_block + conversion + Vb * D * 4,
-        keep_full ? full_device : 2 * largest_block / 4 * dsize + Vb * D * dsize);
-    add("scheme_layers", schemes_layer + transient, keep_schemes ? schemes_all + transient : 2 * schemes_layer + transient / 4 * dsize);
+    add("weights_held", keep_full && !keep_schemes ? full_kept : 0, keep_full ? full_device + schemes_kept : 0);
   } else {
-    add("weights", keep_full ? full_kept + conversion : largest_block + conversion + 2 * Vb * D * 4, 0);
-    add("scheme_layers", (keep_schemes ? schemes_all : schemes_layer) + transient, 0);
+    add("weights_held", full_kept + schemes_kept, 0);
   }
-  if (heads > 0) add("quantised_heads", heads + head_fp32, gpu ? heads : 0);
+  if (heads > 0) add("quantised_heads", heads, gpu ? heads : 0);
 
-  // Activations of one batch in flight: a block's intermediates (q, k, v, attention output, MLP
-  // up/gate/hidden, norms; twice, for the per-sequence GEMM outputs stacked), the attention
-  // probabilities an observer asks for, the statistics' float64 copies, and the head's logits
-  // blocks (scheme, full precision and their exponentials).
+  // The transients, of which the larger phase counts: a layer (its float32 block as read and the
+  // conversion of its largest tensor, one scheme's quantised copy, the largest dequantised weight
+  // a reference-path forward makes, the block's intermediates for one batch, the attention
+  // probabilities statistics ask for, the statistics' float64 copies) or the head (a vocabulary
+  // block of its rows as read, the logits of one span of positions per scheme and full
+  // precision's with their exponentials; a rewritten head is built once from the whole float one).
   const bool any_attention = std::any_of(in.attention_statistics.begin(), in.attention_statistics.end(), [](bool b) { return b; });
-  const std::int64_t working = 2 * B * L * (qkv + attn + 3 * F + 4 * D) * dsize;
+  const std::int64_t working = B * L * (qkv + attn + 3 * F + 4 * D) * dsize * 3 / 2;
   const std::int64_t probs = any_attention ? 2 * B * c.n_heads * L * L * 4 : 0;
   const std::int64_t stats = B * L * D * 8;
-  const std::int64_t logits = 6 * B * (L - 1) * Vb * 4;
-  if (gpu) {
-    add("batch_activations", stats + B * L * D * 4, working + probs + logits);
-  } else {
-    add("batch_activations", working + probs + stats + logits, 0);
-  }
+  const std::int64_t read_layer = keep_full && !gpu ? 0 : largest_block + conversion;
+  const std::int64_t layer_host = read_layer + (keep_schemes ? 0 : schemes_layer) + transient + (gpu ? stats : working + probs + stats);
+  const std::int64_t layer_device = gpu ? (keep_full ? 0 : 2 * (largest_block / 4 * dsize + schemes_layer)) + working + probs : 0;
+  const std::int64_t head_rows = Vb * D * 4 + static_cast<std::int64_t>(static_cast<double>(Vb * D * 4) * std::min(stored_ratio, 1.0));
+  const std::int64_t logits = 6 * B * std::min(kScoreRows, L - 1) * Vb * 4;
+  const std::int64_t head_host = (keep_full && !gpu ? 0 : head_rows) + (gpu ? 0 : logits) + (heads > 0 ? head_fp32 : 0);
+  const std::int64_t head_device = gpu ? Vb * D * dsize + logits : 0;
+  t.breakdown["layer_phase"] = gpu ? nlohmann::json{{"host", layer_host}, {"device", layer_device}} : nlohmann::json(layer_host);
+  t.breakdown["head_phase"] = gpu ? nlohmann::json{{"host", head_host}, {"device", head_device}} : nlohmann::json(head_host);
+  t.fixed_host += std::max(layer_host, head_host);
+  t.fixed_device += std::max(layer_device, head_device);
+
   // Per window of the chunk: every scheme's residual stream (then its head input), the whole
   // logits of rewritten heads, and the scorer's per-token state.
   std::int64_t per_window = S * L * D * dsize + L * S * 48;

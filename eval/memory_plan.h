@@ -34,6 +34,9 @@ struct PlanInputs {
   ModelConfig config;
   PartSizes parts;                   // float32 bytes of each part (ModelReader::part_sizes)
   std::int64_t reader_resident = 0;  // bytes the reader holds whatever is read
+  // This process's RSS when planning: the libraries, the tokenizer, the checkpoint's headers and
+  // the data stream are already there (0: a fixed allowance stands in for it).
+  std::int64_t process_rss = 0;
   bool reader_in_memory = false;     // the reader's parts are views of weights already in memory
   // One entry per scheme, full precision first (nullopt for it).
   std::vector<std::optional<SchemeSpec>> schemes;

@@ -127,6 +127,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       rewrite = std::make_shared<SchemeRewrite>(spec, linears);
       scheme.description = description_before_run(*rewrite);
       scheme.rewrite_block = [rewrite](const Block& full) { return rewrite->rewrite(full); };
+      scheme.rewrites_layer = [rewrite, config](std::int64_t layer) { return rewrite->selects_in_layer(config, layer); };
       if (rewrite->selects("lm_head"))
         scheme.rewrite_head = [rewrite](const std::shared_ptr<const Linear>& head) { return rewrite->rewrite_head(head); };
       // A scheme file is shown by its "name" (its stem when it has none); the path is recorded.

@@ -219,6 +219,7 @@ SensitivityRun run_sensitivity(ModelReader& full, const SchemeSpec& base, Window
     scheme.description["execution"] = scheme.description.at("execution_path");
     scheme.description["sensitivity_unit"] = {{"by", to_string(options.by)}, {"unit", units[i].name}, {"layers", units[i].layers}};
     scheme.rewrite_block = [rewrite](const Block& b) { return rewrite->rewrite(b); };
+    scheme.rewrites_layer = [rewrite, config](std::int64_t layer) { return rewrite->selects_in_layer(config, layer); };
     if (rewrite->selects("lm_head"))
       scheme.rewrite_head = [rewrite](const std::shared_ptr<const Linear>& head) { return rewrite->rewrite_head(head); };
     scheme.on_token_values = [totals, index = i + 1](const std::vector<std::int64_t>&, const std::vector<std::int64_t>& first,

@@ -57,12 +57,13 @@ VocabScorer::VocabScorer(const at::Tensor& targets, std::size_t schemes) : runni
   targets_ = targets.narrow(1, 1, P_).to(at::kLong).reshape({-1}).contiguous();  // position p predicts token p + 1
 }
 
-void VocabScorer::add(std::size_t s, std::int64_t begin, const at::Tensor& logits) {
+void VocabScorer::add(std::size_t s, std::int64_t begin, std::int64_t p0, const at::Tensor& logits) {
   TORCH_CHECK(s < running_.size(), "VocabScorer: scheme ", s, " of ", running_.size());
-  TORCH_CHECK(logits.dim() == 3 && logits.size(0) == B_ && logits.size(1) == P_,
-              "VocabScorer: logits must be [", B_, ", ", P_, ", n], got ", logits.sizes());
-  const std::int64_t R = B_ * P_, n = logits.size(2);
-  const at::Tensor l = logits.reshape({R, n}).to(at::kFloat).contiguous();
+  TORCH_CHECK(logits.dim() == 3 && logits.size(0) == B_ && p0 >= 0 && p0 + logits.size(1) <= P_,
+              "VocabScorer: logits must be [", B_, ", np, n] for positions from ", p0, " within ", P_, ", got ",
+              logits.sizes());
+  const std::int64_t np = logits.size(1), n = logits.size(2), R = B_ * P_;
+  const at::Tensor l = logits.reshape({B_ * np, n}).to(at::kFloat).contiguous();
   if (targets_.device() != l.device()) targets_ = targets_.to(l.device());
   Running& r = running_[s];
   if (!r.m.defined()) {
@@ -76,35 +77,42 @@ void VocabScorer::add(std::size_t s, std::int64_t begin, const at::Tensor& logit
     r.best_index = at::zeros({R}, l.options().dtype(at::kLong));
   }
   if (s == 0) {
-    TORCH_CHECK(begin > block_begin_, "VocabScorer: vocabulary blocks must come in ascending order");
     block_begin_ = begin;
+    span_begin_ = p0;
   } else {
-    TORCH_CHECK(begin == block_begin_, "VocabScorer: scheme ", s, " sent rows from ", begin,
-                " before full precision's block of them (", block_begin_, ")");
+    TORCH_CHECK(begin == block_begin_ && p0 == span_begin_, "VocabScorer: scheme ", s, " sent rows from ", begin,
+                " at position ", p0, " before full precision's (", block_begin_, ", ", span_begin_, ")");
   }
+  // The rows of this span in the running state: position p of sequence b is row b·P + p.
+  const at::Tensor rows = (at::arange(B_, targets_.options()).unsqueeze(1) * P_ +
+                           at::arange(p0, p0 + np, targets_.options()).unsqueeze(0)).reshape({-1});
+  const at::Tensor targets = targets_.index_select(0, rows);
   at::Tensor block_max, block_arg;
   std::tie(block_max, block_arg) = l.max(-1);
   // Top-1: a later block wins only when strictly larger, so ties go to the lowest index.
-  const at::Tensor better = block_max > r.best;
-  r.best = at::where(better, block_max, r.best);
-  r.best_index = at::where(better, block_arg + begin, r.best_index);
-  const at::Tensor in_block = (targets_ >= begin).logical_and(targets_ < begin + n);
-  const at::Tensor local = (targets_ - begin).clamp(0, n - 1).unsqueeze(1);
-  r.target = at::where(in_block, l.gather(1, local).squeeze(1), r.target);
+  const at::Tensor best = r.best.index_select(0, rows);
+  const at::Tensor better = block_max > best;
+  r.best.index_copy_(0, rows, at::where(better, block_max, best));
+  r.best_index.index_copy_(0, rows, at::where(better, block_arg + begin, r.best_index.index_select(0, rows)));
+  const at::Tensor in_block = (targets >= begin).logical_and(targets < begin + n);
+  const at::Tensor local = (targets - begin).clamp(0, n - 1).unsqueeze(1);
+  r.target.index_copy_(0, rows, at::where(in_block, l.gather(1, local).squeeze(1), r.target.index_select(0, rows)));
 
-  const at::Tensor m_new = at::maximum(r.m, block_max);
-  const at::Tensor rescale = (r.m.to(at::kDouble) - m_new.to(at::kDouble)).exp();  // exp(−inf) = 0 on the first block
-  const at::Tensor e = (l - m_new.unsqueeze(1)).exp();
-  r.S = r.S * rescale + row_sums(e);
-  r.m = m_new;
+  const at::Tensor m_old = r.m.index_select(0, rows);
+  const at::Tensor m_new = at::maximum(m_old, block_max);
+  const at::Tensor rescale = (m_old.to(at::kDouble) - m_new.to(at::kDouble)).exp();  // exp(−inf) = 0 on the first block
+  at::Tensor e = (l - m_new.unsqueeze(1)).exp();
+  r.S.index_copy_(0, rows, r.S.index_select(0, rows) * rescale + row_sums(e));
+  r.m.index_copy_(0, rows, m_new);
   if (s == 0) {
     if (running_.size() > 1) {
       full_logits_ = l;
-      full_exp_ = e;
+      full_exp_ = std::move(e);
       full_rescale_ = rescale;
     }
   } else {
-    r.A = r.A * full_rescale_ + row_sums(full_exp_ * (full_logits_ - l));
+    e = at::Tensor();  // before the KL terms: one temporary of the span at a time
+    r.A.index_copy_(0, rows, r.A.index_select(0, rows) * full_rescale_ + row_sums(full_exp_ * (full_logits_ - l)));
   }
 }
 

@@ -28,9 +28,12 @@
 
 namespace qeval {
 
-// Rows of the LM head per block. A constant, not a plan parameter: the blocks decide the order of
-// the sums, so every plan (and every machine's memory) must use the same ones.
+// Rows of the LM head per block, and prediction positions per GEMM of the head. Constants, not
+// plan parameters: the blocks decide the order of the sums and the positions the GEMMs' shapes,
+// so every plan (and every machine's memory) must use the same ones. The logits in flight are
+// at most kScoreRows × kVocabBlock floats per sequence (4 MiB), whatever the window length.
 inline constexpr std::int64_t kVocabBlock = 8192;
+inline constexpr std::int64_t kScoreRows = 128;
 
 // Per-token values of one scheme on one batch, [B, L − 1] (position p predicts token p + 1), on
 // the CPU: nll, kl and dp float64, agree int64 (1 when top-1 agrees). kl, dp and agree are zeros,
@@ -44,11 +47,11 @@ class VocabScorer {
   // targets [B, L] token ids of the batch; `schemes` scored, scheme 0 being full precision.
   VocabScorer(const at::Tensor& targets, std::size_t schemes);
 
-  // Logits of scheme s for vocabulary rows [begin, begin + n): [B, L − 1, n] (the prediction
-  // positions only), any float dtype and device. Blocks come in ascending order and, within a
-  // block, scheme 0 first.
-  void add(std::size_t s, std::int64_t begin, const at::Tensor& logits);
-  // Every scheme has had the current block: full precision's block is no longer needed.
+  // Logits of scheme s for vocabulary rows [begin, begin + n) at prediction positions
+  // [p0, p0 + np): [B, np, n], any float dtype and device. Blocks come in ascending order of
+  // `begin`; within a block and a span of positions, scheme 0 first, then the others.
+  void add(std::size_t s, std::int64_t begin, std::int64_t p0, const at::Tensor& logits);
+  // Every scheme has had the current span: full precision's logits of it are no longer needed.
   void end_block();
 
   // After every block of every scheme: the per-token values of each scheme.
@@ -68,8 +71,8 @@ class VocabScorer {
   std::vector<Running> running_;
   // Full precision's current block: its logits and exp(l_f − m_f) with the new max, for the
   // schemes' A (the blocks of scheme 0 come first).
-  at::Tensor full_logits_, full_exp_, full_rescale_;  // [R, n] float, [R, n] float, [R] float64
-  std::int64_t block_begin_ = -1;
+  at::Tensor full_logits_, full_exp_, full_rescale_;  // [B·np, n] float, [B·np, n] float, [B·np] float64
+  std::int64_t block_begin_ = -1, span_begin_ = -1;
 };
 
 // The window rows of one scheme's batch: sums over each window's scored positions in position

@@ -158,6 +158,12 @@ std::shared_ptr<const Linear> SchemeRewrite::rewrite_linear(const std::string& n
   return out;
 }
 
+bool SchemeRewrite::selects_in_layer(const ModelConfig& config, std::int64_t layer) const {
+  for (const std::string& name : block_linear_names(config, layer))
+    if (spec_.selects(name)) return true;
+  return false;
+}
+
 Block SchemeRewrite::rewrite(const Block& full) {
   Block out = full;
   for (const auto& named : full.linears()) {

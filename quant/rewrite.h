@@ -52,6 +52,8 @@ class SchemeRewrite {
 
   const SchemeSpec& spec() const { return spec_; }
   bool selects(const std::string& linear_name) const { return spec_.selects(linear_name); }
+  // Whether the scheme selects any linear of that layer (rewrite() then changes the block).
+  bool selects_in_layer(const ModelConfig& config, std::int64_t layer) const;
   // The block with the linears the scheme selects replaced by quantised ones (the others shared).
   Block rewrite(const Block& full);
   // The head (a float [V, D] linear) quantised when the scheme selects lm_head; else `full_head`.

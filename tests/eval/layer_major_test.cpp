@@ -46,11 +46,12 @@ Reference reference(const at::Tensor& logits, const at::Tensor& full_logits, con
 std::vector<TokenValues> score_in_blocks(const std::vector<at::Tensor>& logits, const at::Tensor& targets, std::int64_t block) {
   VocabScorer scorer(targets, logits.size());
   const std::int64_t V = logits[0].size(2), P = logits[0].size(1) - 1;
-  for (std::int64_t begin = 0; begin < V; begin += block) {
-    const std::int64_t n = std::min(block, V - begin);
-    for (std::size_t s = 0; s < logits.size(); ++s) scorer.add(s, begin, logits[s].narrow(1, 0, P).narrow(2, begin, n));
-    scorer.end_block();
-  }
+  for (std::int64_t begin = 0; begin < V; begin += block)
+    for (std::int64_t p0 = 0; p0 < P; p0 += 2) {  // spans of two positions, the last one shorter
+      const std::int64_t n = std::min(block, V - begin), np = std::min<std::int64_t>(2, P - p0);
+      for (std::size_t s = 0; s < logits.size(); ++s) scorer.add(s, begin, p0, logits[s].narrow(1, p0, np).narrow(2, begin, n));
+      scorer.end_block();
+    }
   return scorer.finish();
 }
 
