@@ -9,6 +9,7 @@
 #   bench/memory_bench.sh [build-dir] [models...]     models: smollm2 llama-3.2-1b llama-3-8b (default: all)
 #   QEVAL_BENCH_DIR   where the checkpoints go (default ~/.cache/qeval/bench)
 #   QEVAL_BENCH_RESIDENT=0  skip the resident runs (they need 4 bytes a parameter per scheme)
+#   QEVAL_BENCH_SCHEMES     scheme counts to run (default "1 4 7")
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -60,7 +61,7 @@ for m in "${models[@]}"; do
       params=$([[ $m == llama-3-8b ]] && echo 8.0B || echo 1.24B) ;;
     *) echo "unknown model $m" >&2; exit 2 ;;
   esac
-  for n in 1 4 7; do
+  for n in ${QEVAL_BENCH_SCHEMES:-1 4 7}; do
     run "$m" "$params" "$n" auto "${args[@]}"
     [[ "${QEVAL_BENCH_RESIDENT:-1}" == 0 ]] || run "$m" "$params" "$n" resident "${args[@]}"
   done

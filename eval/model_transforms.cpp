@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "eval/evaluator.h"
 #include "eval/linear_inputs.h"
 #include "transforms/rotate.h"
 #include "transforms/smooth.h"
@@ -71,13 +72,42 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 // One forward pass per calibration window through a copy whose linears record their inputs.
-std::shared_ptr<LinearInputRecorder> calibrate(const Transformer& model, const std::vector<Window>& windows) {
-  Transformer probe = model;
-  auto recorder = record_linear_inputs(probe);
-  for (const Window& w : windows) {
-    at::Tensor tokens = at::tensor(w.tokens, at::kLong).unsqueeze(0);
-    probe.forward(tokens);
+// The calibration windows as a window source.
+class CalibrationWindowSource final : public WindowSource {
+ public:
+  explicit CalibrationWindowSource(const std::vector<Window>& windows) : windows_(windows) {}
+  std::optional<Window> next() override {
+    if (next_ == windows_.size()) return std::nullopt;
+    return windows_[next_++];
   }
+  std::int64_t documents_read() const override { return 0; }
+  std::int64_t stream_tokens() const override { return 0; }
+  std::string data_format() const override { return "calibration windows"; }
+  std::int64_t expected_windows() const override { return static_cast<std::int64_t>(windows_.size()); }
+  nlohmann::json facts() const override { return nlohmann::json::object(); }
+
+ private:
+  const std::vector<Window>& windows_;
+  std::size_t next_ = 0;
+};
+
+// max |x_j| of every linear's input over the calibration windows, measured layer-major as an
+// evaluation runs (eval/evaluator.h): every calibration window through a layer before the next
+// layer, full precision's blocks recording their linears' inputs. A maximum does not depend on
+// the order the windows arrive in, so it is what a window-by-window forward measures.
+std::shared_ptr<LinearInputRecorder> calibrate(const Transformer& model, const std::vector<Window>& windows) {
+  auto recorder = std::make_shared<LinearInputRecorder>(model_linear_names(model.config()));
+  std::vector<EvalScheme> schemes(1);
+  schemes[0].name = "full";
+  schemes[0].wrap_block = [recorder](const Block& block) { return record_block_inputs(block, recorder); };
+  schemes[0].on_head_input = [recorder](const at::Tensor& x) { recorder->record(recorder->slot("lm_head"), x); };
+  CalibrationWindowSource source(windows);
+  EvalOptions options;
+  options.progress = false;
+  options.plan.name = "resident-weights";
+  options.plan.keep_scheme_blocks = false;
+  options.plan.chunk_windows = static_cast<std::int64_t>(windows.size());
+  evaluate(model, schemes, source, options);
   return recorder;
 }
 
