@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/host_memory.h"
+#include "kernels/device.h"
 #include "eval/evaluator.h"
 #include "eval/figure_data.h"
 #include "eval/plot.h"
@@ -151,6 +152,8 @@ void run_eval(const EvalArgs& a) {
       build_record(context, scheme_infos(schemes, prepared.linear_weight_bytes()), result, prepared.statistics_summaries());
   record["plan"] = plan_json;
   record["plan"]["measured_peak_rss_bytes"] = peak_rss();
+  if (!inputs.placement.on_cpu())
+    record["plan"]["measured_peak_device_bytes"] = kernels::peak_allocated_bytes(inputs.placement.device);
   // Schemes that keep tokens in full precision (quant/scheme.h keep_tokens) say which positions
   // they kept, over the windows this process evaluated (a resumed run's earlier windows and
   // other shards are not in these counts; "sequences" says how many are).

@@ -178,13 +178,14 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
       return c;
     };
     const Transformer transformed = apply_transforms(original, transforms, calibration, transform_report);
-    in.model = transformer_reader(transformed, in.model_path.string());
+    whole.weights = {};
+    in.model = transformer_reader(transformed, std::move(whole));  // keeps the checkpoint's format, hash and notes
   }
 
   RecordContext& context = in.context;
   context.model = {{"path", in.model_path.string()},
                    {"format", info.format},
-                   {"weights_hash", info.weights_hash},
+                   {"weights_hash", nullptr},  // plan_evaluation fills it in
                    {"config", config_to_json(config)},
                    {"parameters", config.parameter_count()},
                    {"notes", info.notes},
@@ -223,7 +224,7 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   return in;
 }
 
-PlanEstimate plan_evaluation(const EvalInputs& in, const EvalDataArgs& a, const std::vector<EvalScheme>& schemes,
+PlanEstimate plan_evaluation(EvalInputs& in, const EvalDataArgs& a, const std::vector<EvalScheme>& schemes,
                              const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites, bool quiet,
                              nlohmann::json& plan_json) {
   PlanInputs p;
@@ -242,6 +243,8 @@ PlanEstimate plan_evaluation(const EvalInputs& in, const EvalDataArgs& a, const 
   p.placement = in.placement;
   const MemoryBudget budget = memory_budget(in.max_memory, in.max_device_memory, in.placement);
   PlanEstimate chosen = choose_plan(p, budget, a.plan, a.chunk_windows);
+  // Only now, with a plan that fits, every byte of the weight files is read for their hash.
+  in.context.model["weights_hash"] = in.model->weights_hash();
   if (!quiet) fmt::print(stderr, "{}\n", describe(chosen, budget));
   plan_json = plan_record(chosen, budget);
   return chosen;

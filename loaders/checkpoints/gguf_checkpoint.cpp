@@ -183,7 +183,6 @@ LoadedCheckpoint gguf_model_info(const GgufFile& f, GgufModelReader& r) {
 
   out.format = "gguf";
   out.path = path;
-  out.weights_hash = hash_file(path);
   out.notes["gguf_version"] = f.version();
   out.notes["alignment"] = f.alignment();
   if (f.has("general.name") && f.metadata()["general.name"].is_string()) out.notes["general.name"] = f.metadata()["general.name"];
@@ -218,6 +217,7 @@ class GgufReader final : public ModelReader {
  public:
   explicit GgufReader(const fs::path& path) : ModelReader(LoadedCheckpoint{}), f_(path), r_(f_) {
     info_ = gguf_model_info(f_, r_);
+    weight_files_ = {path};
     const std::string file = path.string();
     r_.set_header_only(true);
     measure_parts(*this, sizes_, file);

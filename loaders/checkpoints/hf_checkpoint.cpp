@@ -295,7 +295,7 @@ class HfReader final : public ModelReader {
     json files = json::array();
     for (const auto& p : set_.paths()) files.push_back(p.filename().string());
     info_.notes["weight_files"] = files;
-    info_.weights_hash = hash_weight_files(set_.paths());
+    weight_files_ = set_.paths();
     sizes_.stored = set_.stored_bytes();
   }
 

@@ -79,6 +79,7 @@ class Llama2cReader final : public ModelReader {
   Llama2cReader(LoadedCheckpoint info, Float32Layout layout, PartSizes sizes)
       : ModelReader(std::move(info)), layout_(std::move(layout)) {
     sizes_ = std::move(sizes);
+    weight_files_ = {info_.path};
   }
   at::Tensor position_embedding() override { return at::Tensor(); }
   BlockWeights block(std::int64_t i) override {
@@ -187,7 +188,6 @@ std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
                                       (freq_imag.to(at::kDouble) - angles.sin()).abs().max().item<double>());
   out.format = "llama2c";
   out.path = path;
-  out.weights_hash = hash_file(path);
   out.notes["header"] = {{"dim", h[0]},      {"hidden_dim", h[1]}, {"n_layers", h[2]}, {"n_heads", h[3]},
                          {"n_kv_heads", h[4]}, {"vocab_size", h[5]}, {"seq_len", h[6]}};
   out.notes["shared_classifier"] = shared;

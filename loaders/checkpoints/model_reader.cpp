@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/model_reader_internal.h"
 
 namespace qeval {
@@ -84,7 +85,13 @@ at::Tensor ModelReader::token_embedding_rows(const at::Tensor& ids) {
   return rows.index_select(0, where);
 }
 
+const std::string& ModelReader::weights_hash() {
+  if (info_.weights_hash.empty() && !weight_files_.empty()) info_.weights_hash = hash_weight_files(weight_files_);
+  return info_.weights_hash;
+}
+
 LoadedCheckpoint ModelReader::read_all() {
+  weights_hash();
   LoadedCheckpoint out = info_;
   const ModelConfig& c = config();
   ModelWeights& w = out.weights;
