@@ -94,6 +94,28 @@ void FanOutObserver::on_attention(std::int64_t layer, const at::Tensor& probs) {
     if (o->wants_attention(layer)) o->on_attention(layer, probs);
 }
 
+bool FanOutObserver::wants_router(std::int64_t layer) const {
+  for (const auto& o : observers_)
+    if (o->wants_router(layer)) return true;
+  return false;
+}
+
+void FanOutObserver::on_router(std::int64_t layer, const at::Tensor& probs, const at::Tensor& selected) {
+  for (auto& o : observers_)
+    if (o->wants_router(layer)) o->on_router(layer, probs, selected);
+}
+
+bool FanOutObserver::wants_implicit_attention(std::int64_t layer) const {
+  for (const auto& o : observers_)
+    if (o->wants_implicit_attention(layer)) return true;
+  return false;
+}
+
+void FanOutObserver::on_implicit_attention(std::int64_t layer, const at::Tensor& weights) {
+  for (auto& o : observers_)
+    if (o->wants_implicit_attention(layer)) o->on_implicit_attention(layer, weights);
+}
+
 std::shared_ptr<FigureDataObserver> attach_figure_observer(EvalScheme& scheme, std::int64_t map_T) {
   auto figures = std::make_shared<FigureDataObserver>(map_T);
   if (scheme.observer)
