@@ -111,6 +111,42 @@ std::vector<std::string> block_linear_names(const ModelConfig& c, std::int64_t l
   return names;
 }
 
+LinearShape linear_shape(const ModelConfig& c, const std::string& name) {
+  if (name == "lm_head") return {c.vocab_size, c.d_model, false};
+  const std::string kind = name.substr(name.find('.', name.find('.') + 1) + 1);
+  const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim(), H = c.n_heads, Hkv = c.n_kv_heads;
+  const std::int64_t E = c.ssm_d_inner, N = c.ssm_d_state, R = c.ssm_dt_rank;
+  const bool qkv_bias = c.has_qkv_bias(), ssm_bias = c.ssm_proj_bias;
+  if (kind == "attn.qkv") return {(H + 2 * Hkv) * hd, D, qkv_bias};
+  if (kind == "attn.q") return {H * hd, D, qkv_bias};
+  if (kind == "attn.k" || kind == "attn.v") return {Hkv * hd, D, qkv_bias};
+  if (kind == "attn.o") return {D, H * hd, c.attention_bias};
+  if (kind == "mlp.gate_up") return {2 * F, D, c.mlp_bias};
+  if (kind == "mlp.gate" || kind == "mlp.up") return {F, D, c.mlp_bias};
+  if (kind == "mlp.down") return {D, F, c.mlp_bias};
+  if (kind == "mamba.in_proj") {
+    const bool two = c.has_mixer(MixerKind::mamba);  // a model has one kind of state-space mixer
+    return {two ? 2 * E : E + c.ssm_conv_dim(MixerKind::mamba2) + c.ssm_heads, D, ssm_bias};
+  }
+  if (kind == "mamba.x_proj") return {R + 2 * N, E, false};
+  if (kind == "mamba.dt_proj") return {E, R, true};
+  if (kind == "mamba.out_proj") return {D, E, ssm_bias};
+  const std::size_t dot = kind.rfind('.');
+  const std::string part = kind.substr(dot + 1);
+  const std::int64_t width = kind.rfind("moe.shared.", 0) == 0 ? c.moe_shared_d_ff : c.expert_d_ff();
+  QEVAL_CHECK(kind.rfind("moe.", 0) == 0 && (part == "gate" || part == "up" || part == "down"),
+              "linear_shape: unknown linear {}", name);
+  return part == "down" ? LinearShape{D, width, c.mlp_bias} : LinearShape{width, D, c.mlp_bias};
+}
+
+std::vector<std::string> model_linear_names(const ModelConfig& c) {
+  std::vector<std::string> names;
+  for (std::int64_t i = 0; i < c.n_layers; ++i)
+    for (auto& name : block_linear_names(c, i)) names.push_back(std::move(name));
+  names.push_back("lm_head");
+  return names;
+}
+
 bool Block::replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement) {
   QEVAL_CHECK(replacement != nullptr, "replace_linear: null replacement for {}", name);
   for (auto& named : linears_) {

@@ -61,7 +61,7 @@ at::Tensor ssd_chunked(const at::Tensor& x, const at::Tensor& dt, const at::Tens
                        const at::Tensor& Cm, const at::Tensor& D, std::int64_t chunk) {
   check_ssd_shapes(x, dt, A, Bm, Cm, D);
   QEVAL_CHECK(chunk >= 1, "ssd_chunked: chunk must be positive, got {}", chunk);
-  const std::int64_t B = x.size(0), L = x.size(1), H = x.size(2), P = x.size(3), N = Bm.size(3);
+  const std::int64_t B = x.size(0), L = x.size(1), H = x.size(2), P = x.size(3);
   const std::int64_t T = std::min(chunk, L), c = (L + T - 1) / T, pad = c * T - L;
   // Padding with zeros: Δ = 0 there, so padded positions neither decay nor feed the state.
   auto chunks = [&](const at::Tensor& t) {  // [B, L, ...] → [B, c, T, ...]

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "loaders/checkpoints/checkpoint.h"
@@ -139,6 +140,26 @@ TEST(MoeSsmFamilies, RefusalsNameTheKeyAndValue) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("hidden_act \"gelu\""), std::string::npos) << e.what();
   }
+  std::filesystem::remove_all(tmp);
+}
+
+// HF writes Mamba2Config's time_step_limit (0.0, inf) as [0.0, Infinity] (Python's json), which is not
+// JSON: the config still loads, with no upper limit, and the model is the fixture's.
+TEST(MoeSsmFamilies, Mamba2ConfigWithPythonInfinityLoads) {
+  const auto src = test::repo_path("tests/model/fixtures/tiny-mamba2-hf");
+  const auto tmp = std::filesystem::temp_directory_path() / "qeval_mamba2_infinity";
+  std::filesystem::remove_all(tmp);
+  std::filesystem::copy(src, tmp, std::filesystem::copy_options::recursive);
+  std::string text;
+  {
+    std::ifstream in(tmp / "config.json");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  text.insert(text.find('{') + 1, "\n  \"time_step_limit\": [0.0, Infinity],");
+  std::ofstream(tmp / "config.json") << text;
+  const LoadedCheckpoint ckpt = load_checkpoint(tmp);
+  EXPECT_EQ(ckpt.config.ssm_dt_min, 0.0);
+  EXPECT_EQ(ckpt.config.ssm_dt_max, 0.0);  // no limit
   std::filesystem::remove_all(tmp);
 }
 
