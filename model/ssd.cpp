@@ -100,13 +100,24 @@ at::Tensor ssd_implicit_attention(const at::Tensor& dt, const at::Tensor& A, con
                                   std::int64_t heads) {
   QEVAL_CHECK(dt.dim() == 3 && dt.size(2) == heads && Bm.dim() == 4 && Bm.sizes() == Cm.sizes(),
               "ssd_implicit_attention: dt must be [B, L, H = {}] and B, C [B, L, G, N]", heads);
-  const at::Tensor Bh = per_head(Bm, heads).to(at::kFloat), Ch = per_head(Cm, heads).to(at::kFloat);
+  const std::int64_t Bn = dt.size(0), L = dt.size(1), G = Bm.size(2);
+  at::Tensor W = at::empty({Bn, heads, L, L}, dt.options().dtype(at::kFloat));
   const at::Tensor d = dt.to(at::kFloat);
-  const at::Tensor scores = at::einsum("bihn,bjhn->bhij", {Ch, Bh});            // [B, H, L, L]
-  const at::Tensor decay = at::exp(segment_sum((d * A.to(at::kFloat)).permute({0, 2, 1})));  // [B, H, L, L], 0 above
-  at::Tensor m = (scores * decay * d.permute({0, 2, 1}).unsqueeze(2)).abs_();  // × Δ_j of the key
-  const at::Tensor total = m.sum(-1, /*keepdim=*/true);
-  return at::where(total > 0, m / total, at::zeros_like(m));
+  // Decays from cumulative sums in float64 (exp(cum_i − cum_j), j ≤ i): one head at a time, so the
+  // temporaries are [B, L, L] whatever the head count.
+  const at::Tensor cum = (dt.to(at::kDouble) * A.to(at::kDouble)).cumsum(1);  // [B, L, H]
+  const at::Tensor above = at::ones({L, L}, dt.options().dtype(at::kBool)).triu(1);
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const std::int64_t g = h / (heads / G);
+    const at::Tensor scores =
+        at::matmul(Cm.select(2, g).to(at::kFloat), Bm.select(2, g).to(at::kFloat).transpose(1, 2));  // [B, L, L]
+    const at::Tensor c = cum.select(2, h);
+    const at::Tensor decay = (c.unsqueeze(2) - c.unsqueeze(1)).exp_().masked_fill_(above, 0).to(at::kFloat);
+    at::Tensor m = (scores * decay).mul_(d.select(2, h).unsqueeze(1)).abs_();  // × Δ_j of the key
+    const at::Tensor total = m.sum(-1, /*keepdim=*/true);
+    W.select(1, h).copy_(at::where(total > 0, m / total, at::zeros_like(m)));
+  }
+  return W;
 }
 
 }  // namespace qeval

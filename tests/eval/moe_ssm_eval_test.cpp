@@ -23,16 +23,16 @@ const std::vector<std::string> kDocs = {
     "pack my box with five dozen liquor jugs, then carry it up the hill to the old mill",
     "sphinx of black quartz, judge my vow; how vexingly quick daft zebras jump"};
 
-struct Run {
+struct EvalRun {
   EvalResult result;
   std::vector<nlohmann::json> statistics;
   PreparedSchemes prepared;
 };
 
-Run evaluate_fixture(ModelReader& reader, const EvalPlan& plan, std::int64_t batch) {
+EvalRun evaluate_fixture(ModelReader& reader, const EvalPlan& plan, std::int64_t batch) {
   SchemeOptions so;
   so.stats_for = StatsFor::all;
-  Run run;
+  EvalRun run;
   run.prepared = make_schemes(reader.config(), {"full", "int8-coarse", "int8-fine", "w4-zeropoint"}, so);
   test::ByteTokenizer tok(reader.config().vocab_size);
   ProtocolSpec spec;
@@ -61,10 +61,10 @@ class MoeSsmEval : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MoeSsmEval, EveryPlanGivesTheWindowMajorBits) {
   auto reader = open_checkpoint(test::repo_path(std::string("tests/model/fixtures/") + GetParam()));
-  const Run base = evaluate_fixture(*reader, plan_of("resident", 0), 2);
+  const EvalRun base = evaluate_fixture(*reader, plan_of("resident", 0), 2);
   ASSERT_GE(base.result.windows, 4);
   for (const auto& [plan, batch] : {std::pair{plan_of("streamed", 2), std::int64_t{2}}, std::pair{plan_of("resident-weights", 3), std::int64_t{2}}}) {
-    const Run other = evaluate_fixture(*reader, plan, batch);
+    const EvalRun other = evaluate_fixture(*reader, plan, batch);
     for (std::size_t s = 0; s < base.result.schemes.size(); ++s) {
       for (const auto& [w, row] : base.result.schemes[s].rows)
         EXPECT_EQ(row.to_json().dump(), other.result.schemes[s].rows.at(w).to_json().dump()) << plan.name << " " << s;
@@ -72,7 +72,7 @@ TEST_P(MoeSsmEval, EveryPlanGivesTheWindowMajorBits) {
     }
   }
   // Batch 1 against batch 2: a sequence's numbers do not depend on its batch.
-  const Run single = evaluate_fixture(*reader, plan_of("resident", 0), 1);
+  const EvalRun single = evaluate_fixture(*reader, plan_of("resident", 0), 1);
   for (std::size_t s = 0; s < base.result.schemes.size(); ++s)
     for (const auto& [w, row] : base.result.schemes[s].rows)
       EXPECT_EQ(row.to_json().dump(), single.result.schemes[s].rows.at(w).to_json().dump()) << "batch 1, scheme " << s;
@@ -89,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MoeSsmEval,
 
 TEST(MoeSsmEval, StatisticsByLayerKindAndExpertTokenCounts) {
   auto jamba = open_checkpoint(test::repo_path("tests/model/fixtures/tiny-jamba-hf"));
-  const Run run = evaluate_fixture(*jamba, plan_of("resident", 0), 2);
+  const EvalRun run = evaluate_fixture(*jamba, plan_of("resident", 0), 2);
   const nlohmann::json& st = run.statistics[0];
   EXPECT_EQ(st.at("attention").at("layers"), nlohmann::json({1, 3}));  // attn_layer_period 2, offset 1
   EXPECT_EQ(st.at("attention").at("entropy_per_layer").size(), 2u);
