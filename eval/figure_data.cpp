@@ -1,5 +1,7 @@
 #include "eval/figure_data.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace qeval {
@@ -67,11 +69,14 @@ nlohmann::json FigureDataObserver::to_json() const {
                       {"layers", M},
                       {"d_model", first_sum_.front().size(0)},
                       {"hidden_abs", {{"first", first}, {"rest", rest}}}};
-  if (!map_sum_.empty() && map_windows_.front() > 0) {
+  // Layers without attention (Mamba mixers in a hybrid) have no map: null in their place.
+  const auto seen = std::find_if(map_windows_.begin(), map_windows_.end(), [](std::int64_t n) { return n > 0; });
+  if (seen != map_windows_.end()) {
     nlohmann::json layers = nlohmann::json::array();
     for (std::size_t m = 0; m < map_sum_.size(); ++m)
-      layers.push_back(matrix_json(map_sum_[m] / static_cast<double>(map_windows_[m])));
-    j["attention_map"] = {{"T", T_}, {"windows", map_windows_.front()}, {"per_layer", layers}};
+      layers.push_back(map_windows_[m] > 0 ? matrix_json(map_sum_[m] / static_cast<double>(map_windows_[m]))
+                                           : nlohmann::json(nullptr));
+    j["attention_map"] = {{"T", T_}, {"windows", *seen}, {"per_layer", layers}};
   }
   return j;
 }
