@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "eval/evaluator.h"
 #include "eval/schemes.h"
+#include "eval/sensitivity.h"
 #include "eval/statistics.h"
 #include "loaders/checkpoints/model_reader.h"
 #include "loaders/protocols/protocol.h"
@@ -131,6 +133,18 @@ TEST(MoeSsmEval, StatisticsByLayerKindAndExpertTokenCounts) {
   EXPECT_GT(implicit.at("entropy").get<double>(), 0.0);
   EXPECT_GE(implicit.at("first_attn_pct").get<double>(), 0.0);
   EXPECT_LE(implicit.at("first_attn_pct").get<double>(), 100.0);
+}
+
+// Sensitivity by kind takes every expert's projection of one kind as one unit.
+TEST(MoeSsmEval, SensitivityKindsGroupTheExperts) {
+  auto jamba = open_checkpoint(test::repo_path("tests/model/fixtures/tiny-jamba-hf"));
+  const auto units = sensitivity_units(jamba->config(), preset_scheme("int8-moderate"), SensitivityGrouping::kind);
+  std::map<std::string, std::size_t> sizes;
+  for (const auto& u : units) sizes[u.name] = u.layers.size();
+  EXPECT_EQ(sizes.at("moe.experts.*.up"), 8u);  // 2 MoE layers × 4 experts
+  EXPECT_EQ(sizes.at("mamba.in_proj"), 2u);
+  EXPECT_EQ(sizes.count("mamba.x_proj"), 0u);  // full precision unless quantize_ssm_inner
+  EXPECT_EQ(sizes.at("attn.q"), 2u);
 }
 
 }  // namespace
