@@ -33,6 +33,7 @@ struct EvalArgs {
   std::int64_t sink_T = 64;
   double sink_eps = 0.3;
   bool quantize_lm_head = false;
+  bool quantize_ssm_inner = false;
   std::string out;
   std::string plots;  // folder for the pictures (eval/plot.h)
   std::string plots_colour_scale = "linear";
@@ -81,6 +82,7 @@ void run_eval(const EvalArgs& a) {
   scheme_options.statistics.sink_T = a.sink_T;
   scheme_options.statistics.sink_eps = a.sink_eps;
   scheme_options.quantize_lm_head = a.quantize_lm_head;
+  scheme_options.quantize_ssm_inner = a.quantize_ssm_inner;
   scheme_options.placement = inputs.placement;
   PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
   std::vector<EvalScheme>& schemes = prepared.schemes;
@@ -99,6 +101,7 @@ void run_eval(const EvalArgs& a) {
                           {"attention_statistics", !a.no_attention_stats},
                           {"quantize_lm_head", a.quantize_lm_head},
                           {"shard", a.shard.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.shard)}});
+  if (a.quantize_ssm_inner) context.options["quantize_ssm_inner"] = true;
   // What a saved state must match to be resumed: everything that decides the results.
   EvalResult empty;
   empty.schemes.resize(schemes.size());
@@ -200,6 +203,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--sink-T", args->sink_T, "Sink₁^ε: first T queries")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--sink-eps", args->sink_eps, "Sink₁^ε: threshold ε on the mean attention to key 1")->capture_default_str();
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "quantise the LM head too (every scheme)");
+  cmd->add_flag("--quantize-ssm-inner", args->quantize_ssm_inner,
+                "quantise Mamba's x_proj and dt_proj too (every scheme; by default they stay full precision)");
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   cmd->add_option("--plots", args->plots, "also draw PNG pictures (gnuplot): attention and |hidden state| maps and per-layer curves of full precision, into this folder");

@@ -41,7 +41,33 @@ const std::array<std::pair<MlpKind, const char*>, 5> kMlps{{{MlpKind::gelu, "gel
                                                             {MlpKind::gelu_erf, "gelu_erf"},
                                                             {MlpKind::relu, "relu"}}};
 
+const std::array<std::pair<MixerKind, const char*>, 3> kMixers{
+    {{MixerKind::attention, "attention"}, {MixerKind::mamba, "mamba"}, {MixerKind::mamba2, "mamba2"}}};
+const std::array<std::pair<FfnKind, const char*>, 3> kFfns{
+    {{FfnKind::dense, "dense"}, {FfnKind::moe, "moe"}, {FfnKind::none, "none"}}};
+const std::array<std::pair<RouterNorm, const char*>, 2> kRouterNorms{
+    {{RouterNorm::topk_renormalized, "softmax_topk_renormalized"}, {RouterNorm::topk, "softmax_topk"}}};
+
 }  // namespace
+
+std::string to_string(MixerKind v) { return enum_name(v, kMixers); }
+std::string to_string(FfnKind v) { return enum_name(v, kFfns); }
+std::string to_string(RouterNorm v) { return enum_name(v, kRouterNorms); }
+MixerKind parse_mixer(const std::string& s) { return enum_parse(s, kMixers, "mixer"); }
+FfnKind parse_ffn(const std::string& s) { return enum_parse(s, kFfns, "feed-forward kind"); }
+RouterNorm parse_router_norm(const std::string& s) { return enum_parse(s, kRouterNorms, "router normalisation"); }
+
+bool ModelConfig::has_mixer(MixerKind kind) const {
+  for (std::int64_t i = 0; i < n_layers; ++i)
+    if (mixer(i) == kind) return true;
+  return false;
+}
+
+bool ModelConfig::has_ffn(FfnKind kind) const {
+  for (std::int64_t i = 0; i < n_layers; ++i)
+    if (ffn(i) == kind) return true;
+  return false;
+}
 
 std::string to_string(NormKind v) { return enum_name(v, kNorms); }
 std::string to_string(PositionKind v) { return enum_name(v, kPositions); }
@@ -60,8 +86,21 @@ void ModelConfig::validate(const std::string& source) const {
   };
   positive(vocab_size, "vocab_size");
   positive(d_model, "d_model");
-  positive(d_ff, "d_ff");
   positive(n_layers, "n_layers");
+  for (auto [size, name] : {std::pair{layer_mixers.size(), "layer_mixers"}, std::pair{layer_ffns.size(), "layer_ffns"}})
+    QEVAL_CHECK(size == 0 || static_cast<std::int64_t>(size) == n_layers,
+                "{}: {} has {} entries, expected none or one per layer ({})", source, name, size, n_layers);
+  validate_layer_kinds(source);
+  if (has_ffn(FfnKind::dense)) positive(d_ff, "d_ff");
+  if (!has_mixer(MixerKind::attention)) {  // nothing below concerns attention
+    QEVAL_CHECK(!fused_qkv && !qk_norm && !parallel_residual && attention_windows.empty() && position != PositionKind::rope,
+                "{}: attention switches (fused_qkv, qk_norm, parallel_residual, attention_windows, rope) on a model "
+                "without attention layers",
+                source);
+    QEVAL_CHECK(norm_eps > 0, "{}: norm_eps must be positive, found {}", source, norm_eps);
+    if (position == PositionKind::learned) positive(max_seq_len, "max_seq_len (learned positions)");
+    return;
+  }
   positive(n_heads, "n_heads");
   positive(n_kv_heads, "n_kv_heads");
   QEVAL_CHECK(head_size >= 0, "{}: head_size must be 0 (d_model / n_heads) or positive, found {}", source, head_size);
@@ -101,17 +140,80 @@ void ModelConfig::validate(const std::string& source) const {
     if (id) QEVAL_CHECK(*id >= 0 && *id < vocab_size, "{}: {} {} outside vocabulary of {}", source, name, *id, vocab_size);
 }
 
+void ModelConfig::validate_layer_kinds(const std::string& source) const {
+  auto positive = [&](std::int64_t v, const char* name, const char* why) {
+    QEVAL_CHECK(v > 0, "{}: model config field {} must be positive for {}, found {}", source, name, why, v);
+  };
+  const bool moe = has_ffn(FfnKind::moe), mamba = has_mixer(MixerKind::mamba), mamba2 = has_mixer(MixerKind::mamba2);
+  if (moe) {
+    positive(moe_experts, "moe_experts", "mixture-of-experts layers");
+    QEVAL_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts, "{}: moe_top_k {} outside 1..moe_experts ({})", source,
+                moe_top_k, moe_experts);
+    positive(expert_d_ff(), "moe_d_ff (or d_ff)", "mixture-of-experts layers");
+    QEVAL_CHECK(gated_mlp(), "{}: experts are gated MLPs (swiglu or geglu), found mlp {}", source, to_string(mlp));
+    QEVAL_CHECK(moe_shared_d_ff >= 0 && (!moe_shared_gate || moe_shared_d_ff > 0),
+                "{}: moe_shared_gate needs a shared expert (moe_shared_d_ff > 0), found moe_shared_d_ff {}", source,
+                moe_shared_d_ff);
+    QEVAL_CHECK(!fused_gate_up, "{}: fused_gate_up is not defined for experts", source);
+  }
+  if (mamba || mamba2) {
+    positive(ssm_d_inner, "ssm_d_inner", "state-space layers");
+    positive(ssm_d_state, "ssm_d_state", "state-space layers");
+    positive(ssm_d_conv, "ssm_d_conv", "state-space layers");
+    QEVAL_CHECK(norm == NormKind::rmsnorm, "{}: state-space layers need norm rmsnorm, found {}", source, to_string(norm));
+    QEVAL_CHECK(!parallel_residual && !sandwich_norms, "{}: parallel_residual / sandwich_norms with state-space layers",
+                source);
+  }
+  if (mamba) positive(ssm_dt_rank, "ssm_dt_rank", "Mamba layers");
+  if (mamba2) {
+    positive(ssm_heads, "ssm_heads", "Mamba-2 layers");
+    positive(ssm_groups, "ssm_groups", "Mamba-2 layers");
+    positive(ssm_chunk, "ssm_chunk", "Mamba-2 layers");
+    positive(ssm_norm_groups, "ssm_norm_groups", "Mamba-2 layers");
+    QEVAL_CHECK(ssm_d_inner % ssm_heads == 0, "{}: ssm_d_inner {} is not a multiple of ssm_heads {}", source, ssm_d_inner,
+                ssm_heads);
+    QEVAL_CHECK(ssm_heads % ssm_groups == 0, "{}: ssm_heads {} is not a multiple of ssm_groups {}", source, ssm_heads,
+                ssm_groups);
+    QEVAL_CHECK(ssm_d_inner % ssm_norm_groups == 0, "{}: ssm_d_inner {} is not a multiple of ssm_norm_groups {}", source,
+                ssm_d_inner, ssm_norm_groups);
+    QEVAL_CHECK(ssm_dt_min >= 0 && ssm_dt_max >= 0 && (ssm_dt_max == 0 || ssm_dt_max >= ssm_dt_min),
+                "{}: time-step limits [{}, {}] are not a range (max 0: none)", source, ssm_dt_min, ssm_dt_max);
+  }
+}
+
 double ModelConfig::attention_scale_or_default() const {
   return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(static_cast<double>(head_dim()));
 }
 
 std::int64_t ModelConfig::parameter_count() const {
-  const std::int64_t hd = head_dim();
-  std::int64_t attn = d_model * hd * (n_heads + 2 * n_kv_heads) + d_model * n_heads * hd;
-  std::int64_t mlp_params = (gated_mlp() ? 3 : 2) * d_model * d_ff;
-  std::int64_t emb = vocab_size * d_model * (tied_embeddings ? 1 : 2);
-  if (position == PositionKind::learned) emb += max_seq_len * d_model;
-  return n_layers * (attn + mlp_params) + emb;
+  const std::int64_t D = d_model;
+  std::int64_t blocks = 0;
+  for (std::int64_t i = 0; i < n_layers; ++i) {
+    switch (mixer(i)) {
+      case MixerKind::attention: {
+        const std::int64_t hd = head_dim();
+        blocks += D * hd * (n_heads + 2 * n_kv_heads) + D * n_heads * hd;
+        break;
+      }
+      case MixerKind::mamba:
+        blocks += D * 2 * ssm_d_inner + ssm_d_inner * (ssm_dt_rank + 2 * ssm_d_state) + ssm_dt_rank * ssm_d_inner +
+                  ssm_d_inner * D + ssm_d_inner * (ssm_d_conv + ssm_d_state + 2);
+        break;
+      case MixerKind::mamba2: {
+        const std::int64_t conv = ssm_conv_dim(MixerKind::mamba2);
+        blocks += D * (ssm_d_inner + conv + ssm_heads) + ssm_d_inner * D + conv * ssm_d_conv + ssm_d_inner + 3 * ssm_heads;
+        break;
+      }
+    }
+    switch (ffn(i)) {
+      case FfnKind::dense: blocks += (gated_mlp() ? 3 : 2) * D * d_ff; break;
+      case FfnKind::moe: blocks += moe_experts * (3 * D * expert_d_ff() + D) + 3 * D * moe_shared_d_ff; break;
+      case FfnKind::none: break;
+    }
+  }
+  std::int64_t emb = vocab_size * D * (tied_embeddings ? 1 : 2);
+  if (position == PositionKind::learned) emb += max_seq_len * D;
+  return blocks + emb;
 }
 
 nlohmann::json config_to_json(const ModelConfig& c) {
@@ -152,6 +254,44 @@ nlohmann::json config_to_json(const ModelConfig& c) {
                           std::pair{c.sandwich_norms, "sandwich_norms"}, std::pair{c.parallel_residual, "parallel_residual"},
                           std::pair{c.fused_gate_up, "fused_gate_up"}})
     if (on) j[name] = true;
+  if (!c.layer_mixers.empty()) {
+    std::vector<std::string> names;
+    for (MixerKind k : c.layer_mixers) names.push_back(to_string(k));
+    j["layer_mixers"] = names;
+  }
+  if (!c.layer_ffns.empty()) {
+    std::vector<std::string> names;
+    for (FfnKind k : c.layer_ffns) names.push_back(to_string(k));
+    j["layer_ffns"] = names;
+  }
+  if (c.has_ffn(FfnKind::moe)) {
+    j["moe_experts"] = c.moe_experts;
+    j["moe_top_k"] = c.moe_top_k;
+    j["moe_d_ff"] = c.expert_d_ff();
+    j["moe_router_norm"] = to_string(c.moe_router_norm);
+    if (c.moe_shared_d_ff > 0) j["moe_shared_d_ff"] = c.moe_shared_d_ff;
+    if (c.moe_shared_gate) j["moe_shared_gate"] = true;
+  }
+  const bool mamba = c.has_mixer(MixerKind::mamba), mamba2 = c.has_mixer(MixerKind::mamba2);
+  if (mamba || mamba2) {
+    j["ssm_d_inner"] = c.ssm_d_inner;
+    j["ssm_d_state"] = c.ssm_d_state;
+    j["ssm_d_conv"] = c.ssm_d_conv;
+    j["ssm_conv_bias"] = c.ssm_conv_bias;
+    j["ssm_proj_bias"] = c.ssm_proj_bias;
+  }
+  if (mamba) {
+    j["ssm_dt_rank"] = c.ssm_dt_rank;
+    if (c.ssm_bcdt_norm) j["ssm_bcdt_norm"] = true;
+  }
+  if (mamba2) {
+    j["ssm_heads"] = c.ssm_heads;
+    j["ssm_groups"] = c.ssm_groups;
+    j["ssm_chunk"] = c.ssm_chunk;
+    j["ssm_norm_groups"] = c.ssm_norm_groups;
+    j["ssm_dt_min"] = c.ssm_dt_min;
+    j["ssm_dt_max"] = c.ssm_dt_max;
+  }
   if (c.bos_id) j["bos_id"] = *c.bos_id;
   if (c.eos_id) j["eos_id"] = *c.eos_id;
   if (c.optimizer) j["optimizer"] = *c.optimizer;
@@ -168,9 +308,9 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& source)
     c.architecture = j.value("architecture", std::string("custom"));
     c.vocab_size = json_integer(j.at("vocab_size"), "field \"vocab_size\"");
     c.d_model = json_integer(j.at("d_model"), "field \"d_model\"");
-    c.d_ff = json_integer(j.at("d_ff"), "field \"d_ff\"");
+    c.d_ff = j.contains("d_ff") ? json_integer(j.at("d_ff"), "field \"d_ff\"") : 0;
     c.n_layers = json_integer(j.at("n_layers"), "field \"n_layers\"");
-    c.n_heads = json_integer(j.at("n_heads"), "field \"n_heads\"");
+    c.n_heads = j.contains("n_heads") ? json_integer(j.at("n_heads"), "field \"n_heads\"") : 0;
     c.n_kv_heads = j.value("n_kv_heads", c.n_heads);
     c.max_seq_len = j.value("max_seq_len", std::int64_t{0});
     c.norm = parse_norm(j.at("norm").get<std::string>());
@@ -201,6 +341,32 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& source)
     c.sandwich_norms = j.value("sandwich_norms", false);
     c.parallel_residual = j.value("parallel_residual", false);
     c.fused_gate_up = j.value("fused_gate_up", false);
+    if (j.contains("layer_mixers"))
+      for (const auto& k : j.at("layer_mixers")) c.layer_mixers.push_back(parse_mixer(k.get<std::string>()));
+    if (j.contains("layer_ffns"))
+      for (const auto& k : j.at("layer_ffns")) c.layer_ffns.push_back(parse_ffn(k.get<std::string>()));
+    auto integer = [&](const char* key, std::int64_t fallback) {
+      return j.contains(key) ? json_integer(j.at(key), fmt::format("field \"{}\"", key)) : fallback;
+    };
+    c.moe_experts = integer("moe_experts", 0);
+    c.moe_top_k = integer("moe_top_k", 0);
+    c.moe_d_ff = integer("moe_d_ff", 0);
+    c.moe_router_norm = parse_router_norm(j.value("moe_router_norm", std::string("softmax_topk_renormalized")));
+    c.moe_shared_d_ff = integer("moe_shared_d_ff", 0);
+    c.moe_shared_gate = j.value("moe_shared_gate", false);
+    c.ssm_d_inner = integer("ssm_d_inner", 0);
+    c.ssm_d_state = integer("ssm_d_state", 0);
+    c.ssm_d_conv = integer("ssm_d_conv", 0);
+    c.ssm_dt_rank = integer("ssm_dt_rank", 0);
+    c.ssm_conv_bias = j.value("ssm_conv_bias", true);
+    c.ssm_proj_bias = j.value("ssm_proj_bias", false);
+    c.ssm_bcdt_norm = j.value("ssm_bcdt_norm", false);
+    c.ssm_heads = integer("ssm_heads", 0);
+    c.ssm_groups = integer("ssm_groups", 1);
+    c.ssm_chunk = integer("ssm_chunk", 256);
+    c.ssm_norm_groups = integer("ssm_norm_groups", 1);
+    c.ssm_dt_min = j.value("ssm_dt_min", 0.0);
+    c.ssm_dt_max = j.value("ssm_dt_max", 0.0);
     if (j.contains("bos_id") && !j["bos_id"].is_null()) c.bos_id = j["bos_id"].get<std::int64_t>();
     if (j.contains("eos_id") && !j["eos_id"].is_null()) c.eos_id = j["eos_id"].get<std::int64_t>();
     if (j.contains("optimizer") && j["optimizer"].is_string()) c.optimizer = j["optimizer"].get<std::string>();

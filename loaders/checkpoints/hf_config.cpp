@@ -18,7 +18,9 @@ namespace {
 constexpr const char* kSupportedArchitectures =
     "GPT2LMHeadModel (model_type gpt2), LlamaForCausalLM (llama), Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3), "
     "MistralForCausalLM (mistral), Gemma3ForCausalLM (gemma3_text), Gemma3ForConditionalGeneration (gemma3, text part), "
-    "Phi3ForCausalLM (phi3), GPTNeoXForCausalLM (gpt_neox), OPTForCausalLM (opt)";
+    "Phi3ForCausalLM (phi3), GPTNeoXForCausalLM (gpt_neox), OPTForCausalLM (opt), MixtralForCausalLM (mixtral), "
+    "Qwen2MoeForCausalLM (qwen2_moe), Qwen3MoeForCausalLM (qwen3_moe), MambaForCausalLM (mamba), Mamba2ForCausalLM "
+    "(mamba2), JambaForCausalLM (jamba)";
 
 struct ArchitectureName {
   HfFamily family;
@@ -37,6 +39,12 @@ const ArchitectureName kArchitectures[] = {
     {HfFamily::phi3, "Phi3ForCausalLM", "phi3", "hf-phi3"},
     {HfFamily::gpt_neox, "GPTNeoXForCausalLM", "gpt_neox", "hf-gpt-neox"},
     {HfFamily::opt, "OPTForCausalLM", "opt", "hf-opt"},
+    {HfFamily::mixtral, "MixtralForCausalLM", "mixtral", "hf-mixtral"},
+    {HfFamily::qwen2_moe, "Qwen2MoeForCausalLM", "qwen2_moe", "hf-qwen2-moe"},
+    {HfFamily::qwen3_moe, "Qwen3MoeForCausalLM", "qwen3_moe", "hf-qwen3-moe"},
+    {HfFamily::mamba, "MambaForCausalLM", "mamba", "hf-mamba"},
+    {HfFamily::mamba2, "Mamba2ForCausalLM", "mamba2", "hf-mamba2"},
+    {HfFamily::jamba, "JambaForCausalLM", "jamba", "hf-jamba"},
 };
 
 // Required and optional config.json fields; type errors name the file and the key.
@@ -395,6 +403,198 @@ ModelConfig opt_config(const json& j, const std::string& file, json& notes) {
   return c;
 }
 
+
+// ---- mixture of experts and state spaces (issue 45) ----------------------------------------------
+
+// Mixtral: every layer attention + routed experts (block_sparse_moe), softmax → top-k → renormalised.
+ModelConfig mixtral_config(const json& j, const std::string& file, json& notes) {
+  ModelConfig c = rotary_decoder_config(j, file, notes, 0);
+  c.architecture = "mixtral";
+  require_activation(j, "hidden_act", "silu", file);
+  c.rope_theta = rope_theta(j, file, 1000000.0);
+  c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
+  const std::int64_t window = optional<std::int64_t>(j, "sliding_window", 0, file);  // null: no window
+  if (!windows_from_layer_types(j, file, c, window)) all_layers_windowed(c, window);
+  c.moe_experts = optional<std::int64_t>(j, "num_local_experts", 8, file);
+  c.moe_top_k = optional<std::int64_t>(j, "num_experts_per_tok", 2, file);
+  c.moe_router_norm = RouterNorm::topk_renormalized;
+  c.layer_ffns.assign(static_cast<std::size_t>(c.n_layers), FfnKind::moe);
+  note_windows(c, notes);
+  notes["router"] = "softmax over the experts (float32), top num_experts_per_tok, renormalised to sum to 1 (Mixtral)";
+  return c;
+}
+
+// Qwen2-MoE / Qwen3-MoE: experts on the layers (i + 1) % decoder_sparse_step == 0 not in mlp_only_layers.
+void qwen_moe_layers(const json& j, const std::string& file, ModelConfig& c, json& notes, bool norm_default) {
+  c.moe_experts = optional<std::int64_t>(j, "num_experts", 60, file);
+  c.moe_top_k = optional<std::int64_t>(j, "num_experts_per_tok", 4, file);
+  c.moe_d_ff = optional<std::int64_t>(j, "moe_intermediate_size", 1408, file);
+  const bool renorm = optional<bool>(j, "norm_topk_prob", norm_default, file);
+  c.moe_router_norm = renorm ? RouterNorm::topk_renormalized : RouterNorm::topk;
+  const std::int64_t step = optional<std::int64_t>(j, "decoder_sparse_step", 1, file);
+  QEVAL_CHECK(step >= 1, "{}: decoder_sparse_step {} must be at least 1", file, step);
+  std::vector<std::int64_t> dense_only;
+  if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+    QEVAL_CHECK(j["mlp_only_layers"].is_array(), "{}: \"mlp_only_layers\" should be a list, found {}", file,
+                j["mlp_only_layers"].dump());
+    for (const auto& v : j["mlp_only_layers"]) dense_only.push_back(json_integer(v, file + ": mlp_only_layers"));
+  }
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    const bool moe = c.moe_experts > 0 && (i + 1) % step == 0 &&
+                     std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end();
+    c.layer_ffns.push_back(moe ? FfnKind::moe : FfnKind::dense);
+  }
+  if (std::none_of(c.layer_ffns.begin(), c.layer_ffns.end(), [](FfnKind k) { return k == FfnKind::moe; }))
+    c.layer_ffns.clear();
+  notes["router"] = renorm ? "softmax over the experts (float32), top num_experts_per_tok, renormalised (norm_topk_prob)"
+                           : "softmax over the experts (float32), top num_experts_per_tok, not renormalised";
+}
+
+ModelConfig qwen2_moe_config(const json& j, const std::string& file, json& notes) {
+  ModelConfig c = rotary_decoder_config(j, file, notes, 0);
+  c.architecture = "qwen2_moe";
+  require_activation(j, "hidden_act", "silu", file);
+  c.qkv_bias = optional<bool>(j, "qkv_bias", true, file);
+  c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
+  qwen_windows(j, file, c);
+  qwen_moe_layers(j, file, c, notes, false);
+  c.moe_shared_d_ff = optional<std::int64_t>(j, "shared_expert_intermediate_size", 5632, file);
+  c.moe_shared_gate = c.moe_shared_d_ff > 0;
+  note_windows(c, notes);
+  return c;
+}
+
+ModelConfig qwen3_moe_config(const json& j, const std::string& file, json& notes) {
+  ModelConfig c = rotary_decoder_config(j, file, notes, 128);
+  c.architecture = "qwen3_moe";
+  require_activation(j, "hidden_act", "silu", file);
+  c.attention_bias = optional<bool>(j, "attention_bias", false, file);
+  c.qk_norm = true;
+  c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
+  qwen_windows(j, file, c);
+  qwen_moe_layers(j, file, c, notes, false);
+  note_windows(c, notes);
+  return c;
+}
+
+// "auto" (ceil(hidden_size / 16)) or an integer.
+std::int64_t time_step_rank(const json& j, const char* key, std::int64_t hidden, const std::string& file) {
+  if (!j.contains(key) || j[key].is_null() || (j[key].is_string() && j[key] == "auto")) return (hidden + 15) / 16;
+  QEVAL_CHECK(!j[key].is_string(), "{}: {} \"{}\" is not supported; expected \"auto\" or an integer", file, key,
+              j[key].get<std::string>());
+  return required<std::int64_t>(j, key, file);
+}
+
+// What Mamba, Mamba-2 and Jamba's Mamba layers share: no positions, RMSNorm, SiLU.
+ModelConfig ssm_base_config(const json& j, const std::string& file, const char* eps_key, const char* act_key) {
+  ModelConfig c;
+  c.vocab_size = required<std::int64_t>(j, "vocab_size", file);
+  c.d_model = required<std::int64_t>(j, "hidden_size", file);
+  c.n_layers = required<std::int64_t>(j, "num_hidden_layers", file);
+  c.norm = NormKind::rmsnorm;
+  c.norm_eps = optional<double>(j, eps_key, 1e-5, file);
+  c.position = PositionKind::none;
+  c.mlp = MlpKind::swiglu;
+  require_activation(j, act_key, "silu", file);
+  return c;
+}
+
+ModelConfig mamba_config(const json& j, const std::string& file, json& notes) {
+  ModelConfig c = ssm_base_config(j, file, "layer_norm_epsilon", "hidden_act");
+  c.architecture = "mamba";
+  const std::int64_t expand = optional<std::int64_t>(j, "expand", 2, file);
+  c.ssm_d_inner = optional<std::int64_t>(j, "intermediate_size", expand * c.d_model, file);
+  c.ssm_d_state = optional<std::int64_t>(j, "state_size", 16, file);
+  c.ssm_d_conv = optional<std::int64_t>(j, "conv_kernel", 4, file);
+  c.ssm_dt_rank = time_step_rank(j, "time_step_rank", c.d_model, file);
+  c.ssm_conv_bias = optional<bool>(j, "use_conv_bias", true, file);
+  c.ssm_proj_bias = optional<bool>(j, "use_bias", false, file);
+  c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", true, file);
+  c.layer_mixers.assign(static_cast<std::size_t>(c.n_layers), MixerKind::mamba);
+  c.layer_ffns.assign(static_cast<std::size_t>(c.n_layers), FfnKind::none);
+  c.bos_id = token_id(j, "bos_token_id", file, notes);
+  c.eos_id = token_id(j, "eos_token_id", file, notes);
+  notes["mixer"] = "Mamba (S6): selective scan with zero-order-hold discretisation; A = -exp(A_log) on load";
+  return c;
+}
+
+ModelConfig mamba2_config(const json& j, const std::string& file, json& notes) {
+  ModelConfig c = ssm_base_config(j, file, "layer_norm_epsilon", "hidden_act");
+  c.architecture = "mamba2";
+  const double expand = optional<double>(j, "expand", 2.0, file);
+  c.ssm_d_inner = static_cast<std::int64_t>(expand * static_cast<double>(c.d_model));
+  c.ssm_d_state = optional<std::int64_t>(j, "state_size", 128, file);
+  c.ssm_d_conv = optional<std::int64_t>(j, "conv_kernel", 4, file);
+  c.ssm_heads = optional<std::int64_t>(j, "num_heads", 128, file);
+  const std::int64_t head_dim = optional<std::int64_t>(j, "head_dim", 64, file);
+  QEVAL_CHECK(c.ssm_heads * head_dim == c.ssm_d_inner,
+              "{}: num_heads {} × head_dim {} = {} differs from expand × hidden_size = {}; not supported", file,
+              c.ssm_heads, head_dim, c.ssm_heads * head_dim, c.ssm_d_inner);
+  c.ssm_groups = optional<std::int64_t>(j, "n_groups", 8, file);
+  c.ssm_chunk = optional<std::int64_t>(j, "chunk_size", 256, file);
+  c.ssm_conv_bias = optional<bool>(j, "use_conv_bias", true, file);
+  c.ssm_proj_bias = optional<bool>(j, "use_bias", false, file);
+  QEVAL_CHECK(optional<bool>(j, "rms_norm", true, file), "{}: rms_norm false is not supported (the gated RMSNorm is "
+              "always applied)", file);
+  if (j.contains("time_step_limit") && !j["time_step_limit"].is_null()) {
+    const json& limit = j["time_step_limit"];
+    QEVAL_CHECK(limit.is_array() && limit.size() == 2, "{}: time_step_limit {} should be [min, max]", file, limit.dump());
+    c.ssm_dt_min = limit[0].get<double>();
+    // JSON has no infinity: HF writes (0.0, inf) as [0.0, Infinity] (read by Python) or a huge number.
+    const double max = limit[1].is_number() ? limit[1].get<double>() : 0.0;
+    c.ssm_dt_max = std::isfinite(max) && max < 1e30 ? max : 0.0;
+  }
+  c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
+  c.layer_mixers.assign(static_cast<std::size_t>(c.n_layers), MixerKind::mamba2);
+  c.layer_ffns.assign(static_cast<std::size_t>(c.n_layers), FfnKind::none);
+  c.bos_id = token_id(j, "bos_token_id", file, notes);
+  c.eos_id = token_id(j, "eos_token_id", file, notes);
+  notes["mixer"] = "Mamba-2 (SSD), chunked; gated RMSNorm over the whole d_inner as HF's MambaRMSNormGated computes it";
+  return c;
+}
+
+ModelConfig jamba_config(const json& j, const std::string& file, json& notes) {
+  ModelConfig c = ssm_base_config(j, file, "rms_norm_eps", "hidden_act");
+  c.architecture = "jamba";
+  c.norm_eps = optional<double>(j, "rms_norm_eps", 1e-6, file);
+  c.d_ff = required<std::int64_t>(j, "intermediate_size", file);
+  c.n_heads = required<std::int64_t>(j, "num_attention_heads", file);
+  c.n_kv_heads = optional<std::int64_t>(j, "num_key_value_heads", c.n_heads, file);
+  c.max_seq_len = optional<std::int64_t>(j, "max_position_embeddings", 0, file);
+  const std::int64_t window = optional<std::int64_t>(j, "sliding_window", 0, file);
+  QEVAL_CHECK(window == 0, "{}: sliding_window {} is not supported for Jamba (expected null)", file, window);
+  c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
+  const std::int64_t experts = optional<std::int64_t>(j, "num_experts", 16, file);
+  c.moe_experts = experts;
+  c.moe_top_k = optional<std::int64_t>(j, "num_experts_per_tok", 2, file);
+  c.moe_router_norm = RouterNorm::topk;  // JambaSparseMoeBlock: the top-k softmax weights as they are
+  const std::int64_t attn_period = optional<std::int64_t>(j, "attn_layer_period", 8, file);
+  const std::int64_t attn_offset = optional<std::int64_t>(j, "attn_layer_offset", 4, file);
+  const std::int64_t expert_period = optional<std::int64_t>(j, "expert_layer_period", 2, file);
+  const std::int64_t expert_offset = optional<std::int64_t>(j, "expert_layer_offset", 1, file);
+  QEVAL_CHECK(attn_period >= 1 && expert_period >= 1, "{}: attn_layer_period {} and expert_layer_period {} must be positive",
+              file, attn_period, expert_period);
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    c.layer_mixers.push_back(i % attn_period == attn_offset ? MixerKind::attention : MixerKind::mamba);
+    c.layer_ffns.push_back(experts > 1 && i % expert_period == expert_offset ? FfnKind::moe : FfnKind::dense);
+  }
+  if (experts <= 1) c.moe_experts = c.moe_top_k = 0;
+  c.ssm_d_inner = optional<std::int64_t>(j, "mamba_expand", 2, file) * c.d_model;
+  c.ssm_d_state = optional<std::int64_t>(j, "mamba_d_state", 16, file);
+  c.ssm_d_conv = optional<std::int64_t>(j, "mamba_d_conv", 4, file);
+  c.ssm_dt_rank = time_step_rank(j, "mamba_dt_rank", c.d_model, file);
+  c.ssm_conv_bias = optional<bool>(j, "mamba_conv_bias", true, file);
+  c.ssm_proj_bias = optional<bool>(j, "mamba_proj_bias", false, file);
+  c.ssm_bcdt_norm = true;
+  c.bos_id = token_id(j, "bos_token_id", file, notes);
+  c.eos_id = token_id(j, "eos_token_id", file, notes);
+  notes["layer_pattern"] = "attention where i % attn_layer_period == attn_layer_offset, else Mamba; experts where "
+                           "i % expert_layer_period == expert_layer_offset (num_experts > 1), else the dense MLP";
+  notes["positions"] = "none (Jamba's attention layers have no positional encoding)";
+  notes["router"] = "softmax over the experts (float32), top num_experts_per_tok, not renormalised (Jamba)";
+  return c;
+}
+
 }  // namespace
 
 const char* hf_supported_architectures() { return kSupportedArchitectures; }
@@ -423,10 +623,17 @@ HfModel read_hf_model_config(const json& config_json, const std::string& file, j
     case HfFamily::phi3: m.config = phi3_config(*j, file, notes); break;
     case HfFamily::gpt_neox: m.config = gpt_neox_config(*j, file, notes); break;
     case HfFamily::opt: m.config = opt_config(*j, file, notes); break;
+    case HfFamily::mixtral: m.config = mixtral_config(*j, file, notes); break;
+    case HfFamily::qwen2_moe: m.config = qwen2_moe_config(*j, file, notes); break;
+    case HfFamily::qwen3_moe: m.config = qwen3_moe_config(*j, file, notes); break;
+    case HfFamily::mamba: m.config = mamba_config(*j, file, notes); break;
+    case HfFamily::mamba2: m.config = mamba2_config(*j, file, notes); break;
+    case HfFamily::jamba: m.config = jamba_config(*j, file, notes); break;
   }
   m.norm_plus_one = m.family == HfFamily::gemma3;
   if (m.family == HfFamily::gpt_neox) m.prefix = "gpt_neox.", m.lm_head = "embed_out.weight";
   if (m.family == HfFamily::opt) m.prefix = "model.decoder.";
+  if (m.family == HfFamily::mamba || m.family == HfFamily::mamba2) m.prefix = "backbone.";
   m.config.validate(file);
   return m;
 }
