@@ -10,9 +10,25 @@
 
 namespace qeval {
 
+// Control bytes in a message (from a file's strings: a NUL inside a GGUF string, an escape
+// sequence) written as \xHH, so main() prints the whole message and nothing a file holds can cut it
+// short or drive the terminal. Newlines and tabs stay: some messages span lines on purpose.
+inline std::string escape_control_bytes(const std::string& message) {
+  std::string out;
+  out.reserve(message.size());
+  for (char c : message) {
+    const auto b = static_cast<unsigned char>(c);
+    if ((b < 0x20 && c != '\n' && c != '\t') || b == 0x7F)
+      out += fmt::format("\\x{:02x}", b);
+    else
+      out += c;
+  }
+  return out;
+}
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(escape_control_bytes(message)) {}
 };
 
 // Throws qeval::Error with an fmt-formatted message.
