@@ -115,6 +115,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& statistic_n
 
 Tolerances Tolerances::from_json(const nlohmann::json& j, const std::string& source) {
   Tolerances t;
+  t.source = source;
   require_keys(j, {"description", "missing_scheme", "schemes", "statistics_for", "statistics"}, source);
   if (j.contains("missing_scheme")) {
     const auto& m = j["missing_scheme"];
@@ -215,8 +216,8 @@ CheckReport check_record(const nlohmann::json& baseline, const nlohmann::json& c
     QEVAL_CHECK(baseline.at("schemes").is_array() && current.at("schemes").is_array(), "\"schemes\" should be a list");
     // A tolerance that names a scheme the baseline lacks would gate nothing: the pairing is wrong.
     for (const auto& [name, tol] : tolerances.schemes)
-      QEVAL_CHECK(name == "*" || find_scheme(baseline, name), "tolerances name scheme '{}' but baseline {} has no such scheme",
-                  name, bs);
+      QEVAL_CHECK(name == "*" || find_scheme(baseline, name), "{}: tolerances name scheme '{}' but baseline {} has no such scheme",
+                  tolerances.source, name, bs);
 
     for (const auto& b : baseline.at("schemes")) {
       const std::string name = b.at("name").get<std::string>();

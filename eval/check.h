@@ -64,6 +64,7 @@ struct StatisticTolerance {
 };
 
 struct Tolerances {
+  std::string source = "tolerances";  // the file, for messages
   bool missing_scheme_is_error = true;
   std::map<std::string, SchemeTolerance> schemes;  // "*": default for schemes not named
   std::optional<std::vector<std::string>> statistics_for;

@@ -1,7 +1,9 @@
 #include "eval/run_state.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -154,8 +156,9 @@ EvalResult run_state_from_json(const nlohmann::json& state,
     const std::vector<std::int64_t> seen = statistics[s]->window_indices();
     std::vector<std::int64_t> expected;
     for (const auto& entry : r.window_hashes) expected.push_back(entry.first);
-    QEVAL_CHECK(seen == expected, "{}: scheme {}'s statistics cover {} windows, its rows {}: they must be the same windows",
-                source, s, seen.size(), expected.size());
+    QEVAL_CHECK(seen == expected, "{}: scheme {}'s statistics hold windows [{}], its rows [{}]: they must be the same windows",
+                source, s, fmt::join(seen.begin(), seen.begin() + std::min<std::size_t>(seen.size(), 8), ", "),
+                fmt::join(expected.begin(), expected.begin() + std::min<std::size_t>(expected.size(), 8), ", "));
   }
   return r;
 }

@@ -308,7 +308,10 @@ TrainResult run_training(TrainOptions o) {
     optimizer->step(lr);
     optimizer->zero_grad();
     const double loss_value = loss.item<double>();
-    QEVAL_CHECK(std::isfinite(loss_value), "train: loss is {} at step {} (lr {})", loss_value, step + 1, lr);
+    QEVAL_CHECK(std::isfinite(loss_value),
+                "train: loss is {} at step {} (lr {}): the run diverged; no checkpoint is written for this step (lower "
+                "--lr, or keep --clip on)",
+                loss_value, step + 1, lr);
     loss_sum += loss_value;
     ++loss_count;
     state.step = step + 1;

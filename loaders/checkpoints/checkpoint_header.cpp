@@ -35,6 +35,8 @@ void read_folder_config(CheckpointHeader& out, const fs::path& dir) {
   QEVAL_CHECK(fs::is_regular_file(config_path), "{}: a checkpoint folder needs config.json", dir.string());
   const nlohmann::json j = read_json_file(config_path);
   QEVAL_CHECK(j.is_object(), "{}: expected a JSON object, found {}", config_path.string(), j.type_name());
+  QEVAL_CHECK(j.contains("format") || j.contains("architectures") || j.contains("model_type"),
+              "{}: neither \"format\": \"qeval\" nor Hugging Face \"architectures\"/\"model_type\"", config_path.string());
   if (j.contains("format")) {
     QEVAL_CHECK(j["format"] == "qeval", "{}: unknown \"format\"; expected \"qeval\" (or no \"format\" for Hugging Face "
                 "configs)", config_path.string());

@@ -160,7 +160,8 @@ ModelConfig gpt2_config(const json& j, ConfigSource& src, json& notes) {
   src.name(F::d_ff, "n_inner");
   c.d_ff = src.integer(F::d_ff, j, "n_inner").value_or(4 * c.d_model);  // d_model <= 2^31: no overflow
   src.name(F::max_seq_len, "n_positions");
-  c.max_seq_len = src.integer(F::max_seq_len, j, "n_positions").value_or(src.integer(F::max_seq_len, j, "n_ctx").value_or(0));
+  const std::optional<std::int64_t> positions = src.integer(F::max_seq_len, j, "n_positions");
+  c.max_seq_len = positions ? *positions : src.integer(F::max_seq_len, j, "n_ctx").value_or(0);
   const std::string act = optional<std::string>(j, "activation_function", "gelu_new", file);
   // All three are the tanh approximation qeval implements; "gelu" (erf) would differ slightly.
   QEVAL_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",

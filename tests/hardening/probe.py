@@ -2,7 +2,7 @@
 """Bad-input probe (issue 46): runs qeval on several hundred hostile but realistic inputs and
 classifies each outcome.
 
-Usage: tests/hardening/probe.py QEVAL_BINARY [OUT.md] [--jobs N] [--timeout S]
+Usage: tests/hardening/probe.py QEVAL_BINARY [OUT.md] [--jobs=N] [--timeout=S] [--messages=FILE]
        (run from anywhere; ../shared/data must hold stories260K and the tiny HF fixtures)
 
 Every input is built in a temporary folder from committed tiny files (tests/model/fixtures,
@@ -17,7 +17,8 @@ Every input is built in a temporary folder from committed tiny files (tests/mode
                      from main, or shows C++ internals (json.exception, std::, stoll, a 309-digit
                      bound)
   accepted with note exit 0 with the note the case requires (capped --threads)
-The table of counts and every non-clean case go to OUT.md (default: stdout).
+The table of counts and every non-clean case go to OUT.md (default: stdout); --messages=FILE also
+writes every case's outcome and the last line qeval printed, for reading the messages themselves.
 """
 import concurrent.futures
 import copy
@@ -288,7 +289,7 @@ for fam, key, val in [("tiny-mistral-hf", "intermediate_size", 48), ("tiny-qwen2
                       ("tiny-gemma3-hf", "num_hidden_layers", 3), ("tiny-opt-hf", "vocab_size", 81)]:
     case(f"eval-shape-{fam}-{key}", lambda d, f=fam, k=key, v=val: "eval -q --model " + family(d, f, setter(k, v)) +
          " --data " + write(d, "t.bin", TOK) + " --seq-len 8 --max-windows 1 --schemes full --out " + str(Path(d) / "o.json"),
-         [f])
+         [fam])
 
 # ---- text and token files ---------------------------------------------------------------------------
 TEXTS = {"empty.txt": b"", "nul.txt": b"\0" * 5000, "nul-late.txt": b"Once upon a time.\n\nA cat\0 sat.\n",
@@ -304,7 +305,7 @@ for name, data in {"odd.bin": b"\1" * 33, "big-id.bin": struct.pack("<20H", *([1
                    "empty.bin": b"", "three.bin": struct.pack("<3H", 1, 2, 3)}.items():
     case(f"tokens-{name}", lambda d, n=name, b=data: "eval -q --model models/stories260K/stories260K.bin --data " +
          write(d, n, b) + " --seq-len 16 --schemes full --out " + str(Path(d) / "o.json"),
-         [n] if n != "three.bin" else ["window"])
+         [name] if name != "three.bin" else ["window"])
 
 # ---- options ------------------------------------------------------------------------------------------
 OPTS = [("--seq-len", ["1", "-1", "x", "1e3", "99999999999"]), ("--max-windows", ["-2", "x"]),
@@ -495,12 +496,12 @@ case("resume-not-json", lambda d: (write(d, "o.json.state.json", "{"), EVAL + " 
 TRAIN_OPTS = [("--lr", ["inf", "nan", "0", "-1", "x"]), ("--momentum", ["nan", "1", "-0.1"]), ("--n-kv-heads", ["-1", "3"]),
               ("--d-ff", ["-1"]), ("--clip", ["-1", "inf"]), ("--warmup", ["50", "-1"]), ("--beta1", ["1", "nan"]),
               ("--beta2", ["-0.1"]), ("--eps", ["0", "nan"]), ("--seq-len", ["1", "0"]), ("--val-fraction", ["1", "-0.5"]),
-              ("--norm-eps", ["0", "nan"]), ("--d-model", ["0", "18"]), ("--init-std", ["0", "inf"]),
+              ("--norm-eps", ["0", "nan"]), ("--d-model", ["0", "18 --n-heads 4"]), ("--init-std", ["0", "inf"]),
               ("--weight-decay", ["-1"]), ("--min-lr-ratio", ["2"]), ("--log-every", ["0"]), ("--time-limit", ["nan"]),
               ("--dense-max", ["0"]), ("--steps", ["0"]), ("--batch-size", ["0"]), ("--val-every", ["-1"])]
 for opt, vals in TRAIN_OPTS:
     for v in vals:
-        case(f"train{opt}={v}", lambda d, o=opt, v=v: TRAIN + f" {o}={v} --out " + str(Path(d) / "ck"), [o])
+        case(f"train{opt}={v}", lambda d, o=opt, v=v: TRAIN + f" {o}={v} --out " + str(Path(d) / "ck"), [opt])
 case("train-lr-1e30", lambda d: TRAIN + " --lr 1e30 --clip 0 --out " + str(Path(d) / "ck"), ["diverged"])
 case("train-lr-1e30-no-out", lambda d: TRAIN + " --lr 1e30 --clip 0", ["diverged"])
 case("train-out-file", lambda d: TRAIN + " --out " + write(d, "ck", "x"), ["--out"])
@@ -551,8 +552,8 @@ def run_case(c):
             outcome, out = classify(c, proc, False)
         except subprocess.TimeoutExpired:
             outcome, out = classify(c, None, True)
-        return {"name": c["name"], "outcome": outcome, "seconds": time.time() - t0, "command": cmd,
-                "output": out.strip().splitlines()[-3:] if out else []}
+        return {"name": c["name"], "outcome": outcome, "seconds": time.time() - t0, "command": cmd.replace(d, "$DIR"),
+                "output": [l.replace(d, "$DIR") for l in out.strip().splitlines()[-3:]] if out else []}
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -584,5 +585,8 @@ lines += ["", "Slowest: " + ", ".join(f"{r['name']} {r['seconds']:.1f} s" for r 
 text = "\n".join(lines) + "\n"
 if OUT:
     Path(OUT).write_text(text)
+if "--messages" in opts:
+    Path(opts["--messages"]).write_text("".join(
+        f"{r['outcome']:<18} {r['name']}: {r['output'][-1] if r['output'] else ''}\n" for r in results))
 print(text)
 sys.exit(1 if bad else 0)
