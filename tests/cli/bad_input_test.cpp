@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/files.h"
@@ -791,32 +794,56 @@ std::vector<BadInput> corpus() {
   return c;
 }
 
-// gtest prints a failing row by its name, not its bytes.
-void PrintTo(const BadInput& b, std::ostream* os) { *os << b.name; }
+// What one row gave, checked on the test's thread.
+struct Outcome {
+  std::string args;
+  test::CommandResult result;
+  bool output_left = false;
+};
 
-class BadInputCorpus : public ::testing::TestWithParam<BadInput> {};
-
-TEST(BadInputCorpusSize, HasAtLeast150Cases) { EXPECT_GE(corpus().size(), 150u); }
-
-TEST_P(BadInputCorpus, RefusedWithItsStatusAndMessage) {
-  const BadInput& b = GetParam();
+Outcome run_row(const BadInput& b) {
   Inputs in;
-  const std::string args = b.args(in);
-  test::CommandResult r = test::run_qeval(args);
-  EXPECT_EQ(r.status, b.status) << "qeval " << args << "\n" << r.output;
-  for (const auto& fragment : b.fragments)
-    EXPECT_NE(r.output.find(fragment), std::string::npos) << "message lacks \"" << fragment << "\"\nqeval " << args << "\n"
-                                                         << r.output;
-  if (b.status == 2) {
-    // One line that says what went wrong, from main (never a crash report or a 309-digit bound).
-    EXPECT_NE(r.output.find("qeval: error: "), std::string::npos) << r.output;
-    EXPECT_EQ(r.output.find("179769313486231570"), std::string::npos) << r.output;
-  }
-  if (!b.no_output.empty()) EXPECT_FALSE(fs::exists(in.dir() / b.no_output)) << b.no_output << " was written: " << r.output;
+  Outcome o;
+  o.args = b.args(in);
+  o.result = test::run_qeval(o.args);
+  o.output_left = !b.no_output.empty() && fs::exists(in.dir() / b.no_output);
+  return o;
 }
 
-INSTANTIATE_TEST_SUITE_P(Inputs, BadInputCorpus, ::testing::ValuesIn(corpus()),
-                         [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
+TEST(BadInputCorpus, HasAtLeast150Rows) {
+  EXPECT_GE(corpus().size(), 150u);
+  std::printf("bad-input corpus: %zu rows\n", corpus().size());
+}
+
+// Every row, run two at a time (each is a qeval process; most of their time is LibTorch's start-up),
+// so the corpus stays within about a minute of a 2-core CI machine.
+TEST(BadInputCorpus, EveryInputIsRefusedWithItsStatusAndMessage) {
+  const std::vector<BadInput> rows = corpus();
+  made();  // the shared record, shards and state, once, before the workers start
+  std::vector<Outcome> outcomes(rows.size());
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < rows.size(); i = next++) outcomes[i] = run_row(rows[i]);
+  };
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < std::max(2u, std::min(4u, std::thread::hardware_concurrency())); ++t) workers.emplace_back(worker);
+  for (auto& w : workers) w.join();
+
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const BadInput& b = rows[i];
+    const Outcome& o = outcomes[i];
+    const std::string& out = o.result.output;
+    SCOPED_TRACE("row " + b.name + ": qeval " + o.args + "\n" + out);
+    EXPECT_EQ(o.result.status, b.status);
+    for (const auto& fragment : b.fragments) EXPECT_NE(out.find(fragment), std::string::npos) << "lacks \"" << fragment << "\"";
+    if (b.status == 2) {
+      // One line that says what went wrong, from main (never a crash report or a 309-digit bound).
+      EXPECT_NE(out.find("qeval: error: "), std::string::npos);
+      EXPECT_EQ(out.find("179769313486231570"), std::string::npos);
+    }
+    EXPECT_FALSE(o.output_left) << b.no_output << " was written";
+  }
+}
 
 }  // namespace
 }  // namespace qeval
