@@ -18,6 +18,7 @@ struct CheckArgs {
   std::string tolerances;
   std::vector<std::string> records;
   bool allow_protocol_mismatch = false;
+  bool allow_partial = false;
   std::string format = "md";
   std::string report;
 };
@@ -27,11 +28,13 @@ void run_check(const CheckArgs& a) {
   QEVAL_CHECK(!a.tolerances.empty(), "check: --tolerances T.json is required (see configs/ci/tolerances.json)");
   QEVAL_CHECK(a.records.size() == 1, "check: give exactly one record to check, found {}", a.records.size());
   QEVAL_CHECK(a.format == "md" || a.format == "json", "check: --format should be md or json, found '{}'", a.format);
+  if (!a.report.empty()) check_output_file(a.report, "--report");
   const Tolerances tolerances = load_tolerances(a.tolerances);
   const nlohmann::json baseline = read_record(a.baseline);
   const nlohmann::json record = read_record(a.records.front());
   CheckOptions options;
   options.allow_protocol_mismatch = a.allow_protocol_mismatch;
+  options.allow_partial = a.allow_partial;
   options.baseline_source = a.baseline;
   options.current_source = a.records.front();
   const CheckReport report = check_record(baseline, record, tolerances, options);
@@ -52,7 +55,9 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--baseline,-b", args->baseline, "baseline result record");
   cmd->add_option("--tolerances,-t", args->tolerances, "tolerance file (JSON; see configs/ci/tolerances.json, docs/ci-gate.md)");
   cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
-                "check even when protocol, data or precision differ from the baseline's");
+                "check even when protocol, data, precision or a scheme's definition differ from the baseline's");
+  cmd->add_flag("--allow-partial", args->allow_partial,
+                "check shard records and partial merges too (noted in the report)");
   cmd->add_option("--format,-f", args->format, "report format: md or json")->capture_default_str();
   cmd->add_option("--report", args->report, "also write the report to this file");
   cmd->callback([args] { run_check(*args); });

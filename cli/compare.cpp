@@ -10,6 +10,7 @@
 #include "common/files.h"
 #include "eval/compare.h"
 #include "eval/record.h"
+#include "eval/record_verify.h"
 
 namespace qeval::cli {
 namespace {
@@ -19,6 +20,7 @@ struct CompareArgs {
   std::string format = "md";
   std::string labels;
   bool allow_protocol_mismatch = false;
+  bool allow_partial = false;
   std::string out;
 };
 
@@ -26,8 +28,14 @@ void run_compare(const CompareArgs& a) {
   // Checked here rather than by CLI11 so that bad input exits 2 like every other input error.
   QEVAL_CHECK(!a.records.empty(), "compare: give one or more result records (qeval eval --out R.json)");
   const CompareFormat format = parse_compare_format(a.format);
+  if (!a.out.empty()) check_output_file(a.out, "--out");
   std::vector<LabeledRecord> records;
-  for (const auto& path : a.records) records.push_back({path, read_record(path), ""});
+  for (const auto& path : a.records) {
+    LabeledRecord r{path, read_record(path), "", {}};
+    // Records are verified, not trusted (eval/record_verify.h); a shard or a partial merge only with --allow-partial.
+    r.partial = require_verified_record(r.record, path, a.allow_partial);
+    records.push_back(std::move(r));
+  }
   if (!a.labels.empty()) {
     std::vector<std::string> labels;
     std::stringstream in(a.labels);
@@ -57,6 +65,8 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--labels", args->labels, "comma-separated model names, one per record (default: the model's file or folder name)");
   cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
                 "compare records evaluated under different protocols or data (marked in the output)");
+  cmd->add_flag("--allow-partial", args->allow_partial,
+                "compare shard records and partial merges too (their rows are marked \"(partial)\")");
   cmd->add_option("--out,-o", args->out, "write the tables here instead of stdout");
   cmd->callback([args] { run_compare(*args); });
 }

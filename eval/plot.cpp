@@ -93,6 +93,11 @@ std::string record_model_name(const nlohmann::json& record) {
   if (model.filename().empty()) model = model.parent_path();
   std::string stem = model.has_extension() ? model.stem().string() : model.filename().string();
   if (stem == "model" || stem == "pytorch_model") stem = model.parent_path().filename().string();
+  // A shard or a partial merge is marked wherever the record is named (qeval plot --allow-partial),
+  // and so is a record measured under another protocol (--allow-protocol-mismatch sets "plot_mark").
+  if ((record.contains("shard") && !record["shard"].is_null()) || (record.contains("partial") && !record["partial"].is_null()))
+    stem += " (partial)";
+  if (record.contains("plot_mark") && record["plot_mark"].is_string()) stem += " " + record["plot_mark"].get<std::string>();
   return stem;
 }
 

@@ -136,6 +136,12 @@ class StatisticsCollector : public ForwardObserver {
   void merge(const StatisticsCollector& other);
 
   std::int64_t window_count() const { return static_cast<std::int64_t>(windows_.size()); }
+  // The windows observed, ascending (a state read back must cover the windows its rows claim).
+  std::vector<std::int64_t> window_indices() const {
+    std::vector<std::int64_t> out;
+    for (const auto& entry : windows_) out.push_back(entry.first);
+    return out;
+  }
   const StatisticsOptions& options() const { return options_; }
 
   // The structure above; throws when no window was observed or windows disagree on the layer count.

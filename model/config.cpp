@@ -6,6 +6,8 @@
 
 #include "common/error.h"
 #include "common/json_integer.h"
+#include "common/printable.h"
+#include "model/config_validation.h"
 
 namespace qeval {
 namespace {
@@ -79,66 +81,6 @@ PositionKind parse_position(const std::string& s) { return enum_parse(s, kPositi
 RopePairing parse_rope_pairing(const std::string& s) { return enum_parse(s, kPairings, "rope pairing"); }
 SoftmaxKind parse_softmax(const std::string& s) { return enum_parse(s, kSoftmaxes, "attention softmax"); }
 MlpKind parse_mlp(const std::string& s) { return enum_parse(s, kMlps, "mlp"); }
-
-void ModelConfig::validate(const std::string& source) const {
-  auto positive = [&](std::int64_t v, const char* name) {
-    QEVAL_CHECK(v > 0, "{}: model config field {} must be positive, found {}", source, name, v);
-  };
-  positive(vocab_size, "vocab_size");
-  positive(d_model, "d_model");
-  positive(n_layers, "n_layers");
-  for (auto [size, name] : {std::pair{layer_mixers.size(), "layer_mixers"}, std::pair{layer_ffns.size(), "layer_ffns"}})
-    QEVAL_CHECK(size == 0 || static_cast<std::int64_t>(size) == n_layers,
-                "{}: {} has {} entries, expected none or one per layer ({})", source, name, size, n_layers);
-  validate_layer_kinds(source);
-  if (has_ffn(FfnKind::dense)) positive(d_ff, "d_ff");
-  if (!has_mixer(MixerKind::attention)) {  // nothing below concerns attention
-    QEVAL_CHECK(!fused_qkv && !qk_norm && !parallel_residual && attention_windows.empty() && position != PositionKind::rope,
-                "{}: attention switches (fused_qkv, qk_norm, parallel_residual, attention_windows, rope) on a model "
-                "without attention layers",
-                source);
-    QEVAL_CHECK(norm_eps > 0, "{}: norm_eps must be positive, found {}", source, norm_eps);
-    if (position == PositionKind::learned) positive(max_seq_len, "max_seq_len (learned positions)");
-    return;
-  }
-  positive(n_heads, "n_heads");
-  positive(n_kv_heads, "n_kv_heads");
-  QEVAL_CHECK(head_size >= 0, "{}: head_size must be 0 (d_model / n_heads) or positive, found {}", source, head_size);
-  if (head_size == 0)
-    QEVAL_CHECK(d_model % n_heads == 0, "{}: d_model {} is not a multiple of n_heads {} (and no head_size is given)",
-                source, d_model, n_heads);
-  QEVAL_CHECK(n_heads % n_kv_heads == 0, "{}: n_heads {} is not a multiple of n_kv_heads {}", source, n_heads,
-              n_kv_heads);
-  if (position == PositionKind::learned) positive(max_seq_len, "max_seq_len (learned positions)");
-  QEVAL_CHECK(rotary_dim >= 0 && rotary_dim <= head_dim(), "{}: rotary_dim {} outside 0..head_dim {}", source,
-              rotary_dim, head_dim());
-  if (position == PositionKind::rope)
-    QEVAL_CHECK(rotary_dims() % 2 == 0, "{}: rotary positions need an even number of rotated channels, found {}",
-                source, rotary_dims());
-  else
-    QEVAL_CHECK(rotary_dim == 0 && rope_theta_local == 0, "{}: rotary_dim / rope_theta_local need rope positions",
-                source);
-  QEVAL_CHECK(norm_eps > 0, "{}: norm_eps must be positive, found {}", source, norm_eps);
-  QEVAL_CHECK(attention_windows.empty() || static_cast<std::int64_t>(attention_windows.size()) == n_layers,
-              "{}: attention_windows has {} entries, expected none or one per layer ({})", source,
-              attention_windows.size(), n_layers);
-  for (std::int64_t w : attention_windows)
-    QEVAL_CHECK(w >= 0, "{}: attention window {} must be 0 (global) or positive", source, w);
-  for (auto [v, name] : {std::pair{rope_theta_local, "rope_theta_local"}, std::pair{attention_scale, "attention_scale"},
-                         std::pair{attn_logit_softcap, "attn_logit_softcap"},
-                         std::pair{final_logit_softcap, "final_logit_softcap"}})
-    QEVAL_CHECK(v >= 0 && std::isfinite(v), "{}: {} must be 0 (off / default) or positive, found {}", source, name, v);
-  QEVAL_CHECK(embedding_scale > 0 && std::isfinite(embedding_scale), "{}: embedding_scale must be positive, found {}",
-              source, embedding_scale);
-  QEVAL_CHECK(!qk_norm || norm == NormKind::rmsnorm, "{}: qk_norm needs norm rmsnorm (per-head RMSNorm gains), found {}",
-              source, to_string(norm));
-  QEVAL_CHECK(!(sandwich_norms && parallel_residual), "{}: sandwich_norms and parallel_residual together are not defined",
-              source);
-  QEVAL_CHECK(!fused_gate_up || gated_mlp(), "{}: fused_gate_up needs a gated MLP (swiglu or geglu), found {}", source,
-              to_string(mlp));
-  for (auto [id, name] : {std::pair{bos_id, "bos_id"}, std::pair{eos_id, "eos_id"}})
-    if (id) QEVAL_CHECK(*id >= 0 && *id < vocab_size, "{}: {} {} outside vocabulary of {}", source, name, *id, vocab_size);
-}
 
 void ModelConfig::validate_layer_kinds(const std::string& source) const {
   auto positive = [&](std::int64_t v, const char* name, const char* why) {
@@ -300,42 +242,55 @@ nlohmann::json config_to_json(const ModelConfig& c) {
 
 ModelConfig config_from_json(const nlohmann::json& j, const std::string& source) {
   ModelConfig c;
+  ConfigSource src(source);
+  using F = ConfigField;
+  // An enum switch: a string naming one of the parser's values; refusals name the file and the key.
+  auto word = [&](const char* key, const char* fallback, auto parse) {
+    QEVAL_CHECK(fallback || (j.contains(key) && !j[key].is_null()), "{}: missing required \"{}\"", source, key);
+    if (!j.contains(key) || j[key].is_null()) return parse(fallback);
+    QEVAL_CHECK(j[key].is_string(), "{}: \"{}\" is {}: expected a string", source, key, json_text(j[key]));
+    try {
+      return parse(j[key].get<std::string>());
+    } catch (const Error& e) {
+      fail("{}: \"{}\": {}", source, key, e.what());
+    }
+  };
   try {
-    QEVAL_CHECK(j.is_object(), "expected a JSON object, found {}", j.type_name());
-    // The optional integers are checked here, so that value() and get() below only convert integers.
-    for (const char* key : {"n_kv_heads", "max_seq_len", "bos_id", "eos_id", "head_size", "rotary_dim"})
-      if (j.contains(key) && !j[key].is_null()) json_integer(j[key], fmt::format("field \"{}\"", key));
+    QEVAL_CHECK(j.is_object(), "{}: expected a JSON object, found {}", source, j.type_name());
     c.architecture = j.value("architecture", std::string("custom"));
-    c.vocab_size = json_integer(j.at("vocab_size"), "field \"vocab_size\"");
-    c.d_model = json_integer(j.at("d_model"), "field \"d_model\"");
-    c.d_ff = j.contains("d_ff") ? json_integer(j.at("d_ff"), "field \"d_ff\"") : 0;
-    c.n_layers = json_integer(j.at("n_layers"), "field \"n_layers\"");
-    c.n_heads = j.contains("n_heads") ? json_integer(j.at("n_heads"), "field \"n_heads\"") : 0;
-    c.n_kv_heads = j.value("n_kv_heads", c.n_heads);
-    c.max_seq_len = j.value("max_seq_len", std::int64_t{0});
-    c.norm = parse_norm(j.at("norm").get<std::string>());
-    c.norm_eps = j.value("norm_eps", 1e-5);
-    c.position = parse_position(j.at("position").get<std::string>());
-    c.rope_pairing = parse_rope_pairing(j.value("rope_pairing", std::string("interleaved")));
-    c.rope_theta = j.value("rope_theta", 10000.0);
-    c.attention_softmax = parse_softmax(j.value("attention_softmax", std::string("softmax")));
-    c.mlp = parse_mlp(j.at("mlp").get<std::string>());
+    c.vocab_size = src.required_integer(F::vocab_size, j, "vocab_size");
+    c.d_model = src.required_integer(F::d_model, j, "d_model");
+    c.d_ff = src.integer(F::d_ff, j, "d_ff").value_or(0);  // none: no dense MLP (state-space models)
+    c.n_layers = src.required_integer(F::n_layers, j, "n_layers");
+    c.n_heads = src.integer(F::n_heads, j, "n_heads").value_or(0);  // none: no attention layer (Mamba)
+    c.n_kv_heads = src.integer(F::n_kv_heads, j, "n_kv_heads").value_or(c.n_heads);
+    // config_to_json writes max_seq_len 0 for rope models (no table): 0 here means "not stated".
+    if (j.contains("max_seq_len") && !j["max_seq_len"].is_null())
+      c.max_seq_len = json_integer(j["max_seq_len"], fmt::format("{}: \"max_seq_len\"", source));
+    c.norm = word("norm", nullptr, parse_norm);
+    c.norm_eps = src.real(F::norm_eps, j, "norm_eps").value_or(1e-5);
+    c.position = word("position", nullptr, parse_position);
+    c.rope_pairing = word("rope_pairing", "interleaved", parse_rope_pairing);
+    c.rope_theta = src.real(F::rope_theta, j, "rope_theta").value_or(10000.0);
+    c.attention_softmax = word("attention_softmax", "softmax", parse_softmax);
+    c.mlp = word("mlp", nullptr, parse_mlp);
     c.attention_bias = j.value("attention_bias", false);
     c.mlp_bias = j.value("mlp_bias", false);
     c.tied_embeddings = j.value("tied_embeddings", false);
     c.fused_qkv = j.value("fused_qkv", false);
-    c.head_size = j.value("head_size", std::int64_t{0});
-    c.rotary_dim = j.value("rotary_dim", std::int64_t{0});
-    c.rope_theta_local = j.value("rope_theta_local", 0.0);
+    // The switches below are written only when on (config_to_json): a value given is never "off".
+    c.head_size = src.integer(F::head_size, j, "head_size").value_or(0);
+    c.rotary_dim = src.integer(F::rotary_dim, j, "rotary_dim").value_or(0);
+    c.rope_theta_local = src.real(F::rope_theta_local, j, "rope_theta_local").value_or(0.0);
     if (j.contains("attention_windows") && !j["attention_windows"].is_null()) {
-      QEVAL_CHECK(j["attention_windows"].is_array(), "field \"attention_windows\" should be a list of integers");
+      QEVAL_CHECK(j["attention_windows"].is_array(), "{}: \"attention_windows\" should be a list of integers", source);
       for (const auto& w : j["attention_windows"])
-        c.attention_windows.push_back(json_integer(w, "an entry of field \"attention_windows\""));
+        c.attention_windows.push_back(src.integer_value(F::attention_windows, "attention_windows", w));
     }
-    c.attention_scale = j.value("attention_scale", 0.0);
-    c.attn_logit_softcap = j.value("attn_logit_softcap", 0.0);
-    c.final_logit_softcap = j.value("final_logit_softcap", 0.0);
-    c.embedding_scale = j.value("embedding_scale", 1.0);
+    c.attention_scale = src.real(F::attention_scale, j, "attention_scale").value_or(0.0);
+    c.attn_logit_softcap = src.real(F::attn_logit_softcap, j, "attn_logit_softcap").value_or(0.0);
+    c.final_logit_softcap = src.real(F::final_logit_softcap, j, "final_logit_softcap").value_or(0.0);
+    c.embedding_scale = src.real(F::embedding_scale, j, "embedding_scale").value_or(1.0);
     c.qkv_bias = j.value("qkv_bias", false);
     c.qk_norm = j.value("qk_norm", false);
     c.sandwich_norms = j.value("sandwich_norms", false);
@@ -367,15 +322,13 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& source)
     c.ssm_norm_groups = integer("ssm_norm_groups", 1);
     c.ssm_dt_min = j.value("ssm_dt_min", 0.0);
     c.ssm_dt_max = j.value("ssm_dt_max", 0.0);
-    if (j.contains("bos_id") && !j["bos_id"].is_null()) c.bos_id = j["bos_id"].get<std::int64_t>();
-    if (j.contains("eos_id") && !j["eos_id"].is_null()) c.eos_id = j["eos_id"].get<std::int64_t>();
+    c.bos_id = src.integer(F::bos_id, j, "bos_id");
+    c.eos_id = src.integer(F::eos_id, j, "eos_id");
     if (j.contains("optimizer") && j["optimizer"].is_string()) c.optimizer = j["optimizer"].get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid qeval model config: {}", source, e.what());
-  } catch (const Error& e) {
-    fail("{}: invalid qeval model config: {}", source, e.what());
   }
-  c.validate(source);
+  c.validate(src);
   return c;
 }
 

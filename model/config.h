@@ -10,6 +10,8 @@
 
 namespace qeval {
 
+class ConfigSource;  // model/config_validation.h
+
 enum class NormKind { layernorm, rmsnorm, rmsnorm_single };
 enum class PositionKind { learned, rope, none };
 enum class RopePairing { interleaved, half };  // interleaved: (2i, 2i+1) as llama2.c/GGUF; half: (i, i+d/2) as HF
@@ -132,7 +134,10 @@ struct ModelConfig {
   }
   bool gated_mlp() const { return mlp == MlpKind::swiglu || mlp == MlpKind::geglu; }
   bool has_qkv_bias() const { return attention_bias || qkv_bias; }
-  // Throws qeval::Error naming `source` when a field is inconsistent (d_model % n_heads, ...).
+  // Throws qeval::Error when a field is outside its domain or fields disagree (d_model % n_heads,
+  // kv heads > heads, ...), naming the file and the key as the file spells it (config_validation.h).
+  void validate(const ConfigSource& source) const;
+  // The same for a config no file describes (training, tests): keys are the fields' own names.
   void validate(const std::string& source) const;
   void validate_layer_kinds(const std::string& source) const;  // the MoE and state-space fields (validate() calls it)
   // Rough parameter count of the blocks + embeddings + head (for reports and FLOP estimates).
