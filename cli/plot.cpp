@@ -9,6 +9,8 @@
 #include "common/files.h"
 #include "eval/plot.h"
 #include "eval/record.h"
+#include "eval/series_record.h"
+#include "eval/series_views.h"
 
 namespace qeval::cli {
 namespace {
@@ -19,6 +21,7 @@ struct PlotArgs {
   std::string scheme = "full";
   std::string figure_data;
   std::string colour_scale = "linear";
+  bool allow_protocol_mismatch = false;  // series: draw runs evaluated differently together
 };
 
 void run_plot(const PlotArgs& a) {
@@ -27,6 +30,14 @@ void run_plot(const PlotArgs& a) {
   QEVAL_CHECK(a.figure_data.empty() || a.records.size() == 1,
               "plot: --figure-data draws one model's maps; give one record with it, found {}", a.records.size());
   find_gnuplot();  // before any file is written
+  if (is_series_record_file(a.records.front())) {  // trajectories against tokens seen (eval/series_views.h)
+    QEVAL_CHECK(a.figure_data.empty(), "plot: --figure-data draws one record's maps, not a series'");
+    std::vector<LabeledSeries> runs;
+    for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
+    prepare_series(runs, a.allow_protocol_mismatch);
+    for (const auto& p : plot_series(runs, a.out)) fmt::print("{}\n", p.string());
+    return;
+  }
   std::vector<nlohmann::json> records;
   for (const auto& path : a.records) records.push_back(read_record(path));
   const nlohmann::json& record = records.front();
@@ -56,6 +67,8 @@ void add_plot_command(CLI::App& app) {
   cmd->add_option("--figure-data", args->figure_data, "figure_data.json written by qeval eval --plots DIR: also draw the maps");
   cmd->add_option("--colour-scale", args->colour_scale, "maps: linear or log colour scale")
       ->capture_default_str()->check(CLI::IsMember({"linear", "log"}));
+  cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
+                "series records: draw runs evaluated under different protocols or data together");
   cmd->callback([args] { run_plot(*args); });
 }
 
