@@ -44,6 +44,7 @@ nlohmann::json series_settings(const CLI::App* command) {
     std::string name = line.substr(0, eq), value = line.substr(eq + 1);
     while (!name.empty() && name.back() == ' ') name.pop_back();
     while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
     if (!kNotSettings.count(name)) settings[name] = value;
   }
   return settings;

@@ -22,6 +22,7 @@ struct PlotArgs {
   std::string figure_data;
   std::string colour_scale = "linear";
   bool allow_protocol_mismatch = false;  // series: draw runs evaluated differently together
+  std::string x = "tokens";              // series: the horizontal axis
 };
 
 void run_plot(const PlotArgs& a) {
@@ -35,7 +36,7 @@ void run_plot(const PlotArgs& a) {
     std::vector<LabeledSeries> runs;
     for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
     prepare_series(runs, a.allow_protocol_mismatch);
-    for (const auto& p : plot_series(runs, a.out)) fmt::print("{}\n", p.string());
+    for (const auto& p : plot_series(runs, a.out, parse_series_axis(a.x))) fmt::print("{}\n", p.string());
     return;
   }
   std::vector<nlohmann::json> records;
@@ -69,6 +70,9 @@ void add_plot_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"linear", "log"}));
   cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
                 "series records: draw runs evaluated under different protocols or data together");
+  cmd->add_option("--x", args->x, "series records: horizontal axis (log): tokens (seen; step where unknown), step, or "
+                  "progress (step / the run's total steps)")
+      ->capture_default_str()->check(CLI::IsMember({"tokens", "step", "progress"}));
   cmd->callback([args] { run_plot(*args); });
 }
 

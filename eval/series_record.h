@@ -13,7 +13,7 @@
 //   "checkpoints": [                 by step
 //     {"step", "tokens" (null: unknown), "name", "model" (path), "weights_hash",
 //      "record": path of the checkpoint's record, relative to the series record's folder,
-//      "training": {"lr", "val_loss", "train_loss", "warmup"} (null: unknown),
+//      "training": {"lr", "val_loss", "train_loss", "warmup", "total_steps"} (null: unknown),
 //      "schemes": [{"name", "ppl", "nll_mean", "nll_se", "dppl", "paired_dnll_mean",
 //                   "paired_dnll_se", "kl_mean", "top1_agreement"}],
 //      "statistics": {scheme: {kurtosis_first, kurtosis_rest, max_abs_first, max_abs_rest,

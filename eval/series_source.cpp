@@ -59,10 +59,12 @@ void read_qeval_metadata(const fs::path& dir, SeriesCheckpoint& c, bool step_kno
   }
   if (meta.contains("tokens_seen"))
     c.tokens = json_integer(meta["tokens_seen"], (dir / "config.json").string() + ": metadata.tokens_seen");
+  const nlohmann::json recipe = meta.value("training", nlohmann::json::object());
   c.training = {{"lr", number_or_null(meta, "lr")},
                 {"val_loss", number_or_null(meta, "val_loss")},
                 {"train_loss", number_or_null(meta, "train_loss")},
-                {"warmup", number_or_null(meta.value("training", nlohmann::json::object()), "warmup")}};
+                {"warmup", number_or_null(recipe, "warmup")},
+                {"total_steps", number_or_null(recipe, "steps")}};
 }
 
 // What an HF checkpoint's trainer_state.json says; false when it is absent or not JSON yet.
@@ -88,7 +90,8 @@ bool read_trainer_state(const fs::path& dir, SeriesCheckpoint& c, bool step_know
     if (!c.tokens)
       if (auto t = json_int64(entry.value("num_input_tokens_seen", nlohmann::json(nullptr))); t && *t > 0) c.tokens = t;
   }
-  c.training = {{"lr", lr}, {"val_loss", eval_loss}, {"train_loss", loss}, {"warmup", nullptr}};
+  c.training = {{"lr", lr}, {"val_loss", eval_loss}, {"train_loss", loss}, {"warmup", nullptr},
+                {"total_steps", number_or_null(*state, "max_steps")}};
   return true;
 }
 

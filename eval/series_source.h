@@ -4,9 +4,9 @@
 // X is a series when it is
 //   - a folder with `step-N/` subfolders: `qeval train --keep-checkpoints` (train/kept_checkpoints.h);
 //     each folder's config.json "metadata" gives step, tokens_seen, lr, val_loss, train_loss and
-//     the recipe's warm-up;
+//     the recipe's warm-up and length;
 //   - a folder with `checkpoint-N/` subfolders: Hugging Face Trainer's output_dir; each
-//     checkpoint's trainer_state.json gives global_step, max_steps, num_input_tokens_seen (when
+//     checkpoint's trainer_state.json gives global_step, max_steps (the length), num_input_tokens_seen (when
 //     the run counted them: include_num_input_tokens_seen) and the log_history (learning_rate,
 //     loss, eval_loss at that step);
 //   - a list file (`.txt` or `.list`): one checkpoint a line, `PATH [STEP [TOKENS]]`, PATH relative
@@ -44,7 +44,8 @@ struct SeriesCheckpoint {
   std::filesystem::path path;       // what `qeval eval --model` loads
   std::int64_t step = 0;
   std::optional<std::int64_t> tokens;  // tokens seen by this step, when the producer says
-  nlohmann::json training = nlohmann::json::object();  // lr, val_loss, train_loss, warmup: as known
+  // lr, val_loss, train_loss, warmup, total_steps (the schedule's length): null when unknown
+  nlohmann::json training = nlohmann::json::object();
 };
 
 struct SeriesListing {

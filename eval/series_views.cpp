@@ -234,12 +234,38 @@ std::string format_series(const std::vector<LabeledSeries>& runs, CompareFormat 
   return out;
 }
 
-std::vector<fs::path> plot_series(const std::vector<LabeledSeries>& runs, const fs::path& dir) {
+SeriesAxis parse_series_axis(const std::string& s) {
+  if (s == "tokens") return SeriesAxis::tokens;
+  if (s == "step") return SeriesAxis::step;
+  if (s == "progress") return SeriesAxis::progress;
+  fail("unknown axis '{}': expected tokens, step or progress", s);
+}
+
+std::vector<fs::path> plot_series(const std::vector<LabeledSeries>& runs, const fs::path& dir, SeriesAxis axis) {
   find_gnuplot();
   fs::create_directories(dir);
   bool all_tokens = true;
   for (const auto& r : runs)
-    for (const auto& e : r.series.at("checkpoints")) all_tokens &= e.value("tokens", nlohmann::json(nullptr)).is_number();
+    for (const auto& e : r.series.at("checkpoints")) {
+      all_tokens &= e.value("tokens", nlohmann::json(nullptr)).is_number();
+      QEVAL_CHECK(axis != SeriesAxis::progress || training_field(e, "total_steps").is_number(),
+                  "plot --x progress: {} does not know the length of its schedule (step {})", r.source,
+                  e.at("step").dump());
+    }
+  // Tokens when every run knows them; else steps.
+  if (axis == SeriesAxis::tokens && !all_tokens) axis = SeriesAxis::step;
+  const char* x_title = axis == SeriesAxis::tokens ? "tokens seen"
+                        : axis == SeriesAxis::step ? "step"
+                                                   : "fraction of the schedule (step / total steps)";
+  auto x_of = [&](const nlohmann::json& entry, const nlohmann::json& row) -> nlohmann::json {
+    switch (axis) {
+      case SeriesAxis::tokens: return row["tokens"];
+      case SeriesAxis::step: return row["step"];
+      case SeriesAxis::progress:
+        return row["step"].get<double>() / training_field(entry, "total_steps").get<double>();
+    }
+    return nullptr;
+  };
   std::vector<std::string> schemes;
   for (const auto& r : runs)
     for (const auto& s : penalty_schemes(r.series))
@@ -255,11 +281,13 @@ std::vector<fs::path> plot_series(const std::vector<LabeledSeries>& runs, const 
   std::string dat = "# x ppl val_loss kurtosis_first kurtosis_rest max_abs_first max_abs_rest first_attn_pct "
                     "sink_rate_pct attention_entropy";
   for (const auto& s : schemes) dat += " dnll_" + s;
-  dat += fmt::format("\n# x = {}\n", all_tokens ? "tokens seen" : "step");
+  dat += fmt::format("\n# x = {}\n", x_title);
   for (std::size_t i = 0; i < runs.size(); ++i) {
     dat += fmt::format("# run {}: {}\n", i, runs[i].label);
-    for (const auto& row : series_rows(runs[i].series)) {
-      const nlohmann::json x = all_tokens ? row["tokens"] : row["step"];
+    const nlohmann::json rows = series_rows(runs[i].series);
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      const nlohmann::json& row = rows[k];
+      const nlohmann::json x = x_of(runs[i].series.at("checkpoints").at(k), row);
       if (!x.is_number() || x.get<double>() <= 0) continue;  // a log axis has no place for 0
       std::vector<nlohmann::json> values;
       for (const char* key : keys) values.push_back(row[key]);
@@ -279,7 +307,7 @@ std::vector<fs::path> plot_series(const std::vector<LabeledSeries>& runs, const 
   static const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
   std::string gp = "set terminal pngcairo size 1400,1500 font ',10'\nset output 'trajectory.png'\n";
   gp += "set datafile missing 'NaN'\nset logscale x\nset grid\nset key top left font ',8'\n";
-  gp += fmt::format("set xlabel {}\n", gnuplot_quote(all_tokens ? "tokens seen" : "step"));
+  gp += fmt::format("set xlabel {}\n", gnuplot_quote(x_title));
   gp += "set multiplot layout 4,2 title 'trajectory over training (full precision unless named)'\n";
   struct Curve {
     std::size_t run;

@@ -7,7 +7,9 @@
 //   model's statistics: kurtosis first / rest, max |X| first / rest, %first-attn, Sink₁^ε (%),
 //   attention entropy.
 // Figure (trajectory.{dat,gp,png}): the same quantities against tokens seen on a log axis (steps
-// when a run does not know its tokens), one colour per run.
+// when a run does not know its tokens), one colour per run; or against steps, or against the
+// fraction of each run's schedule done (runs whose schedules have one shape scaled in length and
+// peak lr, e.g. lr at half with twice the steps, are at equal lr × steps at equal fractions).
 #pragma once
 
 #include <filesystem>
@@ -33,7 +35,12 @@ void prepare_series(std::vector<LabeledSeries>& runs, bool allow_protocol_mismat
 // (run, checkpoint), every column. JSON: {"runs": [{"label", "source", "rows": [...]}]}.
 std::string format_series(const std::vector<LabeledSeries>& runs, CompareFormat format);
 
-// trajectory.png (with its .dat and .gp) in `dir`; returns the PNGs written.
-std::vector<std::filesystem::path> plot_series(const std::vector<LabeledSeries>& runs, const std::filesystem::path& dir);
+enum class SeriesAxis { tokens, step, progress };
+SeriesAxis parse_series_axis(const std::string& s);  // tokens | step | progress; throws otherwise
+
+// trajectory.png (with its .dat and .gp) in `dir`; returns the PNGs written. Throws when a run
+// lacks what the axis needs (progress: each checkpoint's total_steps).
+std::vector<std::filesystem::path> plot_series(const std::vector<LabeledSeries>& runs, const std::filesystem::path& dir,
+                                               SeriesAxis axis = SeriesAxis::tokens);
 
 }  // namespace qeval

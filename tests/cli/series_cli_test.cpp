@@ -245,6 +245,11 @@ TEST_F(SeriesCli, CompareAndPlotShowTheTrajectory) {
   ASSERT_EQ(plot.status, 0) << plot.output;
   EXPECT_GT(fs::file_size(out / "fig" / "trajectory.png"), 1000u);
   EXPECT_TRUE(contains(read_file(out / "fig" / "trajectory.gp"), "set logscale x"));
+  EXPECT_TRUE(contains(read_file(out / "fig" / "trajectory.dat"), "\n2048 ")) << "x: tokens seen, 16 steps of 128";
+  // Against the fraction of the schedule: step 16 of 16 is at 1.
+  CommandResult progress = qeval("plot " + series + " --x progress --out " + (out / "progress").string());
+  ASSERT_EQ(progress.status, 0) << progress.output;
+  EXPECT_TRUE(contains(read_file(out / "progress" / "trajectory.dat"), "\n1 ")) << read_file(out / "progress" / "trajectory.dat");
 }
 
 TEST_F(SeriesCli, CheckOnASeriesExitsZeroOneOrTwo) {

@@ -32,7 +32,7 @@ void kept(const fs::path& run, std::int64_t step, std::int64_t warmup = 10) {
   write_json(run / ("step-" + std::to_string(step)) / "config.json",
              {{"format", "qeval"},
               {"metadata", {{"step", step}, {"tokens_seen", step * 256}, {"lr", 1e-3}, {"val_loss", 3.5},
-                            {"train_loss", 3.6}, {"training", {{"warmup", warmup}}}}}});
+                            {"train_loss", 3.6}, {"training", {{"warmup", warmup}, {"steps", 32}}}}}});
 }
 
 void hf_checkpoint(const fs::path& run, std::int64_t step, std::int64_t max_steps, bool tokens) {
@@ -60,6 +60,7 @@ TEST(SeriesSource, QevalStepFoldersInStepOrderWithTheirMetadata) {
   EXPECT_EQ(l.checkpoints[3].tokens, 16 * 256);
   EXPECT_EQ(l.checkpoints[3].training.at("val_loss"), 3.5);
   EXPECT_EQ(l.checkpoints[3].training.at("warmup"), 10);
+  EXPECT_EQ(l.checkpoints[3].training.at("total_steps"), 32);
   EXPECT_FALSE(l.finished);
   write_json(dir / "run" / "checkpoints.json", {{"finished", true}, {"steps", {1, 2, 8, 16, 32}}});
   EXPECT_FALSE(list_series(dir / "run").finished) << "step 32 is listed but not there yet";
@@ -88,6 +89,7 @@ TEST(SeriesSource, HfTrainerCheckpointsSettleBeforeTheyCount) {
   EXPECT_FALSE(l.checkpoints[1].tokens.has_value()) << "num_input_tokens_seen absent: unknown, not 0";
   EXPECT_EQ(l.checkpoints[0].training.at("lr"), 5e-4);
   EXPECT_EQ(l.checkpoints[0].training.at("val_loss"), 2.75);
+  EXPECT_EQ(l.checkpoints[0].training.at("total_steps"), 1000);
   EXPECT_TRUE(l.finished) << "checkpoint-1000 reached max_steps";
   // Without --watch a checkpoint without its trainer_state.json is an error, not skipped.
   fs::create_directories(dir / "hf" / "checkpoint-1500");
