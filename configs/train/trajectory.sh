@@ -43,21 +43,28 @@ train() {
   mkdir -p "$OUT" "$RUNS"
   python3 configs/train/mix.py "$DATA" "$MIX" > /dev/null
   local resume=()
-  [ "${RESUME:-0}" = 0 ] || resume=(--resume "$RUNS/$name")
+  if [ "${RESUME:-0}" != 0 ]; then  # a resumed run appends to its logs
+    resume=(--resume "$RUNS/$name")
+    echo "# resumed from $RUNS/$name at $(date -u '+%F %T') UTC" | tee -a "$OUT/$name.train.out" >> "$OUT/$name.train.log"
+    exec 3>> "$OUT/$name.train.out" 4>> "$OUT/$name.train.log"
+  else
+    exec 3> "$OUT/$name.train.out" 4> "$OUT/$name.train.log"
+  fi
   lowest "$QEVAL" train "${MIX_SHAPE[@]}" --d-model 256 --seq-len 512 --batch-size 16 --bos-per-window \
     --steps "$steps" --warmup $((steps / 10)) --lr "$lr" --val-every $((steps / 10)) --val-windows 64 \
     --checkpoint-every $((steps / 10)) --keep-checkpoints "$keep" --seed 0 "${MIX_RECIPE[@]}" "${resume[@]}" \
-    --data "$MIX/mix-train.txt" --tokenizer "$TOK" --out "$RUNS/$name" "$@" \
-    > "$OUT/$name.train.out" 2> "$OUT/$name.train.log"
+    --data "$MIX/mix-train.txt" --tokenizer "$TOK" --out "$RUNS/$name" "$@" >&3 2>&4
 }
 
 evaluate() {
   local name=$1
   shift
   mkdir -p "$OUT"
+  # The evaluation log is appended to (a series evaluated again skips the checkpoints with records).
+  echo "# eval $name $* at $(date -u '+%F %T') UTC" >> "$OUT/$name.eval.log"
   lowest "$QEVAL" eval --model "$RUNS/$name" --data "$MIX/mix-heldout.txt" --seq-len 512 --bos-per-window \
     --max-windows "$WINDOWS" --schemes full,int8-coarse --threads 1 --out "$OUT/$name.json" "$@" \
-    > "$OUT/$name.eval.md" 2> "$OUT/$name.eval.log"
+    > "$OUT/$name.eval.md" 2>> "$OUT/$name.eval.log"
 }
 
 case ${1:-} in
