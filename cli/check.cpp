@@ -9,6 +9,8 @@
 #include "common/files.h"
 #include "eval/check.h"
 #include "eval/record.h"
+#include "eval/series_check.h"
+#include "eval/series_record.h"
 
 namespace qeval::cli {
 namespace {
@@ -23,7 +25,23 @@ struct CheckArgs {
   std::string report;
 };
 
+void report_and_exit(const CheckArgs& a, const CheckReport& report) {
+  const std::string text = a.format == "json" ? check_report_to_json(report).dump(2) + "\n" : format_check_markdown(report);
+  fmt::print("{}", text);
+  if (!a.report.empty()) write_file_atomic(a.report, text);
+  exit_status = report.passed() ? 0 : 1;
+}
+
 void run_check(const CheckArgs& a) {
+  if (a.records.size() == 1 && is_series_record_file(a.records.front())) {  // a trajectory (eval/series_check.h)
+    QEVAL_CHECK(!a.tolerances.empty(), "check: --tolerances T.json is required (rules, or a tolerance file with --baseline)");
+    QEVAL_CHECK(a.format == "md" || a.format == "json", "check: --format should be md or json, found '{}'", a.format);
+    CheckOptions options;
+    options.allow_protocol_mismatch = a.allow_protocol_mismatch;
+    options.baseline_source = a.baseline;
+    options.current_source = a.records.front();
+    return report_and_exit(a, check_series_files(a.records.front(), a.baseline, a.tolerances, options));
+  }
   QEVAL_CHECK(!a.baseline.empty(), "check: --baseline B.json is required");
   QEVAL_CHECK(!a.tolerances.empty(), "check: --tolerances T.json is required (see configs/ci/tolerances.json)");
   QEVAL_CHECK(a.records.size() == 1, "check: give exactly one record to check, found {}", a.records.size());
@@ -37,11 +55,7 @@ void run_check(const CheckArgs& a) {
   options.allow_partial = a.allow_partial;
   options.baseline_source = a.baseline;
   options.current_source = a.records.front();
-  const CheckReport report = check_record(baseline, record, tolerances, options);
-  const std::string text = a.format == "json" ? check_report_to_json(report).dump(2) + "\n" : format_check_markdown(report);
-  fmt::print("{}", text);
-  if (!a.report.empty()) write_file_atomic(a.report, text);
-  exit_status = report.passed() ? 0 : 1;
+  report_and_exit(a, check_record(baseline, record, tolerances, options));
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include "eval/compare.h"
 #include "eval/record.h"
 #include "eval/record_verify.h"
+#include "eval/series_record.h"
+#include "eval/series_views.h"
 
 namespace qeval::cli {
 namespace {
@@ -24,11 +26,35 @@ struct CompareArgs {
   std::string out;
 };
 
+std::vector<std::string> split_labels(const std::string& labels) {
+  std::vector<std::string> out;
+  std::stringstream in(labels);
+  for (std::string label; std::getline(in, label, ',');) out.push_back(label);
+  return out;
+}
+
+// Series records (qeval eval --model SERIES): their trajectories, one table per run (eval/series_views.h).
+void run_series_compare(const CompareArgs& a, CompareFormat format) {
+  std::vector<LabeledSeries> runs;
+  for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
+  if (!a.labels.empty()) {
+    const std::vector<std::string> labels = split_labels(a.labels);
+    QEVAL_CHECK(labels.size() == runs.size(), "--labels: {} labels for {} series", labels.size(), runs.size());
+    for (std::size_t i = 0; i < labels.size(); ++i) runs[i].label = labels[i];
+  }
+  prepare_series(runs, a.allow_protocol_mismatch);
+  const std::string text = format_series(runs, format);
+  if (a.out.empty()) return fmt::print("{}", text);
+  write_file_atomic(a.out, text);
+  fmt::print(stderr, "trajectories of {} series written to {}\n", runs.size(), a.out);
+}
+
 void run_compare(const CompareArgs& a) {
   // Checked here rather than by CLI11 so that bad input exits 2 like every other input error.
   QEVAL_CHECK(!a.records.empty(), "compare: give one or more result records (qeval eval --out R.json)");
   const CompareFormat format = parse_compare_format(a.format);
   if (!a.out.empty()) check_output_file(a.out, "--out");
+  if (is_series_record_file(a.records.front())) return run_series_compare(a, format);
   std::vector<LabeledRecord> records;
   for (const auto& path : a.records) {
     LabeledRecord r{path, read_record(path), "", {}};
@@ -37,9 +63,7 @@ void run_compare(const CompareArgs& a) {
     records.push_back(std::move(r));
   }
   if (!a.labels.empty()) {
-    std::vector<std::string> labels;
-    std::stringstream in(a.labels);
-    for (std::string label; std::getline(in, label, ',');) labels.push_back(label);
+    const std::vector<std::string> labels = split_labels(a.labels);
     QEVAL_CHECK(labels.size() == records.size(), "--labels: {} labels for {} records", labels.size(), records.size());
     for (std::size_t i = 0; i < labels.size(); ++i) records[i].label = labels[i];
   }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/eval_series.h"
 #include "cli/eval_setup.h"
 #include "cli/json_config.h"
 #include "cli/option_checks.h"
@@ -46,6 +47,7 @@ struct EvalArgs {
   double checkpoint_seconds = 60;
   std::int64_t stop_after = 0;  // testing aid: stop (exit 3) once this many windows are done
   std::vector<std::string> argv;
+  SeriesArgs series;  // --model a folder of checkpoints (cli/eval_series.h)
 };
 
 struct StoppedEarly {
@@ -103,6 +105,21 @@ EvalResult load_resume_state(const std::string& state_path, const nlohmann::json
 }
 
 void run_eval(const EvalArgs& a) {
+  if (wants_series(a.series, a.data.model)) {  // each checkpoint evaluated by this function, as if alone
+    QEVAL_CHECK(a.shard.empty() && a.plots.empty() && a.state_file.empty(),
+                "--model {} is a series of checkpoints: --shard, --plots and --state-file take one checkpoint", a.data.model);
+    return run_series(a.series, a.data.model, a.out, [&a](const SeriesJob& job) {
+      EvalArgs one = a;
+      one.series.mode = "off";
+      one.series.watch = false;
+      one.data.model = job.model;
+      one.out = job.record;
+      one.resume = true;
+      one.state_file = job.state;
+      run_eval(one);
+      return exit_status;
+    });
+  }
   const Shard shard = parse_shard(a.shard);
   QEVAL_CHECK(!a.resume || !a.out.empty() || !a.state_file.empty(), "--resume needs --out (or --state-file)");
   const std::string state_path = !a.state_file.empty() ? a.state_file : (a.out.empty() ? "" : a.out + ".state.json");
@@ -258,6 +275,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--state-file", args->state_file, "state file for --resume (default: <out>.state.json)");
   cmd->add_option("--checkpoint-seconds", args->checkpoint_seconds, "with --resume: seconds between state saves")
       ->capture_default_str()->check(number_in(0, 1e9));
+  add_series_options(cmd, args->series);
   cmd->add_option("--stop-after", args->stop_after, "stop (exit 3) after this many windows, saving state (for testing --resume)")
       ->check(integer_in(0))->group("");
   cmd->callback([args] {

@@ -11,6 +11,8 @@
 #include "eval/plot.h"
 #include "eval/record.h"
 #include "eval/record_verify.h"
+#include "eval/series_record.h"
+#include "eval/series_views.h"
 
 namespace qeval::cli {
 namespace {
@@ -22,7 +24,8 @@ struct PlotArgs {
   std::string figure_data;
   std::string colour_scale = "linear";
   bool allow_partial = false;
-  bool allow_protocol_mismatch = false;
+  bool allow_protocol_mismatch = false;  // records / series: draw runs evaluated differently together
+  std::string x = "tokens";              // series: the horizontal axis
 };
 
 void run_plot(const PlotArgs& a) {
@@ -31,6 +34,15 @@ void run_plot(const PlotArgs& a) {
   check_output_folder(a.out, "--out");
   QEVAL_CHECK(a.figure_data.empty() || a.records.size() == 1,
               "plot: --figure-data draws one model's maps; give one record with it, found {}", a.records.size());
+  if (is_series_record_file(a.records.front())) find_gnuplot();  // before any file is written
+  if (is_series_record_file(a.records.front())) {  // trajectories against tokens seen (eval/series_views.h)
+    QEVAL_CHECK(a.figure_data.empty(), "plot: --figure-data draws one record's maps, not a series'");
+    std::vector<LabeledSeries> runs;
+    for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
+    prepare_series(runs, a.allow_protocol_mismatch);
+    for (const auto& p : plot_series(runs, a.out, parse_series_axis(a.x))) fmt::print("{}\n", p.string());
+    return;
+  }
   std::vector<nlohmann::json> records;
   std::vector<LabeledRecord> labeled;
   for (const auto& path : a.records) {
@@ -79,7 +91,10 @@ void add_plot_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"linear", "log"}));
   cmd->add_flag("--allow-partial", args->allow_partial, "draw shard records and partial merges too (marked \"(partial)\")");
   cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
-                "draw records of different protocols, data or scheme definitions on shared axes (marked)");
+                "draw records (or series) of different protocols, data or scheme definitions on shared axes (marked)");
+  cmd->add_option("--x", args->x, "series records: horizontal axis (log): tokens (seen; step where unknown), step, or "
+                  "progress (step / the run's total steps)")
+      ->capture_default_str()->check(CLI::IsMember({"tokens", "step", "progress"}));
   cmd->callback([args] { run_plot(*args); });
 }
 

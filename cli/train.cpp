@@ -46,6 +46,7 @@ struct TrainArgs {
 
   std::string out, resume;
   std::int64_t checkpoint_every = 0, stop_after = 0, log_every = 10;
+  std::string keep_checkpoints;  // train/kept_checkpoints.h
   double time_limit = 0;
   int threads = 0;
   bool quiet = false;
@@ -134,6 +135,7 @@ void run_train(const TrainArgs& a) {
   o.out = a.out;
   o.resume = a.resume;
   o.checkpoint_every = a.checkpoint_every;
+  o.keep = train::KeepSchedule::parse(a.keep_checkpoints);
   o.stop_after = a.stop_after;
   o.time_limit_minutes = a.time_limit;
   o.log_every = a.log_every;
@@ -206,6 +208,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--out,-o", a->out, "checkpoint folder (written at --checkpoint-every and at the end)");
   cmd->add_option("--resume", a->resume, "continue from this checkpoint folder (same recipe)");
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str()->check(integer_in(0));
+  cmd->add_option("--keep-checkpoints", a->keep_checkpoints,
+                  "also keep a series of checkpoints, OUT/step-N/: N (every N steps) or log:N (1, 2, 4, ... below N, "
+                  "then every N); the last step is always kept; `qeval eval --model OUT` evaluates the series");
   cmd->add_option("--stop-after", a->stop_after, "stop and checkpoint after this step (0: run the whole schedule)")->capture_default_str()->check(integer_in(0));
   cmd->add_option("--time-limit", a->time_limit, "minutes: stop and checkpoint when exceeded (0: none)")->capture_default_str()->check(number_in(0, 1e7));
   cmd->add_option("--log-every", a->log_every, "steps between progress lines")->capture_default_str()->check(integer_in(1));

@@ -85,21 +85,6 @@ double clip_gradients(const std::vector<NamedParameter>& params, double clip) {
   return norm;
 }
 
-void copy_tokenizer(const std::filesystem::path& tokenizer, const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
-  auto copy = [&](const fs::path& f) {
-    QEVAL_CHECK(fs::file_size(f) <= (std::uintmax_t{64} << 20), "checkpoint: tokenizer file {} is over 64 MiB",
-                f.string());
-    fs::copy_file(f, dir / f.filename(), fs::copy_options::overwrite_existing);
-  };
-  if (fs::is_directory(tokenizer)) {
-    for (const auto& e : fs::directory_iterator(tokenizer))
-      if (e.is_regular_file()) copy(e.path());
-  } else {
-    copy(tokenizer);
-  }
-}
-
 struct RunState {
   std::int64_t step = 0;
   nlohmann::json history = nlohmann::json::array();
@@ -122,7 +107,7 @@ void save_training_checkpoint(const TrainOptions& o, const ModelConfig& config, 
                                 {"model", config_to_json(config)},
                                 {"history", state.history}};
   write_file_atomic(o.out / "train_state.json", train_state.dump(2) + "\n");
-  copy_tokenizer(o.tokenizer, o.out);
+  copy_tokenizer_files(o.tokenizer, o.out);
 }
 
 // Every trainable tensor finite, or an error naming the first that is not: a checkpoint of NaN
@@ -189,7 +174,7 @@ std::string format_duration(double seconds) {
 }  // namespace
 
 nlohmann::json TrainOptions::to_json() const {
-  return {{"data", data.string()},
+  nlohmann::json j = {{"data", data.string()},
           {"tokenizer", tokenizer.string()},
           {"text_split", to_string(documents.text_split)},
           {"json_field", documents.json_field},
@@ -210,6 +195,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"optimizer", optimizer.to_json()},
           {"seed", seed},
           {"threads", at::get_num_threads()}};
+  if (keep.enabled()) j["keep_checkpoints"] = keep.to_string();
+  return j;
 }
 
 double learning_rate(const TrainOptions& o, std::int64_t step) {
@@ -224,6 +211,8 @@ TrainResult run_training(TrainOptions o) {
   using clock = std::chrono::steady_clock;
   const auto started = clock::now();
   validate_options(o);
+  QEVAL_CHECK(!o.keep.enabled() || !o.out.empty(), "train: --keep-checkpoints {} needs --out (the folder the step-N/ "
+              "checkpoints go into)", o.keep.to_string());
   auto tokenizer = load_tokenizer(o.tokenizer);
   if (o.model.vocab_size == 0) o.model.vocab_size = tokenizer->vocab_size();
   QEVAL_CHECK(o.model.vocab_size >= tokenizer->vocab_size(), "train: vocab_size {} is smaller than tokenizer {}'s {}",
@@ -319,7 +308,8 @@ TrainResult run_training(TrainOptions o) {
     const double elapsed = std::chrono::duration<double>(clock::now() - started).count();
     const bool time_up = o.time_limit_minutes > 0 && elapsed > o.time_limit_minutes * 60;
     const bool end = state.step == last || time_up;
-    const bool validate = end || (o.val_every > 0 && state.step % o.val_every == 0);
+    const bool keep = o.keep.enabled() && (end || o.keep.keeps(state.step));
+    const bool validate = end || keep || (o.val_every > 0 && state.step % o.val_every == 0);
     if (end || state.step % o.log_every == 0 || validate) {
       nlohmann::json entry = {{"step", state.step},
                               {"train_loss", loss_sum / static_cast<double>(loss_count)},
@@ -356,6 +346,17 @@ TrainResult run_training(TrainOptions o) {
       f["val_loss"] = std::isfinite(result.val_loss) ? nlohmann::json(result.val_loss) : nlohmann::json(nullptr);
       f["stopped_early"] = state.step < o.steps;
       save_training_checkpoint(o, o.model, weights, *optimizer, state, f);
+    }
+    if (keep) {
+      at::NoGradGuard no_grad;
+      nlohmann::json m = facts;
+      m["training"] = o.to_json();
+      m["step"] = state.step;
+      m["tokens_seen"] = state.step * o.batch_size * o.seq_len;
+      m["lr"] = lr;
+      m["train_loss"] = result.last_train_loss;
+      m["val_loss"] = std::isfinite(result.val_loss) ? nlohmann::json(result.val_loss) : nlohmann::json(nullptr);
+      save_kept_checkpoint(o.out, o.keep, state.step, o.steps, o.model, weights, m, o.tokenizer);
     }
     if (time_up) break;
   }
