@@ -10,6 +10,11 @@ Weights are N(0, 0.02) (projections) and 1 (norm gains), drawn in float32 from a
 generator and rounded to float16, written tensor by tensor (memory: one tensor at a time). Also
 writes <out>.tokens.bin beside the folder: 16,384 random token ids (uint32 little-endian) for qeval's pre-tokenised
 data path, so no tokenizer is needed.
+
+--fast draws one pool of 64 Mi values and writes every matrix as windows of it at a per-tensor
+offset (rows repeat with a period of the pool): the same distribution and shapes, written at disk
+speed rather than at the generator's (a 13B shape in well under a minute on a GPU machine's disk),
+for timing and memory runs where the values do not matter.
 """
 import argparse
 import json
@@ -47,7 +52,24 @@ def tensors(shape):
         yield "lm_head.weight", (vocab, d)
 
 
-def write_shard(path, entries, rng):
+class Pool:
+    """Windows of one random pool (--fast): matrix rows from a rotating offset."""
+
+    def __init__(self, rng, size=1 << 26):
+        self.values = (rng.standard_normal(size, dtype=np.float32) * 0.02).astype(np.float16)
+        self.values = np.concatenate([self.values, self.values])  # any window of `size` is contiguous
+        self.size, self.offset = size, 0
+
+    def block(self, rows, cols):
+        n = rows * cols
+        if n > self.size:
+            return np.concatenate([self.block(min(rows, self.size // cols), cols) for _ in range(0, rows, self.size // cols)])[:rows]
+        out = self.values[self.offset:self.offset + n].reshape(rows, cols)
+        self.offset = (self.offset + 7919 * cols + 1) % self.size
+        return out
+
+
+def write_shard(path, entries, rng, pool=None):
     header, offset = {}, 0
     for name, shape in entries:
         n = int(np.prod(shape)) * 2
@@ -64,7 +86,11 @@ def write_shard(path, entries, rng):
                 continue
             rows = max(1, (1 << 24) // shape[1])  # ~16 M values at a time
             for r in range(0, shape[0], rows):
-                block = rng.standard_normal((min(rows, shape[0] - r), shape[1]), dtype=np.float32) * 0.02
+                n_rows = min(rows, shape[0] - r)
+                if pool is not None:
+                    f.write(pool.block(n_rows, shape[1]).tobytes())
+                    continue
+                block = rng.standard_normal((n_rows, shape[1]), dtype=np.float32) * 0.02
                 f.write(block.astype(np.float16).tobytes())
     os.replace(path + ".tmp", path)
 
@@ -75,11 +101,13 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shard-bytes", type=int, default=5 * 10**9)
+    ap.add_argument("--fast", action="store_true", help="windows of one random pool (see above)")
     a = ap.parse_args()
     shape = SHAPES[a.shape]
     d, layers, heads, kv, mlp, vocab, tied = shape
     os.makedirs(a.out, exist_ok=True)
     rng = np.random.default_rng(a.seed)
+    pool = Pool(rng) if a.fast else None
     shards, current, size = [], [], 0
     for name, s in tensors(shape):
         n = int(np.prod(s)) * 2
@@ -92,7 +120,7 @@ def main():
     weight_map = {}
     for k, entries in enumerate(shards):
         file = "model.safetensors" if len(shards) == 1 else f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
-        write_shard(os.path.join(a.out, file), entries, rng)
+        write_shard(os.path.join(a.out, file), entries, rng, pool)
         for name, _ in entries:
             weight_map[name] = file
     if len(shards) > 1:

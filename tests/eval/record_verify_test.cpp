@@ -43,14 +43,18 @@ struct Evaluated {
 Evaluated evaluate_tiny(const std::function<bool(std::int64_t)>& select = {}) {
   Transformer model = test::random_transformer(7);
   test::ByteTokenizer tok(model.config().vocab_size);
-  std::vector<EvalScheme> schemes{{"full", model, {{"scheme", {{"name", "full"}}}}, nullptr, {}},
-                                  {"copy", model, {{"scheme", {{"name", "copy"}}}}, nullptr, {}}};
+  // Two schemes of one model: full precision and a copy of it (no block rewritten).
+  std::vector<EvalScheme> schemes(2);
+  schemes[0].name = "full";
+  schemes[0].description = {{"scheme", {{"name", "full"}}}};
+  schemes[1].name = "copy";
+  schemes[1].description = {{"scheme", {{"name", "copy"}}}};
   WindowStream stream(std::make_unique<test::ListDocuments>(kDocs), tok, spec16());
   EvalOptions opt;
   opt.progress = false;
   opt.select_window = select;
   Evaluated e;
-  e.result = evaluate(schemes, stream, opt);
+  e.result = evaluate(model, schemes, stream, opt);
   RecordContext context;
   context.model = {{"path", "m"}, {"weights_hash", "w"}, {"config", {{"attention_softmax", "softmax"}}}};
   context.tokenizer = {{"kind", "bytes"}};
@@ -58,7 +62,7 @@ Evaluated evaluate_tiny(const std::function<bool(std::int64_t)>& select = {}) {
   context.protocol = spec16().to_json();
   context.precision = {{"dtype", "fp32"}, {"device", "cpu"}};
   context.options = json::object();
-  e.record = build_record(context, scheme_infos(schemes), e.result, {});
+  e.record = build_record(context, scheme_infos(schemes, {0, 0}), e.result, {});
   return e;
 }
 
