@@ -47,9 +47,10 @@ nlohmann::json evaluation_identity(const nlohmann::json& record) {
     // What the rewrite reports once the layers were built (their list and bytes) is the same for
     // every evaluation of the scheme; the identity holds what decides the numbers before any weight is read.
     nlohmann::json description = s.at("description");
-    for (const char* key : {"layers", "quantized_layers", "quantized_weight_bytes", "fp32_weight_bytes", "weight_bytes_ratio",
-                            "model_linear_bytes", "model_linear_bytes_fp32"})
-      description.erase(key);
+    if (description.is_object())
+      for (const char* key : {"layers", "quantized_layers", "quantized_weight_bytes", "fp32_weight_bytes",
+                              "weight_bytes_ratio", "model_linear_bytes", "model_linear_bytes_fp32"})
+        description.erase(key);
     schemes.push_back({{"name", s.at("name")}, {"description", description}});
   }
   nlohmann::json options = record.at("options");
