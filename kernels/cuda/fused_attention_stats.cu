@@ -1,6 +1,10 @@
 // Fused causal attention with statistics, and the hidden-state statistics in one read
 // (kernels/cuda/fused_attention_stats.h states what is computed; this file how).
 //
+// Statistics only (out = nullptr): the same pass without v and without the product (what the
+// model runs: its output then comes from the same kernel as without statistics, so turning
+// statistics on changes no bit of it).
+//
 // Attention: one block of 8 warps per (32 queries, head, batch row); each warp owns 4 queries.
 // The block's q rows sit in shared memory as float; tiles of 32 keys (k and v, widened to float)
 // follow in shared memory. Scores: lane j of a warp computes key j's logit for its warp's 4
@@ -117,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const Attenti
       for (int d = lane; d < padded; d += 32) {
         const bool in = j < L && d < hd;
         ks[r * stride + d] = in ? to_float(k[j * p.ks[2] + d]) : 0.0f;
-        vs[r * padded + d] = in ? to_float(v[j * p.vs[2] + d]) : 0.0f;
+        if (p.out != nullptr) vs[r * padded + d] = in ? to_float(v[j * p.vs[2] + d]) : 0.0f;
       }
     }
     __syncthreads();
@@ -178,8 +182,8 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const Attenti
       weight[r] = e;
     }
 
-    // Σ_j weight_j v_j into the channels lane + 32t.
-    const int last_key = L - k0 < kTileKeys ? static_cast<int>(L - k0) : kTileKeys;
+    // Σ_j weight_j v_j into the channels lane + 32t (not when only the statistics are asked for).
+    const int last_key = p.out == nullptr ? 0 : L - k0 < kTileKeys ? static_cast<int>(L - k0) : kTileKeys;
     for (int jj = 0; jj < last_key; ++jj) {
       float w[kQueriesPerWarp];
 #pragma unroll
@@ -199,12 +203,14 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const Attenti
   for (int r = 0; r < kQueriesPerWarp; ++r) {
     const std::int64_t i = q0 + warp * kQueriesPerWarp + r;
     if (i >= L) continue;
-    const float inv = 1.0f / l[r];
-    T* const o = out + ((b * L + i) * p.heads + h) * hd;
+    if (out != nullptr) {
+      const float inv = 1.0f / l[r];
+      T* const o = out + ((b * L + i) * p.heads + h) * hd;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const int d = lane + 32 * t;
-      if (d < hd) o[d] = from_float<T>(acc[r][t] * inv);
+      for (int t = 0; t < NT; ++t) {
+        const int d = lane + 32 * t;
+        if (d < hd) o[d] = from_float<T>(acc[r][t] * inv);
+      }
     }
     if (p.query_stats != nullptr && lane == 0) {
       const float p1 = expf(first[r] - m[r]) / l[r];  // 0 when key 1 is hidden
@@ -415,10 +421,11 @@ const char* fused_attention_unsupported_reason(const FusedAttentionArgs& a) {
   if (a.batch < 1 || a.heads < 1 || a.kv_heads < 1 || a.length < 1) return "empty shape";
   if (a.heads % a.kv_heads != 0) return "query heads not a multiple of the kv heads";
   if (a.heads > 65535 || a.batch > 65535) return "more than 65535 heads or batch rows";
-  if (a.window < 0) return "negative window";
+  if (a.window < 0 || a.stats_window < 0) return "negative window";
   if (a.head_sums != nullptr && a.query_stats == nullptr) return "head sums need the per-query statistics buffer";
   if (a.sink_T < 1) return "sink T below 1";
-  if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.out == nullptr) return "null pointer";
+  if (a.q == nullptr || a.k == nullptr || a.v == nullptr) return "null pointer";
+  if (a.out == nullptr && a.query_stats == nullptr) return "neither output nor statistics asked for";
   return "";
 }
 
@@ -440,7 +447,7 @@ void fused_attention(const FusedAttentionArgs& a, Stream stream) {
   }
   if (a.head_sums != nullptr) {
     const std::int64_t BH = a.batch * a.heads;
-    const std::int64_t reach = a.window > 0 ? std::min(a.length, a.window) : a.length;
+    const std::int64_t reach = a.stats_window > 0 ? std::min(a.length, a.stats_window) : a.length;
     detail::head_sums_kernel<<<static_cast<unsigned>(BH), detail::kReduceThreads, 0, stream>>>(
         a.query_stats, BH, a.length, reach, std::min(a.sink_T, reach), a.head_sums);
     QEVAL_CUDA_CHECK_LAUNCH(head_sums_kernel);

@@ -33,7 +33,8 @@
 //       Both terms are ≥ 0: no cancellation for large logits.
 // head_sums (non-null, needs query_stats): [B, H, 4] float64 reduced on the device in a fixed order
 // (deterministic, batch-independent): {Σ_{i < T'} A_i1, Σ_{1 ≤ i < reach} A_i1,
-// Σ_{1 ≤ i < reach} credit_i, Σ_{i < L} H_i} with reach = min(L, window) (L for window 0) and
+// Σ_{1 ≤ i < reach} credit_i, Σ_{i < L} H_i} with reach = min(L, stats_window) (L for 0; callers pass
+// the layer's window, or the observer's view of it when that differs, as eval/attention_stats.cpp does) and
 // T' = min(sink_T, reach): exactly the sums eval/attention_stats.cpp keeps per sequence and head.
 //
 // hidden_stats: x [N = B·L, D] rows (f32/f16/bf16, contiguous); one block per row stages the row in
@@ -67,7 +68,7 @@ struct FusedAttentionArgs {
   std::int64_t k_strides[3] = {0, 0, 0};
   std::int64_t v_strides[3] = {0, 0, 0};
   FloatType type = FloatType::f32;
-  void* out = nullptr;  // [B, L, H, hd] of `type`, contiguous
+  void* out = nullptr;  // [B, L, H, hd] of `type`, contiguous; nullptr: statistics only (v is not read)
   std::int64_t batch = 0, heads = 0, kv_heads = 0, length = 0, head_dim = 0;
   float scale = 1.0f;
   float softcap = 0.0f;     // c > 0: c·tanh(s / c) on the scaled logits
@@ -76,6 +77,7 @@ struct FusedAttentionArgs {
   float* query_stats = nullptr;  // [3, B, H, L] or nullptr (no statistics)
   double* head_sums = nullptr;   // [B, H, 4] or nullptr
   std::int64_t sink_T = 64;      // T of Sink₁^ε (≥ 1)
+  std::int64_t stats_window = 0;  // sets reach below (which queries the sums count); `window` masks
 };
 
 // Empty when these arguments are served, else why not (in words, for the record's fallback note).
