@@ -17,8 +17,9 @@ namespace qeval::kernels {
 // kernels and a CUDA LibTorch, CUDA tensors of float, half or bfloat16, hd ≤ 256, H a multiple of Hkv.
 std::string fused_attention_stats_unsupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
-// out [B, L, H·hd] in q's dtype (undefined when !with_output: the statistics alone, v unread): softmax (or softmax-1) over the keys j ≤ i with i − j < window (0: all) of
-// softcap·tanh(scale·q·k / softcap) (softcap 0: scale·q·k), times v; float32 inside. head_sums non-null:
+// out [B, L, H·hd] in q's dtype (undefined when !with_output: the statistics alone, v unread): softmax
+// (or softmax-1) over the keys j ≤ i with i − j < window (0: all) of softcap·tanh(scale·q·k / softcap)
+// (softcap 0: scale·q·k), times v; float32 inside. head_sums non-null:
 // [B, H, 4] float64 on q's device = {Σ_{i<T'} A[i,1], Σ_{i=2..reach} A[i,1], Σ_{i=2..reach} first-attn credit,
 // Σ_{i=1..L} entropy} (1-based i; reach = min(L, stats_window), or L for stats_window 0; T' = min(sink_T, reach)).
 // stats_window only chooses which queries count (the caller's view of the layer's window); `window` masks.
