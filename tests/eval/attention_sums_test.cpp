@@ -56,7 +56,8 @@ at::Tensor random_probs(std::int64_t B, std::int64_t H, std::int64_t L, std::int
   at::manual_seed(seed);
   at::Tensor logits = at::randn({B, H, L, L}) * 2;
   logits.select(-1, 0).add_(1.5);
-  logits.narrow(-2, 0, L / 2).select(-1, 1).copy_(logits.narrow(-2, 0, L / 2).select(-1, 0));  // ties on half the rows
+  if (L >= 2)  // ties with key 1 on half the rows
+    logits.narrow(-2, 0, L / 2).select(-1, 1).copy_(logits.narrow(-2, 0, L / 2).select(-1, 0));
   at::Tensor i = at::arange(L).unsqueeze(1), j = at::arange(L).unsqueeze(0);
   at::Tensor hidden = j > i;
   if (window > 0) hidden = hidden.logical_or(i - j >= window);
