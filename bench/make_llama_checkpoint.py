@@ -8,7 +8,7 @@ a trained model and nothing it writes is committed: it goes to a cache folder.
 
 Weights are N(0, 0.02) (projections) and 1 (norm gains), drawn in float32 from a seeded numpy
 generator and rounded to float16, written tensor by tensor (memory: one tensor at a time). Also
-writes <out>.tokens.bin beside the folder: 4,096 random token ids (uint32 little-endian) for qeval's pre-tokenised
+writes <out>.tokens.bin beside the folder: 16,384 random token ids (uint32 little-endian) for qeval's pre-tokenised
 data path, so no tokenizer is needed.
 """
 import argparse
@@ -107,7 +107,7 @@ def main():
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     # Beside the folder, not in it: a .bin inside would be taken for a llama2.c tokenizer.
-    np.random.default_rng(a.seed + 1).integers(3, vocab, size=4096, dtype=np.uint32).tofile(a.out.rstrip("/") + ".tokens.bin")
+    np.random.default_rng(a.seed + 1).integers(3, vocab, size=16384, dtype=np.uint32).tofile(a.out.rstrip("/") + ".tokens.bin")
     print(f"{a.out}: {a.shape}, {len(shards)} file(s)")
 
 

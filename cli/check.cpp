@@ -9,6 +9,8 @@
 #include "common/files.h"
 #include "eval/check.h"
 #include "eval/record.h"
+#include "eval/series_check.h"
+#include "eval/series_record.h"
 
 namespace qeval::cli {
 namespace {
@@ -18,27 +20,42 @@ struct CheckArgs {
   std::string tolerances;
   std::vector<std::string> records;
   bool allow_protocol_mismatch = false;
+  bool allow_partial = false;
   std::string format = "md";
   std::string report;
 };
 
+void report_and_exit(const CheckArgs& a, const CheckReport& report) {
+  const std::string text = a.format == "json" ? check_report_to_json(report).dump(2) + "\n" : format_check_markdown(report);
+  fmt::print("{}", text);
+  if (!a.report.empty()) write_file_atomic(a.report, text);
+  exit_status = report.passed() ? 0 : 1;
+}
+
 void run_check(const CheckArgs& a) {
+  if (a.records.size() == 1 && is_series_record_file(a.records.front())) {  // a trajectory (eval/series_check.h)
+    QEVAL_CHECK(!a.tolerances.empty(), "check: --tolerances T.json is required (rules, or a tolerance file with --baseline)");
+    QEVAL_CHECK(a.format == "md" || a.format == "json", "check: --format should be md or json, found '{}'", a.format);
+    CheckOptions options;
+    options.allow_protocol_mismatch = a.allow_protocol_mismatch;
+    options.baseline_source = a.baseline;
+    options.current_source = a.records.front();
+    return report_and_exit(a, check_series_files(a.records.front(), a.baseline, a.tolerances, options));
+  }
   QEVAL_CHECK(!a.baseline.empty(), "check: --baseline B.json is required");
   QEVAL_CHECK(!a.tolerances.empty(), "check: --tolerances T.json is required (see configs/ci/tolerances.json)");
   QEVAL_CHECK(a.records.size() == 1, "check: give exactly one record to check, found {}", a.records.size());
   QEVAL_CHECK(a.format == "md" || a.format == "json", "check: --format should be md or json, found '{}'", a.format);
+  if (!a.report.empty()) check_output_file(a.report, "--report");
   const Tolerances tolerances = load_tolerances(a.tolerances);
   const nlohmann::json baseline = read_record(a.baseline);
   const nlohmann::json record = read_record(a.records.front());
   CheckOptions options;
   options.allow_protocol_mismatch = a.allow_protocol_mismatch;
+  options.allow_partial = a.allow_partial;
   options.baseline_source = a.baseline;
   options.current_source = a.records.front();
-  const CheckReport report = check_record(baseline, record, tolerances, options);
-  const std::string text = a.format == "json" ? check_report_to_json(report).dump(2) + "\n" : format_check_markdown(report);
-  fmt::print("{}", text);
-  if (!a.report.empty()) write_file_atomic(a.report, text);
-  exit_status = report.passed() ? 0 : 1;
+  report_and_exit(a, check_record(baseline, record, tolerances, options));
 }
 
 }  // namespace
@@ -52,7 +69,9 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--baseline,-b", args->baseline, "baseline result record");
   cmd->add_option("--tolerances,-t", args->tolerances, "tolerance file (JSON; see configs/ci/tolerances.json, docs/ci-gate.md)");
   cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
-                "check even when protocol, data or precision differ from the baseline's");
+                "check even when protocol, data, precision or a scheme's definition differ from the baseline's");
+  cmd->add_flag("--allow-partial", args->allow_partial,
+                "check shard records and partial merges too (noted in the report)");
   cmd->add_option("--format,-f", args->format, "report format: md or json")->capture_default_str();
   cmd->add_option("--report", args->report, "also write the report to this file");
   cmd->callback([args] { run_check(*args); });

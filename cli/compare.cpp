@@ -10,6 +10,9 @@
 #include "common/files.h"
 #include "eval/compare.h"
 #include "eval/record.h"
+#include "eval/record_verify.h"
+#include "eval/series_record.h"
+#include "eval/series_views.h"
 
 namespace qeval::cli {
 namespace {
@@ -19,19 +22,48 @@ struct CompareArgs {
   std::string format = "md";
   std::string labels;
   bool allow_protocol_mismatch = false;
+  bool allow_partial = false;
   std::string out;
 };
+
+std::vector<std::string> split_labels(const std::string& labels) {
+  std::vector<std::string> out;
+  std::stringstream in(labels);
+  for (std::string label; std::getline(in, label, ',');) out.push_back(label);
+  return out;
+}
+
+// Series records (qeval eval --model SERIES): their trajectories, one table per run (eval/series_views.h).
+void run_series_compare(const CompareArgs& a, CompareFormat format) {
+  std::vector<LabeledSeries> runs;
+  for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
+  if (!a.labels.empty()) {
+    const std::vector<std::string> labels = split_labels(a.labels);
+    QEVAL_CHECK(labels.size() == runs.size(), "--labels: {} labels for {} series", labels.size(), runs.size());
+    for (std::size_t i = 0; i < labels.size(); ++i) runs[i].label = labels[i];
+  }
+  prepare_series(runs, a.allow_protocol_mismatch);
+  const std::string text = format_series(runs, format);
+  if (a.out.empty()) return fmt::print("{}", text);
+  write_file_atomic(a.out, text);
+  fmt::print(stderr, "trajectories of {} series written to {}\n", runs.size(), a.out);
+}
 
 void run_compare(const CompareArgs& a) {
   // Checked here rather than by CLI11 so that bad input exits 2 like every other input error.
   QEVAL_CHECK(!a.records.empty(), "compare: give one or more result records (qeval eval --out R.json)");
   const CompareFormat format = parse_compare_format(a.format);
+  if (!a.out.empty()) check_output_file(a.out, "--out");
+  if (is_series_record_file(a.records.front())) return run_series_compare(a, format);
   std::vector<LabeledRecord> records;
-  for (const auto& path : a.records) records.push_back({path, read_record(path), ""});
+  for (const auto& path : a.records) {
+    LabeledRecord r{path, read_record(path), "", {}};
+    // Records are verified, not trusted (eval/record_verify.h); a shard or a partial merge only with --allow-partial.
+    r.partial = require_verified_record(r.record, path, a.allow_partial);
+    records.push_back(std::move(r));
+  }
   if (!a.labels.empty()) {
-    std::vector<std::string> labels;
-    std::stringstream in(a.labels);
-    for (std::string label; std::getline(in, label, ',');) labels.push_back(label);
+    const std::vector<std::string> labels = split_labels(a.labels);
     QEVAL_CHECK(labels.size() == records.size(), "--labels: {} labels for {} records", labels.size(), records.size());
     for (std::size_t i = 0; i < labels.size(); ++i) records[i].label = labels[i];
   }
@@ -57,6 +89,8 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--labels", args->labels, "comma-separated model names, one per record (default: the model's file or folder name)");
   cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
                 "compare records evaluated under different protocols or data (marked in the output)");
+  cmd->add_flag("--allow-partial", args->allow_partial,
+                "compare shard records and partial merges too (their rows are marked \"(partial)\")");
   cmd->add_option("--out,-o", args->out, "write the tables here instead of stdout");
   cmd->callback([args] { run_compare(*args); });
 }

@@ -4,14 +4,18 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <functional>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/eval_series.h"
 #include "cli/eval_setup.h"
 #include "cli/json_config.h"
+#include "cli/option_checks.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/host_memory.h"
+#include "kernels/device.h"
 #include "eval/evaluator.h"
 #include "eval/figure_data.h"
 #include "eval/plot.h"
@@ -32,6 +36,7 @@ struct EvalArgs {
   std::int64_t sink_T = 64;
   double sink_eps = 0.3;
   bool quantize_lm_head = false;
+  bool quantize_ssm_inner = false;
   std::string out;
   std::string plots;  // folder for the pictures (eval/plot.h)
   std::string plots_colour_scale = "linear";
@@ -42,6 +47,7 @@ struct EvalArgs {
   double checkpoint_seconds = 60;
   std::int64_t stop_after = 0;  // testing aid: stop (exit 3) once this many windows are done
   std::vector<std::string> argv;
+  SeriesArgs series;  // --model a folder of checkpoints (cli/eval_series.h)
 };
 
 struct StoppedEarly {
@@ -50,6 +56,22 @@ struct StoppedEarly {
 
 struct Shard {
   std::int64_t index = 0, count = 1;
+};
+
+// The windows the protocol gave, in the order given: a count while they are 0, 1, 2, ..., the list
+// once they are not (sampled windows).
+struct ProtocolWindows {
+  std::int64_t count = 0;
+  bool sequential = true;
+  std::vector<std::int64_t> indices;
+  void add(std::int64_t w) {
+    if (sequential && w != count) {
+      sequential = false;
+      for (std::int64_t i = 0; i < count; ++i) indices.push_back(i);
+    }
+    if (!sequential) indices.push_back(w);
+    ++count;
+  }
 };
 
 Shard parse_shard(const std::string& text) {
@@ -63,16 +85,48 @@ Shard parse_shard(const std::string& text) {
   return s;
 }
 
+// The state of an interrupted run, checked before a single row is kept: it must be a state file of
+// this very evaluation (identity), pass its checksum and every rule of run_state_from_json, and each
+// kept window must be the window the data gives at its index (hash and scored tokens).
+EvalResult load_resume_state(const std::string& state_path, const nlohmann::json& identity,
+                             std::vector<std::shared_ptr<StatisticsCollector>>& statistics, const EvalInputs& inputs,
+                             const std::function<bool(std::int64_t)>& in_shard) {
+  QEVAL_CHECK(std::filesystem::is_regular_file(state_path), "--resume: {} is not a file", state_path);
+  nlohmann::json saved = nlohmann::json::parse(read_file(state_path), nullptr, /*allow_exceptions=*/false);
+  QEVAL_CHECK(saved.is_object() && saved.contains("identity") && saved.contains("state"),
+              "--resume: {} is not a qeval evaluation state file", state_path);
+  QEVAL_CHECK(saved["identity"] == identity,
+              "--resume: {} was written by a different evaluation (model, data, protocol, schemes or options differ); "
+              "remove it or drop --resume", state_path);
+  EvalResult resumed = run_state_from_json(saved["state"], statistics, state_path, inputs.protocol.seq_len);
+  std::unique_ptr<WindowSource> windows = inputs.open_windows();
+  verify_resumed_windows(resumed, *windows, in_shard, state_path);
+  return resumed;
+}
+
 void run_eval(const EvalArgs& a) {
+  if (wants_series(a.series, a.data.model)) {  // each checkpoint evaluated by this function, as if alone
+    QEVAL_CHECK(a.shard.empty() && a.plots.empty() && a.state_file.empty(),
+                "--model {} is a series of checkpoints: --shard, --plots and --state-file take one checkpoint", a.data.model);
+    return run_series(a.series, a.data.model, a.out, [&a](const SeriesJob& job) {
+      EvalArgs one = a;
+      one.series.mode = "off";
+      one.series.watch = false;
+      one.data.model = job.model;
+      one.out = job.record;
+      one.resume = true;
+      one.state_file = job.state;
+      run_eval(one);
+      return exit_status;
+    });
+  }
   const Shard shard = parse_shard(a.shard);
   QEVAL_CHECK(!a.resume || !a.out.empty() || !a.state_file.empty(), "--resume needs --out (or --state-file)");
   const std::string state_path = !a.state_file.empty() ? a.state_file : (a.out.empty() ? "" : a.out + ".state.json");
-  if (!a.out.empty()) {
-    // Fail before hours of work, not after, when the record cannot be written.
-    std::filesystem::path out(a.out);
-    auto dir = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
-    QEVAL_CHECK(std::filesystem::is_directory(dir), "--out {}: folder {} does not exist", a.out, dir.string());
-  }
+  // Fail before hours of work, not after, when a result cannot be written.
+  if (!a.out.empty()) check_output_file(a.out, "--out");
+  if (!state_path.empty() && (a.resume || a.stop_after > 0)) check_output_file(state_path, "--state-file");
+  if (!a.plots.empty()) check_output_folder(a.plots, "--plots");
   EvalInputs inputs = prepare_eval_inputs(a.data);
   SchemeOptions scheme_options;
   scheme_options.stats_for = parse_stats_for(a.stats_for);
@@ -80,6 +134,7 @@ void run_eval(const EvalArgs& a) {
   scheme_options.statistics.sink_T = a.sink_T;
   scheme_options.statistics.sink_eps = a.sink_eps;
   scheme_options.quantize_lm_head = a.quantize_lm_head;
+  scheme_options.quantize_ssm_inner = a.quantize_ssm_inner;
   scheme_options.placement = inputs.placement;
   PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
   std::vector<EvalScheme>& schemes = prepared.schemes;
@@ -98,21 +153,19 @@ void run_eval(const EvalArgs& a) {
                           {"attention_statistics", !a.no_attention_stats},
                           {"quantize_lm_head", a.quantize_lm_head},
                           {"shard", a.shard.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.shard)}});
+  if (a.quantize_ssm_inner) context.options["quantize_ssm_inner"] = true;
   // What a saved state must match to be resumed: everything that decides the results.
   EvalResult empty;
   empty.schemes.resize(schemes.size());
   const nlohmann::json identity =
       evaluation_identity(build_record(context, scheme_infos(schemes, prepared.linear_weight_bytes()), empty, {}));
   EvalResult resumed;
+  std::function<bool(std::int64_t)> in_shard;
+  if (shard.count > 1) in_shard = [shard](std::int64_t w) { return w % shard.count == shard.index; };
   if (a.resume && std::filesystem::exists(state_path)) {
-    nlohmann::json saved = nlohmann::json::parse(read_file(state_path), nullptr, /*allow_exceptions=*/false);
-    QEVAL_CHECK(saved.is_object() && saved.contains("identity") && saved.contains("state"),
-                "--resume: {} is not a qeval evaluation state file", state_path);
-    QEVAL_CHECK(saved["identity"] == identity,
-                "--resume: {} was written by a different evaluation (model, data, protocol, schemes or options differ); "
-                "remove it or drop --resume", state_path);
-    resumed = run_state_from_json(saved["state"], prepared.statistics, state_path);
-    fmt::print(stderr, "resuming from {}: {} windows already done\n", state_path, resumed.windows);
+    resumed = load_resume_state(state_path, identity, prepared.statistics, inputs, in_shard);
+    fmt::print(stderr, "resuming from {}: {} windows already done (each checked against the data)\n", state_path,
+               resumed.windows);
   }
 
   EvalOptions options;
@@ -121,7 +174,13 @@ void run_eval(const EvalArgs& a) {
   options.expected_windows = windows.expected_windows();
   options.placement = inputs.placement;
   options.plan = plan.plan;
-  if (shard.count > 1) options.select_window = [shard](std::int64_t w) { return w % shard.count == shard.index; };
+  // Every window the protocol gives passes through select_window, chosen or not: a shard record
+  // says which windows there were, so merge can tell a complete set of shards from a partial one.
+  ProtocolWindows protocol_windows;
+  options.select_window = [&](std::int64_t w) {
+    protocol_windows.add(w);
+    return !in_shard || in_shard(w);
+  };
   auto last_save = std::chrono::steady_clock::now();
   auto save_state = [&](const EvalResult& r) {
     write_file_atomic(state_path, nlohmann::json{{"identity", identity}, {"state", run_state_to_json(r, prepared.statistics)}}.dump() + "\n");
@@ -151,6 +210,8 @@ void run_eval(const EvalArgs& a) {
       build_record(context, scheme_infos(schemes, prepared.linear_weight_bytes()), result, prepared.statistics_summaries());
   record["plan"] = plan_json;
   record["plan"]["measured_peak_rss_bytes"] = peak_rss();
+  if (!inputs.placement.on_cpu())
+    record["plan"]["measured_peak_device_bytes"] = kernels::peak_allocated_bytes(inputs.placement.device);
   // Schemes that keep tokens in full precision (quant/scheme.h keep_tokens) say which positions
   // they kept, over the windows this process evaluated (a resumed run's earlier windows and
   // other shards are not in these counts; "sequences" says how many are).
@@ -163,8 +224,13 @@ void run_eval(const EvalArgs& a) {
     if (nlohmann::json outliers = prepared.outlier_features_report(i); !outliers.is_null())
       record["schemes"][i]["outlier_features"] = outliers;
   }
-  if (shard.count > 1)
-    record["shard"] = {{"index", shard.index}, {"count", shard.count}, {"state", run_state_to_json(result, prepared.statistics)}};
+  if (shard.count > 1) {
+    record["shard"] = {{"index", shard.index},
+                       {"count", shard.count},
+                       {"protocol_windows", protocol_windows.count},
+                       {"state", run_state_to_json(result, prepared.statistics)}};
+    if (!protocol_windows.sequential) record["shard"]["protocol_window_indices"] = protocol_windows.indices;
+  }
 
   std::string transformed;  // " after rotate, smooth:alpha=0.8"
   for (const auto& t : a.data.transforms) transformed += (transformed.empty() ? " after " : ", ") + t;
@@ -194,9 +260,11 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--stats-for", args->stats_for, "which schemes collect outlier/attention statistics: none, full, all")
       ->capture_default_str()->check(CLI::IsMember({"none", "full", "all"}));
   cmd->add_flag("--no-attention-stats", args->no_attention_stats, "skip attention statistics (hidden-state ones only)");
-  cmd->add_option("--sink-T", args->sink_T, "Sink₁^ε: first T queries")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--sink-eps", args->sink_eps, "Sink₁^ε: threshold ε on the mean attention to key 1")->capture_default_str();
+  cmd->add_option("--sink-T", args->sink_T, "Sink₁^ε: first T queries")->capture_default_str()->check(integer_in(1, 1 << 20));
+  cmd->add_option("--sink-eps", args->sink_eps, "Sink₁^ε: threshold ε on the mean attention to key 1, in (0, 1)")->capture_default_str()->check(number_in(0, 1, true, true));
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "quantise the LM head too (every scheme)");
+  cmd->add_flag("--quantize-ssm-inner", args->quantize_ssm_inner,
+                "quantise Mamba's x_proj and dt_proj too (every scheme; by default they stay full precision)");
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   cmd->add_option("--plots", args->plots, "also draw PNG pictures (gnuplot): attention and |hidden state| maps and per-layer curves of full precision, into this folder");
@@ -206,9 +274,10 @@ void add_eval_command(CLI::App& app) {
   cmd->add_flag("--resume", args->resume, "save progress to a state file as it goes, and continue from it when present");
   cmd->add_option("--state-file", args->state_file, "state file for --resume (default: <out>.state.json)");
   cmd->add_option("--checkpoint-seconds", args->checkpoint_seconds, "with --resume: seconds between state saves")
-      ->capture_default_str();
+      ->capture_default_str()->check(number_in(0, 1e9));
+  add_series_options(cmd, args->series);
   cmd->add_option("--stop-after", args->stop_after, "stop (exit 3) after this many windows, saving state (for testing --resume)")
-      ->group("");
+      ->check(integer_in(0))->group("");
   cmd->callback([args] {
     args->argv = command_line;
     run_eval(*args);

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/json_config.h"
+#include "cli/option_checks.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hash.h"
@@ -57,15 +58,15 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
     preset_lengths += fmt::format("{}{} {}", preset_lengths.empty() ? "" : ", ", name, ProtocolSpec::defaults_for(name).seq_len);
   cmd->add_option("--seq-len", args.seq_len,
                   fmt::format("window length in tokens (llamacpp: n_ctx; 0: the protocol's: {})", preset_lengths))
-      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--stride", args.stride, "stride protocol: tokens each window advances (0: the protocol's)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--max-windows", args.max_windows, "number of windows (0: all; gptq-c4: samples; -1: the protocol's)")
-      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+      ->capture_default_str()->check(integer_in(-1, 1 << 30));
   cmd->add_option("--seed", args.seed,
                   "windows: sample --max-windows windows with this seed instead of taking the first; gptq-c4: Python "
                   "random seed (-1: the protocol's)")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_in(-1));
   cmd->add_flag("--bos-per-window", args.bos_per_window,
                 "windows protocol: start every window with BOS (default auto: yes for GGUF tokenizers whose "
                 "tokenizer.ggml.add_bos_token is true, as llama.cpp's perplexity tool and lm-eval do; no otherwise)");
@@ -80,8 +81,8 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
       ->capture_default_str()->check(CLI::IsMember({"auto", "uint16", "uint32"}));
   cmd->add_option("--json-field", args.json_field, "JSON-lines field holding the text")->capture_default_str();
   cmd->add_option("--batch-size,-b", args.batch_size, "windows per forward pass (results do not depend on it)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", args.threads, "CPU threads (0: the cores this process may use)")->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(integer_in(1, 1 << 16));
+  cmd->add_option("--threads", args.threads, "CPU threads (0: the cores this process may use; more than the hardware threads are capped, with a note)")->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--transform", args.transforms,
                   "transform the full-precision model before any scheme (repeatable, applied in order): "
                   "rotate[:kind=hadamard|orthogonal,seed=N,online_down=1] or "
@@ -116,7 +117,7 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   // runs on one thread and its GEMMs are cut into pieces over LibTorch's pool, the same pieces for
   // every thread count, because OpenBLAS's own bits change with its thread count (an AVX2 EPYC: 1
   // and 2 threads differ) and results must not depend on --threads (kernels/compute_threads.h).
-  kernels::set_inference_threads(a.threads > 0 ? a.threads : kernels::available_cores());
+  kernels::set_inference_threads(a.threads > 0 ? cap_threads(a.threads) : kernels::available_cores());
   std::vector<TransformSpec> transforms;
   for (const auto& text : a.transforms) transforms.push_back(parse_transform(text));  // bad specs fail before loading
   EvalInputs in;
@@ -178,13 +179,14 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
       return c;
     };
     const Transformer transformed = apply_transforms(original, transforms, calibration, transform_report);
-    in.model = transformer_reader(transformed, in.model_path.string());
+    whole.weights = {};
+    in.model = transformer_reader(transformed, std::move(whole));  // keeps the checkpoint's format, hash and notes
   }
 
   RecordContext& context = in.context;
   context.model = {{"path", in.model_path.string()},
                    {"format", info.format},
-                   {"weights_hash", info.weights_hash},
+                   {"weights_hash", nullptr},  // plan_evaluation fills it in
                    {"config", config_to_json(config)},
                    {"parameters", config.parameter_count()},
                    {"notes", info.notes},
@@ -223,7 +225,7 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   return in;
 }
 
-PlanEstimate plan_evaluation(const EvalInputs& in, const EvalDataArgs& a, const std::vector<EvalScheme>& schemes,
+PlanEstimate plan_evaluation(EvalInputs& in, const EvalDataArgs& a, const std::vector<EvalScheme>& schemes,
                              const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites, bool quiet,
                              nlohmann::json& plan_json) {
   PlanInputs p;
@@ -234,7 +236,10 @@ PlanEstimate plan_evaluation(const EvalInputs& in, const EvalDataArgs& a, const 
   p.process_rss = read_host_memory().rss;
   for (std::size_t i = 0; i < schemes.size(); ++i) {
     p.schemes.push_back(i < rewrites.size() && rewrites[i] ? std::optional<SchemeSpec>(rewrites[i]->spec()) : std::nullopt);
-    p.attention_statistics.push_back(schemes[i].observer && schemes[i].observer->wants_attention(0));
+    bool wants = false;  // attention (or Mamba-2's implicit attention) in any layer
+    for (std::int64_t l = 0; l < p.config.n_layers && schemes[i].observer; ++l)
+      wants = wants || schemes[i].observer->wants_attention(l) || schemes[i].observer->wants_implicit_attention(l);
+    p.attention_statistics.push_back(wants);
   }
   p.batch_size = a.batch_size;
   p.seq_len = in.protocol.seq_len;
@@ -242,6 +247,8 @@ PlanEstimate plan_evaluation(const EvalInputs& in, const EvalDataArgs& a, const 
   p.placement = in.placement;
   const MemoryBudget budget = memory_budget(in.max_memory, in.max_device_memory, in.placement);
   PlanEstimate chosen = choose_plan(p, budget, a.plan, a.chunk_windows);
+  // Only now, with a plan that fits, every byte of the weight files is read for their hash.
+  in.context.model["weights_hash"] = in.model->weights_hash();
   if (!quiet) fmt::print(stderr, "{}\n", describe(chosen, budget));
   plan_json = plan_record(chosen, budget);
   return chosen;

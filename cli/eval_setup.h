@@ -81,8 +81,9 @@ struct EvalInputs {
 EvalInputs prepare_eval_inputs(const EvalDataArgs& args);
 
 // The memory plan for these inputs and schemes (eval/memory_plan.h), printed on stderr in one
-// line unless `quiet`; throws, before any weight is read, when none fits.
-PlanEstimate plan_evaluation(const EvalInputs& inputs, const EvalDataArgs& args, const std::vector<EvalScheme>& schemes,
+// line unless `quiet`; throws, before any weight is read, when none fits. Then hashes the weight
+// files into the record's context.
+PlanEstimate plan_evaluation(EvalInputs& inputs, const EvalDataArgs& args, const std::vector<EvalScheme>& schemes,
                              const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites, bool quiet,
                              nlohmann::json& plan_json);
 

@@ -5,16 +5,17 @@
 
 #include "cli/commands.h"
 #include "cli/json_config.h"
+#include "cli/option_checks.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "common/model_cache.h"
 #include "common/hash.h"
-#include "loaders/checkpoints/checkpoint.h"
-#include "loaders/text/documents.h"
+#include "common/model_cache.h"
+#include "loaders/checkpoints/checkpoint_header.h"
 #include "loaders/protocols/protocol.h"
+#include "loaders/text/documents.h"
 #include "loaders/text/token_file.h"
 #include "loaders/tokenizers/tokenizer.h"
-#include "model/transformer.h"
+#include "model/config.h"
 
 namespace qeval::cli {
 namespace {
@@ -32,16 +33,68 @@ struct InspectArgs {
 
 std::optional<std::string> opt(const std::string& s) { return s.empty() ? std::nullopt : std::optional<std::string>(s); }
 
+// The linear layers a config implies, named as the Transformer names them (model/transformer.cpp).
+nlohmann::json config_linears(const ModelConfig& c) {
+  nlohmann::json out = nlohmann::json::array();
+  auto add = [&](const std::string& name, std::int64_t in, std::int64_t out_features) {
+    out.push_back({{"name", name}, {"in", in}, {"out", out_features}});
+  };
+  const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = fmt::format("layers.{}.", i);
+    if (c.fused_qkv) {
+      add(p + "attn.qkv", D, (c.n_heads + 2 * c.n_kv_heads) * hd);
+    } else {
+      add(p + "attn.q", D, c.n_heads * hd);
+      add(p + "attn.k", D, c.n_kv_heads * hd);
+      add(p + "attn.v", D, c.n_kv_heads * hd);
+    }
+    add(p + "attn.o", c.n_heads * hd, D);
+    if (c.fused_gate_up) {
+      add(p + "mlp.gate_up", D, 2 * F);
+    } else {
+      if (c.gated_mlp()) add(p + "mlp.gate", D, F);
+      add(p + "mlp.up", D, F);
+    }
+    add(p + "mlp.down", F, D);
+  }
+  add("lm_head", D, c.vocab_size);
+  return out;
+}
+
+// Headers only (loaders/checkpoints/checkpoint_header.h): a 70B checkpoint is described without
+// reading its weights. The weights hash needs every byte, so it is left to eval's record.
 nlohmann::json inspect_model(const std::filesystem::path& path) {
-  LoadedCheckpoint ck = load_checkpoint(path);
-  Transformer model(ck.config, ck.weights, path.string());
-  nlohmann::json linears = nlohmann::json::array();
-  for (const auto& l : model.linears())
-    linears.push_back({{"name", l.name}, {"in", l.linear->in_features()}, {"out", l.linear->out_features()}});
-  return {{"path", path.string()},   {"format", ck.format},
-          {"weights_hash", ck.weights_hash}, {"config", config_to_json(ck.config)},
-          {"parameters", ck.config.parameter_count()}, {"linear_weight_bytes_fp32", model.linear_weight_bytes()},
-          {"linears", linears},     {"notes", ck.notes}};
+  const CheckpointHeader h = read_checkpoint_header(path);
+  const nlohmann::json linears = config_linears(h.config);
+  std::int64_t linear_bytes = 0;
+  for (const auto& l : linears) linear_bytes += 4 * l.at("in").get<std::int64_t>() * l.at("out").get<std::int64_t>();
+  nlohmann::json tensors = nlohmann::json::array();
+  std::map<std::string, std::int64_t> dtypes;
+  long double elements = 0;
+  for (const auto& t : h.tensors) {
+    long double n = 1;
+    for (std::int64_t d : t.shape) n *= static_cast<long double>(d);
+    elements += n;
+    ++dtypes[t.dtype];
+    tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"file", t.file}});
+  }
+  nlohmann::json j = {{"path", path.string()},
+                      {"format", h.format},
+                      {"weights_hash", "not computed (inspect reads headers only; eval records it)"},
+                      {"config", config_to_json(h.config)},
+                      {"parameters", h.config.parameter_count()},
+                      {"bytes_on_disk", h.bytes},
+                      {"linear_weight_bytes_fp32", linear_bytes},
+                      {"linears", linears},
+                      {"notes", h.notes}};
+  if (!h.tensors.empty()) {
+    j["tensor_count"] = h.tensors.size();
+    j["tensor_elements"] = static_cast<double>(elements);
+    j["tensor_dtypes"] = dtypes;
+    j["tensors"] = tensors;
+  }
+  return j;
 }
 
 nlohmann::json inspect_tokenizer(const Tokenizer& tok, const std::filesystem::path& path) {
@@ -161,6 +214,8 @@ void print_text(const nlohmann::json& report) {
         for (const auto& l : value)
           fmt::print("    {:<22} [{} -> {}]\n", l.at("name").get<std::string>(), l.at("in").dump(),
                      l.at("out").dump());
+      } else if (key == "tensors") {
+        fmt::print("  tensors                  {} (--json lists them)\n", value.size());
       } else if (key != "protocols") {
         fmt::print("  {:<24} {}\n", key, cell(value));
       }
@@ -213,7 +268,7 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--tokenizer,-t", args->tokenizer, "tokenizer to describe (with --data: count tokens and windows)");
   cmd->add_option("--data,-d", args->data, "data file to describe");
   cmd->add_option("--data-dir", args->data_dir, "shared data folder (default: $QEVAL_DATA_DIR, else ../shared/data)");
-  cmd->add_option("--seq-len", args->seq_len, "window length for the window counts (0: each protocol's)")->capture_default_str();
+  cmd->add_option("--seq-len", args->seq_len, "window length for the window counts (0: each protocol's)")->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--protocol", args->protocol, "with --data and --tokenizer: count windows under this protocol preset or JSON file, or all presets")
       ->capture_default_str();
   cmd->add_option("--text-split", args->text_split, "plain-text documents: paragraph, line or file (default: each protocol's, else paragraph)")

@@ -4,10 +4,12 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/printable.h"
+#include "common/strict_json.h"
 
 namespace qeval::cli {
 
-std::vector<std::string> expand_json_config(const std::vector<std::string>& args) {
+std::vector<std::string> expand_json_config(const std::vector<std::string>& args, const CLI::App* app) {
   std::vector<std::string> out;
   std::vector<std::string> from_files;
   std::size_t insert_at = std::string::npos;  // right after the subcommand name
@@ -23,15 +25,27 @@ std::vector<std::string> expand_json_config(const std::vector<std::string>& args
       if (insert_at == std::string::npos && i >= 1 && args[i].rfind("-", 0) != 0) insert_at = out.size();
       continue;
     }
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-      fail("--config {}: invalid JSON: {}", path, e.what());
-    }
+    // A key given twice would silently take one value: refused (common/strict_json.h).
+    const nlohmann::json j = parse_json_strict(read_file(path), "--config " + path);
     QEVAL_CHECK(j.is_object(), "--config {}: expected a JSON object of option names to values, found {}", path,
                 j.type_name());
+    // The subcommand the file's options go to: each key must be one of its long options.
+    const CLI::App* command = nullptr;
+    if (app != nullptr)
+      for (std::size_t k = 1; k < args.size() && command == nullptr; ++k)
+        if (args[k].rfind("-", 0) != 0)
+          for (const CLI::App* sub : app->get_subcommands([](const CLI::App*) { return true; }))
+            if (sub->check_name(args[k])) command = sub;
     for (const auto& [key, value] : j.items()) {
+      QEVAL_CHECK(key != "config", "--config {}: a config file cannot name another (\"config\")", path);
+      if (command != nullptr)
+        QEVAL_CHECK(command->get_option_no_throw("--" + key) != nullptr,
+                    "--config {}: unknown option {} for qeval {} (keys are long option names without dashes, e.g. "
+                    "\"seq-len\")",
+                    path, in_quotes(key), command->get_name());
+      QEVAL_CHECK(!value.is_object() && !value.is_null(),
+                  "--config {}: option {} is {}: expected a string, a number, true / false or a list", path,
+                  in_quotes(key), json_text(value));
       auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
       if (value.is_boolean()) {
         if (value.get<bool>()) from_files.push_back("--" + key);

@@ -13,8 +13,9 @@
 namespace qeval::cli {
 
 // Returns argv with every `--config FILE` (or `--config=FILE`) replaced by the file's options.
-// Throws qeval::Error naming the file on unreadable or invalid JSON.
-std::vector<std::string> expand_json_config(const std::vector<std::string>& args);
+// Throws qeval::Error naming the file on unreadable or invalid JSON, a key given twice, and (when
+// `app` is given) a key that is not a long option of the subcommand, naming the key.
+std::vector<std::string> expand_json_config(const std::vector<std::string>& args, const CLI::App* app = nullptr);
 
 // Documents --config in a subcommand's --help (the option itself is consumed before parsing).
 void add_json_config(CLI::App* cmd);

@@ -9,6 +9,7 @@
 #include "common/build_info.h"
 #include "common/error.h"
 #include "common/memory.h"
+#include "common/printable.h"
 
 namespace qeval::cli {
 int exit_status = 0;
@@ -20,13 +21,6 @@ int main(int argc, char** argv) {
   // linked (CMakeLists.txt) malloc is jemalloc's and glibc's settings change nothing.
   qeval::keep_freed_memory_for_reuse();
   qeval::cli::command_line.assign(argv, argv + argc);
-  std::vector<std::string> args;
-  try {
-    args = qeval::cli::expand_json_config(qeval::cli::command_line);
-  } catch (const qeval::Error& e) {
-    std::fprintf(stderr, "qeval: error: %s\n", e.what());
-    return 2;
-  }
   CLI::App app{"qeval: perplexity and outlier statistics of language models under int8 / 4-bit quantisation"};
   app.set_version_flag("--version", "qeval " + qeval::version() + " (" + qeval::git_commit() + ")");
   app.require_subcommand(1);
@@ -41,11 +35,22 @@ int main(int argc, char** argv) {
   qeval::cli::add_check_command(app);
   qeval::cli::add_plot_command(app);
   qeval::cli::add_sensitivity_command(app);
+  std::vector<std::string> args;
+  try {
+    // --config files name options of the subcommand: expanded with the app at hand to check them.
+    args = qeval::cli::expand_json_config(qeval::cli::command_line, &app);
+  } catch (const qeval::Error& e) {
+    std::fprintf(stderr, "qeval: error: %s\n", e.what());
+    return 2;
+  }
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them reversed, without argv[0]
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version succeed; every other parse error is bad input, exit 2 like the rest.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "qeval: error: %s (see --help)\n", qeval::printable(e.what(), 2000).c_str());
+    return 2;
   } catch (const qeval::Error& e) {
     std::fprintf(stderr, "qeval: error: %s\n", e.what());
     return 2;

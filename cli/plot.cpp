@@ -7,8 +7,12 @@
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "eval/compare.h"
 #include "eval/plot.h"
 #include "eval/record.h"
+#include "eval/record_verify.h"
+#include "eval/series_record.h"
+#include "eval/series_views.h"
 
 namespace qeval::cli {
 namespace {
@@ -19,16 +23,45 @@ struct PlotArgs {
   std::string scheme = "full";
   std::string figure_data;
   std::string colour_scale = "linear";
+  bool allow_partial = false;
+  bool allow_protocol_mismatch = false;  // records / series: draw runs evaluated differently together
+  std::string x = "tokens";              // series: the horizontal axis
 };
 
 void run_plot(const PlotArgs& a) {
   QEVAL_CHECK(!a.records.empty(), "plot: give one result record, or several to draw on shared axes");
   QEVAL_CHECK(!a.out.empty(), "plot: --out DIR is required");
+  check_output_folder(a.out, "--out");
   QEVAL_CHECK(a.figure_data.empty() || a.records.size() == 1,
               "plot: --figure-data draws one model's maps; give one record with it, found {}", a.records.size());
-  find_gnuplot();  // before any file is written
+  if (is_series_record_file(a.records.front())) find_gnuplot();  // before any file is written
+  if (is_series_record_file(a.records.front())) {  // trajectories against tokens seen (eval/series_views.h)
+    QEVAL_CHECK(a.figure_data.empty(), "plot: --figure-data draws one record's maps, not a series'");
+    std::vector<LabeledSeries> runs;
+    for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
+    prepare_series(runs, a.allow_protocol_mismatch);
+    for (const auto& p : plot_series(runs, a.out, parse_series_axis(a.x))) fmt::print("{}\n", p.string());
+    return;
+  }
   std::vector<nlohmann::json> records;
-  for (const auto& path : a.records) records.push_back(read_record(path));
+  std::vector<LabeledRecord> labeled;
+  for (const auto& path : a.records) {
+    records.push_back(read_record(path));
+    // Verified, not trusted (eval/record_verify.h): a shard or partial merge only with --allow-partial.
+    for (const auto& note : require_verified_record(records.back(), path, a.allow_partial))
+      fmt::print(stderr, "WARNING: {}\n", note);
+    labeled.push_back({path, records.back(), "", {}});
+  }
+  // Curves on shared axes must measure the same thing, as compare and check require.
+  if (!a.allow_protocol_mismatch) require_same_protocol(labeled);
+  for (std::size_t i = 1; i < records.size(); ++i)
+    if (comparison_identity(records[i]) != comparison_identity(records.front()) ||
+        !scheme_definition_differences(records.front(), records[i]).empty()) {
+      records[i]["plot_mark"] = "[other protocol]";
+      fmt::print(stderr, "WARNING: {} was evaluated under a different protocol, data or scheme definition than {} "
+                 "(--allow-protocol-mismatch); its curves are marked\n", a.records[i], a.records.front());
+    }
+  find_gnuplot();  // before any file is written
   const nlohmann::json& record = records.front();
   std::vector<std::filesystem::path> images = plot_layer_curves(records, a.out, a.scheme);
   if (!a.figure_data.empty()) {
@@ -56,6 +89,12 @@ void add_plot_command(CLI::App& app) {
   cmd->add_option("--figure-data", args->figure_data, "figure_data.json written by qeval eval --plots DIR: also draw the maps");
   cmd->add_option("--colour-scale", args->colour_scale, "maps: linear or log colour scale")
       ->capture_default_str()->check(CLI::IsMember({"linear", "log"}));
+  cmd->add_flag("--allow-partial", args->allow_partial, "draw shard records and partial merges too (marked \"(partial)\")");
+  cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
+                "draw records (or series) of different protocols, data or scheme definitions on shared axes (marked)");
+  cmd->add_option("--x", args->x, "series records: horizontal axis (log): tokens (seen; step where unknown), step, or "
+                  "progress (step / the run's total steps)")
+      ->capture_default_str()->check(CLI::IsMember({"tokens", "step", "progress"}));
   cmd->callback([args] { run_plot(*args); });
 }
 

@@ -9,7 +9,9 @@
 #include "cli/commands.h"
 #include "cli/eval_setup.h"
 #include "cli/json_config.h"
+#include "cli/option_checks.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "eval/plot.h"
 #include "eval/record.h"
 #include "eval/schemes.h"
@@ -31,20 +33,14 @@ struct SensitivityArgs {
   std::vector<std::string> argv;
 };
 
-void check_folder(const std::string& option, const std::string& path) {
-  const std::filesystem::path p(path);
-  const auto dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-  QEVAL_CHECK(std::filesystem::is_directory(dir), "{} {}: folder {} does not exist", option, path, dir.string());
-}
-
 void run_sensitivity_command(const SensitivityArgs& a) {
   // Everything that can be refused is refused before the model is loaded or a window is read.
   const SensitivityGrouping by = parse_sensitivity_grouping(a.by);
-  if (!a.out.empty()) check_folder("--out", a.out);
+  if (!a.out.empty()) check_output_file(a.out, "--out");
   if (!a.plot.empty()) {
     QEVAL_CHECK(std::filesystem::path(a.plot).extension() == ".png", "--plot {}: the picture's name must end in .png",
                 a.plot);
-    check_folder("--plot", a.plot);
+    check_output_file(a.plot, "--plot");
     find_gnuplot();
   }
   SchemeSpec base = resolve_scheme(a.scheme);
@@ -98,7 +94,7 @@ void add_sensitivity_command(CLI::App& app) {
   cmd->add_option("--by", args->by, "unit: layer (each linear the scheme selects) or kind (e.g. mlp.down across all blocks)")
       ->capture_default_str()->check(CLI::IsMember({"layer", "kind"}));
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "let the scheme select the LM head too");
-  cmd->add_option("--top", args->top, "rows in the printed table (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top", args->top, "rows in the printed table (0: all)")->capture_default_str()->check(integer_in(0));
   cmd->add_option("--out,-o", args->out, "write the result record (JSON, with a \"sensitivity\" section) here, atomically");
   cmd->add_option("--plot", args->plot, "also draw a bar chart of ΔNLL per unit with the input max |x| (gnuplot) to this .png");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");

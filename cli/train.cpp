@@ -4,9 +4,11 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/json_config.h"
+#include "cli/option_checks.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "kernels/compute_threads.h"
@@ -44,6 +46,7 @@ struct TrainArgs {
 
   std::string out, resume;
   std::int64_t checkpoint_every = 0, stop_after = 0, log_every = 10;
+  std::string keep_checkpoints;  // train/kept_checkpoints.h
   double time_limit = 0;
   int threads = 0;
   bool quiet = false;
@@ -87,7 +90,18 @@ ModelConfig model_config(const TrainArgs& a) {
 }
 
 void run_train(const TrainArgs& a) {
-  if (a.threads > 0) kernels::set_compute_threads(a.threads);
+  // Everything that can be refused is refused before a step is taken.
+  QEVAL_CHECK(a.warmup <= a.steps, "--warmup {} is beyond --steps {}: the learning rate would never reach its peak",
+              a.warmup, a.steps);
+  QEVAL_CHECK(a.resume.empty() || std::filesystem::is_directory(a.resume), "--resume {}: not a checkpoint folder",
+              a.resume);
+  if (!a.out.empty()) {
+    check_output_folder(a.out, "--out");
+  } else {
+    fmt::print(stderr, "note: no --out given: the trained model is discarded when training ends (pass --out DIR to "
+               "keep it)\n");
+  }
+  if (a.threads > 0) kernels::set_compute_threads(cap_threads(a.threads));
   const std::optional<std::string> data_dir = a.data_dir.empty() ? std::nullopt : std::optional<std::string>(a.data_dir);
   train::TrainOptions o;
   o.model = model_config(a);
@@ -121,6 +135,7 @@ void run_train(const TrainArgs& a) {
   o.out = a.out;
   o.resume = a.resume;
   o.checkpoint_every = a.checkpoint_every;
+  o.keep = train::KeepSchedule::parse(a.keep_checkpoints);
   o.stop_after = a.stop_after;
   o.time_limit_minutes = a.time_limit;
   o.log_every = a.log_every;
@@ -145,9 +160,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--text-split", a->text_split, "plain-text documents: paragraph, line or file")
       ->capture_default_str()->check(CLI::IsMember({"paragraph", "line", "file"}));
   cmd->add_option("--json-field", a->json_field, "JSON-lines field holding the text")->capture_default_str();
-  cmd->add_option("--val-fraction", a->val_fraction, "held-out fraction of windows (the last ones of the stream)")->capture_default_str();
-  cmd->add_option("--val-every", a->val_every, "steps between validation losses (0: only at the end)")->capture_default_str();
-  cmd->add_option("--val-windows", a->val_windows, "held-out windows per validation (0: all)")->capture_default_str();
+  cmd->add_option("--val-fraction", a->val_fraction, "held-out fraction of windows (the last ones of the stream), in [0, 1)")->capture_default_str()->check(number_in(0, 1, false, true));
+  cmd->add_option("--val-every", a->val_every, "steps between validation losses (0: only at the end)")->capture_default_str()->check(integer_in(0));
+  cmd->add_option("--val-windows", a->val_windows, "held-out windows per validation (0: all)")->capture_default_str()->check(integer_in(0));
 
   cmd->add_option("--arch", a->arch, "defaults for the switches below: gpt2 (layernorm, learned, gelu, biases, tied) or llama (rmsnorm, rope, swiglu, no biases, untied)")
       ->capture_default_str()->check(CLI::IsMember({"gpt2", "llama"}));
@@ -158,46 +173,50 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--position", a->position, "learned, rope or none (default: the arch's)")->check(CLI::IsMember({"learned", "rope", "none"}));
   cmd->add_option("--mlp", a->mlp, "gelu or swiglu (default: the arch's)")->check(CLI::IsMember({"gelu", "swiglu"}));
   cmd->add_option("--tied", a->tied, "tie LM head to the token embedding: on or off (default: the arch's)")->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--d-model", a->d_model, "model width")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--n-layers", a->n_layers, "blocks")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--n-heads", a->n_heads, "attention heads")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--n-kv-heads", a->n_kv_heads, "key/value heads (0: = heads)")->capture_default_str();
-  cmd->add_option("--d-ff", a->d_ff, "MLP width (0: 4·D for gelu, ~8/3·D rounded up to 16 for swiglu)")->capture_default_str();
-  cmd->add_option("--norm-eps", a->norm_eps, "norm epsilon")->capture_default_str();
+  cmd->add_option("--d-model", a->d_model, "model width")->capture_default_str()->check(integer_in(1, 1 << 16));
+  cmd->add_option("--n-layers", a->n_layers, "blocks")->capture_default_str()->check(integer_in(1, 1024));
+  cmd->add_option("--n-heads", a->n_heads, "attention heads")->capture_default_str()->check(integer_in(1, 4096));
+  cmd->add_option("--n-kv-heads", a->n_kv_heads, "key/value heads (0: = heads)")->capture_default_str()->check(integer_in(0, 4096));
+  cmd->add_option("--d-ff", a->d_ff, "MLP width (0: 4·D for gelu, ~8/3·D rounded up to 16 for swiglu)")->capture_default_str()->check(integer_in(0, 1 << 20));
+  cmd->add_option("--norm-eps", a->norm_eps, "norm epsilon")->capture_default_str()->check(number_in(0, 1, true));
 
-  cmd->add_option("--seq-len", a->seq_len, "window length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 16));
+  cmd->add_option("--seq-len", a->seq_len, "window length in tokens")->capture_default_str()->check(integer_in(2, 1 << 16));
   cmd->add_flag("--bos-per-window", a->bos_per_window,
                 "open every window with BOS, then seq_len - 1 stream tokens (as eval's --bos-per-window)");
-  cmd->add_option("--batch-size,-b", a->batch_size, "windows per step")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", a->steps, "optimizer steps (the schedule's length)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", a->lr, "peak learning rate")->capture_default_str();
-  cmd->add_option("--min-lr-ratio", a->min_lr_ratio, "cosine decays to lr times this")->capture_default_str();
-  cmd->add_option("--warmup", a->warmup, "linear warm-up steps")->capture_default_str();
-  cmd->add_option("--clip", a->clip, "global gradient-norm clip (0: off)")->capture_default_str();
-  cmd->add_option("--init-std", a->init_std, "initialisation std (GPT-2 style)")->capture_default_str();
+  cmd->add_option("--batch-size,-b", a->batch_size, "windows per step")->capture_default_str()->check(integer_in(1, 1 << 16));
+  cmd->add_option("--steps", a->steps, "optimizer steps (the schedule's length)")->capture_default_str()->check(integer_in(1, std::int64_t{1} << 40));
+  cmd->add_option("--lr", a->lr, "peak learning rate")->capture_default_str()->check(positive_number());
+  cmd->add_option("--min-lr-ratio", a->min_lr_ratio, "cosine decays to lr times this")->capture_default_str()->check(number_in(0, 1));
+  cmd->add_option("--warmup", a->warmup, "linear warm-up steps (at most --steps)")->capture_default_str()->check(integer_in(0, std::int64_t{1} << 40));
+  cmd->add_option("--clip", a->clip, "global gradient-norm clip (0: off)")->capture_default_str()->check(number_in(0, INFINITY));
+  cmd->add_option("--init-std", a->init_std, "initialisation std (GPT-2 style)")->capture_default_str()->check(positive_number());
   cmd->add_option("--optimizer", a->optimizer, "sgd, adam, adamw or orthoadam")
       ->capture_default_str()->check(CLI::IsMember({"sgd", "adam", "adamw", "orthoadam"}));
-  cmd->add_option("--beta1", a->beta1, "Adam beta1")->capture_default_str();
-  cmd->add_option("--beta2", a->beta2, "Adam beta2")->capture_default_str();
-  cmd->add_option("--eps", a->eps, "Adam epsilon")->capture_default_str();
-  cmd->add_option("--weight-decay", a->weight_decay, "weight decay")->capture_default_str();
+  cmd->add_option("--beta1", a->beta1, "Adam beta1")->capture_default_str()->check(number_in(0, 1, false, true));
+  cmd->add_option("--beta2", a->beta2, "Adam beta2")->capture_default_str()->check(number_in(0, 1, false, true));
+  cmd->add_option("--eps", a->eps, "Adam epsilon")->capture_default_str()->check(positive_number());
+  cmd->add_option("--weight-decay", a->weight_decay, "weight decay")->capture_default_str()->check(number_in(0, INFINITY));
   cmd->add_option("--weight-decay-mode", a->weight_decay_mode, "auto (adamw: decoupled, others: L2), l2 or decoupled")
       ->capture_default_str()->check(CLI::IsMember({"auto", "l2", "decoupled"}));
-  cmd->add_option("--momentum", a->momentum, "SGD momentum")->capture_default_str();
+  cmd->add_option("--momentum", a->momentum, "SGD momentum")->capture_default_str()->check(number_in(0, 1, false, true));
   cmd->add_option("--seed", a->seed, "initialisation and batch order")->capture_default_str();
   cmd->add_option("--transform-seed", a->transform_seed, "OrthoAdam: seed of the orthogonal transforms")->capture_default_str();
   cmd->add_option("--transform", a->transform, "OrthoAdam: random (dense up to --dense-max, Hadamard beyond), hadamard, identity")
       ->capture_default_str()->check(CLI::IsMember({"random", "hadamard", "identity"}));
-  cmd->add_option("--dense-max", a->dense_max, "OrthoAdam: largest axis with a dense orthogonal matrix")->capture_default_str();
+  cmd->add_option("--dense-max", a->dense_max, "OrthoAdam: largest axis with a dense orthogonal matrix")->capture_default_str()->check(integer_in(1, 1 << 16));
 
   cmd->add_option("--out,-o", a->out, "checkpoint folder (written at --checkpoint-every and at the end)");
   cmd->add_option("--resume", a->resume, "continue from this checkpoint folder (same recipe)");
-  cmd->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str();
-  cmd->add_option("--stop-after", a->stop_after, "stop and checkpoint after this step (0: run the whole schedule)")->capture_default_str();
-  cmd->add_option("--time-limit", a->time_limit, "minutes: stop and checkpoint when exceeded (0: none)")->capture_default_str();
-  cmd->add_option("--log-every", a->log_every, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", a->threads, "CPU threads (0: LibTorch's default); results are reproducible per thread count")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str()->check(integer_in(0));
+  cmd->add_option("--keep-checkpoints", a->keep_checkpoints,
+                  "also keep a series of checkpoints, OUT/step-N/: N (every N steps) or log:N (1, 2, 4, ... below N, "
+                  "then every N); the last step is always kept; `qeval eval --model OUT` evaluates the series");
+  cmd->add_option("--stop-after", a->stop_after, "stop and checkpoint after this step (0: run the whole schedule)")->capture_default_str()->check(integer_in(0));
+  cmd->add_option("--time-limit", a->time_limit, "minutes: stop and checkpoint when exceeded (0: none)")->capture_default_str()->check(number_in(0, 1e7));
+  cmd->add_option("--log-every", a->log_every, "steps between progress lines")->capture_default_str()->check(integer_in(1));
+  cmd->add_option("--threads", a->threads, "CPU threads (0: LibTorch's default; more than the hardware threads are capped, with a note); results "
+                  "are reproducible per thread count")
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_flag("--quiet,-q", a->quiet, "no progress on stderr");
   cmd->callback([a] { run_train(*a); });
 }

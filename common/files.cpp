@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -38,6 +39,7 @@ void write_file_atomic(const fs::path& path, const std::string& content) {
   fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail("cannot write {}: folder {} does not exist", path.string(), dir.string());
+  if (fs::is_directory(path, ec)) fail("cannot write {}: it is a folder", path.string());
   std::random_device rd;
   fs::path tmp = dir / fmt::format(".{}.tmp.{}.{:x}", path.filename().string(), ::getpid(), rd());
   FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -55,6 +57,41 @@ void write_file_atomic(const fs::path& path, const std::string& content) {
     fs::remove(tmp, ec);
     fail("cannot move {} into place as {}: {}", tmp.string(), path.string(), ec.message());
   }
+}
+
+namespace {
+
+bool writable(const fs::path& p) { return ::access(p.c_str(), W_OK) == 0; }
+
+}  // namespace
+
+void check_output_file(const fs::path& path, const std::string& option) {
+  QEVAL_CHECK(!path.empty(), "{}: empty file name", option);
+  std::error_code ec;
+  QEVAL_CHECK(!fs::is_directory(path, ec), "{} {}: is a folder; give a file name (e.g. {}/record.json)", option,
+              path.string(), path.string());
+  QEVAL_CHECK(path.has_filename(), "{} {}: names a folder; give a file name", option, path.string());
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  QEVAL_CHECK(fs::exists(dir, ec), "{} {}: folder {} does not exist", option, path.string(), dir.string());
+  QEVAL_CHECK(fs::is_directory(dir, ec), "{} {}: {} is not a folder", option, path.string(), dir.string());
+  QEVAL_CHECK(writable(dir), "{} {}: folder {} is not writable", option, path.string(), dir.string());
+  if (fs::exists(path, ec))
+    QEVAL_CHECK(fs::is_regular_file(path, ec), "{} {}: exists and is not a regular file", option, path.string());
+}
+
+void check_output_folder(const fs::path& path, const std::string& option) {
+  QEVAL_CHECK(!path.empty(), "{}: empty folder name", option);
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    QEVAL_CHECK(fs::is_directory(path, ec), "{} {}: exists and is not a folder", option, path.string());
+    QEVAL_CHECK(writable(path), "{} {}: folder is not writable", option, path.string());
+    return;
+  }
+  fs::path ancestor = fs::absolute(path, ec).parent_path();
+  while (!ancestor.empty() && !fs::exists(ancestor, ec) && ancestor != ancestor.root_path()) ancestor = ancestor.parent_path();
+  QEVAL_CHECK(fs::is_directory(ancestor, ec), "{} {}: {} is not a folder", option, path.string(), ancestor.string());
+  QEVAL_CHECK(writable(ancestor), "{} {}: cannot create it, folder {} is not writable", option, path.string(),
+              ancestor.string());
 }
 
 fs::path resolve_data_dir(const std::optional<std::string>& explicit_dir) {

@@ -21,6 +21,15 @@ std::uint64_t file_size(const std::filesystem::path& path);
 // is left as it was.
 void write_file_atomic(const std::filesystem::path& path, const std::string& content);
 
+// Checks, before any work, that `path` can be written as a file: it is not an existing folder, its
+// folder exists and is writable, an existing file there is writable. Throws naming `option`
+// ("--out") and the path, so a long run never fails at its very end ("cannot move ... into place").
+void check_output_file(const std::filesystem::path& path, const std::string& option);
+
+// The same for an output folder (created when missing, with its parents): `path` is not an
+// existing file, and its nearest existing ancestor is a writable folder.
+void check_output_folder(const std::filesystem::path& path, const std::string& option);
+
 // The folder with the shared models, tokenizers and text (../shared/data).
 // Order: `explicit_dir` (a --data-dir option) if given, else $QEVAL_DATA_DIR, else
 // <repository root>/../shared/data. Throws with what was tried when the folder is missing.

@@ -39,14 +39,14 @@ inline std::optional<std::uint64_t> json_uint64(const nlohmann::json& v) {
 // the file and the field.
 inline std::int64_t json_integer(const nlohmann::json& v, std::string_view what) {
   const auto n = json_int64(v);
-  QEVAL_CHECK(n.has_value(), "{} should be an integer, found {}", what, v.dump());
+  QEVAL_CHECK(n.has_value(), "{} should be an integer, found {}", what, v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   return *n;
 }
 
 // The value as uint64, or qeval::Error "<what> should be a non-negative integer, found <value>".
 inline std::uint64_t json_unsigned(const nlohmann::json& v, std::string_view what) {
   const auto n = json_uint64(v);
-  QEVAL_CHECK(n.has_value(), "{} should be a non-negative integer, found {}", what, v.dump());
+  QEVAL_CHECK(n.has_value(), "{} should be a non-negative integer, found {}", what, v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   return *n;
 }
 

@@ -9,8 +9,10 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/strict_json.h"
 #include "eval/compare.h"
 #include "eval/record.h"
+#include "eval/record_verify.h"
 
 namespace qeval {
 namespace {
@@ -113,6 +115,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& statistic_n
 
 Tolerances Tolerances::from_json(const nlohmann::json& j, const std::string& source) {
   Tolerances t;
+  t.source = source;
   require_keys(j, {"description", "missing_scheme", "schemes", "statistics_for", "statistics"}, source);
   if (j.contains("missing_scheme")) {
     const auto& m = j["missing_scheme"];
@@ -155,17 +158,18 @@ Tolerances Tolerances::from_json(const nlohmann::json& j, const std::string& sou
       t.statistics[name] = s;
     }
   }
+  // A gate that limits nothing passes every record: refuse it rather than print "PASS".
+  const bool limits_something =
+      !t.statistics.empty() ||
+      std::any_of(t.schemes.begin(), t.schemes.end(), [](const auto& s) { return !s.second.dppl.empty() || !s.second.ppl.empty(); });
+  QEVAL_CHECK(limits_something, "{}: the tolerance file limits nothing (no dppl_abs / dppl_rel / ppl_abs / ppl_rel for any "
+              "scheme, no statistics): a gate that checks nothing always passes", source);
   return t;
 }
 
 Tolerances load_tolerances(const std::filesystem::path& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: tolerance file is not valid JSON: {}", path.string(), e.what());
-  }
-  return Tolerances::from_json(j, path.string());
+  // A key given twice would gate on one of its values only: refused (common/strict_json.h).
+  return Tolerances::from_json(parse_json_strict(read_file(path), path.string() + " (tolerance file)"), path.string());
 }
 
 std::size_t CheckReport::violations() const {
@@ -180,6 +184,11 @@ CheckReport check_record(const nlohmann::json& baseline, const nlohmann::json& c
   const std::string& bs = options.baseline_source;
   const std::string& cs = options.current_source;
 
+  // Neither record is trusted: each must agree with its own per-window rows, and cover its
+  // protocol's windows unless partial records are allowed (eval/record_verify.h).
+  for (const auto& note : require_verified_record(baseline, bs, options.allow_partial)) report.notes.push_back(note);
+  for (const auto& note : require_verified_record(current, cs, options.allow_partial)) report.notes.push_back(note);
+
   // The measurement must be the same; only the model may change.
   nlohmann::json bid = comparison_identity(baseline), cid = comparison_identity(current);
   bid["precision"] = precision_identity(baseline.value("precision", nlohmann::json(nullptr)));
@@ -192,13 +201,23 @@ CheckReport check_record(const nlohmann::json& baseline, const nlohmann::json& c
                 cs, bs, diff);
     report.notes.push_back("protocol, data or precision differ (allowed): " + diff);
   }
+  // A scheme is its definition, not its name: a spec file that calls itself int8-coarse is gated
+  // against the baseline's int8-coarse only when it quantises the same way.
+  if (const auto differ = scheme_definition_differences(baseline, current); !differ.empty()) {
+    const std::string diff = fmt::format("{}", fmt::join(differ, "; "));
+    QEVAL_CHECK(options.allow_protocol_mismatch,
+                "{} and baseline {} name the same schemes but define them differently ({}); pass "
+                "--allow-protocol-mismatch to check anyway",
+                cs, bs, diff);
+    report.notes.push_back("scheme definitions differ (allowed): " + diff);
+  }
 
   try {
     QEVAL_CHECK(baseline.at("schemes").is_array() && current.at("schemes").is_array(), "\"schemes\" should be a list");
     // A tolerance that names a scheme the baseline lacks would gate nothing: the pairing is wrong.
     for (const auto& [name, tol] : tolerances.schemes)
-      QEVAL_CHECK(name == "*" || find_scheme(baseline, name), "tolerances name scheme '{}' but baseline {} has no such scheme",
-                  name, bs);
+      QEVAL_CHECK(name == "*" || find_scheme(baseline, name), "{}: tolerances name scheme '{}' but baseline {} has no such scheme",
+                  tolerances.source, name, bs);
 
     for (const auto& b : baseline.at("schemes")) {
       const std::string name = b.at("name").get<std::string>();
@@ -271,6 +290,10 @@ CheckReport check_record(const nlohmann::json& baseline, const nlohmann::json& c
   } catch (const nlohmann::json::exception& e) {
     fail("check {} against {}: a record lacks a field it needs: {}", cs, bs, e.what());
   }
+  // Limits that matched nothing in these records (every limited scheme skipped) gate nothing.
+  QEVAL_CHECK(!report.items.empty(), "check {} against {}: nothing was checked (the tolerance file's limits match no "
+              "scheme or statistic both records have){}", cs, bs,
+              report.notes.empty() ? std::string() : fmt::format("; {}", fmt::join(report.notes, "; ")));
   return report;
 }
 

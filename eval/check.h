@@ -26,8 +26,13 @@
 // within either limit; with one given, that one. A quantity with no limit is not checked.
 // A statistic that is a number in the baseline and null (NaN) in the new record is a violation;
 // one that is null in the baseline cannot be checked and is noted.
-// The two records must agree on protocol, data and precision (comparison_identity + precision)
-// unless allow_protocol_mismatch: the model is what CI changes, not the measurement.
+// The two records must agree on protocol, data and precision (comparison_identity + precision),
+// and schemes of the same name on their resolved definitions, unless allow_protocol_mismatch: the
+// model is what CI changes, not the measurement.
+// Neither record is trusted (eval/record_verify.h): each must agree with its own per-window rows
+// (an edited summary is refused), hold only finite perplexities, and cover its protocol's windows
+// unless allow_partial. A tolerance file must limit something, repeat no key, and match at least
+// one quantity of the records: a gate that checked nothing is an error, never "PASS".
 #pragma once
 
 #include <filesystem>
@@ -59,6 +64,7 @@ struct StatisticTolerance {
 };
 
 struct Tolerances {
+  std::string source = "tolerances";  // the file, for messages
   bool missing_scheme_is_error = true;
   std::map<std::string, SchemeTolerance> schemes;  // "*": default for schemes not named
   std::optional<std::vector<std::string>> statistics_for;
@@ -91,8 +97,9 @@ struct CheckReport {
 };
 
 struct CheckOptions {
-  bool allow_protocol_mismatch = false;
+  bool allow_protocol_mismatch = false;  // also: schemes of one name defined differently
   std::string baseline_source = "baseline", current_source = "record";  // names in messages
+  bool allow_partial = false;            // shards and partial merges (eval/record_verify.h)
 };
 
 // Throws qeval::Error for unusable input: protocol/data/precision mismatch, a required scheme

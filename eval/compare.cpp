@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
 #include "common/error.h"
+#include "eval/record_verify.h"
 #include "eval/table.h"
 
 namespace qeval {
@@ -89,7 +91,9 @@ bool any_has(const nlohmann::json& rows, const char* scheme) {
 
 bool protocols_differ(const std::vector<LabeledRecord>& records) {
   for (const auto& r : records)
-    if (comparison_identity(r.record) != comparison_identity(records.front().record)) return true;
+    if (comparison_identity(r.record) != comparison_identity(records.front().record) ||
+        !scheme_definition_differences(records.front().record, r.record).empty())
+      return true;
   return false;
 }
 
@@ -120,6 +124,10 @@ void require_same_protocol(const std::vector<LabeledRecord>& records) {
   const nlohmann::json first = comparison_identity(records.front().record);
   for (std::size_t i = 1; i < records.size(); ++i) {
     const nlohmann::json other = comparison_identity(records[i].record);
+    if (const auto differ = scheme_definition_differences(records.front().record, records[i].record); !differ.empty())
+      fail("{} and {} define schemes of the same name differently ({}); pass --allow-protocol-mismatch to compare them "
+           "anyway",
+           records.front().source, records[i].source, fmt::join(differ, "; "));
     if (other == first) continue;
     fail("{} and {} were evaluated under different protocols or data ({}); pass --allow-protocol-mismatch to "
          "compare them anyway",
@@ -179,7 +187,8 @@ nlohmann::json comparison_rows(const std::vector<LabeledRecord>& records) {
                                      : nlohmann::json(nullptr);
       const nlohmann::json& st = full.at("statistics");
       nlohmann::json row = {
-          {"model", r.label},
+          {"model", r.partial.empty() ? r.label : r.label + " (partial)"},
+          {"partial", !r.partial.empty()},
           {"record", r.source},
           {"softmax1", softmax == "softmax1"},
           {"orthoadam", optimizer.is_null() ? nlohmann::json(nullptr) : nlohmann::json(optimizer == "orthoadam")},
@@ -227,6 +236,8 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
   if (format == CompareFormat::json)
     return nlohmann::json{{"protocol", comparison_identity(records.front().record)},
                           {"protocol_mismatch", mismatch},
+                          {"partial_records", std::any_of(records.begin(), records.end(),
+                                                          [](const LabeledRecord& r) { return !r.partial.empty(); })},
                           {"rows", rows}}
                .dump(2) +
            "\n";
@@ -275,8 +286,11 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
   if (unknown_recipe) notes.push_back("OrthoAdam \"?\": the checkpoint does not say how it was trained.");
   notes.push_back("4-bit Δ is w4-zeropoint (per-channel 4-bit weights); \"—\": not evaluated or not collected.");
   if (mismatch)
-    notes.push_back("WARNING: the records were evaluated under different protocols or data "
+    notes.push_back("WARNING: the records were evaluated under different protocols, data or scheme definitions "
                     "(--allow-protocol-mismatch); their numbers are not comparable.");
+  for (const auto& r : records)
+    for (const auto& p : r.partial)
+      notes.push_back("WARNING: " + p + ": the row does not cover the protocol's windows (--allow-partial).");
   out += "\n";
   for (const auto& n : notes) out += "- " + n + "\n";
   return out;

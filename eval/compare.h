@@ -22,6 +22,9 @@ struct LabeledRecord {
   std::string source;  // the file it came from (errors, and the label when models share a name)
   nlohmann::json record;
   std::string label;  // the model's name in the tables; filled by label_records when empty
+  // Why the record does not cover its protocol's windows (a shard, a partial merge), when it was
+  // allowed in (--allow-partial): its row is marked and the notes say why.
+  std::vector<std::string> partial;
 };
 
 // What must agree for two records' numbers to be comparable across models: the protocol's
@@ -36,7 +39,8 @@ std::vector<std::string> json_differences(const nlohmann::json& a, const nlohman
                                           std::size_t limit = 8);
 
 // Throws qeval::Error naming both files and the differing fields when any record's
-// comparison_identity differs from the first one's.
+// comparison_identity differs from the first one's, or when two records define a scheme of the
+// same name differently (eval/record_verify.h).
 void require_same_protocol(const std::vector<LabeledRecord>& records);
 
 // Default labels: the model's file stem (or folder name); when two records would share a label,
@@ -62,7 +66,8 @@ const std::vector<PenaltyColumn>& penalty_columns();
 enum class CompareFormat { markdown, csv, json };
 CompareFormat parse_compare_format(const std::string& s);  // md | csv | json; throws otherwise
 
-// Markdown: a Table 2 and a Table 3 under headings, then notes (unknown recipe, protocol).
+// Markdown: a Table 2 and a Table 3 under headings, then notes (unknown recipe, protocol, partial
+// records: their rows are marked "(partial)").
 // CSV: one header line and one line per record, both tables' columns (RFC 4180 quoting).
 // JSON: {"protocol": first record's comparison_identity, "protocol_mismatch": bool, "rows": [...]}.
 std::string format_comparison(const std::vector<LabeledRecord>& records, CompareFormat format,

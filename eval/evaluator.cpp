@@ -447,12 +447,16 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
   return result;
 }
 
+std::unique_ptr<ModelReader> transformer_reader(const Transformer& model, LoadedCheckpoint origin) {
+  origin.config = model.config();
+  origin.weights = model.weights();
+  return resident_reader(std::move(origin));
+}
+
 std::unique_ptr<ModelReader> transformer_reader(const Transformer& model, const std::string& source) {
-  LoadedCheckpoint checkpoint;
-  checkpoint.config = model.config();
-  checkpoint.weights = model.weights();
-  checkpoint.path = source;
-  return resident_reader(std::move(checkpoint));
+  LoadedCheckpoint origin;
+  origin.path = source;
+  return transformer_reader(model, std::move(origin));
 }
 
 EvalResult evaluate(const Transformer& full, std::vector<EvalScheme>& schemes, WindowSource& windows,

@@ -117,8 +117,10 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
 EvalResult evaluate(const Transformer& full, std::vector<EvalScheme>& schemes, WindowSource& windows,
                     const EvalOptions& options, EvalResult resumed = {});
 
-// A reader over a Transformer's full-precision weights (its float linears as they are).
+// A reader over a Transformer's full-precision weights (its float linears as they are). `origin`
+// (format, path, weights hash, notes of the checkpoint it came from) is what the reader reports.
 std::unique_ptr<ModelReader> transformer_reader(const Transformer& model, const std::string& source = "model");
+std::unique_ptr<ModelReader> transformer_reader(const Transformer& model, LoadedCheckpoint origin);
 
 // The window hash the result keeps: XXH3 of its first scored position and tokens.
 std::uint64_t window_hash(const Window& window);

@@ -1,5 +1,7 @@
 #include "eval/figure_data.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace qeval {
@@ -67,11 +69,14 @@ nlohmann::json FigureDataObserver::to_json() const {
                       {"layers", M},
                       {"d_model", first_sum_.front().size(0)},
                       {"hidden_abs", {{"first", first}, {"rest", rest}}}};
-  if (!map_sum_.empty() && map_windows_.front() > 0) {
+  // Layers without attention (Mamba mixers in a hybrid) have no map: null in their place.
+  const auto seen = std::find_if(map_windows_.begin(), map_windows_.end(), [](std::int64_t n) { return n > 0; });
+  if (seen != map_windows_.end()) {
     nlohmann::json layers = nlohmann::json::array();
     for (std::size_t m = 0; m < map_sum_.size(); ++m)
-      layers.push_back(matrix_json(map_sum_[m] / static_cast<double>(map_windows_[m])));
-    j["attention_map"] = {{"T", T_}, {"windows", map_windows_.front()}, {"per_layer", layers}};
+      layers.push_back(map_windows_[m] > 0 ? matrix_json(map_sum_[m] / static_cast<double>(map_windows_[m]))
+                                           : nlohmann::json(nullptr));
+    j["attention_map"] = {{"T", T_}, {"windows", *seen}, {"per_layer", layers}};
   }
   return j;
 }
@@ -92,6 +97,28 @@ bool FanOutObserver::wants_attention(std::int64_t layer) const {
 void FanOutObserver::on_attention(std::int64_t layer, const at::Tensor& probs) {
   for (auto& o : observers_)
     if (o->wants_attention(layer)) o->on_attention(layer, probs);
+}
+
+bool FanOutObserver::wants_router(std::int64_t layer) const {
+  for (const auto& o : observers_)
+    if (o->wants_router(layer)) return true;
+  return false;
+}
+
+void FanOutObserver::on_router(std::int64_t layer, const at::Tensor& probs, const at::Tensor& selected) {
+  for (auto& o : observers_)
+    if (o->wants_router(layer)) o->on_router(layer, probs, selected);
+}
+
+bool FanOutObserver::wants_implicit_attention(std::int64_t layer) const {
+  for (const auto& o : observers_)
+    if (o->wants_implicit_attention(layer)) return true;
+  return false;
+}
+
+void FanOutObserver::on_implicit_attention(std::int64_t layer, const at::Tensor& weights) {
+  for (auto& o : observers_)
+    if (o->wants_implicit_attention(layer)) o->on_implicit_attention(layer, weights);
 }
 
 std::shared_ptr<FigureDataObserver> attach_figure_observer(EvalScheme& scheme, std::int64_t map_T) {

@@ -23,27 +23,45 @@ constexpr std::int64_t kProcessBaseline = 190ll << 20;
 // primitives and scratchpads, the statistics' per-window records, the record itself.
 constexpr std::int64_t kProcessGrowth = 24ll << 20;
 
-struct LinearShape {
+struct NamedShape {
   std::string name;
   std::int64_t out = 0, in = 0;
 };
 
-std::vector<LinearShape> block_linears(const ModelConfig& c, std::int64_t layer) {
-  const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim(), H = c.n_heads, Hkv = c.n_kv_heads;
-  std::vector<LinearShape> out;
+std::vector<NamedShape> block_linears(const ModelConfig& c, std::int64_t layer) {
+  std::vector<NamedShape> out;
   for (const std::string& name : block_linear_names(c, layer)) {
-    const std::string kind = name.substr(name.find('.', name.find('.') + 1) + 1);
-    std::int64_t o = 0, i = D;
-    if (kind == "attn.qkv") o = (H + 2 * Hkv) * hd;
-    else if (kind == "attn.q") o = H * hd;
-    else if (kind == "attn.k" || kind == "attn.v") o = Hkv * hd;
-    else if (kind == "attn.o") o = D, i = H * hd;
-    else if (kind == "mlp.gate_up") o = 2 * F;
-    else if (kind == "mlp.gate" || kind == "mlp.up") o = F;
-    else if (kind == "mlp.down") o = D, i = F;
-    out.push_back({name, o, i});
+    const LinearShape s = linear_shape(c, name);
+    out.push_back({name, s.out, s.in});
   }
   return out;
+}
+
+// Elements a block's forward holds per token at its peak (intermediates, twice for the per-sequence
+// outputs stacked), by the layer's kinds; `L` the window length.
+std::int64_t working_per_token(const ModelConfig& c, std::int64_t layer, std::int64_t L) {
+  const std::int64_t D = c.d_model;
+  std::int64_t n = 4 * D;
+  switch (c.mixer(layer)) {
+    case MixerKind::attention:
+      n += (c.n_heads + 2 * c.n_kv_heads) * c.head_dim() + c.n_heads * c.head_dim();
+      break;
+    case MixerKind::mamba:  // in_proj, conv, x_proj, Δ, y; the scan's chunks are bounded (model/selective_scan.cpp)
+      n += 6 * c.ssm_d_inner + c.ssm_dt_rank + 2 * c.ssm_d_state;
+      break;
+    case MixerKind::mamba2: {  // in_proj, conv, y, gate; the SSD's [H, T, T] masks and chunk states
+      const std::int64_t T = std::min(c.ssm_chunk, L);
+      n += 4 * c.ssm_d_inner + 2 * c.ssm_conv_dim(MixerKind::mamba2) + 3 * c.ssm_heads * T +
+           2 * c.ssm_d_inner * c.ssm_d_state / std::max<std::int64_t>(T, 1);
+      break;
+    }
+  }
+  switch (c.ffn(layer)) {
+    case FfnKind::dense: n += 3 * c.d_ff; break;
+    case FfnKind::moe: n += 3 * c.moe_top_k * c.expert_d_ff() + 3 * c.moe_shared_d_ff + 2 * c.moe_experts; break;
+    case FfnKind::none: break;
+  }
+  return n;
 }
 
 // Bytes a scheme's quantised copy of one linear holds beyond the full-precision weight it shares.
@@ -65,7 +83,7 @@ struct SchemeLayerBytes {
 
 SchemeLayerBytes scheme_layer_bytes(const SchemeSpec& spec, const ModelConfig& c, std::int64_t layer) {
   SchemeLayerBytes b;
-  for (const LinearShape& l : block_linears(c, layer)) {
+  for (const NamedShape& l : block_linears(c, layer)) {
     if (!spec.selects(l.name)) continue;
     b.held += quantised_bytes(spec.weights, l.out, l.in);
     if (spec.weights.enabled()) b.transient = std::max(b.transient, l.out * l.in * 4);
@@ -85,10 +103,9 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   const ModelConfig& c = in.config;
   const bool gpu = !in.placement.on_cpu();
   const std::int64_t dsize = gpu ? at::elementSize(in.placement.dtype) : 4;
-  const std::int64_t D = c.d_model, F = c.d_ff, V = c.vocab_size, L = std::max<std::int64_t>(in.seq_len, 2);
+  const std::int64_t D = c.d_model, V = c.vocab_size, L = std::max<std::int64_t>(in.seq_len, 2);
   const std::int64_t B = in.batch_size, S = static_cast<std::int64_t>(in.schemes.size());
   const std::int64_t Vb = std::min(kVocabBlock, V);
-  const std::int64_t qkv = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim(), attn = c.n_heads * c.head_dim();
   Terms t;
   auto add = [&](const char* name, std::int64_t host, std::int64_t device) {
     t.fixed_host += host;
@@ -142,8 +159,14 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   // block of its rows as read, the logits of one span of positions per scheme and full
   // precision's with their exponentials; a rewritten head is built once from the whole float one).
   const bool any_attention = std::any_of(in.attention_statistics.begin(), in.attention_statistics.end(), [](bool b) { return b; });
-  const std::int64_t working = B * L * (qkv + attn + 3 * F + 4 * D) * dsize * 3 / 2;
-  const std::int64_t probs = any_attention ? 2 * B * c.n_heads * L * L * 4 : 0;
+  std::int64_t per_token = 0, prob_heads = 0;  // of attention, or of a Mamba-2 layer's implicit attention
+  for (std::int64_t layer = 0; layer < c.n_layers; ++layer) {
+    per_token = std::max(per_token, working_per_token(c, layer, L));
+    if (c.mixer(layer) == MixerKind::attention) prob_heads = std::max(prob_heads, c.n_heads);
+    if (c.mixer(layer) == MixerKind::mamba2) prob_heads = std::max(prob_heads, c.ssm_heads);
+  }
+  const std::int64_t working = B * L * per_token * dsize * 3 / 2;
+  const std::int64_t probs = any_attention ? 2 * B * prob_heads * L * L * 4 : 0;
   const std::int64_t stats = B * L * D * 8;
   const std::int64_t read_layer = keep_full && !gpu ? 0 : largest_block + conversion;
   const std::int64_t layer_host = read_layer + (keep_schemes ? 0 : schemes_layer) + transient + (gpu ? stats : working + probs + stats);

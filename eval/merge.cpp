@@ -1,18 +1,31 @@
 #include "eval/merge.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "common/error.h"
 #include "common/json_integer.h"
+#include "common/printable.h"
 #include "eval/record.h"
+#include "eval/record_verify.h"
 #include "eval/run_state.h"
 #include "eval/statistics.h"
 
 namespace qeval {
 
-nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, const std::vector<std::string>& paths) {
+nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, const std::vector<std::string>& paths,
+                                   bool allow_partial) {
   QEVAL_CHECK(!shards.empty(), "merge: no shard records given");
+  QEVAL_CHECK(shards.size() == paths.size(), "merge: {} records for {} paths", shards.size(), paths.size());
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    QEVAL_CHECK(shards[i].contains("shard") && shards[i]["shard"].is_object(),
+                "merge: {} is not a shard record (made without --shard i/n)", paths[i]);
+    verify_record(shards[i], paths[i]);  // the rows are in their domains and the shard holds its windows
+  }
   const nlohmann::json& first = shards.front();
   const nlohmann::json identity = evaluation_identity(first);
   std::int64_t count = 0;
@@ -46,8 +59,21 @@ nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, co
         if (stats[s]) merged_stats[s]->merge(*stats[s]);
     }
   }
+  std::vector<std::string> missing;
   for (std::int64_t i = 0; i < count; ++i)
-    QEVAL_CHECK(seen.count(i), "merge: shard {}/{} is missing", i, count);
+    if (!seen.count(i)) missing.push_back(fmt::format("shard {}/{} is missing", i, count));
+  // Every shard that says how many windows the protocol gave must say the same.
+  std::optional<nlohmann::json> protocol_windows;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const auto& sh = shards[i]["shard"];
+    if (!sh.contains("protocol_windows")) continue;
+    const nlohmann::json these = {sh["protocol_windows"], sh.value("protocol_window_indices", nlohmann::json(nullptr))};
+    if (!protocol_windows) protocol_windows = these;
+    QEVAL_CHECK(*protocol_windows == these, "merge: {} says the protocol gave {} windows, another shard says {}", paths[i],
+                json_text(these[0]), json_text((*protocol_windows)[0]));
+  }
+  QEVAL_CHECK(missing.empty() || allow_partial, "merge: {}; pass --allow-partial to write a partial record",
+              fmt::format("{}", fmt::join(missing, ", ")));
 
   RecordContext context;
   context.command = {"qeval", "merge"};
@@ -63,7 +89,17 @@ nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, co
   context.options["merged_from_shards"] = count;
   std::vector<nlohmann::json> statistics;
   for (const auto& s : merged_stats) statistics.push_back(s ? s->summary() : nlohmann::json(nullptr));
-  return build_record(context, scheme_infos(first), merged, statistics);
+  nlohmann::json record = build_record(context, scheme_infos(first), merged, statistics);
+  // The merged record must hold the protocol's windows: 0..n-1 for the sequential protocols, and
+  // as many as the shards recorded.
+  if (protocol_windows && (*protocol_windows)[0] != merged.windows)
+    missing.push_back(fmt::format("{} of the {} windows the protocol gave", merged.windows, json_text((*protocol_windows)[0])));
+  if (!missing.empty()) {
+    QEVAL_CHECK(allow_partial, "merge: {}; pass --allow-partial to write a partial record", fmt::format("{}", fmt::join(missing, ", ")));
+    record["partial"] = missing;
+  }
+  verify_record(record, "merge: the merged record");
+  return record;
 }
 
 }  // namespace qeval

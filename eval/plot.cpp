@@ -93,6 +93,11 @@ std::string record_model_name(const nlohmann::json& record) {
   if (model.filename().empty()) model = model.parent_path();
   std::string stem = model.has_extension() ? model.stem().string() : model.filename().string();
   if (stem == "model" || stem == "pytorch_model") stem = model.parent_path().filename().string();
+  // A shard or a partial merge is marked wherever the record is named (qeval plot --allow-partial),
+  // and so is a record measured under another protocol (--allow-protocol-mismatch sets "plot_mark").
+  if ((record.contains("shard") && !record["shard"].is_null()) || (record.contains("partial") && !record["partial"].is_null()))
+    stem += " (partial)";
+  if (record.contains("plot_mark") && record["plot_mark"].is_string()) stem += " " + record["plot_mark"].get<std::string>();
   return stem;
 }
 
@@ -261,14 +266,19 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
       const std::int64_t T = json_integer(am.at("T"), "figure data: attention_map T");
       const auto& layers = am.at("per_layer");
       QEVAL_CHECK(!layers.empty(), "figure data: attention_map has no layers");
+      // Layers without attention (a hybrid's Mamba layers) are null and left out of the mean.
+      std::size_t n_maps = 0;
+      for (const auto& l : layers) n_maps += l.is_null() ? 0 : 1;
+      QEVAL_CHECK(n_maps > 0, "figure data: attention_map has no attention layer");
       std::string dat = fmt::format("# mean attention over {} layers, heads and {} windows; row = query, column = key "
                                     "(0-based)\n",
-                                    layers.size(), am.at("windows").dump());
+                                    n_maps, am.at("windows").dump());
       for (std::int64_t i = 0; i < T; ++i) {
         for (std::int64_t j = 0; j < T; ++j) {
           double s = 0;
-          for (const auto& l : layers) s += l.at(i).at(j).get<double>();
-          dat += fmt::format("{}{:.6g}", j ? " " : "", s / static_cast<double>(layers.size()));
+          for (const auto& l : layers)
+            if (!l.is_null()) s += l.at(i).at(j).get<double>();
+          dat += fmt::format("{}{:.6g}", j ? " " : "", s / static_cast<double>(n_maps));
         }
         dat += "\n";
       }

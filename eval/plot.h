@@ -55,7 +55,9 @@ std::vector<std::filesystem::path> render_eval_plots(const nlohmann::json& recor
                                                      const std::filesystem::path& dir,
                                                      ColourScale scale = ColourScale::linear);
 
-// A short name for the model of a record (file stem or folder name), used in titles.
+// A short name for the model of a record (file stem or folder name), used in titles; " (partial)"
+// for a shard or a partial merge, and the record's "plot_mark" (set by `qeval plot` on a record of
+// another protocol) after it.
 std::string record_model_name(const nlohmann::json& record);
 
 }  // namespace qeval

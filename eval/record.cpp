@@ -5,6 +5,7 @@
 #include "common/build_info.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/hash.h"
 #include "common/json_integer.h"
 
 namespace qeval {
@@ -83,6 +84,11 @@ nlohmann::json build_record(const RecordContext& context, const std::vector<Sche
   protocol["scored_tokens"] = result.scored_tokens;
   protocol["token_stream_hash"] = result.token_stream_hash();
   record["protocol"] = protocol;
+  // Each window's hash, so a reader can recompute token_stream_hash and tell which windows the
+  // record holds (eval/record_verify.h).
+  nlohmann::json hashes = nlohmann::json::object();
+  for (const auto& [index, hash] : result.window_hashes) hashes[std::to_string(index)] = hash_hex(hash);
+  record["window_hashes"] = hashes;
   record["precision"] = context.precision;
   record["options"] = context.options;
 

@@ -68,11 +68,12 @@ std::int64_t linear_bytes(std::int64_t out, std::int64_t in, bool bias) { return
 }  // namespace
 
 std::int64_t full_linear_weight_bytes(const ModelConfig& c) {
-  const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
-  const std::int64_t H = c.n_heads, Hkv = c.n_kv_heads;
-  std::int64_t block = linear_bytes((H + 2 * Hkv) * hd, D, c.has_qkv_bias()) + linear_bytes(D, H * hd, c.attention_bias);
-  block += linear_bytes((c.gated_mlp() ? 2 : 1) * F, D, c.mlp_bias) + linear_bytes(D, F, c.mlp_bias);
-  return c.n_layers * block + linear_bytes(c.vocab_size, D, false);
+  std::int64_t total = 0;
+  for (const std::string& name : model_linear_names(c)) {
+    const LinearShape s = linear_shape(c, name);
+    total += linear_bytes(s.out, s.in, s.bias);
+  }
+  return total;
 }
 
 void PreparedSchemes::finish_descriptions() {
@@ -124,6 +125,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       QEVAL_CHECK(i > 0, "make_schemes: the first scheme must be full precision, found '{}'", name);
       SchemeSpec spec = resolve_scheme(name);
       if (options.quantize_lm_head) spec.quantize_lm_head = true;
+      if (options.quantize_ssm_inner) spec.quantize_ssm_inner = true;
       rewrite = std::make_shared<SchemeRewrite>(spec, linears);
       scheme.description = description_before_run(*rewrite);
       scheme.rewrite_block = [rewrite](const Block& full) { return rewrite->rewrite(full); };
@@ -146,6 +148,9 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
     if (options.stats_for == StatsFor::all || (options.stats_for == StatsFor::full && i == 0)) {
       StatisticsOptions statistics = options.statistics;
       statistics.attention_windows = config.attention_windows;  // sliding-window layers count differently
+      statistics.layer_mixers = config.layer_mixers;             // which layers have attention, experts, ...
+      statistics.layer_ffns = config.layer_ffns;
+      statistics.experts = config.moe_experts;
       stats = std::make_shared<StatisticsCollector>(statistics);
       scheme.observer = stats;
       scheme.begin_batch = [collector = stats.get()](const std::vector<std::int64_t>& windows) {

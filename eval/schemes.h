@@ -23,6 +23,7 @@ struct SchemeOptions {
   StatsFor stats_for = StatsFor::full;
   StatisticsOptions statistics;
   bool quantize_lm_head = false;  // overrides every scheme's quantize_lm_head when true
+  bool quantize_ssm_inner = false;  // overrides every scheme's quantize_ssm_inner (Mamba's x_proj, dt_proj) when true
   // Where the models run (recorded in each description; the evaluator places the blocks).
   Placement placement;
 };

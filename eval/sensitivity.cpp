@@ -141,7 +141,14 @@ std::string to_string(SensitivityGrouping g) { return g == SensitivityGrouping::
 std::string linear_kind(const std::string& linear_name) {
   if (linear_name.rfind("layers.", 0) != 0) return linear_name;
   const auto dot = linear_name.find('.', 7);
-  return dot == std::string::npos ? linear_name : linear_name.substr(dot + 1);
+  if (dot == std::string::npos) return linear_name;
+  std::string kind = linear_name.substr(dot + 1);
+  // Every expert's projection of one kind is one unit: "moe.experts.*.up", not one unit per expert.
+  if (kind.rfind("moe.experts.", 0) == 0) {
+    const auto end = kind.find('.', 12);
+    if (end != std::string::npos) kind = "moe.experts.*" + kind.substr(end);
+  }
+  return kind;
 }
 
 std::vector<SensitivityUnit> sensitivity_units(const ModelConfig& config, const SchemeSpec& base, SensitivityGrouping by) {

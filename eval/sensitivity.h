@@ -59,7 +59,8 @@ enum class SensitivityGrouping { layer, kind };
 SensitivityGrouping parse_sensitivity_grouping(const std::string& s);  // throws listing layer, kind
 std::string to_string(SensitivityGrouping g);
 
-// "layers.3.mlp.down" → "mlp.down"; names outside the blocks ("lm_head") are their own kind.
+// "layers.3.mlp.down" → "mlp.down", "layers.3.moe.experts.5.up" → "moe.experts.*.up" (every expert one
+// unit); names outside the blocks ("lm_head") are their own kind.
 std::string linear_kind(const std::string& linear_name);
 
 struct SensitivityUnit {

@@ -57,6 +57,22 @@
 // Also "hidden_statistics" and (with attention) "attention_statistics": which path measured them,
 // "fused-cuda" (reduced on the GPU, kernels/attention_statistics.h), "unfused" (ATen reductions of the
 // hidden states and of the [B, H, L, L] probabilities) or "fused-cuda and unfused" (some of each).
+//
+// Layer kinds (issue 45; StatisticsOptions::layer_mixers / layer_ffns, empty for all-attention
+// dense models, whose summaries are unchanged):
+//   "attention" covers the attention layers only, and then says which: "layers": [indices]; its
+//              per_layer arrays run over those layers.
+//   "implicit_attention"  Mamba-2 layers: the same statistics of the SSD's implicit attention
+//              W = |M| / Σ_j |M| with M = L ∘ (C Bᵀ) (model/ssm_scan.h ssd_implicit_attention), heads
+//              being the SSM heads, so a hybrid's sink can be compared across mixer kinds; absent
+//              without Mamba-2 layers. Mamba (S6) layers have no such statistic here.
+//   "router"   mixture-of-experts layers: {"layers": [indices], "experts": E, "top_k": k,
+//              "tokens_per_expert": [per layer: [E] counts of (token, choice) pairs over all windows],
+//              "load": [per layer: [E] fractions of the choices], "load_entropy": [per layer: −Σ_e load
+//              log load, nats; log E is uniform], "load_entropy_max": log E,
+//              "token_entropy": [per layer: mean over tokens of the router softmax's entropy, nats],
+//              "mean_load_entropy", "mean_token_entropy": over the MoE layers}. Counts are exact
+//              sums over windows, so they merge and resume like the rest.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -69,6 +85,7 @@
 
 #include "eval/attention_stats.h"
 #include "eval/hidden_stats.h"
+#include "model/config.h"
 #include "model/observer.h"
 
 namespace qeval {
@@ -85,6 +102,21 @@ struct StatisticsOptions {
   // QEVAL_FUSED_STATISTICS=0 in the environment: the unfused reductions of the CPU (the [B, H, L, L]
   // probabilities). Not part of the state: both paths measure the same quantities.
   bool fused = true;
+  // The model's layer pattern (ModelConfig::layer_mixers / layer_ffns; empty: attention and a
+  // dense MLP everywhere): attention statistics come from attention layers, implicit attention
+  // from Mamba-2 layers, router statistics from mixture-of-experts layers (`experts` each).
+  std::vector<MixerKind> layer_mixers;
+  std::vector<FfnKind> layer_ffns;
+  std::int64_t experts = 0;
+  MixerKind mixer(std::int64_t layer) const {
+    return layer_mixers.empty() ? MixerKind::attention : layer_mixers[static_cast<std::size_t>(layer)];
+  }
+  FfnKind ffn(std::int64_t layer) const {
+    return layer_ffns.empty() ? FfnKind::dense : layer_ffns[static_cast<std::size_t>(layer)];
+  }
+  bool same_layers(const StatisticsOptions& o) const {
+    return layer_mixers == o.layer_mixers && layer_ffns == o.layer_ffns && experts == o.experts;
+  }
 };
 
 class StatisticsCollector : public ForwardObserver {
@@ -97,15 +129,29 @@ class StatisticsCollector : public ForwardObserver {
   void begin_batch(std::vector<std::int64_t> window_indices);
 
   void on_block_output(std::int64_t layer, const at::Tensor& hidden) override;  // [B, L, D]
-  bool wants_attention(std::int64_t layer) const override { return options_.attention; }
+  bool wants_attention(std::int64_t layer) const override {
+    return options_.attention && options_.mixer(layer) == MixerKind::attention;
+  }
   void on_attention(std::int64_t layer, const at::Tensor& probs) override;  // [B, H, L, L]
   bool wants_attention_sums(std::int64_t layer, AttentionSumsRequest* request) const override;
   void on_attention_sums(std::int64_t layer, const AttentionSums& sums) override;
+  bool wants_implicit_attention(std::int64_t layer) const override {
+    return options_.attention && options_.mixer(layer) == MixerKind::mamba2;
+  }
+  void on_implicit_attention(std::int64_t layer, const at::Tensor& weights) override;  // [B, H, L, L]
+  bool wants_router(std::int64_t layer) const override { return options_.ffn(layer) == FfnKind::moe; }
+  void on_router(std::int64_t layer, const at::Tensor& probs, const at::Tensor& selected) override;
 
   // Adds `other`'s windows; throws when the options differ or a window is in both.
   void merge(const StatisticsCollector& other);
 
   std::int64_t window_count() const { return static_cast<std::int64_t>(windows_.size()); }
+  // The windows observed, ascending (a state read back must cover the windows its rows claim).
+  std::vector<std::int64_t> window_indices() const {
+    std::vector<std::int64_t> out;
+    for (const auto& entry : windows_) out.push_back(entry.first);
+    return out;
+  }
   const StatisticsOptions& options() const { return options_; }
 
   // The structure above; throws when no window was observed or windows disagree on the layer count.
@@ -119,11 +165,22 @@ class StatisticsCollector : public ForwardObserver {
   static StatisticsCollector state_from_json(const nlohmann::json& state, const std::string& source);
 
  private:
+  struct RouterLayerStats {
+    std::vector<std::int64_t> counts;  // [E]: (token, choice) pairs routed to each expert
+    double entropy_sum = 0;            // Σ over tokens of the router softmax's entropy
+    std::int64_t tokens = 0;
+  };
   struct WindowRecord {
     std::int64_t length = 0;                     // L; 0 until the first layer arrives
     std::vector<HiddenLayerStats> hidden;        // [layer]
-    std::vector<AttentionLayerStats> attention;  // [layer], empty when attention is off
+    std::vector<AttentionLayerStats> attention;  // [attention layer], empty when attention is off
+    std::vector<AttentionLayerStats> implicit;   // [Mamba-2 layer], empty when attention is off
+    std::vector<RouterLayerStats> router;        // [mixture-of-experts layer]
   };
+  // The layers of a kind, in order, and the position of `layer` among them.
+  std::vector<std::int64_t> layers_where(bool (*pick)(const StatisticsOptions&, std::int64_t), std::int64_t M) const;
+  void add_attention(std::vector<AttentionLayerStats> WindowRecord::*field, std::int64_t layer, std::int64_t ordinal,
+                     const at::Tensor& probs, const char* what);
   WindowRecord& batch_row(std::size_t row);
   nlohmann::json options_json() const;
 
@@ -136,7 +193,8 @@ class StatisticsCollector : public ForwardObserver {
   } paths_;
   bool fused_enabled() const;
   std::int64_t window_of(std::int64_t layer) const;
-  void add_attention(std::int64_t layer, std::int64_t length, const std::vector<AttentionLayerStats>& stats);
+  void store_attention(std::vector<AttentionLayerStats> WindowRecord::*field, std::int64_t layer, std::int64_t ordinal,
+                       std::int64_t length, const std::vector<AttentionLayerStats>& stats, const char* what);
 };
 
 }  // namespace qeval

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <vector>
 
 namespace qeval {
@@ -37,6 +38,7 @@ std::string scheme_table_markdown(const nlohmann::json& record) {
       "| scheme | execution | PPL | ± | ΔPPL | ΔPPL % | paired ΔNLL ± se | KL(full‖q) | top-1 agree | Δp(correct) | tok/s |\n"
       "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   std::vector<std::string> footnotes;  // one per scheme that runs a path chosen for a reason
+  const bool full_finite = finite_ppl(record.at("schemes").front());
   for (const auto& s : record.at("schemes")) {
     const auto& p = s.at("perplexity");
     auto [execution, why] = execution_of(s);
@@ -45,18 +47,26 @@ std::string scheme_table_markdown(const nlohmann::json& record) {
       execution += fmt::format(" [{}]", footnotes.size());
     }
     const auto& v = s.at("vs_full");
-    bool is_full = &s == &record.at("schemes").front();
-    out += fmt::format("| {} | {} | {:.4f} | {:.4f} | {} | {} | {} | {} | {} | {} | {:.0f} |\n", s.at("name").get<std::string>(),
-                       execution, p.at("ppl").get<double>(), p.at("ppl_pm").get<double>(),
-                       is_full ? "—" : fmt::format("{:+.4f}", v.at("dppl").get<double>()),
-                       is_full ? "—" : fmt::format("{:+.2f}", 100 * v.at("dppl_rel").get<double>()),
-                       is_full ? "—"
-                               : fmt::format("{:+.5f} ± {:.5f}", v.at("paired_dnll_mean").get<double>(),
-                                             v.at("paired_dnll_se").get<double>()),
-                       is_full ? "—" : fmt::format("{:.5f}", v.at("kl_mean").get<double>()),
-                       is_full ? "—" : fmt::format("{:.2f}%", 100 * v.at("top1_agreement").get<double>()),
-                       is_full ? "—" : fmt::format("{:+.5f}", v.at("dp_correct_mean").get<double>()),
-                       s.at("timing").at("tokens_per_second").get<double>());
+    const bool is_full = &s == &record.at("schemes").front();
+    // A comparison with full precision means nothing when either perplexity is not a number:
+    // no Δ, no agreement, no KL beside NaN.
+    const bool compared = !is_full && full_finite && finite_ppl(s);
+    auto cell = [&](const char* key, const char* format, double scale = 1) {
+      if (!compared) return std::string("—");
+      const nlohmann::json& x = v.at(key);
+      if (!x.is_number() || !std::isfinite(x.get<double>())) return std::string("not finite");
+      return fmt::format(fmt::runtime(format), scale * x.get<double>());
+    };
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", s.at("name").get<std::string>(),
+                       execution, finite_ppl(s) ? table_number(p.at("ppl"), 4) : "**not finite**",
+                       finite_ppl(s) ? table_number(p.at("ppl_pm"), 4) : "—", cell("dppl", "{:+.4f}"),
+                       cell("dppl_rel", "{:+.2f}", 100),
+                       compared && v.at("paired_dnll_mean").is_number() && v.at("paired_dnll_se").is_number()
+                           ? fmt::format("{:+.5f} ± {:.5f}", v.at("paired_dnll_mean").get<double>(),
+                                         v.at("paired_dnll_se").get<double>())
+                           : "—",
+                       cell("kl_mean", "{:.5f}"), cell("top1_agreement", "{:.2f}%", 100), cell("dp_correct_mean", "{:+.5f}"),
+                       table_number(s.at("timing").at("tokens_per_second"), 0));
   }
   if (!footnotes.empty()) out += "\n" + fmt::format("{}", fmt::join(footnotes, "\n")) + "\n";
   return out;
@@ -68,17 +78,28 @@ std::string penalty_row_markdown(const nlohmann::json& record) {
   auto delta = [&](const char* name) -> std::string {
     const nlohmann::json* s = find_scheme(record, name);
     if (!s) return "—";
-    return fmt::format("{:+.4f}", s->at("vs_full").at("dppl").get<double>());
+    if (!finite_ppl(*full) || !finite_ppl(*s)) return "not finite";
+    return table_number(s->at("vs_full").at("dppl"), 4, true);
   };
   std::string out = "| PPL full | coarse Δ | moderate Δ | fine Δ | 4-bit Δ |\n|---:|---:|---:|---:|---:|\n";
-  out += fmt::format("| {:.4f} | {} | {} | {} | {} |\n", full->at("perplexity").at("ppl").get<double>(),
+  out += fmt::format("| {} | {} | {} | {} | {} |\n",
+                     finite_ppl(*full) ? table_number(full->at("perplexity").at("ppl"), 4) : "not finite",
                      delta("int8-coarse"), delta("int8-moderate"), delta("int8-fine"), delta("w4-zeropoint"));
   return out;
 }
 
-std::string table_number(const nlohmann::json& value, int decimals) {
+bool finite_ppl(const nlohmann::json& scheme) {
+  const nlohmann::json* p = scheme.is_object() && scheme.contains("perplexity") ? &scheme["perplexity"] : nullptr;
+  if (!p || !p->is_object() || !p->contains("ppl")) return false;
+  const nlohmann::json& ppl = (*p)["ppl"];
+  return ppl.is_number() && std::isfinite(ppl.get<double>()) && ppl.get<double>() > 0;
+}
+
+std::string table_number(const nlohmann::json& value, int decimals, bool sign) {
   if (!value.is_number()) return "—";
-  return fmt::format("{:.{}f}", value.get<double>(), decimals);
+  const double v = value.get<double>();
+  if (!std::isfinite(v)) return "not finite";
+  return sign ? fmt::format("{:+.{}f}", v, decimals) : fmt::format("{:.{}f}", v, decimals);
 }
 
 std::string statistics_table_markdown(const nlohmann::json& record) {

@@ -6,7 +6,8 @@
 
 namespace qeval {
 
-// One row per scheme: PPL ± error, ΔPPL, paired ΔNLL ± se, KL, top-1 agreement, Δp, speed.
+// One row per scheme: PPL ± error, ΔPPL, paired ΔNLL ± se, KL, top-1 agreement, Δp, speed. A
+// perplexity that is not a finite number prints as "not finite", and every comparison with it as "—".
 std::string scheme_table_markdown(const nlohmann::json& record);
 
 // The paper's Table 3 layout for one record: PPL full, coarse Δ, moderate Δ, fine Δ, 4-bit Δ
@@ -18,7 +19,12 @@ std::string penalty_row_markdown(const nlohmann::json& record);
 // Sink₁^ε rate, attention entropy. Empty when no scheme has statistics.
 std::string statistics_table_markdown(const nlohmann::json& record);
 
-// Formats a number for tables; null (NaN, not collected) prints as "—".
-std::string table_number(const nlohmann::json& value, int decimals);
+// Formats a number for tables; null (NaN, not collected) prints as "—", inf as "not finite";
+// `sign`: always with its sign (+0.0123).
+std::string table_number(const nlohmann::json& value, int decimals, bool sign = false);
+
+// Whether a record's scheme entry has a perplexity that is a finite number > 0. Tables print no
+// comparison (Δ, agreement, KL) beside a scheme, or a full precision, without one.
+bool finite_ppl(const nlohmann::json& scheme);
 
 }  // namespace qeval

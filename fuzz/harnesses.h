@@ -42,6 +42,10 @@
 #include "loaders/checkpoints/safetensors_set.h"
 #include "loaders/text/token_file.h"
 #include "loaders/checkpoints/torch_checkpoint.h"
+#include "eval/check.h"
+#include "eval/merge.h"
+#include "eval/record.h"
+#include "eval/record_verify.h"
 
 #include <caffe2/serialize/inline_container.h>
 
@@ -314,6 +318,21 @@ inline void jsonl_plain(std::string_view data) { read_documents("docs.jsonl", da
 inline void jsonl_gz(std::string_view data) { read_documents("docs.json.gz", data, true); }
 inline void jsonl_zst(std::string_view data) { read_documents("docs.jsonl.zst", data, true); }
 
+// A result record (qeval eval --out): read, verified against its own per-window rows
+// (eval/record_verify.h), checked against itself under a tolerance that limits every scheme, and,
+// when it is a shard, merged alone (which must refuse: one shard is never the whole).
+inline void result_record(std::string_view data) {
+  const auto path = scratch_file("record.json", data);
+  const nlohmann::json record = read_record(path);
+  const RecordVerification v = verify_record(record, path.string());
+  const Tolerances tolerances = Tolerances::from_json(
+      {{"schemes", {{"*", {{"dppl_abs", 0.0}}}, {"full", {{"ppl_abs", 0.0}}}}}}, "fuzz tolerances");
+  CheckOptions options;
+  options.allow_partial = true;
+  (void)check_report_to_json(check_record(record, record, tolerances, options));
+  if (!v.partial.empty() && record.contains("shard")) (void)merge_shard_records({record}, {path.string()});
+}
+
 // Name -> harness; the names are the fuzz target names (fuzz_<name>) and the folders of
 // tests/regression/<name>/.
 inline const std::map<std::string, std::function<void(std::string_view)>>& harnesses() {
@@ -336,6 +355,7 @@ inline const std::map<std::string, std::function<void(std::string_view)>>& harne
       {"torch_pickle", torch_pickle},
       {"token_file", token_file},
       {"protocol_json", protocol_json},
+      {"result_record", result_record},
   };
   return all;
 }

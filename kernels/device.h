@@ -21,6 +21,10 @@ struct DeviceMemory {
 };
 DeviceMemory device_memory(const at::Device& device);
 
+// The most memory LibTorch's caching allocator had allocated on a GPU at once since the process
+// started (what torch.cuda.max_memory_allocated reports); 0 for the CPU or without a CUDA LibTorch.
+std::int64_t peak_allocated_bytes(const at::Device& device);
+
 // CUDA devices usable now (0 without a GPU, a driver or CUDA kernels), and why there are none.
 int gpu_count();
 std::string no_gpu_reason();

@@ -3,9 +3,18 @@
 // layer-major evaluator (eval/evaluator.h) builds, quantises and runs blocks one layer at a time,
 // so a block is self-contained: it needs only the config, its weights and the pass's context.
 //
+// The config's layer pattern says which mixer (attention, Mamba, Mamba-2) and which feed-forward
+// (dense MLP, mixture of experts, none) this layer has; each kind is one member function in its own
+// file (attention.cpp, mamba_mixer.cpp, mamba2_mixer.cpp, dense_mlp.cpp, moe_mlp.cpp), so the
+// forward, the layer-major plan, the observers and quantisation serve every kind alike.
+//
 // Every projection is a Linear named canonically (layers.{i}.attn.{qkv|q|k|v|o},
-// layers.{i}.mlp.{up|gate|gate_up|down}) so quant/ can rewrite it; an observer sees the
-// attention probabilities when it asks (the hidden state after the block is the caller's to hand).
+// layers.{i}.mlp.{up|gate|gate_up|down}, layers.{i}.moe.experts.{e}.{gate|up|down},
+// layers.{i}.moe.shared.{gate|up|down}, layers.{i}.mamba.{in_proj|x_proj|dt_proj|out_proj}) so quant/
+// can rewrite it. Routers, convolutions, the scan's parameters and norms are tensors, not Linears:
+// they stay full precision (DESIGN.md §5). An observer sees the attention probabilities, the
+// router's choices and Mamba-2's implicit attention when it asks (the hidden state after the
+// block is the caller's to hand).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -25,12 +34,18 @@ namespace qeval {
 class PlacementCache;
 
 struct NamedLinear {
-  std::string name;  // layers.{i}.attn.{qkv|q|k|v|o}, layers.{i}.mlp.{up|gate|gate_up|down}, lm_head
+  std::string name;  // layers.{i}.attn.q, layers.{i}.mlp.up, layers.{i}.moe.experts.{e}.up, ..., lm_head
   std::shared_ptr<const Linear> linear;
 };
 
 // The canonical names of a layer's linears in execution order (what Block::linears() holds).
 std::vector<std::string> block_linear_names(const ModelConfig& config, std::int64_t layer);
+// The shape of the linear called `name` (an entry of block_linear_names, or "lm_head").
+struct LinearShape {
+  std::int64_t out = 0, in = 0;
+  bool bias = false;
+};
+LinearShape linear_shape(const ModelConfig& config, const std::string& name);
 // Every linear of the model in execution order: each layer's, then "lm_head".
 std::vector<std::string> model_linear_names(const ModelConfig& config);
 
@@ -57,14 +72,32 @@ class Block {
   Block placed(PlacementCache& cache) const;
   std::int64_t linear_weight_bytes() const;
 
- private:
-  struct LinearSlots {
-    int qkv = -1, q = -1, k = -1, v = -1, o = -1, up = -1, gate = -1, gate_up = -1, down = -1;  // indices into linears_
+ public:
+  // Where each projection sits in linears() (-1: not in this block); for the kinds' forwards.
+  struct ExpertSlots {
+    int gate = -1, up = -1, down = -1;
   };
+  struct LinearSlots {  // indices into linears_
+    int qkv = -1, q = -1, k = -1, v = -1, o = -1, up = -1, gate = -1, gate_up = -1, down = -1;
+    int in_proj = -1, x_proj = -1, dt_proj = -1, out_proj = -1;
+    std::vector<ExpertSlots> experts;
+    ExpertSlots shared;
+  };
+
+ private:
+  // The mixer of this layer's kind on the normed input h [B, L, D] → [B, L, D].
+  at::Tensor mix(const at::Tensor& h, const ForwardContext& context, ForwardObserver* observer) const;
   // model/attention.cpp
   at::Tensor attention(const at::Tensor& h, const ForwardContext& context, ForwardObserver* observer) const;
+  // model/mamba_mixer.cpp
+  at::Tensor mamba(const at::Tensor& h) const;
+  // model/mamba2_mixer.cpp
+  at::Tensor mamba2(const at::Tensor& h, ForwardObserver* observer) const;
   // model/dense_mlp.cpp
   at::Tensor mlp(const at::Tensor& h) const;
+  at::Tensor gated_mlp(const ExpertSlots& slots, const at::Tensor& h) const;  // down(act(gate h) · up h)
+  // model/moe_mlp.cpp
+  at::Tensor moe(const at::Tensor& h, ForwardObserver* observer) const;
   at::Tensor norm(const at::Tensor& x, const NormWeights& w) const;
   const Linear& linear(int index) const { return *linears_[static_cast<std::size_t>(index)].linear; }
 

@@ -1,5 +1,6 @@
 // Block::mlp: the dense MLP (DESIGN.md §3): GELU (tanh or erf), ReLU, SwiGLU or GeGLU, with an
 // optional online rotation of the hidden activation before the down projection (transforms/rotate).
+// Block::gated_mlp: the same gated MLP through any three of the block's linears (an expert).
 #include "model/block.h"
 
 namespace qeval {
@@ -25,6 +26,17 @@ at::Tensor Block::mlp(const at::Tensor& h) const {
   }
   if (weights_.down_input_rotation.defined()) hidden = at::matmul(hidden, weights_.down_input_rotation);
   return linear(slots_.down).forward(hidden);
+}
+
+}  // namespace qeval
+
+namespace qeval {
+
+at::Tensor Block::gated_mlp(const ExpertSlots& slots, const at::Tensor& h) const {
+  at::Tensor gate = linear(slots.gate).forward(h);
+  at::Tensor up = linear(slots.up).forward(h);
+  at::Tensor hidden = config_->mlp == MlpKind::geglu ? at::gelu(gate, "tanh") * up : at::silu(gate) * up;
+  return linear(slots.down).forward(hidden);
 }
 
 }  // namespace qeval

@@ -49,6 +49,18 @@ class ForwardObserver {
   // serve the layer, the model falls back to wants_attention / on_attention.
   virtual bool wants_attention_sums(std::int64_t layer, AttentionSumsRequest* request) const { return false; }
   virtual void on_attention_sums(std::int64_t layer, const AttentionSums& sums) {}
+
+  // Mixture-of-experts layers: asked before each routing; when true, the router's softmax over
+  // all experts probs [B, L, E] (float32) and the experts each token goes to, selected [B, L, k]
+  // int64 (in the router's order: the largest weight first).
+  virtual bool wants_router(std::int64_t layer) const { return false; }
+  virtual void on_router(std::int64_t layer, const at::Tensor& probs, const at::Tensor& selected) {}
+
+  // Mamba-2 layers: asked before each SSD; when true, the layer's implicit attention (the state-space
+  // duality's M = L ∘ (C Bᵀ), normalised as model/ssm_scan.h ssd_implicit_attention says):
+  // [B, H, L(query), L(key)], causal, rows of non-negative weights summing to 1.
+  virtual bool wants_implicit_attention(std::int64_t layer) const { return false; }
+  virtual void on_implicit_attention(std::int64_t layer, const at::Tensor& weights) {}
 };
 
 }  // namespace qeval

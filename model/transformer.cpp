@@ -41,13 +41,9 @@ Transformer Transformer::placed(PlacementCache& cache) const {
   w.final_norm.bias = cache.move(w.final_norm.bias);
   for (std::size_t i = 0; i < out.blocks_.size(); ++i) {
     out.blocks_[i] = blocks_[i].placed(cache);
-    BlockWeights& b = w.blocks[i];
-    const BlockWeights& placed = out.blocks_[i].weights();
-    for (auto [to, from] : {std::pair{&b.attn_norm, &placed.attn_norm}, std::pair{&b.q_norm, &placed.q_norm},
-                            std::pair{&b.k_norm, &placed.k_norm}, std::pair{&b.post_attn_norm, &placed.post_attn_norm},
-                            std::pair{&b.mlp_norm, &placed.mlp_norm}, std::pair{&b.post_mlp_norm, &placed.post_mlp_norm}})
-      *to = *from;
-    b.down_input_rotation = placed.down_input_rotation;
+    // The placed block's norms, router and scan parameters; its linear weights are the CPU's (the
+    // placed copies live in its linears).
+    w.blocks[i] = out.blocks_[i].weights();
   }
   out.head_ = head_->placed(cache);
   out.collect_linears();

@@ -44,10 +44,10 @@ void expect_norm(const NormWeights& n, const ModelConfig& c, const std::string& 
 
 }  // namespace
 
-void validate_block_weights(const BlockWeights& b, const ModelConfig& c, std::int64_t layer, const std::string& source) {
+namespace {
+
+void validate_attention(const BlockWeights& b, const ModelConfig& c, const std::string& p, const std::string& source) {
   const std::int64_t D = c.d_model, hd = c.head_dim();
-  const std::string p = fmt::format("layers.{}.", layer);
-  expect_norm(b.attn_norm, c, p + "attn_norm", source);
   const bool qkv_bias = c.has_qkv_bias();
   if (c.fused_qkv) {
     expect_linear(b.qkv, (c.n_heads + 2 * c.n_kv_heads) * hd, D, qkv_bias, p + "attn.qkv", source);
@@ -65,13 +65,77 @@ void validate_block_weights(const BlockWeights& b, const ModelConfig& c, std::in
       expect_absent(n->weight, p + name + ".weight", source);
     }
   }
-  for (auto [n, name] : {std::pair{&b.post_attn_norm, "post_attn_norm"}, std::pair{&b.post_mlp_norm, "post_mlp_norm"}}) {
-    if (c.sandwich_norms)
-      expect_norm(*n, c, p + name, source);
-    else
-      expect_absent(n->weight, p + name + ".weight", source);
+}
+
+void validate_ssm(const SsmWeights& s, const ModelConfig& c, MixerKind kind, const std::string& p,
+                  const std::string& source) {
+  const std::int64_t D = c.d_model, E = c.ssm_d_inner, N = c.ssm_d_state, conv = c.ssm_conv_dim(kind);
+  const std::string m = p + "mamba.";
+  auto gains = [&](const NormWeights& n, std::int64_t width, const std::string& name) {
+    expect(n.weight, {width}, m + name + ".weight", source);
+    expect_absent(n.bias, m + name + ".bias", source);
+  };
+  expect(s.conv_weight, {conv, c.ssm_d_conv}, m + "conv.weight", source);
+  if (c.ssm_conv_bias)
+    expect(s.conv_bias, {conv}, m + "conv.bias", source);
+  else
+    expect_absent(s.conv_bias, m + "conv.bias", source);
+  expect_linear(s.out_proj, D, E, c.ssm_proj_bias, m + "out_proj", source);
+  if (kind == MixerKind::mamba) {
+    const std::int64_t R = c.ssm_dt_rank;
+    expect_linear(s.in_proj, 2 * E, D, c.ssm_proj_bias, m + "in_proj", source);
+    expect_linear(s.x_proj, R + 2 * N, E, false, m + "x_proj", source);
+    expect_linear(s.dt_proj, E, R, true, m + "dt_proj", source);
+    expect(s.A, {E, N}, m + "A", source);
+    expect(s.D, {E}, m + "D", source);
+    expect_absent(s.dt_bias, m + "dt_bias", source);
+    expect_absent(s.norm.weight, m + "norm.weight", source);
+    if (c.ssm_bcdt_norm) {
+      gains(s.dt_norm, R, "dt_norm");
+      gains(s.b_norm, N, "b_norm");
+      gains(s.c_norm, N, "c_norm");
+    } else {
+      for (auto [n, name] : {std::pair{&s.dt_norm, "dt_norm"}, std::pair{&s.b_norm, "b_norm"}, std::pair{&s.c_norm, "c_norm"}})
+        expect_absent(n->weight, m + name + ".weight", source);
+    }
+  } else {
+    const std::int64_t H = c.ssm_heads;
+    expect_linear(s.in_proj, E + conv + H, D, c.ssm_proj_bias, m + "in_proj", source);
+    expect_absent(s.x_proj.weight, m + "x_proj.weight", source);
+    expect_absent(s.dt_proj.weight, m + "dt_proj.weight", source);
+    expect(s.A, {H}, m + "A", source);
+    expect(s.D, {H}, m + "D", source);
+    expect(s.dt_bias, {H}, m + "dt_bias", source);
+    gains(s.norm, E, "norm");
   }
-  expect_norm(b.mlp_norm, c, p + "mlp_norm", source);
+}
+
+void validate_moe(const MoeWeights& w, const ModelConfig& c, const std::string& p, const std::string& source) {
+  const std::int64_t D = c.d_model, F = c.expert_d_ff(), S = c.moe_shared_d_ff;
+  expect(w.router, {c.moe_experts, D}, p + "moe.router.weight", source);
+  QEVAL_CHECK(static_cast<std::int64_t>(w.experts.size()) == c.moe_experts, "{}: {}moe has {} experts, the config says {}",
+              source, p, w.experts.size(), c.moe_experts);
+  for (std::size_t e = 0; e < w.experts.size(); ++e) {
+    const std::string x = fmt::format("{}moe.experts.{}.", p, e);
+    expect_linear(w.experts[e].gate, F, D, c.mlp_bias, x + "gate", source);
+    expect_linear(w.experts[e].up, F, D, c.mlp_bias, x + "up", source);
+    expect_linear(w.experts[e].down, D, F, c.mlp_bias, x + "down", source);
+  }
+  if (S > 0) {
+    expect_linear(w.shared.gate, S, D, c.mlp_bias, p + "moe.shared.gate", source);
+    expect_linear(w.shared.up, S, D, c.mlp_bias, p + "moe.shared.up", source);
+    expect_linear(w.shared.down, D, S, c.mlp_bias, p + "moe.shared.down", source);
+  } else {
+    expect_absent(w.shared.up.weight, p + "moe.shared.up.weight", source);
+  }
+  if (c.moe_shared_gate)
+    expect(w.shared_gate, {1, D}, p + "moe.shared_gate.weight", source);
+  else
+    expect_absent(w.shared_gate, p + "moe.shared_gate.weight", source);
+}
+
+void validate_dense_mlp(const BlockWeights& b, const ModelConfig& c, const std::string& p, const std::string& source) {
+  const std::int64_t D = c.d_model;
   if (c.fused_gate_up) {
     expect_linear(b.gate_up, 2 * c.d_ff, D, c.mlp_bias, p + "mlp.gate_up", source);
     expect_absent(b.up.weight, p + "mlp.up.weight", source);
@@ -83,6 +147,53 @@ void validate_block_weights(const BlockWeights& b, const ModelConfig& c, std::in
   }
   expect_linear(b.down, D, c.d_ff, c.mlp_bias, p + "mlp.down", source);
   if (b.down_input_rotation.defined()) expect(b.down_input_rotation, {c.d_ff, c.d_ff}, p + "mlp.down_input_rotation", source);
+}
+
+// Every tensor whose canonical name starts with one of `prefixes` (after "layers.{i}.") must be undefined.
+void expect_none_of(const BlockWeights& b, std::int64_t layer, const std::vector<std::string>& prefixes,
+                    const std::string& why, const std::string& source) {
+  const std::string p = fmt::format("layers.{}.", layer);
+  for (const auto& [name, t] : named_tensors(b, layer))
+    for (const auto& prefix : prefixes)
+      QEVAL_CHECK(name.compare(0, p.size() + prefix.size(), p + prefix) != 0,
+                  "{}: tensor {} is present but layer {} {}", source, name, layer, why);
+}
+
+}  // namespace
+
+void validate_block_weights(const BlockWeights& b, const ModelConfig& c, std::int64_t layer, const std::string& source) {
+  const std::string p = fmt::format("layers.{}.", layer);
+  const MixerKind mixer = c.mixer(layer);
+  const FfnKind ffn = c.ffn(layer);
+  expect_norm(b.attn_norm, c, p + "attn_norm", source);
+  if (mixer == MixerKind::attention) {
+    validate_attention(b, c, p, source);
+    expect_none_of(b, layer, {"mamba."}, "is an attention layer", source);
+  } else {
+    validate_ssm(b.ssm, c, mixer, p, source);
+    expect_none_of(b, layer, {"attn."}, fmt::format("has a {} mixer", to_string(mixer)), source);
+  }
+  for (auto [n, name] : {std::pair{&b.post_attn_norm, "post_attn_norm"}, std::pair{&b.post_mlp_norm, "post_mlp_norm"}}) {
+    if (c.sandwich_norms)
+      expect_norm(*n, c, p + name, source);
+    else
+      expect_absent(n->weight, p + name + ".weight", source);
+  }
+  switch (ffn) {
+    case FfnKind::dense:
+      expect_norm(b.mlp_norm, c, p + "mlp_norm", source);
+      validate_dense_mlp(b, c, p, source);
+      expect_none_of(b, layer, {"moe."}, "has a dense MLP", source);
+      break;
+    case FfnKind::moe:
+      expect_norm(b.mlp_norm, c, p + "mlp_norm", source);
+      validate_moe(b.moe, c, p, source);
+      expect_none_of(b, layer, {"mlp."}, "has a mixture-of-experts feed-forward", source);
+      break;
+    case FfnKind::none:
+      expect_none_of(b, layer, {"mlp", "moe."}, "has no feed-forward", source);
+      break;
+  }
 }
 
 void validate_head_weights(const ModelWeights& w, const ModelConfig& c, const std::string& source) {
@@ -102,16 +213,16 @@ void validate_weights(const ModelWeights& w, const ModelConfig& c, const std::st
   validate_head_weights(w, c, source);
 }
 
-std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights& b, std::int64_t layer) {
+std::vector<std::pair<std::string, at::Tensor*>> block_tensor_slots(BlockWeights& b, std::int64_t layer) {
   const std::string p = fmt::format("layers.{}.", layer);
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  auto norm = [&](const char* name, const NormWeights& n) {
-    out.emplace_back(p + name + ".weight", n.weight);
-    out.emplace_back(p + name + ".bias", n.bias);
+  std::vector<std::pair<std::string, at::Tensor*>> out;
+  auto norm = [&](const std::string& name, NormWeights& n) {
+    out.emplace_back(p + name + ".weight", &n.weight);
+    out.emplace_back(p + name + ".bias", &n.bias);
   };
-  auto linear = [&](const char* name, const LinearWeights& l) {
-    out.emplace_back(p + name + ".weight", l.weight);
-    out.emplace_back(p + name + ".bias", l.bias);
+  auto linear = [&](const std::string& name, LinearWeights& l) {
+    out.emplace_back(p + name + ".weight", &l.weight);
+    out.emplace_back(p + name + ".bias", &l.bias);
   };
   norm("attn_norm", b.attn_norm);
   linear("attn.qkv", b.qkv);
@@ -121,6 +232,20 @@ std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights
   linear("attn.o", b.o);
   norm("attn.q_norm", b.q_norm);
   norm("attn.k_norm", b.k_norm);
+  SsmWeights& s = b.ssm;
+  linear("mamba.in_proj", s.in_proj);
+  out.emplace_back(p + "mamba.conv.weight", &s.conv_weight);
+  out.emplace_back(p + "mamba.conv.bias", &s.conv_bias);
+  linear("mamba.x_proj", s.x_proj);
+  norm("mamba.dt_norm", s.dt_norm);
+  norm("mamba.b_norm", s.b_norm);
+  norm("mamba.c_norm", s.c_norm);
+  linear("mamba.dt_proj", s.dt_proj);
+  out.emplace_back(p + "mamba.dt_bias", &s.dt_bias);
+  out.emplace_back(p + "mamba.A", &s.A);
+  out.emplace_back(p + "mamba.D", &s.D);
+  norm("mamba.norm", s.norm);
+  linear("mamba.out_proj", s.out_proj);
   norm("post_attn_norm", b.post_attn_norm);
   norm("mlp_norm", b.mlp_norm);
   linear("mlp.up", b.up);
@@ -128,10 +253,24 @@ std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights
   linear("mlp.gate_up", b.gate_up);
   norm("post_mlp_norm", b.post_mlp_norm);
   linear("mlp.down", b.down);
-  out.emplace_back(p + "mlp.down_input_rotation", b.down_input_rotation);
+  out.emplace_back(p + "mlp.down_input_rotation", &b.down_input_rotation);
+  MoeWeights& m = b.moe;
+  out.emplace_back(p + "moe.router.weight", &m.router);
+  auto expert = [&](const std::string& name, MoeWeights::Expert& e) {
+    linear(name + ".gate", e.gate);
+    linear(name + ".up", e.up);
+    linear(name + ".down", e.down);
+  };
+  for (std::size_t e = 0; e < m.experts.size(); ++e) expert(fmt::format("moe.experts.{}", e), m.experts[e]);
+  expert("moe.shared", m.shared);
+  out.emplace_back(p + "moe.shared_gate.weight", &m.shared_gate);
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights& b, std::int64_t layer) {
   std::vector<std::pair<std::string, at::Tensor>> defined;
-  for (auto& entry : out)
-    if (entry.second.defined()) defined.push_back(std::move(entry));
+  for (auto& [name, t] : block_tensor_slots(const_cast<BlockWeights&>(b), layer))  // read only
+    if (t->defined()) defined.emplace_back(name, *t);
   return defined;
 }
 

@@ -23,6 +23,36 @@ struct NormWeights {
   at::Tensor bias;    // [D] for layernorm, undefined otherwise
 };
 
+// A mixture-of-experts feed-forward (Mixtral, Qwen-MoE, Jamba): a router and E gated experts, each
+// down(act(gate x) · up x), and optionally a shared expert every token goes through.
+struct MoeWeights {
+  at::Tensor router;  // [E, D], full precision (not a quantised linear)
+  struct Expert {
+    LinearWeights gate, up;  // [F_e, D]
+    LinearWeights down;      // [D, F_e]
+  };
+  std::vector<Expert> experts;  // E
+  Expert shared;                // [F_s, D] / [D, F_s], or undefined
+  at::Tensor shared_gate;       // [1, D]: the shared expert's output × sigmoid(x · gᵀ), or undefined
+};
+
+// A state-space mixer. Mamba (S6): in_proj [2 d_inner, D] → x, z; causal depthwise conv over x;
+// x_proj [dt_rank + 2N, d_inner] → dt, B, C; dt_proj [d_inner, dt_rank] (+ bias); A [d_inner, N];
+// D [d_inner]; out_proj [D, d_inner]. Mamba-2 (SSD): in_proj [d_inner + conv + H, D] → z, xBC, dt;
+// conv over xBC (conv = d_inner + 2 G N); dt_bias, A, D [H]; gated RMSNorm [d_inner]; out_proj.
+struct SsmWeights {
+  LinearWeights in_proj, x_proj, dt_proj, out_proj;  // x_proj, dt_proj: Mamba only
+  at::Tensor conv_weight;  // [conv channels, d_conv]
+  at::Tensor conv_bias;    // [conv channels] or undefined
+  // A = −exp(A_log), computed on load in float32 as Hugging Face computes it (GGUF stores A itself):
+  // [d_inner, N] (Mamba) or [H] (Mamba-2); always negative.
+  at::Tensor A;
+  at::Tensor D;        // [d_inner] (Mamba) or [H] (Mamba-2)
+  at::Tensor dt_bias;  // [H], Mamba-2 only (Mamba's time-step bias is dt_proj's)
+  NormWeights norm;    // Mamba-2's gated RMSNorm gains [d_inner]
+  NormWeights dt_norm, b_norm, c_norm;  // Jamba: RMSNorm gains [dt_rank], [N], [N] (config.ssm_bcdt_norm)
+};
+
 struct BlockWeights {
   NormWeights attn_norm;
   // Attention input projection: fused (GPT-2 c_attn, rows = [q; k; v]) when config.fused_qkv,
@@ -42,6 +72,8 @@ struct BlockWeights {
   // [F, F] orthogonal, or undefined: the MLP's hidden activation is multiplied by it online
   // before the down projection (QuaRot's online Hadamard, set only by transforms/rotate).
   at::Tensor down_input_rotation;
+  MoeWeights moe;  // FfnKind::moe layers only
+  SsmWeights ssm;  // MixerKind::mamba / mamba2 layers only
 };
 
 struct ModelWeights {
@@ -63,6 +95,9 @@ void validate_block_weights(const BlockWeights& block, const ModelConfig& config
                             const std::string& source);
 void validate_head_weights(const ModelWeights& weights, const ModelConfig& config, const std::string& source);
 
+// Every tensor of a block (defined or not) with its canonical name ("layers.3.attn.q.weight",
+// "layers.3.moe.experts.5.up.weight", "layers.3.mamba.A", ...), for validation, placement and sizes.
+std::vector<std::pair<std::string, at::Tensor*>> block_tensor_slots(BlockWeights& block, std::int64_t layer);
 // A block's defined tensors with their canonical names ("layers.3.attn.q.weight", ...).
 std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights& block, std::int64_t layer);
 

@@ -180,6 +180,10 @@ at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
               "QuantizedLinear ", name_, ": expected float32 [B, L, ", in_, "] (any float dtype on a GPU), got ",
               x.scalar_type(), " ", x.sizes(), " on ", x.device());
   const std::int64_t B = x.size(0);
+  {
+    std::lock_guard<std::mutex> lock(log_->mutex);
+    log_->rows += B * x.size(1);  // an expert's linear sees only its routed tokens (records count them)
+  }
   if (B == 0) return at::empty({0, x.size(1), out_}, x.options());
   if (x.size(1) == 0) return forward_quantized(x);
   if (outlier_threshold_) return forward_mixed(x);

@@ -167,6 +167,7 @@ struct QuantizedLinearLog {
   std::set<std::string> engines_used;
   QuantizedLinear::KeptPositions kept;
   QuantizedLinear::OutlierFeatures outliers;
+  std::int64_t rows = 0;  // token rows through forward (for an expert: the tokens routed to it)
 };
 
 }  // namespace qeval

@@ -192,6 +192,12 @@ nlohmann::json SchemeRewrite::report() const {
       fp32_bytes += layer.at("fp32_weight_bytes").get<std::int64_t>();
     }
     layers.push_back(layer);
+    // Experts see only the tokens routed to them: the record says how many (over every window).
+    if (name.find(".moe.") != std::string::npos)
+      if (auto log = logs_.find(name); log != logs_.end()) {
+        std::lock_guard<std::mutex> lock(log->second.log->mutex);
+        layers.back()["tokens"] = log->second.log->rows;
+      }
   }
   return {{"scheme", scheme_to_json(spec_)},
           {"execution_path", path_text_},

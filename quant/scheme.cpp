@@ -176,6 +176,11 @@ bool SchemeSpec::selects(const std::string& name) const {
   if (!quantizes_anything()) return false;
   const bool in_blocks = name.rfind("layers.", 0) == 0;
   if (!(in_blocks || (name == "lm_head" && quantize_lm_head))) return false;
+  auto ends_with = [&](const char* suffix) {
+    const std::size_t n = std::char_traits<char>::length(suffix);
+    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+  };
+  if (!quantize_ssm_inner && (ends_with(".mamba.x_proj") || ends_with(".mamba.dt_proj"))) return false;
   if (!include.empty()) {
     bool any = false;
     for (const auto& p : include) any = any || glob_match(p, name);
@@ -271,7 +276,7 @@ double outlier_threshold_for_json(double threshold) {
 }
 
 nlohmann::json scheme_to_json(const SchemeSpec& s) {
-  return {{"name", s.name},
+  nlohmann::json j = {{"name", s.name},
           {"description", s.description},
           {"weights", quant_to_json(s.weights)},
           {"input_activations", quant_to_json(s.input_activations)},
@@ -283,11 +288,13 @@ nlohmann::json scheme_to_json(const SchemeSpec& s) {
           {"keep_tokens", {{to_string(s.keep_tokens.rule), s.keep_tokens.count}}},
           {"outlier_threshold", s.outlier_threshold ? nlohmann::json(outlier_threshold_for_json(*s.outlier_threshold))
                                                     : nlohmann::json(nullptr)}};
+  if (s.quantize_ssm_inner) j["quantize_ssm_inner"] = true;  // absent: false (records of earlier models unchanged)
+  return j;
 }
 
 SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) {
   static const std::vector<std::string> keys = {"name",    "description", "weights",   "input_activations",
-                                                "output_activations", "quantize_lm_head", "include", "exclude",
+                                                "output_activations", "quantize_lm_head", "quantize_ssm_inner", "include", "exclude",
                                                 "execution", "keep_first_tokens", "keep_tokens",
                                                 "outlier_threshold"};
   QEVAL_CHECK(j.is_object(), "{}: a scheme spec must be a JSON object, got {}", source, j.type_name());
@@ -304,6 +311,7 @@ SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) 
     if (j.contains("output_activations"))
       s.output_activations = quant_from_json(j.at("output_activations"), Role::output_activations, source);
     if (j.contains("quantize_lm_head")) s.quantize_lm_head = j.at("quantize_lm_head").get<bool>();
+    if (j.contains("quantize_ssm_inner")) s.quantize_ssm_inner = j.at("quantize_ssm_inner").get<bool>();
     if (j.contains("include")) s.include = string_list(j.at("include"), source + ": include");
     if (j.contains("exclude")) s.exclude = string_list(j.at("exclude"), source + ": exclude");
     if (j.contains("execution")) {

@@ -50,7 +50,11 @@
 // The resolved spec always writes "outlier_threshold" (null when off).
 //
 // Which linears: every linear inside the blocks (layers.<i>.attn.{qkv|q|k|v|o},
-// layers.<i>.mlp.{up|gate|down}), plus lm_head when quantize_lm_head is true; then, when include
+// layers.<i>.mlp.{up|gate|down}, every expert's layers.<i>.moe.experts.<e>.{gate|up|down} and the shared
+// expert's layers.<i>.moe.shared.*, Mamba's layers.<i>.mamba.{in_proj|out_proj}), plus
+// layers.<i>.mamba.{x_proj|dt_proj} only when quantize_ssm_inner is true (they produce the scan's
+// time step and B, C: full precision by default, as the scan's parameters are), plus lm_head when
+// quantize_lm_head is true; then, when include
 // is non-empty, only names matching one of its patterns; then minus names matching exclude.
 // Patterns are globs over the canonical names ('*' any run of characters, '?' one character).
 #pragma once
@@ -98,6 +102,7 @@ struct SchemeSpec {
   QuantSpec input_activations;
   QuantSpec output_activations;
   bool quantize_lm_head = false;
+  bool quantize_ssm_inner = false;  // Mamba's x_proj and dt_proj too (JSON "quantize_ssm_inner", written when true)
   std::vector<std::string> include;
   std::vector<std::string> exclude;
   ExecutionPreference execution = ExecutionPreference::automatic;

@@ -16,6 +16,7 @@
 #include "loaders/checkpoints/qeval_checkpoint.h"
 #include "loaders/checkpoints/safetensors.h"
 #include "loaders/tokenizers/tokenizer.h"
+#include "model/config_validation.h"
 #include "model/init.h"
 #include "model/transformer.h"
 #include "train/train_data.h"
@@ -84,21 +85,6 @@ double clip_gradients(const std::vector<NamedParameter>& params, double clip) {
   return norm;
 }
 
-void copy_tokenizer(const std::filesystem::path& tokenizer, const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
-  auto copy = [&](const fs::path& f) {
-    QEVAL_CHECK(fs::file_size(f) <= (std::uintmax_t{64} << 20), "checkpoint: tokenizer file {} is over 64 MiB",
-                f.string());
-    fs::copy_file(f, dir / f.filename(), fs::copy_options::overwrite_existing);
-  };
-  if (fs::is_directory(tokenizer)) {
-    for (const auto& e : fs::directory_iterator(tokenizer))
-      if (e.is_regular_file()) copy(e.path());
-  } else {
-    copy(tokenizer);
-  }
-}
-
 struct RunState {
   std::int64_t step = 0;
   nlohmann::json history = nlohmann::json::array();
@@ -121,7 +107,63 @@ void save_training_checkpoint(const TrainOptions& o, const ModelConfig& config, 
                                 {"model", config_to_json(config)},
                                 {"history", state.history}};
   write_file_atomic(o.out / "train_state.json", train_state.dump(2) + "\n");
-  copy_tokenizer(o.tokenizer, o.out);
+  copy_tokenizer_files(o.tokenizer, o.out);
+}
+
+// Every trainable tensor finite, or an error naming the first that is not: a checkpoint of NaN
+// weights is never written, and a run that diverged does not end as a success.
+void require_finite_weights(const std::vector<NamedParameter>& params, std::int64_t step, double lr) {
+  at::NoGradGuard no_grad;
+  for (const auto& p : params)
+    QEVAL_CHECK(at::isfinite(p.tensor).all().item<bool>(),
+                "train: weight {} is not finite after step {} (lr {}): the run diverged; no checkpoint is written "
+                "(lower --lr, or keep --clip on)",
+                p.name, step, lr);
+}
+
+// The domains of the options, checked before anything is loaded (the CLI checks them too; this
+// guards every other caller). Messages name the command-line option.
+void validate_options(const TrainOptions& o) {
+  auto finite_in = [](double v, double lo, double hi, bool lo_open, bool hi_open) {
+    return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  QEVAL_CHECK(o.seq_len >= 2, "train: --seq-len {} must be at least 2", o.seq_len);
+  QEVAL_CHECK(o.batch_size >= 1, "train: --batch-size {} must be at least 1", o.batch_size);
+  QEVAL_CHECK(o.steps >= 1, "train: --steps {} must be at least 1", o.steps);
+  QEVAL_CHECK(o.warmup >= 0 && o.warmup <= o.steps, "train: --warmup {} must be in 0..--steps ({})", o.warmup, o.steps);
+  QEVAL_CHECK(finite_in(o.lr, 0, inf, true, true), "train: --lr {} must be a finite number > 0", o.lr);
+  QEVAL_CHECK(finite_in(o.min_lr_ratio, 0, 1, false, false), "train: --min-lr-ratio {} must be in [0, 1]", o.min_lr_ratio);
+  QEVAL_CHECK(finite_in(o.clip, 0, inf, false, true), "train: --clip {} must be a finite number >= 0 (0: off)", o.clip);
+  QEVAL_CHECK(finite_in(o.init_std, 0, inf, true, true), "train: --init-std {} must be a finite number > 0", o.init_std);
+  QEVAL_CHECK(finite_in(o.val_fraction, 0, 1, false, true), "train: --val-fraction {} must be in [0, 1)", o.val_fraction);
+  QEVAL_CHECK(o.val_every >= 0 && o.val_windows >= 0, "train: --val-every {} and --val-windows {} must be >= 0",
+              o.val_every, o.val_windows);
+  QEVAL_CHECK(o.checkpoint_every >= 0 && o.stop_after >= 0, "train: --checkpoint-every {} and --stop-after {} must be >= 0",
+              o.checkpoint_every, o.stop_after);
+  QEVAL_CHECK(finite_in(o.time_limit_minutes, 0, inf, false, true), "train: --time-limit {} must be a finite number >= 0",
+              o.time_limit_minutes);
+  QEVAL_CHECK(o.log_every >= 1, "train: --log-every {} must be at least 1", o.log_every);
+  const OptimizerOptions& op = o.optimizer;
+  QEVAL_CHECK(finite_in(op.beta1, 0, 1, false, true), "train: --beta1 {} must be in [0, 1)", op.beta1);
+  QEVAL_CHECK(finite_in(op.beta2, 0, 1, false, true), "train: --beta2 {} must be in [0, 1)", op.beta2);
+  QEVAL_CHECK(finite_in(op.eps, 0, inf, true, true), "train: --eps {} must be a finite number > 0", op.eps);
+  QEVAL_CHECK(finite_in(op.weight_decay, 0, inf, false, true), "train: --weight-decay {} must be a finite number >= 0",
+              op.weight_decay);
+  QEVAL_CHECK(finite_in(op.momentum, 0, 1, false, true), "train: --momentum {} must be in [0, 1)", op.momentum);
+  QEVAL_CHECK(op.dense_max >= 1, "train: --dense-max {} must be at least 1", op.dense_max);
+}
+
+// The model's sizes as the command line names them, for the one config validator's refusals.
+ConfigSource training_config_source() {
+  ConfigSource src("train", "{}");
+  for (auto [field, option] : {std::pair{ConfigField::d_model, "--d-model"}, std::pair{ConfigField::d_ff, "--d-ff"},
+                               std::pair{ConfigField::n_layers, "--n-layers"}, std::pair{ConfigField::n_heads, "--n-heads"},
+                               std::pair{ConfigField::n_kv_heads, "--n-kv-heads"}, std::pair{ConfigField::norm_eps, "--norm-eps"},
+                               std::pair{ConfigField::max_seq_len, "--seq-len"},
+                               std::pair{ConfigField::vocab_size, "the tokenizer's vocabulary"}})
+    src.name(field, option);
+  return src;
 }
 
 std::string format_duration(double seconds) {
@@ -132,7 +174,7 @@ std::string format_duration(double seconds) {
 }  // namespace
 
 nlohmann::json TrainOptions::to_json() const {
-  return {{"data", data.string()},
+  nlohmann::json j = {{"data", data.string()},
           {"tokenizer", tokenizer.string()},
           {"text_split", to_string(documents.text_split)},
           {"json_field", documents.json_field},
@@ -153,6 +195,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"optimizer", optimizer.to_json()},
           {"seed", seed},
           {"threads", at::get_num_threads()}};
+  if (keep.enabled()) j["keep_checkpoints"] = keep.to_string();
+  return j;
 }
 
 double learning_rate(const TrainOptions& o, std::int64_t step) {
@@ -166,10 +210,9 @@ double learning_rate(const TrainOptions& o, std::int64_t step) {
 TrainResult run_training(TrainOptions o) {
   using clock = std::chrono::steady_clock;
   const auto started = clock::now();
-  QEVAL_CHECK(o.seq_len >= 2 && o.batch_size >= 1 && o.steps >= 1 && o.warmup >= 0,
-              "train: need seq_len >= 2, batch_size >= 1, steps >= 1, warmup >= 0 (got {}, {}, {}, {})", o.seq_len,
-              o.batch_size, o.steps, o.warmup);
-  QEVAL_CHECK(o.lr > 0 && o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, "train: need lr > 0 and min_lr_ratio in [0, 1]");
+  validate_options(o);
+  QEVAL_CHECK(!o.keep.enabled() || !o.out.empty(), "train: --keep-checkpoints {} needs --out (the folder the step-N/ "
+              "checkpoints go into)", o.keep.to_string());
   auto tokenizer = load_tokenizer(o.tokenizer);
   if (o.model.vocab_size == 0) o.model.vocab_size = tokenizer->vocab_size();
   QEVAL_CHECK(o.model.vocab_size >= tokenizer->vocab_size(), "train: vocab_size {} is smaller than tokenizer {}'s {}",
@@ -178,7 +221,7 @@ TrainResult run_training(TrainOptions o) {
   if (!o.model.bos_id && tokenizer->bos_id()) o.model.bos_id = *tokenizer->bos_id();
   if (!o.model.eos_id && tokenizer->eos_id()) o.model.eos_id = *tokenizer->eos_id();
   o.model.optimizer = o.optimizer.kind;
-  o.model.validate("train");
+  o.model.validate(training_config_source());
 
   TrainWindows data = load_train_windows(o.data, *tokenizer, o.seq_len, o.val_fraction, o.documents, o.bos_per_window);
   const std::int64_t n_train = data.train.size(0);
@@ -254,7 +297,10 @@ TrainResult run_training(TrainOptions o) {
     optimizer->step(lr);
     optimizer->zero_grad();
     const double loss_value = loss.item<double>();
-    QEVAL_CHECK(std::isfinite(loss_value), "train: loss is {} at step {} (lr {})", loss_value, step + 1, lr);
+    QEVAL_CHECK(std::isfinite(loss_value),
+                "train: loss is {} at step {} (lr {}): the run diverged; no checkpoint is written for this step (lower "
+                "--lr, or keep --clip on)",
+                loss_value, step + 1, lr);
     loss_sum += loss_value;
     ++loss_count;
     state.step = step + 1;
@@ -262,7 +308,8 @@ TrainResult run_training(TrainOptions o) {
     const double elapsed = std::chrono::duration<double>(clock::now() - started).count();
     const bool time_up = o.time_limit_minutes > 0 && elapsed > o.time_limit_minutes * 60;
     const bool end = state.step == last || time_up;
-    const bool validate = end || (o.val_every > 0 && state.step % o.val_every == 0);
+    const bool keep = o.keep.enabled() && (end || o.keep.keeps(state.step));
+    const bool validate = end || keep || (o.val_every > 0 && state.step % o.val_every == 0);
     if (end || state.step % o.log_every == 0 || validate) {
       nlohmann::json entry = {{"step", state.step},
                               {"train_loss", loss_sum / static_cast<double>(loss_count)},
@@ -275,6 +322,11 @@ TrainResult run_training(TrainOptions o) {
       if (validate) {
         result.val_loss = validation_loss(model, data.val, o.val_windows);
         entry["val_loss"] = result.val_loss;
+        // No held-out windows gives NaN on purpose; with some, NaN or inf means the run diverged.
+        QEVAL_CHECK(data.val.size(0) == 0 || std::isfinite(result.val_loss),
+                    "train: validation loss is {} at step {} (lr {}): the run diverged; no checkpoint is written "
+                    "(lower --lr, or keep --clip on)",
+                    result.val_loss, state.step, lr);
       }
       state.history.push_back(entry);
       if (o.progress) {
@@ -288,15 +340,28 @@ TrainResult run_training(TrainOptions o) {
     }
     const bool checkpoint = !o.out.empty() && (end || (o.checkpoint_every > 0 && state.step % o.checkpoint_every == 0));
     if (checkpoint) {
+      require_finite_weights(params, state.step, lr);
       nlohmann::json f = facts;
       f["train_loss"] = result.last_train_loss;
       f["val_loss"] = std::isfinite(result.val_loss) ? nlohmann::json(result.val_loss) : nlohmann::json(nullptr);
       f["stopped_early"] = state.step < o.steps;
       save_training_checkpoint(o, o.model, weights, *optimizer, state, f);
     }
+    if (keep) {
+      at::NoGradGuard no_grad;
+      nlohmann::json m = facts;
+      m["training"] = o.to_json();
+      m["step"] = state.step;
+      m["tokens_seen"] = state.step * o.batch_size * o.seq_len;
+      m["lr"] = lr;
+      m["train_loss"] = result.last_train_loss;
+      m["val_loss"] = std::isfinite(result.val_loss) ? nlohmann::json(result.val_loss) : nlohmann::json(nullptr);
+      save_kept_checkpoint(o.out, o.keep, state.step, o.steps, o.model, weights, m, o.tokenizer);
+    }
     if (time_up) break;
   }
 
+  if (state.step > first) require_finite_weights(params, state.step, learning_rate(o, state.step - 1));
   result.config = o.model;
   result.step = state.step;
   result.stopped_early = state.step < o.steps;

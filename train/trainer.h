@@ -10,7 +10,7 @@
 // optimizer moments, step, data position) continues bit-identically to the straight run.
 //
 // Checkpoint folder (written at checkpoint_every, at a time/step stop and at the end; each
-// file atomically, the weights first):
+// file atomically, the weights first; with `keep`, also a step-N/ series inside it):
 //   model.safetensors + config.json   save_qeval_checkpoint; config "optimizer" = kind and
 //                                     "metadata" = {"training": recipe, step, losses, ...}
 //   optimizer.safetensors             moments by "<param>.<slot>" (not needed by eval)
@@ -26,6 +26,7 @@
 #include "loaders/text/documents.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "train/kept_checkpoints.h"
 #include "train/optimizer.h"
 
 namespace qeval::train {
@@ -53,6 +54,7 @@ struct TrainOptions {
 
   std::filesystem::path out;             // checkpoint folder (empty: none)
   std::int64_t checkpoint_every = 0;     // 0: only at the end
+  KeepSchedule keep;                     // step-N/ folders kept in `out` (train/kept_checkpoints.h)
   std::filesystem::path resume;          // checkpoint folder to continue from
   std::int64_t stop_after = 0;           // stop (and checkpoint) after this step; 0: run to `steps`
   double time_limit_minutes = 0;         // stop (and checkpoint) when exceeded; 0: none

@@ -30,6 +30,12 @@ at::Tensor rotation_matrix(std::int64_t n, const RotateOptions& options) {
 }
 
 nlohmann::json rotate_model(ModelConfig& config, ModelWeights& weights, const RotateOptions& options) {
+  // Experts and state-space mixers read and write the residual stream through layers this transform
+  // does not know (routers, convolutions, the scan): refused rather than half-transformed.
+  QEVAL_CHECK(config.layer_mixers.empty() && config.layer_ffns.empty(),
+              "rotate: models with a layer pattern (mixture-of-experts or state-space layers, here architecture {}) are "
+              "not supported",
+              config.architecture);
   // What the rotation handles beyond GPT-2 / Llama: q/k norms act inside each head, after the
   // projections (untouched by a residual rotation); (1 + w) gains were made plain gains on load;
   // a parallel residual has the same readers and writers; fused qkv / gate_up are readers like the

@@ -57,6 +57,12 @@ nlohmann::json layer_entry(const std::string& name, const at::Tensor& s, const a
 
 nlohmann::json smooth_model(ModelConfig& config, ModelWeights& weights, const SmoothOptions& options,
                             const std::function<at::Tensor(const std::string&)>& input_max_abs) {
+  // Experts and state-space mixers read and write the residual stream through layers this transform
+  // does not know (routers, convolutions, the scan): refused rather than half-transformed.
+  QEVAL_CHECK(config.layer_mixers.empty() && config.layer_ffns.empty(),
+              "smooth: models with a layer pattern (mixture-of-experts or state-space layers, here architecture {}) are "
+              "not supported",
+              config.architecture);
   QEVAL_CHECK(std::isfinite(options.alpha) && options.alpha >= 0 && options.alpha <= 1,
               "smooth: alpha must be in [0, 1], got {}", options.alpha);
   auto wants = [&](const std::string& g) {

@@ -82,11 +82,49 @@ std::unique_ptr<ModelReader> open_checkpoint(const fs::path& path) {
   fail("{}: unrecognised checkpoint (extension \"{}\"); supported checkpoints: {}", path.string(), ext, kSupported);
 }
 
+namespace {
+
+// Python's json.dumps writes float('inf') and nan as the bare words Infinity, -Infinity and NaN,
+// which JSON does not have (HF's Mamba2Config writes time_step_limit [0.0, Infinity]). Outside
+// strings they become the strings "Infinity", "-Infinity" and "NaN", which readers then interpret.
+std::string quote_python_literals(const std::string& text) {
+  std::string out;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      out += ch;
+      if (ch == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    bool replaced = false;
+    for (const char* word : {"-Infinity", "Infinity", "NaN"}) {
+      const std::size_t n = std::char_traits<char>::length(word);
+      if (text.compare(i, n, word) == 0) {
+        out += std::string("\"") + word + "\"";
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += ch;
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json read_json_file(const fs::path& path) {
   const std::string text = read_file(path);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
+    try {
+      return nlohmann::json::parse(quote_python_literals(text));
+    } catch (const nlohmann::json::exception&) {
+    }
     fail("{}: malformed JSON: {}", path.string(), e.what());
   }
 }

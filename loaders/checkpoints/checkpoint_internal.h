@@ -3,10 +3,14 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "model/config.h"
 
 namespace qeval {
 
@@ -17,6 +21,16 @@ nlohmann::json read_json_file(const std::filesystem::path& path);
 // bytes (so `xxh64sum`-style tools can check it); for several, XXH3 over "filename\0hash\n"
 // of each file in filename order, so shard order on disk never changes the value.
 std::string hash_weight_files(std::vector<std::filesystem::path> files);
+
+// A llama2.c v0 header (7 int32) read and validated: its config, whether the classifier is the
+// embedding, and how many floats the file must hold after it (checked against the file's size).
+struct Llama2cHeader {
+  std::array<std::int32_t, 7> words{};
+  ModelConfig config;
+  bool shared_classifier = true;
+  std::uint64_t floats = 0;
+};
+Llama2cHeader read_llama2c_header(const std::filesystem::path& path);
 
 // "[a, b, c]" for messages.
 std::string shape_string(const std::vector<std::int64_t>& shape);

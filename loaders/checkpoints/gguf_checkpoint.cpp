@@ -30,6 +30,7 @@
 #include "loaders/checkpoints/gguf.h"
 #include "loaders/checkpoints/gguf_blocks.h"
 #include "loaders/checkpoints/model_reader_internal.h"
+#include "loaders/checkpoints/gguf_config.h"
 
 namespace qeval {
 
@@ -37,8 +38,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-constexpr const char* kSupportedArchitectures = "llama, qwen2, qwen3, gemma3";
 
 class GgufModelReader {
  public:
@@ -110,6 +109,97 @@ class GgufModelReader {
   bool header_only_ = false;
 };
 
+// Layers with routed experts are those with a router tensor (llama.cpp: ffn_gate_inp): Mixtral
+// ("llama" with llama.expert_count), Qwen2-MoE (+ a shared expert with its sigmoid gate), Qwen3-MoE,
+// Jamba. The router's top-k weights are renormalised as llama.cpp's build_moe_ffn is told per
+// architecture (norm_w): llama and qwen3moe yes, qwen2moe and jamba no.
+void gguf_experts(const GgufFile& f, GgufModelReader& r, const std::string& arch, ModelConfig& c, json& notes) {
+  const std::string p = arch + ".";
+  std::vector<FfnKind> ffns;
+  for (std::int64_t i = 0; i < c.n_layers; ++i)
+    ffns.push_back(f.has_tensor(fmt::format("blk.{}.ffn_gate_inp.weight", i)) ? FfnKind::moe : FfnKind::dense);
+  if (std::none_of(ffns.begin(), ffns.end(), [](FfnKind k) { return k == FfnKind::moe; })) {
+    QEVAL_CHECK(!f.has_tensor("blk.0.ffn_gate.0.weight"),
+                "{}: experts stored one tensor per expert (blk.N.ffn_gate.E.weight, an old GGUF layout) are not "
+                "supported; expected merged ffn_gate_exps / ffn_up_exps / ffn_down_exps",
+                f.path().string());
+    return;
+  }
+  c.layer_ffns = ffns;
+  c.moe_experts = r.integer(p + "expert_count");
+  c.moe_top_k = r.integer(p + "expert_used_count");
+  c.moe_d_ff = r.integer(p + "expert_feed_forward_length", c.d_ff);
+  c.moe_router_norm = arch == "qwen2moe" || arch == "jamba" ? RouterNorm::topk : RouterNorm::topk_renormalized;
+  c.moe_shared_d_ff = r.integer(p + "expert_shared_feed_forward_length", 0);
+  c.moe_shared_gate = c.moe_shared_d_ff > 0 && f.has_tensor("blk.0.ffn_gate_inp_shexp.weight");
+  notes["router"] = c.moe_router_norm == RouterNorm::topk
+                        ? "softmax over the experts, top expert_used_count, not renormalised (llama.cpp norm_w false)"
+                        : "softmax over the experts, top expert_used_count, renormalised (llama.cpp norm_w true)";
+}
+
+// Mamba, Mamba-2 and Jamba: the ssm.* metadata; Jamba's attention layers are those with attn_q.
+LoadedCheckpoint gguf_ssm_model_info(const GgufFile& f, GgufModelReader& r, const std::string& arch) {
+  const std::string file = f.path().string(), p = arch + ".";
+  LoadedCheckpoint out;
+  ModelConfig& c = out.config;
+  c.architecture = arch;
+  c.d_model = r.integer(p + "embedding_length");
+  c.n_layers = r.integer(p + "block_count");
+  c.norm = NormKind::rmsnorm;
+  c.norm_eps = r.real(p + "attention.layer_norm_rms_epsilon");
+  c.position = PositionKind::none;
+  c.mlp = MlpKind::swiglu;
+  c.ssm_d_inner = r.integer(p + "ssm.inner_size");
+  c.ssm_d_state = r.integer(p + "ssm.state_size");
+  c.ssm_d_conv = r.integer(p + "ssm.conv_kernel");
+  QEVAL_CHECK(!(f.has(p + "ssm.dt_b_c_rms") && f.metadata()[p + "ssm.dt_b_c_rms"] == true),
+              "{}: {}ssm.dt_b_c_rms true (Falcon-Mamba's unweighted RMSNorm of dt, B and C) is not supported", file, p);
+  c.ssm_conv_bias = f.has_tensor("blk.0.ssm_conv1d.bias");
+  c.ssm_proj_bias = f.has_tensor("blk.0.ssm_in.bias");
+  const MixerKind ssm = arch == "mamba2" ? MixerKind::mamba2 : MixerKind::mamba;
+  if (ssm == MixerKind::mamba2) {
+    c.ssm_heads = r.integer(p + "ssm.time_step_rank");  // llama.cpp stores the head count there
+    c.ssm_groups = r.integer(p + "ssm.group_count", 1);
+    c.ssm_norm_groups = c.ssm_groups;  // llama.cpp normalises per group, as mamba_ssm does
+    out.notes["gated_norm"] = "per group of d_inner / ssm.group_count channels (llama.cpp, mamba_ssm)";
+  } else {
+    c.ssm_dt_rank = r.integer(p + "ssm.time_step_rank");
+    c.ssm_bcdt_norm = arch == "jamba";
+  }
+  for (std::int64_t i = 0; i < c.n_layers; ++i)
+    c.layer_mixers.push_back(arch == "jamba" && f.has_tensor(fmt::format("blk.{}.attn_q.weight", i)) ? MixerKind::attention
+                                                                                                   : ssm);
+  if (arch == "jamba") {
+    const auto it = std::find(c.layer_mixers.begin(), c.layer_mixers.end(), MixerKind::attention);
+    QEVAL_CHECK(it != c.layer_mixers.end(), "{}: a jamba file without attention layers (no blk.N.attn_q.weight)", file);
+    const auto first = static_cast<std::int64_t>(it - c.layer_mixers.begin());
+    c.n_heads = r.integer(p + "attention.head_count");
+    const std::string kv_name = fmt::format("blk.{}.attn_k.weight", first);
+    c.n_kv_heads = f.tensor(kv_name).shape().at(0) / (c.d_model / std::max<std::int64_t>(c.n_heads, 1));
+    c.d_ff = r.integer(p + "feed_forward_length", 0);
+    if (c.d_ff == 0 && f.has_tensor(fmt::format("blk.{}.ffn_gate.weight", first)))
+      c.d_ff = f.tensor(fmt::format("blk.{}.ffn_gate.weight", first)).shape().at(0);
+    gguf_experts(f, r, arch, c, out.notes);
+    if (c.layer_ffns.empty()) c.layer_ffns.assign(static_cast<std::size_t>(c.n_layers), FfnKind::dense);
+  } else {
+    c.layer_ffns.assign(static_cast<std::size_t>(c.n_layers), FfnKind::none);
+  }
+  QEVAL_CHECK(f.has_tensor("token_embd.weight"), "{}: missing tensor token_embd.weight", file);
+  c.vocab_size = r.integer(p + "vocab_size", f.tensor("token_embd.weight").shape().at(0));
+  c.tied_embeddings = !f.has_tensor("output.weight");
+  for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", &c.bos_id}, std::pair{"tokenizer.ggml.eos_token_id", &c.eos_id}})
+    if (f.has(key) && r.integer(key) < c.vocab_size) *id = r.integer(key);
+  c.validate(file);
+  out.format = "gguf";
+  out.path = f.path();
+  out.weights_hash = hash_file(f.path());
+  out.notes["gguf_version"] = f.version();
+  out.notes["alignment"] = f.alignment();
+  if (f.has("general.name") && f.metadata()["general.name"].is_string()) out.notes["general.name"] = f.metadata()["general.name"];
+  out.notes["ssm_A"] = "ssm_a holds A = -exp(A_log) as llama.cpp's converter writes it";
+  return out;
+}
+
 // config and notes from the metadata (weights left empty).
 LoadedCheckpoint gguf_model_info(const GgufFile& f, GgufModelReader& r) {
   const fs::path& path = f.path();
@@ -117,64 +207,15 @@ LoadedCheckpoint gguf_model_info(const GgufFile& f, GgufModelReader& r) {
   QEVAL_CHECK(f.has("general.architecture") && f.metadata()["general.architecture"].is_string(),
               "{}: missing string metadata general.architecture", file);
   const std::string arch = f.metadata()["general.architecture"].get<std::string>();
-  QEVAL_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3",
-              "{}: unsupported GGUF architecture \"{}\"; supported: {}", file, arch, kSupportedArchitectures);
   const std::string p = arch + ".";
   const bool gemma3 = arch == "gemma3";
+  if (arch == "mamba" || arch == "mamba2" || arch == "jamba") return gguf_ssm_model_info(f, r, arch);
 
   LoadedCheckpoint out;
+  out.config = gguf_model_config(f);  // gguf_config.cpp: metadata through the one validator
   ModelConfig& c = out.config;
-  c.architecture = arch;
-  c.d_model = r.integer(p + "embedding_length");
-  c.d_ff = r.integer(p + "feed_forward_length");
-  c.n_layers = r.integer(p + "block_count");
-  c.n_heads = r.integer(p + "attention.head_count");
-  c.n_kv_heads = r.integer(p + "attention.head_count_kv", c.n_heads);
-  c.max_seq_len = r.integer(p + "context_length", 0);
-  if (f.has(p + "attention.key_length")) {
-    const std::int64_t key_length = r.integer(p + "attention.key_length");
-    QEVAL_CHECK(r.integer(p + "attention.value_length", key_length) == key_length,
-                "{}: {}attention.value_length {} differs from key_length {}; not supported", file, p,
-                r.integer(p + "attention.value_length"), key_length);
-    if (c.n_heads <= 0 || key_length * c.n_heads != c.d_model) c.head_size = key_length;
-  }
-  c.norm = NormKind::rmsnorm;
-  c.norm_eps = r.real(p + "attention.layer_norm_rms_epsilon");
-  c.position = PositionKind::rope;
-  c.rope_pairing = arch == "llama" ? RopePairing::interleaved : RopePairing::half;
-  c.rope_theta = r.real(p + "rope.freq_base", 10000.0);
-  c.mlp = gemma3 ? MlpKind::geglu : MlpKind::swiglu;
-  c.qkv_bias = arch == "qwen2";
-  c.qk_norm = arch == "qwen3" || gemma3;
-  if (gemma3) {
-    c.sandwich_norms = true;
-    c.embedding_scale = std::sqrt(static_cast<double>(c.d_model));
-    const std::int64_t window = r.integer(p + "attention.sliding_window", 0);
-    if (window > 0) {
-      for (std::int64_t i = 0; i < c.n_layers; ++i) c.attention_windows.push_back(i % 6 < 5 ? window : 0);
-      c.rope_theta_local = 10000.0;
-    }
-    const std::int64_t scale_width = c.n_layers == 62 && c.n_heads > 0 ? c.d_model / c.n_heads : c.head_dim();
-    c.attention_scale = 1.0 / std::sqrt(static_cast<double>(scale_width));
-    c.final_logit_softcap = r.real(p + "final_logit_softcapping", 0.0);
-  }
-  QEVAL_CHECK(f.has_tensor("token_embd.weight"), "{}: missing tensor token_embd.weight", file);
-  const auto& embd = f.tensor("token_embd.weight");
-  QEVAL_CHECK(embd.ne.size() == 2, "{}: token_embd.weight has {} dimensions, expected 2", file, embd.ne.size());
-  c.vocab_size = r.integer(p + "vocab_size", static_cast<std::int64_t>(embd.ne[1]));
-  c.tied_embeddings = !f.has_tensor("output.weight");
-  for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", &c.bos_id}, std::pair{"tokenizer.ggml.eos_token_id", &c.eos_id}})
-    if (f.has(key) && r.integer(key) < c.vocab_size) *id = r.integer(key);
-  c.validate(file);
-  if (f.has(p + "rope.dimension_count"))
-    QEVAL_CHECK(r.integer(p + "rope.dimension_count") == c.head_dim(),
-                "{}: {}rope.dimension_count {} differs from the head size {}; partial rotary is not supported", file, p,
-                r.integer(p + "rope.dimension_count"), c.head_dim());
-  QEVAL_CHECK(!f.has(p + "rope.scaling.type") || f.metadata()[p + "rope.scaling.type"] == "none",
-              "{}: {}rope.scaling.type {} is not supported", file, p,
-              f.has(p + "rope.scaling.type") ? f.metadata()[p + "rope.scaling.type"].dump() : "");
-  QEVAL_CHECK(!f.has(p + "attn_logit_softcapping"), "{}: {}attn_logit_softcapping is not supported for {}", file, p,
-              arch);
+  gguf_experts(f, r, arch, c, out.notes);
+  if (!c.layer_ffns.empty()) c.validate(file);  // the layer pattern the experts gave
 
   if (gemma3) {
     out.notes["norm_gains"] = "stored with Gemma's +1 already added by llama.cpp's converter: applied as they are";
@@ -183,7 +224,6 @@ LoadedCheckpoint gguf_model_info(const GgufFile& f, GgufModelReader& r) {
 
   out.format = "gguf";
   out.path = path;
-  out.weights_hash = hash_file(path);
   out.notes["gguf_version"] = f.version();
   out.notes["alignment"] = f.alignment();
   if (f.has("general.name") && f.metadata()["general.name"].is_string()) out.notes["general.name"] = f.metadata()["general.name"];
@@ -218,6 +258,7 @@ class GgufReader final : public ModelReader {
  public:
   explicit GgufReader(const fs::path& path) : ModelReader(LoadedCheckpoint{}), f_(path), r_(f_) {
     info_ = gguf_model_info(f_, r_);
+    weight_files_ = {path};
     const std::string file = path.string();
     r_.set_header_only(true);
     measure_parts(*this, sizes_, file);
@@ -236,24 +277,33 @@ class GgufReader final : public ModelReader {
     const std::string b = fmt::format("blk.{}.", i);
     BlockWeights blk;
     blk.attn_norm.weight = r_.take(b + "attn_norm.weight", {D});
-    blk.q.weight = r_.take(b + "attn_q.weight", {c.n_heads * hd, D});
-    blk.k.weight = r_.take(b + "attn_k.weight", {c.n_kv_heads * hd, D});
-    blk.v.weight = r_.take(b + "attn_v.weight", {c.n_kv_heads * hd, D});
-    if (c.qkv_bias) {
-      blk.q.bias = r_.take(b + "attn_q.bias", {c.n_heads * hd});
-      blk.k.bias = r_.take(b + "attn_k.bias", {c.n_kv_heads * hd});
-      blk.v.bias = r_.take(b + "attn_v.bias", {c.n_kv_heads * hd});
-    }
-    blk.o.weight = r_.take(b + "attn_output.weight", {D, c.n_heads * hd});
-    if (c.qk_norm) {
-      blk.q_norm.weight = r_.take(b + "attn_q_norm.weight", {hd});
-      blk.k_norm.weight = r_.take(b + "attn_k_norm.weight", {hd});
+    if (c.mixer(i) == MixerKind::attention) {
+      blk.q.weight = r_.take(b + "attn_q.weight", {c.n_heads * hd, D});
+      blk.k.weight = r_.take(b + "attn_k.weight", {c.n_kv_heads * hd, D});
+      blk.v.weight = r_.take(b + "attn_v.weight", {c.n_kv_heads * hd, D});
+      if (c.qkv_bias) {
+        blk.q.bias = r_.take(b + "attn_q.bias", {c.n_heads * hd});
+        blk.k.bias = r_.take(b + "attn_k.bias", {c.n_kv_heads * hd});
+        blk.v.bias = r_.take(b + "attn_v.bias", {c.n_kv_heads * hd});
+      }
+      blk.o.weight = r_.take(b + "attn_output.weight", {D, c.n_heads * hd});
+      if (c.qk_norm) {
+        blk.q_norm.weight = r_.take(b + "attn_q_norm.weight", {hd});
+        blk.k_norm.weight = r_.take(b + "attn_k_norm.weight", {hd});
+      }
+    } else {
+      blk.ssm = ssm_block(b, c.mixer(i));
     }
     if (c.sandwich_norms) {
       blk.post_attn_norm.weight = r_.take(b + "post_attention_norm.weight", {D});
       blk.post_mlp_norm.weight = r_.take(b + "post_ffw_norm.weight", {D});
     }
+    if (c.ffn(i) == FfnKind::none) return blk;
     blk.mlp_norm.weight = r_.take(b + "ffn_norm.weight", {D});
+    if (c.ffn(i) == FfnKind::moe) {
+      blk.moe = experts(b);
+      return blk;
+    }
     blk.gate.weight = r_.take(b + "ffn_gate.weight", {F, D});
     blk.up.weight = r_.take(b + "ffn_up.weight", {F, D});
     blk.down.weight = r_.take(b + "ffn_down.weight", {D, F});
@@ -269,6 +319,68 @@ class GgufReader final : public ModelReader {
   at::Tensor token_embedding_block(std::int64_t begin, std::int64_t count) override {
     return r_.take_rows("token_embd.weight", {config().vocab_size, config().d_model}, begin, count);
   }
+
+  // The merged expert tensors [E, F, D] / [E, D, F], split by expert (views of one read).
+  MoeWeights experts(const std::string& b) {
+    const ModelConfig& c = config();
+    const std::int64_t D = c.d_model, F = c.expert_d_ff(), E = c.moe_experts, S = c.moe_shared_d_ff;
+    MoeWeights w;
+    w.router = r_.take(b + "ffn_gate_inp.weight", {E, D});
+    const at::Tensor gate = r_.take(b + "ffn_gate_exps.weight", {E, F, D});
+    const at::Tensor up = r_.take(b + "ffn_up_exps.weight", {E, F, D});
+    const at::Tensor down = r_.take(b + "ffn_down_exps.weight", {E, D, F});
+    for (std::int64_t e = 0; e < E; ++e) {
+      MoeWeights::Expert ex;
+      ex.gate.weight = gate[e];
+      ex.up.weight = up[e];
+      ex.down.weight = down[e];
+      w.experts.push_back(std::move(ex));
+    }
+    if (S > 0) {
+      w.shared.gate.weight = r_.take(b + "ffn_gate_shexp.weight", {S, D});
+      w.shared.up.weight = r_.take(b + "ffn_up_shexp.weight", {S, D});
+      w.shared.down.weight = r_.take(b + "ffn_down_shexp.weight", {D, S});
+    }
+    if (c.moe_shared_gate) w.shared_gate = r_.take(b + "ffn_gate_inp_shexp.weight", {D}).reshape({1, D});
+    return w;
+  }
+
+  // llama.cpp's state-space tensors: ssm_conv1d [C, K], ssm_a = A (already −exp(A_log)); Mamba-2's
+  // A and D as [H, 1] and its gated norm's gains as [G, d_inner / G].
+  SsmWeights ssm_block(const std::string& b, MixerKind kind) {
+    const ModelConfig& c = config();
+    const std::int64_t D = c.d_model, E = c.ssm_d_inner, N = c.ssm_d_state, conv = c.ssm_conv_dim(kind);
+    SsmWeights w;
+    w.conv_weight = r_.take(b + "ssm_conv1d.weight", {conv, c.ssm_d_conv});
+    if (c.ssm_conv_bias) w.conv_bias = r_.take(b + "ssm_conv1d.bias", {conv});
+    w.out_proj.weight = r_.take(b + "ssm_out.weight", {D, E});
+    if (c.ssm_proj_bias) w.out_proj.bias = r_.take(b + "ssm_out.bias", {D});
+    if (kind == MixerKind::mamba2) {
+      const std::int64_t H = c.ssm_heads, G = c.ssm_groups;
+      w.in_proj.weight = r_.take(b + "ssm_in.weight", {E + conv + H, D});
+      if (c.ssm_proj_bias) w.in_proj.bias = r_.take(b + "ssm_in.bias", {E + conv + H});
+      w.dt_bias = r_.take(b + "ssm_dt.bias", {H});
+      w.A = r_.take(b + "ssm_a", {H, 1}).reshape({H});
+      w.D = r_.take(b + "ssm_d", {H, 1}).reshape({H});
+      w.norm.weight = r_.take(b + "ssm_norm.weight", {G, E / G}).reshape({E});
+      return w;
+    }
+    const std::int64_t R = c.ssm_dt_rank;
+    w.in_proj.weight = r_.take(b + "ssm_in.weight", {2 * E, D});
+    if (c.ssm_proj_bias) w.in_proj.bias = r_.take(b + "ssm_in.bias", {2 * E});
+    w.x_proj.weight = r_.take(b + "ssm_x.weight", {R + 2 * N, E});
+    w.dt_proj.weight = r_.take(b + "ssm_dt.weight", {E, R});
+    w.dt_proj.bias = r_.take(b + "ssm_dt.bias", {E});
+    w.A = r_.take(b + "ssm_a", {E, N});
+    w.D = r_.take(b + "ssm_d", {E});
+    if (c.ssm_bcdt_norm) {
+      w.dt_norm.weight = r_.take(b + "ssm_dt_norm.weight", {R});
+      w.b_norm.weight = r_.take(b + "ssm_b_norm.weight", {N});
+      w.c_norm.weight = r_.take(b + "ssm_c_norm.weight", {N});
+    }
+    return w;
+  }
+
   GgufFile f_;
   GgufModelReader r_;
 };

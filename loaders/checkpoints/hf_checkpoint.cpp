@@ -72,6 +72,122 @@ BlockWeights gpt2_block(Set& set, const HfModel& m, std::int64_t i) {
   return blk;
 }
 
+// Routed experts under `p`: the router (Mixtral and Qwen "gate", Jamba "router") and each expert's
+// projections (Mixtral w1 = gate, w3 = up, w2 = down; the others gate_proj / up_proj / down_proj),
+// and Qwen2-MoE's shared expert with its sigmoid gate.
+template <typename Set>
+MoeWeights hf_moe(Set& set, const HfModel& m, const std::string& p) {
+  const ModelConfig& c = m.config;
+  const std::int64_t D = c.d_model, F = c.expert_d_ff(), E = c.moe_experts;
+  const bool mixtral = m.family == HfFamily::mixtral;
+  MoeWeights w;
+  w.router = set.take(p + (m.family == HfFamily::jamba ? "router.weight" : "gate.weight"), {E, D});
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::string x = fmt::format("{}experts.{}.", p, e);
+    MoeWeights::Expert ex;
+    ex.gate = hf_linear(set, x + (mixtral ? "w1" : "gate_proj"), F, D, false);
+    ex.up = hf_linear(set, x + (mixtral ? "w3" : "up_proj"), F, D, false);
+    ex.down = hf_linear(set, x + (mixtral ? "w2" : "down_proj"), D, F, false);
+    w.experts.push_back(std::move(ex));
+  }
+  if (c.moe_shared_d_ff > 0) {
+    const std::int64_t S = c.moe_shared_d_ff;
+    w.shared.gate = hf_linear(set, p + "shared_expert.gate_proj", S, D, false);
+    w.shared.up = hf_linear(set, p + "shared_expert.up_proj", S, D, false);
+    w.shared.down = hf_linear(set, p + "shared_expert.down_proj", D, S, false);
+  }
+  if (c.moe_shared_gate) w.shared_gate = set.take(p + "shared_expert_gate.weight", {1, D});
+  return w;
+}
+
+// A = −exp(A_log) in float32, as HF's mixers compute it.
+template <typename Set>
+at::Tensor hf_ssm_A(Set& set, const std::string& name, std::vector<std::int64_t> shape) {
+  at::Tensor a_log = set.take(name, shape);
+  return a_log.is_meta() ? a_log : a_log.exp().neg();
+}
+
+// The depthwise nn.Conv1d: weight [C, 1, K] → [C, K].
+template <typename Set>
+void hf_ssm_conv(Set& set, const ModelConfig& c, MixerKind kind, const std::string& p, SsmWeights& w) {
+  const std::int64_t C = c.ssm_conv_dim(kind);
+  w.conv_weight = set.take(p + "conv1d.weight", {C, 1, c.ssm_d_conv}).reshape({C, c.ssm_d_conv});
+  if (c.ssm_conv_bias) w.conv_bias = set.take(p + "conv1d.bias", {C});
+}
+
+// Mamba's mixer (MambaMixer; Jamba's JambaMambaMixer adds dt/b/c_layernorm) under `p`.
+template <typename Set>
+SsmWeights hf_mamba_mixer(Set& set, const ModelConfig& c, const std::string& p) {
+  const std::int64_t D = c.d_model, E = c.ssm_d_inner, N = c.ssm_d_state, R = c.ssm_dt_rank;
+  SsmWeights w;
+  w.in_proj = hf_linear(set, p + "in_proj", 2 * E, D, c.ssm_proj_bias);
+  hf_ssm_conv(set, c, MixerKind::mamba, p, w);
+  w.x_proj = hf_linear(set, p + "x_proj", R + 2 * N, E, false);
+  w.dt_proj = hf_linear(set, p + "dt_proj", E, R, true);
+  w.A = hf_ssm_A(set, p + "A_log", {E, N});
+  w.D = set.take(p + "D", {E});
+  w.out_proj = hf_linear(set, p + "out_proj", D, E, c.ssm_proj_bias);
+  if (c.ssm_bcdt_norm) {
+    w.dt_norm = hf_norm(set, p + "dt_layernorm", R, false, false);
+    w.b_norm = hf_norm(set, p + "b_layernorm", N, false, false);
+    w.c_norm = hf_norm(set, p + "c_layernorm", N, false, false);
+  }
+  return w;
+}
+
+// Mamba-2's mixer (Mamba2Mixer) under `p`.
+template <typename Set>
+SsmWeights hf_mamba2_mixer(Set& set, const ModelConfig& c, const std::string& p) {
+  const std::int64_t D = c.d_model, E = c.ssm_d_inner, H = c.ssm_heads;
+  SsmWeights w;
+  w.in_proj = hf_linear(set, p + "in_proj", E + c.ssm_conv_dim(MixerKind::mamba2) + H, D, c.ssm_proj_bias);
+  hf_ssm_conv(set, c, MixerKind::mamba2, p, w);
+  w.dt_bias = set.take(p + "dt_bias", {H});
+  w.A = hf_ssm_A(set, p + "A_log", {H});
+  w.D = set.take(p + "D", {H});
+  w.norm = hf_norm(set, p + "norm", E, false, false);
+  w.out_proj = hf_linear(set, p + "out_proj", D, E, c.ssm_proj_bias);
+  return w;
+}
+
+// Mamba / Mamba-2: backbone.layers.{i}.{norm, mixer.*}, a mixer and no feed-forward.
+template <typename Set>
+BlockWeights mamba_block(Set& set, const HfModel& m, std::int64_t i) {
+  const ModelConfig& c = m.config;
+  const std::string b = fmt::format("{}layers.{}.", m.prefix, i);
+  BlockWeights blk;
+  blk.attn_norm = hf_norm(set, b + "norm", c.d_model, false, false);
+  blk.ssm = c.mixer(i) == MixerKind::mamba ? hf_mamba_mixer(set, c, b + "mixer.") : hf_mamba2_mixer(set, c, b + "mixer.");
+  return blk;
+}
+
+// Jamba: model.layers.{i}.{input_layernorm, self_attn.* | mamba.*, pre_ff_layernorm, feed_forward.*}.
+template <typename Set>
+BlockWeights jamba_block(Set& set, const HfModel& m, std::int64_t i) {
+  const ModelConfig& c = m.config;
+  const std::int64_t D = c.d_model, F = c.d_ff, hd = c.head_dim();
+  const std::string b = fmt::format("{}layers.{}.", m.prefix, i);
+  BlockWeights blk;
+  blk.attn_norm = hf_norm(set, b + "input_layernorm", D, false, false);
+  if (c.mixer(i) == MixerKind::attention) {
+    blk.q = hf_linear(set, b + "self_attn.q_proj", c.n_heads * hd, D, false);
+    blk.k = hf_linear(set, b + "self_attn.k_proj", c.n_kv_heads * hd, D, false);
+    blk.v = hf_linear(set, b + "self_attn.v_proj", c.n_kv_heads * hd, D, false);
+    blk.o = hf_linear(set, b + "self_attn.o_proj", D, c.n_heads * hd, false);
+  } else {
+    blk.ssm = hf_mamba_mixer(set, c, b + "mamba.");
+  }
+  blk.mlp_norm = hf_norm(set, b + "pre_ff_layernorm", D, false, false);
+  if (c.ffn(i) == FfnKind::moe) {
+    blk.moe = hf_moe(set, m, b + "feed_forward.");
+  } else {
+    blk.gate = hf_linear(set, b + "feed_forward.gate_proj", F, D, false);
+    blk.up = hf_linear(set, b + "feed_forward.up_proj", F, D, false);
+    blk.down = hf_linear(set, b + "feed_forward.down_proj", D, F, false);
+  }
+  return blk;
+}
+
 // Llama, Qwen2/3, Mistral, Gemma-3, Phi-3: model.layers.{i}.{input_layernorm, self_attn.*, mlp.*, ...}.
 template <typename Set>
 BlockWeights rotary_decoder_block(Set& set, const HfModel& m, std::int64_t i) {
@@ -100,13 +216,15 @@ BlockWeights rotary_decoder_block(Set& set, const HfModel& m, std::int64_t i) {
   } else {
     blk.mlp_norm = norm(b + "post_attention_layernorm", D);
   }
-  if (c.fused_gate_up) {
+  if (c.ffn(i) == FfnKind::moe) {
+    blk.moe = hf_moe(set, m, b + (m.family == HfFamily::mixtral ? "block_sparse_moe." : "mlp."));
+  } else if (c.fused_gate_up) {
     blk.gate_up = hf_linear(set, b + "mlp.gate_up_proj", 2 * F, D, c.mlp_bias);
   } else {
     blk.gate = hf_linear(set, b + "mlp.gate_proj", F, D, c.mlp_bias);
     blk.up = hf_linear(set, b + "mlp.up_proj", F, D, c.mlp_bias);
   }
-  blk.down = hf_linear(set, b + "mlp.down_proj", D, F, c.mlp_bias);
+  if (c.ffn(i) == FfnKind::dense) blk.down = hf_linear(set, b + "mlp.down_proj", D, F, c.mlp_bias);
   return blk;
 }
 
@@ -164,13 +282,19 @@ void settle_prefix(Set& set, HfModel& m) {
       if (set.has(std::string(prefix) + "embed_tokens.weight")) m.prefix = prefix, m.lm_head = head;
   }
   if (m.family == HfFamily::gpt2) m.prefix = set.has("transformer.wte.weight") ? "transformer." : "";
+  // Older Mamba checkpoints name it "embedding" (HF's load hook renames it to "embeddings").
+  if ((m.family == HfFamily::mamba || m.family == HfFamily::mamba2) && set.has(m.prefix + "embedding.weight"))
+    m.embedding = m.prefix + "embedding.weight";
 }
 
 // The names of the parts read by rows: the token embedding and an untied head.
 std::string token_embedding_name(const HfModel& m) {
+  if (!m.embedding.empty()) return m.embedding;
   switch (m.family) {
     case HfFamily::gpt2: return m.prefix + "wte.weight";
     case HfFamily::gpt_neox: return m.prefix + "embed_in.weight";
+    case HfFamily::mamba:
+    case HfFamily::mamba2: return m.prefix + "embeddings.weight";
     default: return m.prefix + "embed_tokens.weight";
   }
 }
@@ -184,6 +308,9 @@ BlockWeights hf_block(Set& set, const HfModel& m, std::int64_t i) {
     case HfFamily::gpt2: return gpt2_block(set, m, i);
     case HfFamily::gpt_neox: return gpt_neox_block(set, m, i);
     case HfFamily::opt: return opt_block(set, m, i);
+    case HfFamily::mamba:
+    case HfFamily::mamba2: return mamba_block(set, m, i);
+    case HfFamily::jamba: return jamba_block(set, m, i);
     default: return rotary_decoder_block(set, m, i);
   }
 }
@@ -195,6 +322,9 @@ NormWeights hf_final_norm(Set& set, const HfModel& m) {
     case HfFamily::gpt2: return {set.take(m.prefix + "ln_f.weight", {D}), set.take(m.prefix + "ln_f.bias", {D})};
     case HfFamily::gpt_neox: return hf_norm(set, m.prefix + "final_layer_norm", D, true, false);
     case HfFamily::opt: return hf_norm(set, m.prefix + "final_layer_norm", D, true, false);
+    case HfFamily::mamba:
+    case HfFamily::mamba2: return hf_norm(set, m.prefix + "norm_f", D, false, false);
+    case HfFamily::jamba: return hf_norm(set, m.prefix + "final_layernorm", D, false, false);
     default: return hf_norm(set, m.prefix + "norm", D, false, m.norm_plus_one);
   }
 }
@@ -295,7 +425,7 @@ class HfReader final : public ModelReader {
     json files = json::array();
     for (const auto& p : set_.paths()) files.push_back(p.filename().string());
     info_.notes["weight_files"] = files;
-    info_.weights_hash = hash_weight_files(set_.paths());
+    weight_files_ = set_.paths();
     sizes_.stored = set_.stored_bytes();
   }
 

@@ -11,7 +11,7 @@
 
 namespace qeval {
 
-enum class HfFamily { gpt2, llama, qwen2, qwen3, mistral, gemma3, phi3, gpt_neox, opt };
+enum class HfFamily { gpt2, llama, qwen2, qwen3, mistral, gemma3, phi3, gpt_neox, opt, mixtral, qwen2_moe, qwen3_moe, mamba, mamba2, jamba };
 
 struct HfModel {
   HfFamily family = HfFamily::llama;
@@ -23,8 +23,9 @@ struct HfModel {
   bool norm_plus_one = false;
   // Where the decoder's tensors live: "model." (…ForCausalLM), "model.language_model." or
   // "language_model.model." (Gemma3ForConditionalGeneration's text part).
-  std::string prefix = "model.";
+  std::string prefix = "model.";  // "backbone." for Mamba and Mamba-2
   std::string lm_head = "lm_head.weight";
+  std::string embedding;  // the token embedding's name when it is not the family's usual one
 };
 
 // `j` is config.json's object; `file` names it in errors; facts worth recording go to `notes`.

@@ -18,7 +18,9 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "loaders/checkpoints/checkpoint.h"
+#include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/model_reader_internal.h"
+#include "model/config_validation.h"
 
 #include <map>
 
@@ -79,6 +81,7 @@ class Llama2cReader final : public ModelReader {
   Llama2cReader(LoadedCheckpoint info, Float32Layout layout, PartSizes sizes)
       : ModelReader(std::move(info)), layout_(std::move(layout)) {
     sizes_ = std::move(sizes);
+    weight_files_ = {info_.path};
   }
   at::Tensor position_embedding() override { return at::Tensor(); }
   BlockWeights block(std::int64_t i) override {
@@ -108,39 +111,70 @@ class Llama2cReader final : public ModelReader {
 
 }  // namespace
 
-std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
+Llama2cHeader read_llama2c_header(const fs::path& path) {
   const std::string file = path.string();
   const std::uint64_t size = qeval::file_size(path);
   QEVAL_CHECK(size >= 28, "{}: truncated llama2.c checkpoint of {} bytes; expected a 28-byte header (7 int32)", file,
               size);
-  std::array<std::int32_t, 7> h{};
+  Llama2cHeader out;
+  std::array<std::int32_t, 7>& h = out.words;
   {
     std::ifstream in(path, std::ios::binary);
     QEVAL_CHECK(in.good(), "cannot open {}", file);
     in.read(reinterpret_cast<char*>(h.data()), 28);
   }
-  const std::int64_t D = h[0], F = h[1], L = h[2], H = h[3], Hkv = h[4], S = h[6];
-  const bool shared = h[5] > 0;
-  const std::int64_t V = std::abs(static_cast<std::int64_t>(h[5]));
+  out.shared_classifier = h[5] > 0;
   const std::string header = fmt::format("dim {}, hidden_dim {}, n_layers {}, n_heads {}, n_kv_heads {}, vocab_size {}, seq_len {}",
                                          h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
-  for (std::int64_t v : {D, F, L, H, Hkv, V, S})
+  // The header through the one validator (model/config_validation.h), before any size is computed from it.
+  ModelConfig& c = out.config;
+  ConfigSource src(file, "header field {}");
+  try {
+    c.architecture = "llama";
+    c.d_model = src.integer_value(ConfigField::d_model, "dim", h[0]);
+    c.d_ff = src.integer_value(ConfigField::d_ff, "hidden_dim", h[1]);
+    c.n_layers = src.integer_value(ConfigField::n_layers, "n_layers", h[2]);
+    c.n_heads = src.integer_value(ConfigField::n_heads, "n_heads", h[3]);
+    c.n_kv_heads = src.integer_value(ConfigField::n_kv_heads, "n_kv_heads", h[4]);
+    c.vocab_size = src.integer_value(ConfigField::vocab_size, "vocab_size (absolute value)", std::abs(static_cast<std::int64_t>(h[5])));
+    c.max_seq_len = src.integer_value(ConfigField::max_seq_len, "seq_len", h[6]);
+    c.norm = NormKind::rmsnorm;
+    c.norm_eps = 1e-5;
+    c.position = PositionKind::rope;
+    c.rope_pairing = RopePairing::interleaved;
+    c.rope_theta = 10000.0;
+    c.mlp = MlpKind::swiglu;
+    c.tied_embeddings = out.shared_classifier;
+    c.bos_id = 1;
+    c.eos_id = 2;
+    c.validate(src);
+  } catch (const Error& e) {
+    fail("{} (llama2.c v0 header: {}; not a llama2.c checkpoint?)", e.what(), header);
+  }
+  for (std::int64_t v : {c.d_model, c.d_ff, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.max_seq_len})
     QEVAL_CHECK(v > 0 && v <= kMaxDim, "{}: llama2.c header ({}) has a value outside 1..{}; not a llama2.c v0 checkpoint?",
                 file, header, kMaxDim);
-  QEVAL_CHECK(D % H == 0 && H % Hkv == 0 && (D / H) % 2 == 0,
-              "{}: llama2.c header ({}) needs dim divisible by n_heads, n_heads by n_kv_heads and an even head size",
-              file, header);
-  const std::int64_t hd = D / H, KV = D * Hkv / H;
-
-  const std::uint64_t floats = V * D + L * D + L * D * D + 2 * L * KV * D + L * D * D + L * D + 3 * L * F * D + D +
-                               2 * S * (hd / 2) + (shared ? 0 : V * D);
+  const std::int64_t D = c.d_model, F = c.d_ff, L = c.n_layers, V = c.vocab_size, S = c.max_seq_len;
+  const std::int64_t hd = D / c.n_heads, KV = D * c.n_kv_heads / c.n_heads;
+  out.floats = V * D + L * D + L * D * D + 2 * L * KV * D + L * D * D + L * D + 3 * L * F * D + D + 2 * S * (hd / 2) +
+               (out.shared_classifier ? 0 : V * D);
   // floats < 2^63 (each term is a product of values <= 2^20), but 4 * floats may pass 2^64:
   // compare in floats, not bytes.
-  const std::uint64_t expected = floats <= (UINT64_MAX - 28) / 4 ? 28 + 4 * floats : UINT64_MAX;
-  QEVAL_CHECK((size - 28) % 4 == 0 && (size - 28) / 4 == floats, "{}: llama2.c header ({}) implies {} bytes, but the file has {} ({} {} bytes){}", file,
+  const std::uint64_t expected = out.floats <= (UINT64_MAX - 28) / 4 ? 28 + 4 * out.floats : UINT64_MAX;
+  QEVAL_CHECK((size - 28) % 4 == 0 && (size - 28) / 4 == out.floats, "{}: llama2.c header ({}) implies {} bytes, but the file has {} ({} {} bytes){}", file,
               header, expected, size, size < expected ? "missing" : "extra",
               size < expected ? expected - size : size - expected,
               size < expected ? "; truncated?" : "; not a v0 checkpoint, or a different layout?");
+  return out;
+}
+
+std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
+  const Llama2cHeader header = read_llama2c_header(path);
+  const std::array<std::int32_t, 7>& h = header.words;
+  const bool shared = header.shared_classifier;
+  const ModelConfig& hc = header.config;
+  const std::int64_t D = hc.d_model, F = hc.d_ff, L = hc.n_layers, V = hc.vocab_size, S = hc.max_seq_len;
+  const std::int64_t hd = D / hc.n_heads, KV = D * hc.n_kv_heads / hc.n_heads;
 
   Float32Layout layout(path, 28);
   layout.add("tok_emb", {V, D});
@@ -160,25 +194,7 @@ std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
   const at::Tensor freq_real = layout.whole("freq_cis_real"), freq_imag = layout.whole("freq_cis_imag");
 
   LoadedCheckpoint out;
-  ModelConfig& c = out.config;
-  c.architecture = "llama";
-  c.vocab_size = V;
-  c.d_model = D;
-  c.d_ff = F;
-  c.n_layers = L;
-  c.n_heads = H;
-  c.n_kv_heads = Hkv;
-  c.max_seq_len = S;
-  c.norm = NormKind::rmsnorm;
-  c.norm_eps = 1e-5;
-  c.position = PositionKind::rope;
-  c.rope_pairing = RopePairing::interleaved;
-  c.rope_theta = 10000.0;
-  c.mlp = MlpKind::swiglu;
-  c.tied_embeddings = shared;
-  c.bos_id = 1;
-  c.eos_id = 2;
-  c.validate(file);
+  out.config = hc;
 
   // The stored tables should be cos/sin of pos * 10000^(-2i/hd); say how far they are.
   auto opts = at::TensorOptions().dtype(at::kDouble);
@@ -187,7 +203,6 @@ std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
                                       (freq_imag.to(at::kDouble) - angles.sin()).abs().max().item<double>());
   out.format = "llama2c";
   out.path = path;
-  out.weights_hash = hash_file(path);
   out.notes["header"] = {{"dim", h[0]},      {"hidden_dim", h[1]}, {"n_layers", h[2]}, {"n_heads", h[3]},
                          {"n_kv_heads", h[4]}, {"vocab_size", h[5]}, {"seq_len", h[6]}};
   out.notes["shared_classifier"] = shared;
@@ -203,7 +218,7 @@ std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
   sizes.blocks.assign(static_cast<std::size_t>(L), (2 * D + 2 * D * D + 2 * KV * D + 3 * F * D) * 4);
   sizes.final_norm = D * 4;
   sizes.lm_head = shared ? 0 : V * D * 4;
-  sizes.stored = static_cast<std::int64_t>(size - 28);
+  sizes.stored = static_cast<std::int64_t>(header.floats * 4);
   return std::make_unique<Llama2cReader>(std::move(out), std::move(layout), std::move(sizes));
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/model_reader_internal.h"
 
 namespace qeval {
@@ -23,15 +24,11 @@ namespace {
 
 std::int64_t float32_bytes(const at::Tensor& t) { return t.defined() ? t.numel() * 4 : 0; }
 
-std::int64_t float32_bytes(const NormWeights& n) { return float32_bytes(n.weight) + float32_bytes(n.bias); }
 
-std::int64_t float32_bytes(const LinearWeights& l) { return float32_bytes(l.weight) + float32_bytes(l.bias); }
 
 std::int64_t float32_bytes(const BlockWeights& b) {
-  std::int64_t total = float32_bytes(b.down_input_rotation);
-  for (const NormWeights* n : {&b.attn_norm, &b.q_norm, &b.k_norm, &b.post_attn_norm, &b.mlp_norm, &b.post_mlp_norm})
-    total += float32_bytes(*n);
-  for (const LinearWeights* l : {&b.qkv, &b.q, &b.k, &b.v, &b.o, &b.up, &b.gate, &b.gate_up, &b.down}) total += float32_bytes(*l);
+  std::int64_t total = 0;
+  for (const auto& [name, t] : named_tensors(b, 0)) total += float32_bytes(t);
   return total;
 }
 
@@ -51,7 +48,7 @@ void measure_parts(ModelReader& reader, PartSizes& sizes, const std::string& sou
     sizes.blocks.push_back(float32_bytes(w.blocks.back()));
   }
   w.final_norm = reader.final_norm();
-  sizes.final_norm = float32_bytes(w.final_norm);
+  sizes.final_norm = float32_bytes(w.final_norm.weight) + float32_bytes(w.final_norm.bias);
   w.lm_head = c.tied_embeddings ? w.token_embedding : reader.lm_head_rows(0, c.vocab_size);
   w.lm_head_bias = reader.lm_head_bias();
   sizes.lm_head = c.tied_embeddings ? 0 : float32_bytes(w.lm_head);
@@ -84,7 +81,13 @@ at::Tensor ModelReader::token_embedding_rows(const at::Tensor& ids) {
   return rows.index_select(0, where);
 }
 
+const std::string& ModelReader::weights_hash() {
+  if (info_.weights_hash.empty() && !weight_files_.empty()) info_.weights_hash = hash_weight_files(weight_files_);
+  return info_.weights_hash;
+}
+
 LoadedCheckpoint ModelReader::read_all() {
+  weights_hash();
   LoadedCheckpoint out = info_;
   const ModelConfig& c = config();
   ModelWeights& w = out.weights;
@@ -138,17 +141,8 @@ class ResidentReader final : public ModelReader {
     std::vector<at::Tensor> out{weights_.token_embedding, weights_.position_embedding, weights_.final_norm.weight,
                                 weights_.final_norm.bias, weights_.lm_head_bias};
     if (!weights_.lm_head.is_same(weights_.token_embedding)) out.push_back(weights_.lm_head);
-    for (const auto& b : weights_.blocks) {
-      for (const NormWeights* n : {&b.attn_norm, &b.q_norm, &b.k_norm, &b.post_attn_norm, &b.mlp_norm, &b.post_mlp_norm}) {
-        out.push_back(n->weight);
-        out.push_back(n->bias);
-      }
-      for (const LinearWeights* l : {&b.qkv, &b.q, &b.k, &b.v, &b.o, &b.up, &b.gate, &b.gate_up, &b.down}) {
-        out.push_back(l->weight);
-        out.push_back(l->bias);
-      }
-      out.push_back(b.down_input_rotation);
-    }
+    for (const auto& b : weights_.blocks)
+      for (const auto& [name, t] : named_tensors(b, 0)) out.push_back(t);
     std::vector<at::Tensor> defined;
     for (auto& t : out)
       if (t.defined()) defined.push_back(t);

@@ -47,8 +47,12 @@ class ModelReader {
   virtual ~ModelReader() = default;
 
   const ModelConfig& config() const { return info_.config; }
-  // Everything load_checkpoint returns but the weights: format, path, weights hash, notes.
+  // Everything load_checkpoint returns but the weights: format, path, notes (and the weights hash
+  // once weights_hash() has been asked for).
   const LoadedCheckpoint& info() const { return info_; }
+  // XXH3 of the weight files (LoadedCheckpoint::weights_hash), computed on first use: it reads
+  // every byte of the files, so a run that a memory plan refuses never waits for it.
+  const std::string& weights_hash();
   const PartSizes& part_sizes() const { return sizes_; }
   // Bytes this reader holds in memory whatever is read (a checkpoint format read whole at open,
   // such as a torch.save zip, or weights already in memory); 0 for readers by offset.
@@ -75,6 +79,7 @@ class ModelReader {
   virtual at::Tensor token_embedding_block(std::int64_t begin, std::int64_t count) = 0;
   LoadedCheckpoint info_;  // weights left empty
   PartSizes sizes_;
+  std::vector<std::filesystem::path> weight_files_;  // what weights_hash() hashes (empty: info_ has it)
 };
 
 // Detects the format as load_checkpoint does and opens it for reading by parts. Formats read by

@@ -90,7 +90,7 @@ class QevalReader final : public ModelReader {
                 extra.empty() ? "" : set_.file_of(extra.front()).path().filename().string(), extra.size());
     info_.format = "qeval";
     info_.path = dir;
-    info_.weights_hash = hash_weight_files(set_.paths());
+    weight_files_ = set_.paths();
     if (j.contains("metadata")) info_.notes["metadata"] = j["metadata"];
     if (info_.config.optimizer) info_.notes["optimizer"] = *info_.config.optimizer;
     sizes_.stored = set_.stored_bytes();

@@ -180,6 +180,13 @@ SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(p
     }
     previous = &name;
   }
+  // The data area is the tensors' bytes and nothing else (as the reference reader requires):
+  // bytes after the last tensor mean a file appended to, or a header that forgot a tensor.
+  std::uint64_t last_end = 0;
+  for (const auto& [name, info] : infos_) last_end = std::max(last_end, info.end);
+  QEVAL_CHECK(last_end == data_bytes, "{}: {} bytes after the last tensor's data (the data area has {} bytes, the tensors "
+              "end at {}); not a safetensors file as written, or a tensor missing from the header",
+              file, data_bytes - last_end, data_bytes, last_end);
 }
 
 const SafetensorsTensorInfo& SafetensorsFile::info(const std::string& name) const {

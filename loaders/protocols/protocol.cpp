@@ -211,31 +211,69 @@ std::optional<std::int32_t> resolve_bos(BosMode b, const Tokenizer* tokenizer, c
 
 namespace {
 
+// Documents tokenised piece by piece: a document longer than kPieceBytes is encoded in pieces cut
+// where the tokenizer says the encoding is exact (Tokenizer::continuation_cut), one piece per
+// append(), so a window costs the memory of a piece (the tokenizer's working memory is ~100 bytes
+// per byte of text) and not of the document. Where a tokenizer knows no exact cut within a piece
+// (a run of 256 KiB without a space, a tokenizer with no cut rule), the piece ends at a character
+// boundary instead: the tokens at that seam may differ from encoding the document whole, and
+// facts() counts such cuts ("inexact_cuts") so the record says so.
 class DocumentTokens : public TokenSupply {
  public:
+  static constexpr std::size_t kPieceBytes = std::size_t{256} << 10;
+
   DocumentTokens(std::unique_ptr<DocumentReader> documents, const Tokenizer& tokenizer, std::optional<std::int32_t> sep)
       : documents_(std::move(documents)), tokenizer_(tokenizer), separator_(sep) {}
   bool append(std::vector<std::int32_t>& out) override {
-    std::optional<std::string> doc = documents_->next();
-    if (!doc) return false;
-    ++documents_read_;
-    // The separator opens each document (llama2.c: BOS + story; GPT-2: <|endoftext|> between texts).
-    if (separator_) out.push_back(*separator_);
-    std::vector<std::int32_t> ids = tokenizer_.encode(*doc);
+    if (!document_) {
+      document_ = documents_->next();
+      if (!document_) return false;
+      ++documents_read_;
+      offset_ = 0;
+      // The separator opens each document (llama2.c: BOS + story; GPT-2: <|endoftext|> between texts).
+      if (separator_) {
+        out.push_back(*separator_);
+        ++tokens_read_;
+      }
+    }
+    const std::string_view rest = std::string_view(*document_).substr(offset_);
+    std::size_t take = rest.size();
+    if (rest.size() > kPieceBytes) {
+      take = tokenizer_.continuation_cut(rest, kPieceBytes);
+      if (take == 0) {
+        take = kPieceBytes;  // no exact cut: a character boundary (never inside a UTF-8 sequence)
+        while (take > 1 && (static_cast<unsigned char>(rest[take]) & 0xC0) == 0x80) --take;
+        ++inexact_cuts_;
+      }
+    }
+    const std::string_view piece = rest.substr(0, take);
+    std::vector<std::int32_t> ids = offset_ == 0 ? tokenizer_.encode(piece) : tokenizer_.encode_continuation(piece);
     out.insert(out.end(), ids.begin(), ids.end());
-    tokens_read_ += static_cast<std::int64_t>(ids.size()) + (separator_ ? 1 : 0);
+    tokens_read_ += static_cast<std::int64_t>(ids.size());
+    offset_ += take;
+    if (offset_ >= document_->size()) document_.reset();
     return true;
   }
   std::int64_t documents_read() const override { return documents_read_; }
   std::int64_t tokens_read() const override { return tokens_read_; }
-  nlohmann::json facts() const override { return {{"source", documents_->format()}, {"tokenizer", tokenizer_.kind()}}; }
+  nlohmann::json facts() const override {
+    nlohmann::json j = {{"source", documents_->format()}, {"tokenizer", tokenizer_.kind()}};
+    if (inexact_cuts_ > 0)
+      j["inexact_cuts"] = fmt::format(
+          "{} cuts inside documents longer than {} bytes fell where the tokenizer knows no exact cut; tokens at those "
+          "seams may differ from encoding the documents whole",
+          inexact_cuts_, kPieceBytes);
+    return j;
+  }
   std::string format() const override { return documents_->format(); }
 
  private:
   std::unique_ptr<DocumentReader> documents_;
   const Tokenizer& tokenizer_;
   std::optional<std::int32_t> separator_;
-  std::int64_t documents_read_ = 0, tokens_read_ = 0;
+  std::optional<std::string> document_;  // the document being encoded, from offset_ on
+  std::size_t offset_ = 0;
+  std::int64_t documents_read_ = 0, tokens_read_ = 0, inexact_cuts_ = 0;
 };
 
 }  // namespace

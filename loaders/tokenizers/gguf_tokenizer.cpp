@@ -80,6 +80,14 @@ class GgufBpeTokenizer final : public Tokenizer {
     }
     return ids;
   }
+  // Exact cuts only without user-defined tokens (a cut could split one; they are rare in GGUF BPE
+  // vocabularies, and such a tokenizer encodes each document whole).
+  std::size_t continuation_cut(std::string_view text, std::size_t limit) const override {
+    return user_defined_.empty() ? bpe_->continuation_cut(text, limit) : 0;
+  }
+  std::vector<std::int32_t> encode_continuation(std::string_view text) const override {
+    return user_defined_.empty() ? bpe_->encode_continuation(text) : encode(text);
+  }
   std::string decode(const std::vector<std::int32_t>& ids) const override { return bpe_->decode(ids); }
   std::int64_t vocab_size() const override { return bpe_->vocab_size(); }
   std::optional<std::int32_t> bos_id() const override { return bos_; }

@@ -67,6 +67,7 @@ class UserDefinedTokens {
   explicit UserDefinedTokens(const GgufVocab& vocab);
   // Empty text gives no fragments.
   std::vector<TextFragment> split(std::string_view text) const;
+  bool empty() const { return tokens_.empty(); }
 
  private:
   std::vector<std::pair<std::string, std::int32_t>> tokens_;  // longest first

@@ -237,6 +237,28 @@ std::vector<std::int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const 
   return ids;
 }
 
+std::size_t Gpt2BpeTokenizer::continuation_cut(std::string_view text, std::size_t limit) const {
+  constexpr std::size_t kMargin = 64;  // beyond any bounded look-ahead of the pre-tokenizers
+  if (text.size() <= 2 * kMargin || limit <= 2 * kMargin) return 0;
+  const std::string_view window = text.substr(0, std::min(limit + kMargin, text.size()));
+  const std::vector<std::string_view> pieces = bpe_pretokenize(pretokenizer_, window);
+  for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+    const auto s = static_cast<std::size_t>(it->data() - window.data());
+    if (s > limit || s + kMargin > window.size()) continue;
+    if (s < kMargin) break;
+    const auto before = static_cast<unsigned char>(text[s - 1]);
+    if (before > 0x20 && before < 0x7F) return s;
+  }
+  return 0;
+}
+
+std::vector<std::int32_t> Gpt2BpeTokenizer::encode_continuation(std::string_view text) const {
+  std::vector<std::int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  for (std::string_view piece : bpe_pretokenize(pretokenizer_, text)) bpe(piece, ids);
+  return ids;
+}
+
 std::string Gpt2BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   std::string text;
   for (std::size_t i = 0; i < ids.size(); ++i) {

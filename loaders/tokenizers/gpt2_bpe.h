@@ -49,6 +49,12 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   explicit Gpt2BpeTokenizer(Spec spec);
 
   std::vector<std::int32_t> encode(std::string_view text) const override;
+  // Cut at the start of a pre-tokenizer piece whose previous byte is printable ASCII (not
+  // whitespace), at least 64 bytes inside the text: BPE never merges across pieces, and the
+  // pre-tokenizers' matches look at most a few characters past their end except over whitespace
+  // runs, which such a cut never follows. The continuation gets no prefix space.
+  std::size_t continuation_cut(std::string_view text, std::size_t limit) const override;
+  std::vector<std::int32_t> encode_continuation(std::string_view text) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(id_bytes_.size()); }
   std::optional<std::int32_t> bos_id() const override { return end_of_text_; }

@@ -76,6 +76,10 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::load(const std::filesystem::
     tok->ids_.emplace(tok->pieces_[id], static_cast<std::int32_t>(id));  // keeps the lowest id
   }
   if (auto space = tok->lookup(" ")) tok->space_id_ = *space;
+  tok->cuttable_ = true;
+  for (const std::string& piece : tok->pieces_)
+    for (std::size_t i = 1; i < piece.size(); ++i)
+      if (piece[i] == ' ' && piece[i - 1] != ' ') tok->cuttable_ = false;
   return tok;
 }
 
@@ -85,12 +89,24 @@ std::optional<std::int32_t> Llama2cTokenizer::lookup(std::string_view s) const {
   return it->second;
 }
 
-std::vector<std::int32_t> Llama2cTokenizer::encode(std::string_view text) const {
+std::vector<std::int32_t> Llama2cTokenizer::encode(std::string_view text) const { return encode_text(text, true); }
+
+std::vector<std::int32_t> Llama2cTokenizer::encode_continuation(std::string_view text) const {
+  return encode_text(text, false);
+}
+
+std::size_t Llama2cTokenizer::continuation_cut(std::string_view text, std::size_t limit) const {
+  return cuttable_ ? cut_before_space(text, limit) : 0;
+}
+
+std::vector<std::int32_t> Llama2cTokenizer::encode_text(std::string_view text, bool dummy_prefix) const {
   std::vector<std::int32_t> tokens;
   if (text.empty()) return tokens;
-  QEVAL_CHECK(space_id_ >= 0, "{}: cannot encode: the vocabulary has no \" \" token for the dummy prefix", source_);
   tokens.reserve(text.size() + 1);
-  tokens.push_back(space_id_);
+  if (dummy_prefix) {
+    QEVAL_CHECK(space_id_ >= 0, "{}: cannot encode: the vocabulary has no \" \" token for the dummy prefix", source_);
+    tokens.push_back(space_id_);
+  }
 
   // UTF-8 characters exactly as run.c groups them: a non-continuation byte starts a group,
   // continuation bytes join it while it has fewer than 4 bytes.

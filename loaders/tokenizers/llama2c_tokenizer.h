@@ -34,6 +34,10 @@ class Llama2cTokenizer final : public Tokenizer {
   static std::unique_ptr<Llama2cTokenizer> load(const std::filesystem::path& path);
 
   std::vector<std::int32_t> encode(std::string_view text) const override;
+  // Cut before a space that follows a non-space (cut_before_space), when no piece of the
+  // vocabulary holds a non-space followed by a space; the continuation has no dummy prefix.
+  std::size_t continuation_cut(std::string_view text, std::size_t limit) const override;
+  std::vector<std::int32_t> encode_continuation(std::string_view text) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(pieces_.size()); }
   // llama2.c hard-codes BOS = 1 and EOS = 2.
@@ -48,6 +52,7 @@ class Llama2cTokenizer final : public Tokenizer {
 
  private:
   std::optional<std::int32_t> lookup(std::string_view s) const;
+  std::vector<std::int32_t> encode_text(std::string_view text, bool dummy_prefix) const;
 
   std::string source_;
   std::int32_t max_token_length_ = 0;
@@ -55,6 +60,7 @@ class Llama2cTokenizer final : public Tokenizer {
   std::vector<float> scores_;
   std::unordered_map<std::string, std::int32_t> ids_;  // lowest id per string
   std::int32_t space_id_ = -1;                         // the dummy prefix " ", if present
+  bool cuttable_ = false;                              // no piece spans "x " (continuation_cut)
 };
 
 }  // namespace qeval

@@ -128,6 +128,7 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
   QEVAL_CHECK(tok->vocab_size_ > 0, "{}: SentencePiece model has no pieces", path.string());
   if (const int32_t bos = tok->shim_->bos_id(h); bos >= 0) tok->bos_ = bos;
   if (const int32_t eos = tok->shim_->eos_id(h); eos >= 0) tok->eos_ = eos;
+  tok->choose_continuation();
   return tok;
 }
 
@@ -146,6 +147,45 @@ std::vector<std::int32_t> SentencePieceTokenizer::encode(std::string_view text) 
     ids.resize(static_cast<std::size_t>(n));
     if (fits) return ids;  // otherwise the normaliser expanded the text: call again with room
   }
+}
+
+void SentencePieceTokenizer::choose_continuation() {
+  // No piece may join a non-space to a following space (decode shows a piece's interior spaces;
+  // <unk> decodes to " ⁇ " and is never merged into).
+  const int32_t unk = shim_->unk_id(static_cast<const qeval_spm*>(handle_));
+  for (std::int32_t id = 0; id < vocab_size_; ++id) {
+    if (id == unk) continue;
+    const std::string piece = decode({id});
+    for (std::size_t i = 1; i < piece.size(); ++i)
+      if (piece[i] == ' ' && piece[i - 1] != ' ') return;
+  }
+  // The normaliser's handling of a leading space, tried on texts cut the way continuation_cut cuts.
+  const char* probes[] = {"ab cd", "a b c d", "the  end is near", "one, two. Three", "x y", "Hello world!"};
+  auto works = [&](Continuation how) {
+    for (const char* probe : probes) {
+      const std::string_view t(probe);
+      const std::size_t cut = cut_before_space(t, t.size());
+      std::vector<std::int32_t> joined = encode(t.substr(0, cut));
+      const std::string_view rest = how == Continuation::drop_space ? t.substr(cut + 1) : t.substr(cut);
+      const std::vector<std::int32_t> tail = encode(rest);
+      joined.insert(joined.end(), tail.begin(), tail.end());
+      if (joined != encode(t)) return false;
+    }
+    return true;
+  };
+  if (works(Continuation::drop_space))
+    continuation_ = Continuation::drop_space;
+  else if (works(Continuation::keep_space))
+    continuation_ = Continuation::keep_space;
+}
+
+std::size_t SentencePieceTokenizer::continuation_cut(std::string_view text, std::size_t limit) const {
+  return continuation_ == Continuation::none ? 0 : cut_before_space(text, limit);
+}
+
+std::vector<std::int32_t> SentencePieceTokenizer::encode_continuation(std::string_view text) const {
+  if (continuation_ == Continuation::drop_space && !text.empty() && text.front() == ' ') text.remove_prefix(1);
+  return encode(text);
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<std::int32_t>& ids) const {

@@ -60,6 +60,10 @@ GgufSpmTokenizer::GgufSpmTokenizer(GgufVocab vocab)
               "{}: tokenizer.ggml.add_bos_token is true, but there is no tokenizer.ggml.bos_token_id", source_);
   ids_.reserve(tokens_.size());
   for (std::size_t i = 0; i < tokens_.size(); ++i) ids_.emplace(tokens_[i], static_cast<std::int32_t>(i));
+  cuttable_ = user_defined_.empty();
+  for (const std::string& t : tokens_)
+    for (std::size_t at = t.find(kSpaceMark, 1); at != std::string::npos; at = t.find(kSpaceMark, at + 1))
+      if (at < kSpaceMark.size() || t.compare(at - kSpaceMark.size(), kSpaceMark.size(), kSpaceMark) != 0) cuttable_ = false;
   for (int b = 0; b < 256; ++b) {
     std::int32_t id = find(fmt::format("<0x{:02X}>", b));
     if (id < 0) id = find(std::string(1, static_cast<char>(b)));
@@ -72,9 +76,19 @@ std::int32_t GgufSpmTokenizer::find(std::string_view piece) const {
   return it == ids_.end() ? -1 : it->second;
 }
 
-std::vector<std::int32_t> GgufSpmTokenizer::encode(std::string_view text) const {
+std::vector<std::int32_t> GgufSpmTokenizer::encode(std::string_view text) const { return encode_text(text, true); }
+
+std::vector<std::int32_t> GgufSpmTokenizer::encode_continuation(std::string_view text) const {
+  return encode_text(text, false);
+}
+
+std::size_t GgufSpmTokenizer::continuation_cut(std::string_view text, std::size_t limit) const {
+  return cuttable_ ? cut_before_space(text, limit) : 0;
+}
+
+std::vector<std::int32_t> GgufSpmTokenizer::encode_text(std::string_view text, bool space_prefix) const {
   std::vector<std::int32_t> ids;
-  bool after_special = true;  // the text start counts as following a special token
+  bool after_special = space_prefix;  // the text start counts as following a special token
   std::string escaped;
   for (const TextFragment& f : user_defined_.split(text)) {
     if (f.token >= 0) {

@@ -41,6 +41,10 @@ class GgufSpmTokenizer final : public Tokenizer {
   GgufSpmTokenizer& operator=(const GgufSpmTokenizer&) = delete;
 
   std::vector<std::int32_t> encode(std::string_view text) const override;
+  // cut_before_space, when the vocabulary has no user-defined tokens and no token holds a
+  // non-space followed by U+2581; the continuation gets no space prefix.
+  std::size_t continuation_cut(std::string_view text, std::size_t limit) const override;
+  std::vector<std::int32_t> encode_continuation(std::string_view text) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(tokens_.size()); }
   std::optional<std::int32_t> bos_id() const override { return bos_; }
@@ -54,6 +58,7 @@ class GgufSpmTokenizer final : public Tokenizer {
  private:
   // One fragment, spaces already U+2581 (llm_tokenizer_spm_session::tokenize).
   void encode_fragment(std::string_view text, std::vector<std::int32_t>& out) const;
+  std::vector<std::int32_t> encode_text(std::string_view text, bool space_prefix) const;
   std::int32_t find(std::string_view piece) const;  // -1 when not a token
 
   UserDefinedTokens user_defined_;  // first: built from the vocabulary before it moves in
@@ -67,6 +72,7 @@ class GgufSpmTokenizer final : public Tokenizer {
   bool add_bos_ = true;
   bool add_bos_key_ = false;  // tokenizer.ggml.add_bos_token present and true
   bool add_space_prefix_ = true;
+  bool cuttable_ = false;  // continuation_cut's conditions hold
 };
 
 }  // namespace qeval

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/files.h"
 #include "loaders/tokenizers/gguf_tokenizer.h"
@@ -13,6 +15,12 @@
 namespace qeval {
 
 namespace fs = std::filesystem;
+
+std::size_t cut_before_space(std::string_view text, std::size_t limit) {
+  for (std::size_t s = std::min(limit, text.size() > 0 ? text.size() - 1 : 0); s > 0; --s)
+    if (text[s] == ' ' && text[s - 1] != ' ') return s;
+  return 0;
+}
 
 namespace {
 

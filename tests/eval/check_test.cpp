@@ -47,7 +47,7 @@ TEST(Check, DpplIncreaseBeyondTheAbsoluteLimitIsAViolationWithItsNumbers) {
   nlohmann::json now = baseline();
   now["schemes"][1]["vs_full"]["dppl"] = 2.75;  // coarse: +0.75 > 0.5
   now["schemes"][2]["vs_full"]["dppl"] = 0.5;   // fine: +0.4, within
-  CheckReport r = check_record(baseline(), now, t, {false, "B.json", "R.json"});
+  CheckReport r = check_record(baseline(), test::sealed(now), t, {false, "B.json", "R.json"});
   ASSERT_EQ(r.violations(), 1u);
   const CheckItem* coarse = item(r, "int8-coarse", "ΔPPL");
   ASSERT_NE(coarse, nullptr);
@@ -66,7 +66,7 @@ TEST(Check, ImprovementsNeverViolateAnIncreaseLimit) {
   nlohmann::json now = baseline();
   now["schemes"][1]["vs_full"]["dppl"] = 0.5;
   now["schemes"][0]["perplexity"]["ppl"] = 9.0;
-  EXPECT_TRUE(check_record(baseline(), now, t).passed());
+  EXPECT_TRUE(check_record(baseline(), test::sealed(now), t).passed());
 }
 
 TEST(Check, EitherLimitSufficesWhenBothAreGiven) {
@@ -74,16 +74,16 @@ TEST(Check, EitherLimitSufficesWhenBothAreGiven) {
   auto t = tolerances(R"({"schemes": {"int8-coarse": {"dppl_abs": 0.25, "dppl_rel": 0.5}}})");
   nlohmann::json now = baseline();
   now["schemes"][1]["vs_full"]["dppl"] = 2.9;
-  CheckReport r = check_record(baseline(), now, t);
+  CheckReport r = check_record(baseline(), test::sealed(now), t);
   EXPECT_TRUE(r.passed());
   EXPECT_DOUBLE_EQ(item(r, "int8-coarse", "ΔPPL")->allowed, 1.0);
   now["schemes"][1]["vs_full"]["dppl"] = 3.1;
-  EXPECT_FALSE(check_record(baseline(), now, t).passed());
+  EXPECT_FALSE(check_record(baseline(), test::sealed(now), t).passed());
   // Relative alone scales with the baseline.
   auto rel = tolerances(R"({"schemes": {"int8-fine": {"dppl_rel": 1.0}}})");
   now = baseline();
   now["schemes"][2]["vs_full"]["dppl"] = 0.25;  // +0.15 > 1.0 × 0.1
-  r = check_record(baseline(), now, rel);
+  r = check_record(baseline(), test::sealed(now), rel);
   ASSERT_EQ(r.violations(), 1u);
   EXPECT_DOUBLE_EQ(item(r, "int8-fine", "ΔPPL")->allowed, 0.1);
 }
@@ -93,7 +93,7 @@ TEST(Check, NamedSchemeOverridesTheDefaultAndUnnamedSchemesWithoutDefaultAreNote
   nlohmann::json now = baseline();
   now["schemes"][1]["vs_full"]["dppl"] = 6.0;   // +4, within 5
   now["schemes"][2]["vs_full"]["dppl"] = 50.0;  // fine has no tolerance: not checked
-  CheckReport r = check_record(baseline(), now, t);
+  CheckReport r = check_record(baseline(), test::sealed(now), t);
   EXPECT_TRUE(r.passed());
   EXPECT_EQ(r.items.size(), 1u);
   EXPECT_TRUE(contains(format_check_markdown(r), "scheme int8-fine: no tolerance given, not checked"));
@@ -103,13 +103,13 @@ TEST(Check, StatisticDirections) {
   nlohmann::json now = baseline();
   now["schemes"][0]["statistics"] = hand_statistics(4.0, 2.0, 20.0, 5.0, 10.0, 20.0);  // kurtosis rest 3 → 2
   auto both = tolerances(R"({"statistics": {"kurtosis_rest": {"abs": 0.5}}})");
-  CheckReport r = check_record(baseline(), now, both);
+  CheckReport r = check_record(baseline(), test::sealed(now), both);
   ASSERT_EQ(r.violations(), 1u);
   EXPECT_DOUBLE_EQ(item(r, "full", "kurtosis_rest")->change, 1.0);
   auto increase = tolerances(R"({"statistics": {"kurtosis_rest": {"abs": 0.5, "direction": "increase"}}})");
-  EXPECT_TRUE(check_record(baseline(), now, increase).passed());
+  EXPECT_TRUE(check_record(baseline(), test::sealed(now), increase).passed());
   auto decrease = tolerances(R"({"statistics": {"kurtosis_rest": {"abs": 0.5, "direction": "decrease"}}})");
-  EXPECT_FALSE(check_record(baseline(), now, decrease).passed());
+  EXPECT_FALSE(check_record(baseline(), test::sealed(now), decrease).passed());
 }
 
 TEST(Check, EveryStatisticIsReadFromItsPlace) {
@@ -135,7 +135,7 @@ TEST(Check, EveryStatisticIsReadFromItsPlace) {
     nlohmann::json t = {{"statistics", nlohmann::json::object()}};
     for (std::size_t other = 0; other < names.size(); ++other)
       t["statistics"][names[other]] = {{"abs", other == k ? k + 0.5 : 100.0}};
-    CheckReport r = check_record(base, now, Tolerances::from_json(t, "t"));
+    CheckReport r = check_record(test::sealed(base), test::sealed(now), Tolerances::from_json(t, "t"));
     ASSERT_EQ(r.violations(), 1u) << names[k];
     const CheckItem* i = item(r, "full", names[k]);
     ASSERT_NE(i, nullptr) << names[k];
@@ -149,7 +149,7 @@ TEST(Check, StatisticThatBecameNanIsAViolationAndANullBaselineIsNoted) {
   nlohmann::json base = baseline(), now = baseline();
   now["schemes"][0]["statistics"]["hidden"]["kurtosis"]["first"] = nullptr;
   base["schemes"][0]["statistics"]["hidden"]["kurtosis"]["rest"] = nullptr;
-  CheckReport r = check_record(base, now, t);
+  CheckReport r = check_record(test::sealed(base), test::sealed(now), t);
   ASSERT_EQ(r.violations(), 1u);
   EXPECT_TRUE(item(r, "full", "kurtosis_first")->violated);
   EXPECT_EQ(item(r, "full", "kurtosis_rest"), nullptr);
@@ -164,7 +164,7 @@ TEST(Check, MultipleViolationsAreAllNamed) {
   now["schemes"][1]["vs_full"]["dppl"] = 3.0;
   now["schemes"][2]["vs_full"]["dppl"] = 0.3;
   now["schemes"][0]["statistics"]["hidden"]["max_abs"]["first"] = 40.0;
-  CheckReport r = check_record(baseline(), now, t);
+  CheckReport r = check_record(baseline(), test::sealed(now), t);
   EXPECT_EQ(r.violations(), 3u);
   std::string md = format_check_markdown(r);
   EXPECT_TRUE(contains(md, "- int8-coarse ΔPPL:")) << md;
@@ -180,19 +180,19 @@ TEST(Check, MissingSchemeIsAnErrorUnlessSkipped) {
   now["schemes"].erase(1);  // no int8-coarse
   auto t = tolerances(R"({"schemes": {"*": {"dppl_abs": 0.1}}})");
   try {
-    check_record(baseline(), now, t, {false, "B.json", "R.json"});
+    check_record(baseline(), test::sealed(now), t, {false, "B.json", "R.json"});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "R.json has no scheme 'int8-coarse'")) << e.what();
   }
   auto skip = tolerances(R"({"missing_scheme": "skip", "schemes": {"*": {"dppl_abs": 0.1}}})");
-  CheckReport r = check_record(baseline(), now, skip);
+  CheckReport r = check_record(baseline(), test::sealed(now), skip);
   EXPECT_TRUE(r.passed());
   EXPECT_TRUE(contains(format_check_markdown(r), "scheme int8-coarse is missing"));
   auto optional = tolerances(R"({"schemes": {"*": {"dppl_abs": 0.1}, "int8-coarse": {"required": false}}})");
-  EXPECT_TRUE(check_record(baseline(), now, optional).passed());
-  auto required = tolerances(R"({"missing_scheme": "skip", "schemes": {"int8-coarse": {"required": true}}})");
-  EXPECT_THROW(check_record(baseline(), now, required), Error);
+  EXPECT_TRUE(check_record(baseline(), test::sealed(now), optional).passed());
+  auto required = tolerances(R"({"missing_scheme": "skip", "schemes": {"full": {"ppl_abs": 1}, "int8-coarse": {"required": true}}})");
+  EXPECT_THROW(check_record(baseline(), test::sealed(now), required), Error);
 }
 
 TEST(Check, ToleranceForASchemeTheBaselineLacksIsAnError) {
@@ -205,42 +205,42 @@ TEST(Check, ProtocolDataOrPrecisionMismatchIsAnErrorUnlessAllowed) {
   nlohmann::json now = baseline();
   now["protocol"] = hand_protocol(128);
   try {
-    check_record(baseline(), now, t, {false, "B.json", "R.json"});
+    check_record(baseline(), test::sealed(now), t, {false, "B.json", "R.json"});
     FAIL() << "expected a protocol mismatch";
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "protocol.seq_len: 256 vs 128")) << e.what();
     EXPECT_TRUE(contains(e.what(), "--allow-protocol-mismatch")) << e.what();
   }
-  CheckReport r = check_record(baseline(), now, t, {true, "B.json", "R.json"});
+  CheckReport r = check_record(baseline(), test::sealed(now), t, {true, "B.json", "R.json"});
   EXPECT_TRUE(r.passed());
   EXPECT_TRUE(contains(format_check_markdown(r), "differ (allowed)"));
   now = baseline();
   now["data"]["hash"] = "other";
-  EXPECT_THROW(check_record(baseline(), now, t), Error);
+  EXPECT_THROW(check_record(baseline(), test::sealed(now), t), Error);
   now = baseline();
   now["precision"]["dtype"] = "fp16";
-  EXPECT_THROW(check_record(baseline(), now, t), Error);
+  EXPECT_THROW(check_record(baseline(), test::sealed(now), t), Error);
   // The model is what CI changes: another checkpoint and tokenizer counts are fine.
   now = baseline();
   now["model"]["path"] = "runs/next";
   now["protocol"]["token_stream_hash"] = "other";
-  EXPECT_NO_THROW(check_record(baseline(), now, t));
+  EXPECT_NO_THROW(check_record(baseline(), test::sealed(now), t));
 }
 
 TEST(Check, MissingStatisticsAreErrors) {
   auto t = tolerances(R"({"statistics": {"first_attn_pct": {"abs": 1}}})");
   nlohmann::json now = baseline();
   now["schemes"][0]["statistics"] = nullptr;
-  EXPECT_THROW(check_record(baseline(), now, t), Error);  // new record lacks statistics
+  EXPECT_THROW(check_record(baseline(), test::sealed(now), t), Error);  // new record lacks statistics
   nlohmann::json base = baseline();
   base["schemes"][0]["statistics"] = nullptr;
-  EXPECT_THROW(check_record(base, baseline(), t), Error);  // baseline has none at all
+  EXPECT_THROW(check_record(test::sealed(base), baseline(), t), Error);  // baseline has none at all
   now = baseline();
   now["schemes"][0]["statistics"].erase("attention");
-  EXPECT_THROW(check_record(baseline(), now, t), Error);  // new record ran --no-attention-stats
+  EXPECT_THROW(check_record(baseline(), test::sealed(now), t), Error);  // new record ran --no-attention-stats
   base = baseline();
   base["schemes"][0]["statistics"].erase("attention");
-  EXPECT_THROW(check_record(base, baseline(), t), Error);  // baseline did
+  EXPECT_THROW(check_record(test::sealed(base), baseline(), t), Error);  // baseline did
   auto for_coarse = tolerances(R"({"statistics_for": ["int8-coarse"], "statistics": {"kurtosis_rest": {"abs": 1}}})");
   EXPECT_THROW(check_record(baseline(), baseline(), for_coarse), Error);  // baseline has no coarse statistics
 }

@@ -1,11 +1,17 @@
-// Hand-made result records for compare/check/plot tests: exactly the fields those commands read
-// (eval/compare.h, eval/check.h), plus schema_version so that read_record accepts them.
+// Hand-made result records for compare/check/plot tests: the fields those commands read
+// (eval/compare.h, eval/check.h), schema_version so that read_record accepts them, and per-window
+// rows consistent with every summary, so that they pass verify_record as records qeval writes do.
 #pragma once
 
 #include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "eval/token_scores.h"
 
 namespace qeval::test {
 
@@ -48,6 +54,66 @@ inline nlohmann::json hand_protocol(std::int64_t seq_len = 256) {
           {"token_stream_hash", "00112233aabbccdd"}, {"separator_id", 1}};
 }
 
+// Per-window rows that give a scheme's PPL (and its ΔPPL against full precision), and the
+// summaries recomputed from them, so that the record passes verify_record (eval/record_verify.h)
+// exactly like one qeval wrote: every window scores seq_len − 1 tokens at a constant NLL of
+// log(PPL). `sealed` rebuilds the rows and summaries of a record whose "ppl" (full precision) or
+// "dppl" (other schemes) a test has changed, keeping everything else.
+inline nlohmann::json sealed(nlohmann::json record) {
+  const nlohmann::json& protocol = record.at("protocol");
+  const std::int64_t windows = protocol.at("windows").get<std::int64_t>();
+  const std::int64_t tokens = protocol.at("seq_len").get<std::int64_t>() - 1;
+  auto& list = record.at("schemes");
+  const double full_ppl = list.front().at("perplexity").at("ppl").get<double>();
+  std::vector<std::map<std::int64_t, WindowScores>> rows;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const double ppl = i == 0 ? full_ppl : full_ppl + list[i].at("vs_full").at("dppl").get<double>();
+    const double nll = std::log(ppl), diff = nll - std::log(full_ppl);
+    std::map<std::int64_t, WindowScores> r;
+    for (std::int64_t w = 0; w < windows; ++w) {
+      WindowScores s;
+      s.tokens = tokens;
+      s.nll_sum = static_cast<double>(tokens) * nll;
+      s.nll_sq_sum = static_cast<double>(tokens) * nll * nll;
+      if (i > 0) {
+        s.diff_sum = static_cast<double>(tokens) * diff;
+        s.diff_sq_sum = static_cast<double>(tokens) * diff * diff;
+        s.kl_sum = static_cast<double>(tokens) * std::fabs(diff);
+        s.top1_agree = tokens - (diff > 0 ? 1 : 0);
+        s.dp_sum = 0;
+      } else {
+        s.top1_agree = tokens;
+      }
+      r[w] = s;
+    }
+    rows.push_back(std::move(r));
+  }
+  const SchemeSummary full = summarize(rows.front());
+  std::int64_t scored = 0;
+  for (const auto& [w, r] : rows.front()) scored += r.tokens;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const SchemeSummary s = summarize(rows[i]);
+    // The numbers the test gave, exactly: they agree with what the rows give to ~1e-15, well
+    // inside verify_record's 1e-9.
+    const double dppl = i == 0 ? 0.0 : list[i].at("vs_full").at("dppl").get<double>();
+    list[i]["perplexity"] = s.to_json();
+    list[i]["perplexity"]["ppl"] = full_ppl + dppl;
+    list[i]["vs_full"] = {{"dppl", dppl},
+                          {"dppl_rel", dppl / full_ppl},
+                          {"paired_dnll_mean", s.diff_mean},
+                          {"paired_dnll_se", s.diff_se},
+                          {"kl_mean", s.kl_mean},
+                          {"top1_agreement", s.top1_agreement},
+                          {"dp_correct_mean", s.dp_mean}};
+    nlohmann::json per_window = nlohmann::json::object();
+    for (const auto& [w, r] : rows[i]) per_window[std::to_string(w)] = r.to_json();
+    list[i]["per_window"] = per_window;
+    if (list[i].contains("statistics") && list[i]["statistics"].is_object()) list[i]["statistics"]["windows"] = windows;
+  }
+  record["protocol"]["scored_tokens"] = scored;
+  return record;
+}
+
 inline nlohmann::json hand_record(const std::string& model_path, const std::string& softmax,
                                   std::optional<std::string> optimizer, const std::vector<HandScheme>& schemes,
                                   nlohmann::json protocol = hand_protocol(), const std::string& data_hash = "d0d0") {
@@ -56,15 +122,16 @@ inline nlohmann::json hand_record(const std::string& model_path, const std::stri
   nlohmann::json list = nlohmann::json::array();
   for (const auto& s : schemes)
     list.push_back({{"name", s.name},
+                    {"description", {{"execution", "fp32"}, {"scheme", {{"name", s.name}}}}},
                     {"perplexity", {{"ppl", s.ppl}}},
                     {"vs_full", {{"dppl", s.dppl}}},
                     {"statistics", s.statistics}});
-  return {{"schema_version", 1},
-          {"model", {{"path", model_path}, {"config", config}}},
-          {"data", {{"hash", data_hash}, {"text_split", "paragraph"}, {"json_field", "text"}}},
-          {"protocol", protocol},
-          {"precision", {{"dtype", "fp32"}, {"device", "cpu"}}},
-          {"schemes", list}};
+  return sealed({{"schema_version", 1},
+                 {"model", {{"path", model_path}, {"config", config}}},
+                 {"data", {{"hash", data_hash}, {"text_split", "paragraph"}, {"json_field", "text"}}},
+                 {"protocol", protocol},
+                 {"precision", {{"dtype", "fp32"}, {"device", "cpu"}}},
+                 {"schemes", list}});
 }
 
 }  // namespace qeval::test

@@ -155,23 +155,23 @@ TEST(FamilySwitches, ValidationNamesTheInconsistency) {
   };
   ModelConfig bad = c;
   bad.attention_windows.pop_back();
-  EXPECT_TRUE(refused(bad, {"cfg", "attention_windows has 6 entries", "7"}));
+  EXPECT_TRUE(refused(bad, {"cfg", "\"attention_windows\" has 6 entries", "7"}));
   bad = c, bad.attention_windows[2] = -1;
-  EXPECT_TRUE(refused(bad, {"cfg", "attention window -1"}));
+  EXPECT_TRUE(refused(bad, {"cfg", "\"attention_windows\" has the window -1"}));
   bad = c, bad.norm = NormKind::layernorm;
   EXPECT_TRUE(refused(bad, {"cfg", "qk_norm needs norm rmsnorm"}));
   bad = c, bad.rotary_dim = 13;
-  EXPECT_TRUE(refused(bad, {"cfg", "rotary_dim 13"}));
+  EXPECT_TRUE(refused(bad, {"cfg", "\"rotary_dim\" gives 13 rotary channels"}));
   bad = c, bad.rotary_dim = 6, bad.head_size = 0;  // 16 / 2 = 8 per head now, so 6 rotate: fine
   EXPECT_NO_THROW(bad.validate("cfg"));
   bad = c, bad.rotary_dim = 5;
-  EXPECT_TRUE(refused(bad, {"cfg", "even number of rotated channels", "5"}));
+  EXPECT_TRUE(refused(bad, {"cfg", "\"rotary_dim\" gives 5 rotary channels", "even"}));
   bad = c, bad.mlp = MlpKind::relu, bad.fused_gate_up = true;
   EXPECT_TRUE(refused(bad, {"cfg", "fused_gate_up needs a gated MLP", "relu"}));
   bad = c, bad.parallel_residual = true;
   EXPECT_TRUE(refused(bad, {"cfg", "sandwich_norms and parallel_residual"}));
   bad = c, bad.embedding_scale = 0;
-  EXPECT_TRUE(refused(bad, {"cfg", "embedding_scale must be positive"}));
+  EXPECT_TRUE(refused(bad, {"cfg", "\"embedding_scale\" is 0: expected a finite number > 0"}));
   bad = c, bad.final_logit_softcap = -1;
   EXPECT_TRUE(refused(bad, {"cfg", "final_logit_softcap"}));
 }

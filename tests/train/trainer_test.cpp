@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -189,6 +190,97 @@ TEST(Trainer, BosPerWindowOpensEveryWindowWithBos) {
   resumed.resume = dir / "half";
   resumed.bos_per_window = true;
   EXPECT_THROW(run_training(resumed), Error);
+}
+
+TEST(KeepSchedule, EveryNAndLogSpacedLikePythia) {
+  auto kept = [](const KeepSchedule& s, std::int64_t up_to) {
+    std::vector<std::int64_t> out;
+    for (std::int64_t step = 1; step <= up_to; ++step)
+      if (s.keeps(step)) out.push_back(step);
+    return out;
+  };
+  EXPECT_FALSE(KeepSchedule::parse("").enabled());
+  EXPECT_EQ(kept(KeepSchedule::parse("5"), 17), (std::vector<std::int64_t>{5, 10, 15}));
+  EXPECT_EQ(kept(KeepSchedule::parse("log:50"), 160), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 50, 100, 150}));
+  EXPECT_EQ(kept(KeepSchedule::parse("log:64"), 130), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 64, 128}));
+  EXPECT_EQ(KeepSchedule::parse("log:50").to_string(), "log:50");
+  for (const char* bad : {"0", "log:", "log:0", "-3", "every 5", "5x", "log:5:6"}) {
+    SCOPED_TRACE(bad);
+    try {
+      KeepSchedule::parse(bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--keep-checkpoints"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// --keep-checkpoints: step-N/ folders on the schedule and at the last step, each a normal
+// checkpoint with its place in the run in its metadata; the last one is the run's own model.
+TEST(Trainer, KeepCheckpointsWritesALoadableSeries) {
+  test::TempDir dir;
+  TrainOptions o = tiny(dir, false);
+  o.out = dir / "run";
+  o.keep = KeepSchedule::parse("log:4");  // 1, 2, 4, 8 and the last step, 12
+  TrainResult r = run_training(o);
+  const std::vector<std::int64_t> steps = {1, 2, 4, 8, 12};
+  for (std::int64_t step : steps) {
+    SCOPED_TRACE(step);
+    const auto folder = o.out / kept_folder_name(step);
+    LoadedCheckpoint ck = load_checkpoint(folder);
+    const nlohmann::json& meta = ck.notes.at("metadata");
+    EXPECT_EQ(meta.at("step").get<std::int64_t>(), step);
+    EXPECT_EQ(meta.at("tokens_seen").get<std::int64_t>(), step * o.batch_size * o.seq_len);
+    EXPECT_DOUBLE_EQ(meta.at("lr").get<double>(), learning_rate(o, step - 1));
+    EXPECT_TRUE(meta.at("val_loss").is_number()) << meta.dump();  // measured at every kept step
+    EXPECT_TRUE(meta.at("train_loss").is_number());
+    EXPECT_EQ(meta.at("training").at("warmup"), o.warmup);
+    EXPECT_TRUE(std::filesystem::exists(folder / "tok512.bin"));
+    EXPECT_FALSE(std::filesystem::exists(folder / "optimizer.safetensors"));  // only resuming needs the moments
+  }
+  std::size_t folders = 0;
+  for (const auto& e : std::filesystem::directory_iterator(o.out)) folders += e.is_directory();
+  EXPECT_EQ(folders, steps.size()) << "no partial folder left behind";
+  EXPECT_EQ(read_file(o.out / "step-12" / "model.safetensors"), read_file(o.out / "model.safetensors"));
+  const auto manifest = nlohmann::json::parse(read_file(o.out / "checkpoints.json"));
+  EXPECT_EQ(manifest.at("steps"), nlohmann::json(steps));
+  EXPECT_EQ(manifest.at("finished"), true);
+  EXPECT_EQ(manifest.at("schedule"), "log:4");
+
+  // Step 4's weights are those of a run stopped at step 4.
+  TrainOptions short_run = tiny(dir, false);
+  short_run.stop_after = 4;
+  TrainResult four = run_training(short_run);
+  LoadedCheckpoint kept4 = load_checkpoint(o.out / "step-4");
+  auto t4 = named(four);
+  for (const auto& [name, t] : qeval_named_tensors(kept4.config, kept4.weights))
+    EXPECT_TRUE(test::tensors_equal(t, t4.at(name))) << name;
+
+  TrainOptions no_out = tiny(dir, false);
+  no_out.keep = KeepSchedule::parse("4");
+  EXPECT_THROW(run_training(no_out), Error);
+}
+
+// A run stopped early keeps its last step but is not finished; resumed, it completes the series.
+TEST(Trainer, KeepCheckpointsAcrossAResume) {
+  test::TempDir dir;
+  TrainOptions first = tiny(dir, false);
+  first.out = dir / "run";
+  first.keep = KeepSchedule::parse("4");
+  first.stop_after = 6;
+  run_training(first);
+  auto manifest = nlohmann::json::parse(read_file(first.out / "checkpoints.json"));
+  EXPECT_EQ(manifest.at("steps"), nlohmann::json({4, 6}));
+  EXPECT_EQ(manifest.at("finished"), false);
+
+  TrainOptions second = tiny(dir, false);
+  second.out = dir / "run";
+  second.resume = dir / "run";
+  second.keep = KeepSchedule::parse("4");
+  run_training(second);
+  manifest = nlohmann::json::parse(read_file(second.out / "checkpoints.json"));
+  EXPECT_EQ(manifest.at("steps"), nlohmann::json({4, 6, 8, 12}));
+  EXPECT_EQ(manifest.at("finished"), true);
 }
 
 }  // namespace

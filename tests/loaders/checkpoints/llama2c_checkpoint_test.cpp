@@ -82,12 +82,12 @@ TEST(Llama2cCheckpointBadInput, TruncatedOrPaddedFiles) {
   test::write_bytes(tmp / "header.bin", bytes.substr(0, 10));
   EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "header.bin"); }, {"header.bin", "truncated", "28-byte header"}));
   test::write_bytes(tmp / "zeros.bin", std::string(1000, '\0'));
-  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "zeros.bin"); }, {"zeros.bin", "dim 0", "outside"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "zeros.bin"); }, {"zeros.bin", "header field dim is 0", "not a llama2.c checkpoint?"}));
   std::string odd = bytes;
   std::int32_t heads = 7;  // 64 is not a multiple of 7
   std::memcpy(odd.data() + 12, &heads, 4);
   test::write_bytes(tmp / "odd.bin", odd);
-  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "odd.bin"); }, {"odd.bin", "n_heads 7", "divisible"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp / "odd.bin"); }, {"odd.bin", "header field n_heads 7 is not a multiple of header field n_kv_heads 4"}));
 }
 
 }  // namespace

@@ -208,7 +208,7 @@ TEST(QevalCheckpointBadInput, WeightsThatDoNotMatchTheConfig) {
   json config = config_to_json(c);
   config["n_heads"] = 3;
   write_file_atomic(tmp / "config.json", config.dump());
-  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp.path()); }, {"config.json", "n_heads 3"}));
+  EXPECT_TRUE(test::throws_with([&] { load_checkpoint(tmp.path()); }, {"config.json", "\"n_heads\" 3"}));
   config = config_to_json(c);
   config["norm"] = "batchnorm";
   write_file_atomic(tmp / "config.json", config.dump());

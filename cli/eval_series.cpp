@@ -1,0 +1,196 @@
+#include "cli/eval_series.h"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "eval/compare.h"
+#include "eval/record.h"
+#include "eval/series_record.h"
+#include "eval/series_source.h"
+#include "eval/series_views.h"
+
+namespace qeval::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using clock = std::chrono::steady_clock;
+
+// Options that change where results go, how progress looks or how fast it runs, never the
+// numbers (threads and batch size: tested bit-identical, CliScale.ThreadsAndBatchSizeDoNotChangeAnyBit).
+const std::set<std::string> kNotSettings = {"out",        "quiet",       "resume",      "state-file", "checkpoint-seconds",
+                                            "stop-after", "threads",     "batch-size",  "plots",      "plots-colour-scale",
+                                            "series",     "watch",       "watch-timeout", "watch-stop", "watch-poll",
+                                            "watch-settle", "help",      "config"};
+
+// The eval command's resolved options (config file and flags together) that decide the numbers.
+nlohmann::json series_settings(const CLI::App* command) {
+  nlohmann::json settings = nlohmann::json::object();
+  if (!command) return settings;
+  std::istringstream in(command->config_to_str(/*default_also=*/true, /*write_description=*/false));
+  for (std::string line; std::getline(in, line);) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || line.front() == '[' || line.front() == '#') continue;
+    std::string name = line.substr(0, eq), value = line.substr(eq + 1);
+    while (!name.empty() && name.back() == ' ') name.pop_back();
+    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    if (!kNotSettings.count(name)) settings[name] = value;
+  }
+  return settings;
+}
+
+// Each checkpoint's evaluation prints its own tables; in a series they are progress, and stdout
+// keeps only the trajectory at the end.
+int with_stdout_on_stderr(const std::function<int()>& f) {
+  std::fflush(stdout);
+  const int saved = ::dup(1);
+  QEVAL_CHECK(saved >= 0 && ::dup2(2, 1) >= 0, "series: could not redirect the checkpoint's tables to stderr");
+  auto restore = [&] {
+    std::fflush(stdout);
+    ::dup2(saved, 1);
+    ::close(saved);
+  };
+  try {
+    const int status = f();
+    restore();
+    return status;
+  } catch (...) {
+    restore();
+    throw;
+  }
+}
+
+struct Done {
+  nlohmann::json entry, evaluation;
+};
+
+}  // namespace
+
+void add_series_options(CLI::App* cmd, SeriesArgs& args) {
+  args.command = cmd;
+  cmd->add_option("--series", args.mode,
+                  "auto: --model is a series of checkpoints when it is a folder of step-N/ (qeval train "
+                  "--keep-checkpoints) or checkpoint-N/ (HF Trainer) folders, or a list file (.txt, .list: PATH [STEP "
+                  "[TOKENS]] a line); on: it must be one; off: evaluate the folder's own checkpoint")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_flag("--watch", args.watch,
+                "series: keep evaluating checkpoints as a running trainer writes them; stops when the trainer says it "
+                "finished, when --watch-stop exists, or after --watch-timeout seconds without a new checkpoint");
+  cmd->add_option("--watch-timeout", args.watch_timeout, "--watch: seconds without a new checkpoint before stopping (0: none)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--watch-stop", args.watch_stop, "--watch: stop once this file exists (after the checkpoints present)");
+  cmd->add_option("--watch-poll", args.watch_poll, "--watch: seconds between looks at the series")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--watch-settle", args.watch_settle,
+                  "--watch: an HF checkpoint-N/ counts as complete when no file in it changed for this many seconds")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+}
+
+bool wants_series(const SeriesArgs& args, const std::string& model) {
+  if (args.mode == "off") {
+    QEVAL_CHECK(!args.watch, "--watch follows a series of checkpoints; --series off evaluates one");
+    return false;
+  }
+  const bool series = is_series_path(model);
+  if (args.watch) {  // the trainer may not have written its first checkpoint yet: run_series waits
+    QEVAL_CHECK(series || !fs::is_regular_file(model), "--watch: --model {} is a file, not a folder of checkpoints or "
+                "a list file (.txt, .list)", model);
+    return true;
+  }
+  QEVAL_CHECK(series || args.mode != "on", "--series on: --model {} is not a folder of step-N/ or checkpoint-N/ "
+              "folders, nor a list file (.txt, .list)", model);
+  return series;
+}
+
+void run_series(const SeriesArgs& args, const std::string& model, const std::string& out,
+                const EvaluateCheckpoint& evaluate) {
+  QEVAL_CHECK(!out.empty(), "--model {} is a series of checkpoints: give --out S.json for the series record (each "
+              "checkpoint's record goes into S/)", model);
+  const fs::path series_path(out);
+  QEVAL_CHECK(series_path.extension() == ".json", "--out {}: a series record is a .json file (its checkpoints' records "
+              "go into the folder of the same name without .json)", out);
+  const fs::path folder = series_path.parent_path() / series_path.stem();
+  const std::string folder_name = series_path.stem().string();
+  QEVAL_CHECK(series_path.parent_path().empty() || fs::is_directory(series_path.parent_path()),
+              "--out {}: folder {} does not exist", out, series_path.parent_path().string());
+  const nlohmann::json settings = series_settings(args.command);
+  if (fs::exists(series_path)) {
+    const nlohmann::json previous = read_series_record(series_path);
+    QEVAL_CHECK(previous.value("settings", nlohmann::json()) == settings,
+                "--out {}: this series was evaluated with other options ({}); remove {} and {} or choose another --out",
+                out, fmt::format("{}", fmt::join(json_differences(previous["settings"], settings), "; ")), out,
+                folder.string());
+  }
+  fs::create_directories(folder);
+
+  std::map<std::int64_t, Done> done;
+  SeriesListing listing;
+  auto last_new = clock::now();
+  for (bool first_look = true;; first_look = false) {
+    // Watching: a folder not created yet, or with no checkpoint yet, is a series still to come.
+    listing = args.watch && !is_series_path(model) ? SeriesListing{} : list_series(model, args.watch ? args.watch_settle : 0);
+    if (first_look)
+      fmt::print(stderr, "series {} ({}): {} checkpoints{}\n", model, to_string(listing.format),
+                 listing.checkpoints.size(), args.watch ? ", watching for more" : "");
+    for (const auto& c : listing.checkpoints) {
+      if (done.count(c.step)) continue;
+      const std::string name = fmt::format("step-{}.json", c.step);
+      const fs::path record_path = folder / name;
+      if (fs::exists(record_path)) {
+        fmt::print(stderr, "series: {} (step {}) already evaluated: {}\n", c.name, c.step, record_path.string());
+      } else {
+        fmt::print(stderr, "series: evaluating {} (step {}{})\n", c.name, c.step,
+                   c.tokens ? fmt::format(", {} tokens", *c.tokens) : std::string());
+        const SeriesJob job{c.path.string(), record_path.string(), record_path.string() + ".state.json"};
+        const int status = with_stdout_on_stderr([&] { return evaluate(job); });
+        if (status != 0) {  // a testing stop (--stop-after): the series stops with it, resumable
+          exit_status = status;
+          return;
+        }
+      }
+      const nlohmann::json record = read_record(record_path);
+      const std::string recorded_model = record.at("model").value("path", "");
+      QEVAL_CHECK(recorded_model == c.path.string(), "{}: is the record of {}, but step {} of series {} is {}; remove it "
+                  "or choose another --out", record_path.string(), recorded_model, c.step, model, c.path.string());
+      done[c.step] = {series_entry(c, record, folder_name + "/" + name), series_evaluation_identity(record)};
+      std::vector<nlohmann::json> entries, evaluations;
+      for (const auto& [step, d] : done) entries.push_back(d.entry), evaluations.push_back(d.evaluation);
+      write_file_atomic(series_path, build_series_record(listing, model, settings, evaluations, entries).dump(1) + "\n");
+      last_new = clock::now();
+    }
+    if (!args.watch) break;
+    if (listing.finished && done.size() >= listing.checkpoints.size()) {
+      fmt::print(stderr, "series: the trainer has finished; {} checkpoints evaluated\n", done.size());
+      break;
+    }
+    if (!args.watch_stop.empty() && fs::exists(args.watch_stop)) {
+      fmt::print(stderr, "series: {} exists, stopping; {} checkpoints evaluated\n", args.watch_stop, done.size());
+      break;
+    }
+    const double idle = std::chrono::duration<double>(clock::now() - last_new).count();
+    if (args.watch_timeout > 0 && idle >= args.watch_timeout) {
+      fmt::print(stderr, "series: no new checkpoint for {:.0f} s (--watch-timeout), stopping; {} checkpoints evaluated{}\n",
+                 idle, done.size(),
+                 listing.pending.empty() ? "" : fmt::format(" ({} incomplete: {})", listing.pending.size(),
+                                                            fmt::join(listing.pending, ", ")));
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(args.watch_poll));
+  }
+  QEVAL_CHECK(!done.empty(), "series {}: no complete checkpoint to evaluate", model);
+  fmt::print(stderr, "series record written to {}\n", out);
+  fmt::print("{}", format_series({{out, read_series_record(series_path), ""}}, CompareFormat::markdown));
+}
+
+}  // namespace qeval::cli

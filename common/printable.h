@@ -1,0 +1,23 @@
+// Strings from files, made safe to print in a message: a NUL inside a GGUF string must not cut
+// the message short, and a newline or an escape sequence from a file must not forge lines or
+// colours on the user's terminal.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace qeval {
+
+// `text` with control bytes (NUL, newline, ESC, DEL ...) written as \n, \t, \r, \0 or \xHH and
+// bytes that are not valid UTF-8 as \xHH; a backslash stays as it is. Valid UTF-8 passes unchanged.
+// At most `limit` bytes of the input are shown, then "… (N bytes)".
+std::string printable(std::string_view text, std::size_t limit = 200);
+
+// printable() in double quotes: "name".
+std::string in_quotes(std::string_view text, std::size_t limit = 200);
+
+// A JSON value from a file as compact JSON text, printable() (invalid UTF-8 replaced, never a throw).
+std::string json_text(const nlohmann::json& value, std::size_t limit = 200);
+
+}  // namespace qeval

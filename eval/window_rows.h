@@ -1,0 +1,34 @@
+// Per-window rows read back from files (resume states, shard states, records' "per_window"),
+// checked before anything is summed from them: a key must be a window index written as a
+// decimal integer, and every value must be in its domain. A row that breaks a rule is refused
+// with the file, the window and the value, never summed into a perplexity.
+//
+// Domains of one window's row (WindowScores, eval/token_scores.h), n = its scored tokens:
+//   tokens         1 <= n <= max_tokens (the protocol's window length; 0: no bound given)
+//   nll_sum        finite, >= 0 (a negative log-likelihood is never negative)
+//   nll_sq_sum     finite, >= 0 and >= nll_sum² / n (a sum of squares is at least the square of
+//                  the sum over n, Cauchy–Schwarz; 1e-9 relative slack for rounding)
+//   diff_sum       finite;  diff_sq_sum: finite, >= diff_sum² / n (same slack)
+//   kl_sum         finite, >= -1e-6 · n (KL is >= 0; float rounding of per-token sums)
+//   top1_agree     0 <= top1_agree <= n
+//   dp_sum         finite, |dp_sum| <= n (a difference of probabilities)
+// The full-precision scheme's own row compares it with itself: diff, KL and Δp are 0 and every
+// top-1 agrees.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "eval/token_scores.h"
+
+namespace qeval {
+
+// "12" → 12. Anything else (signs, spaces, "1e3", "abc", too large) is refused naming `where`.
+std::int64_t window_index_key(const std::string& key, const std::string& where);
+
+// One row, checked; `where` names the file, the scheme and the window in refusals.
+WindowScores checked_window_scores(const nlohmann::json& row, std::int64_t max_tokens, bool full_precision,
+                                   const std::string& where);
+
+}  // namespace qeval

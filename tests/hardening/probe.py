@@ -1,0 +1,592 @@
+#!/usr/bin/env python3
+"""Bad-input probe (issue 46): runs qeval on several hundred hostile but realistic inputs and
+classifies each outcome.
+
+Usage: tests/hardening/probe.py QEVAL_BINARY [OUT.md] [--jobs=N] [--timeout=S] [--messages=FILE]
+       (run from anywhere; ../shared/data must hold stories260K and the tiny HF fixtures)
+
+Every input is built in a temporary folder from committed tiny files (tests/model/fixtures,
+../shared/data/fixtures, stories260K). Outcomes:
+  clean refusal      exit status 2 (1 for a gate violation where one is expected) with one line
+                     "qeval: error: ..." naming what the case says must be named
+  crash              killed by a signal, a sanitizer report, std::terminate, or a status >= 128
+  hang               still running after the timeout
+  silent wrong       exit 0 where the input must be refused (or exit 0 without the note a
+                     capped input must print)
+  unclear message    refused, but the message lacks a fragment the case requires, is not one line
+                     from main, or shows C++ internals (json.exception, std::, stoll, a 309-digit
+                     bound)
+  accepted with note exit 0 with the note the case requires (capped --threads)
+The table of counts and every non-clean case go to OUT.md (default: stdout); --messages=FILE also
+writes every case's outcome and the last line qeval printed, for reading the messages themselves.
+"""
+import concurrent.futures
+import copy
+import hashlib
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("QEVAL_DATA_DIR", REPO.parent / "shared" / "data"))
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+opts = dict(a.split("=", 1) if "=" in a else (a, "1") for a in sys.argv[1:] if a.startswith("--"))
+if not args:
+    sys.exit(__doc__)
+QEVAL = str(Path(args[0]).resolve())
+OUT = args[1] if len(args) > 1 else None
+JOBS = int(opts.get("--jobs", "2"))
+TIMEOUT = float(opts.get("--timeout", "120"))
+TOKENIZER = "models/stories260K/tok512.bin"
+EVAL = f"eval -q --tokenizer {TOKENIZER} --seq-len 32 --max-windows 4 --schemes full,int8-coarse --no-attention-stats"
+TRAIN = (f"train -q --tokenizer {TOKENIZER} --d-model 16 --n-layers 1 --n-heads 2 --seq-len 16 --batch-size 2 "
+         "--steps 2 --warmup 1 --val-windows 2")
+
+cases = []  # (name, build(dir) -> argv string, expect, fragments)
+
+
+def case(name, build, fragments=(), expect="refuse", status=2):
+    cases.append({"name": name, "build": build, "fragments": list(fragments), "expect": expect, "status": status})
+
+
+def write(d, name, data):
+    p = Path(d) / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return str(p)
+
+
+def family(d, fixture, edit=None):
+    src = REPO / "tests/model/fixtures" / fixture
+    if not src.exists():
+        src = DATA / "fixtures" / fixture
+    dst = Path(d) / fixture
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name != "reference.safetensors":
+            shutil.copyfile(f, dst / f.name)
+    if edit:
+        j = json.loads((dst / "config.json").read_text())
+        edit(j)
+        (dst / "config.json").write_text(json.dumps(j, indent=2, allow_nan=True))
+    return str(dst)
+
+
+def setter(key, value):
+    def edit(j):
+        if value is DELETE:
+            j.pop(key, None)
+        else:
+            j[key] = value
+    return edit
+
+
+DELETE = object()
+
+# ---- HF configs: every family, every key qeval reads, several bad values each -----------------
+ROTARY = {"llama": "tiny-llama-hf", "qwen2": "tiny-qwen2-hf", "qwen3": "tiny-qwen3-hf", "mistral": "tiny-mistral-hf",
+          "gemma3": "tiny-gemma3-hf", "phi3": "tiny-phi3-hf"}
+SIZE_KEYS = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads"]
+BAD_SIZES = [0, -3, "12", 2.5, 2 ** 40]
+for fam, fixture in ROTARY.items():
+    for key in SIZE_KEYS:
+        for v in BAD_SIZES:
+            if fam == "gemma3" and v == "12" and key == "num_key_value_heads":
+                pass
+            case(f"hf-{fam}-{key}={v!r}", lambda d, f=fixture, k=key, v=v: "inspect --json " + family(d, f, setter(k, v)),
+                 ["config.json", f'"{key}"'])
+    for v in [0, -1.0, 1e400 if False else -1e30, "10000"]:
+        case(f"hf-{fam}-rope_theta={v!r}", lambda d, f=fixture, v=v: "inspect --json " + family(d, f, setter("rope_theta", v)),
+             ["config.json", '"rope_theta"'])
+    for v in [0, -1e-6, "1e-6"]:
+        case(f"hf-{fam}-rms_norm_eps={v!r}", lambda d, f=fixture, v=v: "inspect --json " + family(d, f, setter("rms_norm_eps", v)),
+             ["config.json", '"rms_norm_eps"'])
+    for v in [-4, 0, "64"]:
+        case(f"hf-{fam}-head_dim={v!r}", lambda d, f=fixture, v=v: "inspect --json " + family(d, f, setter("head_dim", v)),
+             ["config.json", '"head_dim"'])
+    for v, frag in [({"factor": 8.0}, "without a"), ({"rope_type": "yarn", "factor": 2}, "not supported"),
+                    ({"type": "dynamic"}, "not supported"), ({"rope_type": "wobble"}, "unknown"), ("linear", '"rope_scaling"'),
+                    ([1], '"rope_scaling"')]:
+        case(f"hf-{fam}-rope_scaling={json.dumps(v)}",
+             lambda d, f=fixture, v=v: "inspect --json " + family(d, f, setter("rope_scaling", v)), ["config.json", frag])
+    case(f"hf-{fam}-kv-not-dividing", lambda d, f=fixture: "inspect --json " + family(
+        d, f, lambda j: j.update(num_attention_heads=4, num_key_value_heads=3)), ["not a multiple"])
+    case(f"hf-{fam}-bos-beyond-vocab", lambda d, f=fixture: "inspect --json " + family(d, f, setter("bos_token_id", 10 ** 7)),
+         ['"bos_token_id"', "outside the vocabulary"])
+for fam in ["mistral", "phi3", "gemma3"]:
+    for v in [0, -8, "4", 1.5]:
+        case(f"hf-{fam}-sliding_window={v!r}",
+             lambda d, f=ROTARY[fam], v=v: "inspect --json " + family(d, f, setter("sliding_window", v)), ['"sliding_window"'])
+for fam in ["qwen2", "qwen3"]:
+    for v in [0, -8]:
+        case(f"hf-{fam}-sliding_window={v!r}", lambda d, f=ROTARY[fam], v=v: "inspect --json " + family(
+            d, f, lambda j: j.update(use_sliding_window=True, sliding_window=v)), ['"sliding_window"'])
+for key, vals in {"query_pre_attn_scalar": [0, -256], "final_logit_softcapping": [0, -30.0],
+                  "attn_logit_softcapping": [0.0, -1], "rope_local_base_freq": [0, -10000],
+                  "sliding_window_pattern": [0, -6]}.items():
+    for v in vals:
+        def edit(j, key=key, v=v):
+            if key == "sliding_window_pattern":
+                j.pop("layer_types", None)
+            j[key] = v
+        case(f"hf-gemma3-{key}={v!r}", lambda d, e=edit: "inspect --json " + family(d, "tiny-gemma3-hf", e), [f'"{key}"'])
+for v in [0, -0.5, 1.5, 0.001, "0.5"]:
+    case(f"hf-phi3-partial_rotary_factor={v!r}",
+         lambda d, v=v: "inspect --json " + family(d, "tiny-phi3-hf", setter("partial_rotary_factor", v)), ['"partial_rotary_factor"'])
+for key, vals in {"rotary_pct": [0, 2.0, -1, 0.001], "rotary_emb_base": [0, -1], "layer_norm_eps": [0, -1e-5],
+                  "num_hidden_layers": [0, -1], "hidden_size": [0, 7], "hidden_act": ["swish", 3]}.items():
+    for v in vals:
+        case(f"hf-neox-{key}={v!r}", lambda d, k=key, v=v: "inspect --json " + family(d, "tiny-gpt-neox-hf", setter(k, v)),
+             [f'{key}'])
+for key, vals in {"max_position_embeddings": [0, -1], "ffn_dim": [0, -1], "num_hidden_layers": [0],
+                  "num_attention_heads": [3, 0], "word_embed_proj_dim": [8], "activation_function": ["gelu"]}.items():
+    for v in vals:
+        case(f"hf-opt-{key}={v!r}", lambda d, k=key, v=v: "inspect --json " + family(d, "tiny-opt-hf", setter(k, v)), [key])
+for key, vals in {"n_layer": [0, -1], "n_embd": [0, 2 ** 40], "n_head": [0, 5], "n_positions": [-1],
+                  "layer_norm_epsilon": [0, -1], "n_inner": [-3], "activation_function": ["relu"]}.items():
+    for v in vals:
+        case(f"hf-gpt2-{key}={v!r}", lambda d, k=key, v=v: "inspect --json " + family(d, "tiny-gpt2-hf", setter(k, v)), [key])
+case("hf-config-truncated", lambda d: (lambda p: (Path(p, "config.json").write_text('{"vocab_size": 1'), "inspect " + p)[1])(
+    family(d, "tiny-llama-hf")), ["config.json", "malformed JSON"])
+case("hf-config-list", lambda d: (lambda p: (Path(p, "config.json").write_text("[]"), "inspect " + p)[1])(
+    family(d, "tiny-llama-hf")), ["config.json"])
+case("hf-unknown-arch", lambda d: "inspect " + family(d, "tiny-llama-hf", setter("architectures", ["BertModel"])), ["BertModel"])
+case("hf-arch-nul", lambda d: "inspect " + family(d, "tiny-llama-hf", setter("architectures", ["Llama\u0000Evil"])),
+     ["\\u0000"])
+case("hf-no-arch", lambda d: "inspect " + family(d, "tiny-llama-hf", lambda j: (j.pop("architectures"), j.pop("model_type"))),
+     ["config.json"])
+
+# ---- qeval config.json ----------------------------------------------------------------------------
+QEVAL_CFG = {"format": "qeval", "architecture": "llama", "vocab_size": 32, "d_model": 16, "d_ff": 32, "n_layers": 2,
+             "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 64, "norm": "rmsnorm", "norm_eps": 1e-5, "position": "rope",
+             "rope_theta": 1e4, "attention_softmax": "softmax", "mlp": "swiglu"}
+for key, vals in {"n_layers": [0, -1, "2"], "d_model": [0, 15], "norm": ["batch", 1], "norm_eps": [0, -1],
+                  "rope_theta": [0, -1], "position": ["alibi"], "mlp": ["tanh", None], "n_kv_heads": [3, 0, 8],
+                  "head_size": [0, -4], "rotary_dim": [3, 0, 64], "attention_windows": [[4], [4, -1]],
+                  "bos_id": [32, -1], "eos_id": [99], "rope_theta_local": [0], "attention_scale": [-1],
+                  "embedding_scale": [0], "final_logit_softcap": [0, -1], "max_seq_len": [-1]}.items():
+    for v in vals:
+        def build(d, key=key, v=v):
+            j = dict(QEVAL_CFG)
+            if v is None:
+                j.pop(key)
+            else:
+                j[key] = v
+            return "inspect --json " + str(Path(write(d, "m/config.json", json.dumps(j))).parent)
+        case(f"qeval-{key}={v!r}", build, ["config.json", key])
+
+# ---- GGUF metadata --------------------------------------------------------------------------------
+
+def gguf_str(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_kv(key, vtype, value):
+    body = gguf_str(key) + struct.pack("<I", vtype)
+    fmt = {4: "<I", 5: "<i", 6: "<f", 12: "<d"}
+    if vtype == 8:
+        return body + gguf_str(value)
+    return body + struct.pack(fmt[vtype], value)
+
+
+def gguf_file(kvs, arch="llama", D=8, F=12, V=6, kvd=4):
+    tensors = [("token_embd.weight", [D, V]), ("blk.0.attn_norm.weight", [D]), ("blk.0.attn_q.weight", [D, D]),
+               ("blk.0.attn_k.weight", [D, kvd]), ("blk.0.attn_v.weight", [D, kvd]), ("blk.0.attn_output.weight", [D, D]),
+               ("blk.0.ffn_norm.weight", [D]), ("blk.0.ffn_gate.weight", [D, F]), ("blk.0.ffn_up.weight", [D, F]),
+               ("blk.0.ffn_down.weight", [F, D]), ("output_norm.weight", [D])]
+    infos, offset, blobs = b"", 0, []
+    for name, ne in tensors:
+        n = 4 * math.prod(ne)
+        infos += gguf_str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", x) for x in ne)
+        infos += struct.pack("<IQ", 0, offset)
+        pad = (-n) % 32
+        blobs.append(bytes(n + pad))
+        offset += n + pad
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs) + infos
+    head += bytes((-len(head)) % 32)
+    return head + b"".join(blobs)
+
+
+def gguf_meta(arch="llama", **over):
+    base = {"general.architecture": (8, arch), f"{arch}.embedding_length": (4, 8), f"{arch}.feed_forward_length": (4, 12),
+            f"{arch}.block_count": (4, 1), f"{arch}.attention.head_count": (4, 2), f"{arch}.attention.head_count_kv": (4, 1),
+            f"{arch}.context_length": (4, 16), f"{arch}.attention.layer_norm_rms_epsilon": (6, 1e-5),
+            f"{arch}.rope.freq_base": (6, 10000.0)}
+    for k, v in over.items():
+        k = k.replace("__", ".").replace("ARCH", arch)
+        if v is None:
+            base.pop(k, None)
+        else:
+            base[k] = v
+    return [gguf_kv(k, t, v) for k, (t, v) in base.items()]
+
+
+GG = {"ARCH__block_count": [(4, 0), (5, -1)], "ARCH__attention__head_count": [(4, 0), (4, 3)],
+      "ARCH__attention__head_count_kv": [(4, 0), (4, 5)], "ARCH__embedding_length": [(4, 0), (4, 7)],
+      "ARCH__feed_forward_length": [(4, 0)], "ARCH__rope__freq_base": [(6, 0.0), (6, -1.0), (6, float("nan")), (6, float("inf"))],
+      "ARCH__attention__layer_norm_rms_epsilon": [(6, 0.0), (6, -1e-5), None], "ARCH__attention__key_length": [(4, 0), (4, 3)],
+      "ARCH__rope__scaling__type": [(8, "yarn"), (8, "bogus")], "ARCH__rope__dimension_count": [(4, 2)],
+      "ARCH__context_length": [(5, -5)], "tokenizer__ggml__bos_token_id": [(5, -1)]}
+for key, vals in GG.items():
+    for v in vals:
+        label = key.replace("__", ".").replace("ARCH", "llama")
+        case(f"gguf-{label}={v!r}", lambda d, k=key, v=v: "inspect --json " + write(d, "t.gguf", gguf_file(gguf_meta(**{k: v}))),
+             ["t.gguf", label])
+for v in [(4, 0), (5, -4)]:
+    case(f"gguf-gemma3-sliding_window={v!r}", lambda d, v=v: "inspect --json " + write(
+        d, "t.gguf", gguf_file(gguf_meta("gemma3", ARCH__attention__sliding_window=v), arch="gemma3")),
+        ["t.gguf", "gemma3.attention.sliding_window"])
+case("gguf-arch-nul", lambda d: "inspect " + write(d, "t.gguf", gguf_file(gguf_meta(general__architecture=(8, b"bert\0x")))),
+     ["t.gguf", "\\0"])
+case("gguf-arch-escape", lambda d: "inspect " + write(d, "t.gguf", gguf_file(gguf_meta(general__architecture=(8, "\x1b[31mred")))),
+     ["t.gguf", "\\x1b"])
+for cut in [0, 3, 20, 100, 400]:
+    case(f"gguf-truncated-{cut}", lambda d, c=cut: "inspect " + write(d, "t.gguf", gguf_file(gguf_meta())[:c] or b"G"), ["t.gguf"])
+case("gguf-eval-bad-theta", lambda d: "eval -q --model " + write(
+    d, "t.gguf", gguf_file(gguf_meta(ARCH__rope__freq_base=(6, -1.0)))) + " --out " + str(Path(d) / "o.json"),
+    ["t.gguf", "rope.freq_base"])
+
+# ---- llama2.c headers -------------------------------------------------------------------------------
+STORIES = (DATA / "models/stories260K/stories260K.bin").read_bytes()
+for idx, name in enumerate(["dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"]):
+    for v in [0, -7, 3, 1 << 30]:
+        if name == "vocab_size" and v == -7:
+            continue
+        def build(d, idx=idx, v=v):
+            b = bytearray(STORIES)
+            b[4 * idx:4 * idx + 4] = struct.pack("<i", v)
+            return "inspect --model " + write(d, "m.bin", bytes(b))
+        case(f"llama2c-{name}={v}", build, ["m.bin"])
+for n in [0, 10, 28, 1000, len(STORIES) - 4]:
+    case(f"llama2c-truncated-{n}", lambda d, n=n: "inspect --model " + write(d, "m.bin", STORIES[:n]), ["m.bin"])
+case("llama2c-extra", lambda d: "eval -q --model " + write(d, "m.bin", STORIES + b"junk") + f" --tokenizer {TOKENIZER}",
+     ["m.bin", "extra"])
+
+# ---- safetensors / checkpoint folders ---------------------------------------------------------------
+
+def st_edit(d, fixture, fn):
+    p = family(d, fixture)
+    f = Path(p) / "model.safetensors"
+    f.write_bytes(fn(f.read_bytes()))
+    return p
+
+
+for label, fn in {"truncated": lambda b: b[:-64], "empty": lambda b: b"", "header-huge": lambda b: struct.pack("<Q", 1 << 62) + b[8:],
+                  "header-zero": lambda b: struct.pack("<Q", 0) + b[8:], "header-not-json": lambda b: b[:8] + b"!" + b[9:],
+                  "extra-bytes": lambda b: b + b"\0" * 7}.items():
+    case(f"safetensors-{label}", lambda d, fn=fn: "inspect " + st_edit(d, "tiny-mistral-hf", fn), ["model.safetensors"])
+TOK = struct.pack("<64H", *[i % 50 for i in range(64)])
+for fam, key, val in [("tiny-mistral-hf", "intermediate_size", 48), ("tiny-qwen2-hf", "hidden_size", 32),
+                      ("tiny-gemma3-hf", "num_hidden_layers", 3), ("tiny-opt-hf", "vocab_size", 81)]:
+    case(f"eval-shape-{fam}-{key}", lambda d, f=fam, k=key, v=val: "eval -q --model " + family(d, f, setter(k, v)) +
+         " --data " + write(d, "t.bin", TOK) + " --seq-len 8 --max-windows 1 --schemes full --out " + str(Path(d) / "o.json"),
+         [fam])
+
+# ---- text and token files ---------------------------------------------------------------------------
+TEXTS = {"empty.txt": b"", "nul.txt": b"\0" * 5000, "nul-late.txt": b"Once upon a time.\n\nA cat\0 sat.\n",
+         "bad.json.gz": b"\x1f\x8b\x08\0garbage", "bad.jsonl.zst": b"\x28\xb5\x2f\xfd garbage", "list.jsonl": b"[1,2]\n",
+         "nofield.jsonl": b'{"body": "x"}\n', "badjson.jsonl": b'{"text": "x"\n', "short.txt": b"Hi.",
+         "intfield.jsonl": b'{"text": 5}\n', "latin1.txt": "caf\xe9 " .encode("latin-1") * 3}
+for name, data in TEXTS.items():
+    case(f"data-{name}", lambda d, n=name, b=data: EVAL + " --data " + write(d, n, b) + " --out " + str(Path(d) / "o.json"),
+         [name] if name not in ("empty.txt", "short.txt", "latin1.txt") else ["window"])
+case("data-missing", lambda d: EVAL + " --data " + str(Path(d) / "none.txt") + " --out " + str(Path(d) / "o.json"), ["none.txt"])
+case("data-folder", lambda d: (Path(d, "dir.txt").mkdir(), EVAL + " --data " + str(Path(d) / "dir.txt"))[1], ["dir.txt"])
+for name, data in {"odd.bin": b"\1" * 33, "big-id.bin": struct.pack("<20H", *([1] * 10 + [4000] + [1] * 9)),
+                   "empty.bin": b"", "three.bin": struct.pack("<3H", 1, 2, 3)}.items():
+    case(f"tokens-{name}", lambda d, n=name, b=data: "eval -q --model models/stories260K/stories260K.bin --data " +
+         write(d, n, b) + " --seq-len 16 --schemes full --out " + str(Path(d) / "o.json"),
+         [name] if name != "three.bin" else ["window"])
+
+# ---- options ------------------------------------------------------------------------------------------
+OPTS = [("--seq-len", ["1", "-1", "x", "1e3", "99999999999"]), ("--max-windows", ["-2", "x"]),
+        ("--batch-size", ["0", "-1", "1e9"]), ("--threads", ["-1", "x"]), ("--sink-eps", ["nan", "inf", "-1", "1", "x"]),
+        ("--sink-T", ["0", "-5"]), ("--stride", ["-1"]), ("--seed", ["-9", "x"]), ("--checkpoint-seconds", ["nan", "-1"]),
+        ("--protocol", ["nope", "/etc/passwd"]), ("--schemes", ["int3", "full,full", ""]), ("--stats-for", ["some"]),
+        ("--dtype", ["fp8"]), ("--device", ["tpu", "cuda:x"]), ("--shard", ["2/2", "0/0", "a/b", "1/-2"]),
+        ("--transform", ["spin", "rotate:kind=x"]), ("--text-split", ["word"]), ("--token-dtype", ["int8"]),
+        ("--separator", ["tab"]), ("--bos", ["maybe"])]
+for opt, vals in OPTS:
+    for v in vals:
+        case(f"eval{opt}={v}", lambda d, o=opt, v=v: EVAL + f" {o}={v} --out " + str(Path(d) / "o.json"), [])
+case("eval-out-folder", lambda d: (Path(d, "o.json").mkdir(), EVAL + " --out " + str(Path(d) / "o.json"))[1], ["--out", "folder"])
+case("eval-out-no-parent", lambda d: EVAL + " --out " + str(Path(d) / "a/b/o.json"), ["--out", "does not exist"])
+case("eval-plots-file", lambda d: EVAL + " --plots " + write(d, "p", "x") + " --out " + str(Path(d) / "o.json"), ["--plots"])
+case("eval-unknown-option", lambda d: EVAL + " --window 3", ["--window"])
+case("eval-config-unknown-key", lambda d: "eval --config " + write(d, "c.json", '{"seq-len": 8, "windows": 2}'),
+     ["c.json", "windows"])
+case("eval-config-dup", lambda d: "eval --config " + write(d, "c.json", '{"seq-len": 8, "seq-len": 16}'), ["c.json", "seq-len"])
+case("eval-config-bad-json", lambda d: "eval --config " + write(d, "c.json", "{"), ["c.json"])
+case("eval-config-object", lambda d: "eval --config " + write(d, "c.json", '{"seq-len": {}}'), ["c.json", "seq-len"])
+case("threads-10000", lambda d: EVAL.replace("--max-windows 4", "--max-windows 1").replace("--seq-len 32", "--seq-len 16") +
+     " --threads 10000", ["note:", "--threads 10000"], expect="note")
+case("sensitivity-top", lambda d: f"sensitivity -q --tokenizer {TOKENIZER} --top -1", ["--top"])
+case("sensitivity-out-folder", lambda d: (Path(d, "s").mkdir(), f"sensitivity -q --tokenizer {TOKENIZER} --out " +
+                                          str(Path(d) / "s"))[1], ["--out"])
+case("sensitivity-plot-ext", lambda d: f"sensitivity -q --tokenizer {TOKENIZER} --plot " + str(Path(d) / "x.jpg"), ["--plot"])
+case("sensitivity-scheme", lambda d: f"sensitivity -q --tokenizer {TOKENIZER} --scheme full", [])
+
+# ---- records, states, tolerance files, merge/compare/plot (built from real outputs made once) ---------
+MADE = Path(tempfile.mkdtemp(prefix="qeval-probe-made-"))
+
+
+def run(cmd, cwd=None, timeout=TIMEOUT):
+    return subprocess.run(f"{QEVAL} {cmd}", shell=True, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          errors="replace")
+
+
+for args_, out in [(EVAL, "r.json"), (EVAL + " --shard 0/2", "s0.json"), (EVAL + " --shard 1/2", "s1.json"),
+                   (EVAL + " --resume --stop-after 2", "st.json")]:
+    run(f"{args_} --out {MADE / out}")
+REC = json.loads((MADE / "r.json").read_text())
+S0 = json.loads((MADE / "s0.json").read_text())
+S1 = json.loads((MADE / "s1.json").read_text())
+STATE = json.loads((MADE / "st.json.state.json").read_text())
+TOL = '{"schemes": {"*": {"dppl_abs": 0.5}, "full": {"ppl_abs": 0.5}}}'
+
+
+def xxh3_hex(text):  # the state checksum needs qeval's XXH3: ask the binary's own check instead
+    return None
+
+
+REC_EDITS = {
+    "ppl-edited": lambda r: r["schemes"][0]["perplexity"].update(ppl=5.6),
+    "ppl-zero": lambda r: r["schemes"][0]["perplexity"].update(ppl=0),
+    "ppl-null": lambda r: r["schemes"][1]["perplexity"].update(ppl=None),
+    "ppl-string": lambda r: r["schemes"][1]["perplexity"].update(ppl="5"),
+    "dppl-edited": lambda r: r["schemes"][1]["vs_full"].update(dppl=0.0),
+    "dppl-rel-edited": lambda r: r["schemes"][1]["vs_full"].update(dppl_rel=0.0),
+    "se-edited": lambda r: r["schemes"][0]["perplexity"].update(nll_se=0.0),
+    "ci-edited": lambda r: r["schemes"][0]["perplexity"].update(ppl_ci95=[1, 2]),
+    "kl-edited": lambda r: r["schemes"][1]["vs_full"].update(kl_mean=0.0),
+    "agree-edited": lambda r: r["schemes"][1]["vs_full"].update(top1_agreement=1.0),
+    "tokens-zero": lambda r: r["schemes"][0]["per_window"]["0"].update(tokens=0),
+    "tokens-negative": lambda r: r["schemes"][0]["per_window"]["0"].update(tokens=-31),
+    "tokens-2^62": lambda r: r["schemes"][1]["per_window"]["2"].update(tokens=2 ** 62),
+    "tokens-float": lambda r: r["schemes"][1]["per_window"]["2"].update(tokens=31.0),
+    "nll-negative": lambda r: r["schemes"][0]["per_window"]["1"].update(nll_sum=-1.0),
+    "nll-null": lambda r: r["schemes"][0]["per_window"]["1"].update(nll_sum=None),
+    "nllsq-zero": lambda r: r["schemes"][0]["per_window"]["1"].update(nll_sq_sum=0.0),
+    "kl-negative": lambda r: r["schemes"][1]["per_window"]["1"].update(kl_sum=-5.0),
+    "agree-above": lambda r: r["schemes"][1]["per_window"]["1"].update(top1_agree=99),
+    "dp-above": lambda r: r["schemes"][1]["per_window"]["1"].update(dp_sum=100.0),
+    "full-diff": lambda r: r["schemes"][0]["per_window"]["1"].update(diff_sum=0.5, diff_sq_sum=1.0),
+    "row-removed": lambda r: [s["per_window"].pop("3") for s in r["schemes"]],
+    "row-removed-counts": lambda r: ([s["per_window"].pop("3") for s in r["schemes"]],
+                                     r["protocol"].update(windows=3, scored_tokens=93)),
+    "row-removed-all": lambda r: ([s["per_window"].pop("3") for s in r["schemes"]], r["window_hashes"].pop("3"),
+                                  r["protocol"].update(windows=3, scored_tokens=93)),
+    "row-key-word": lambda r: r["schemes"][0]["per_window"].update(x=r["schemes"][0]["per_window"]["0"]),
+    "row-key-negative": lambda r: r["schemes"][0]["per_window"].update({"-1": r["schemes"][0]["per_window"]["0"]}),
+    "row-moved": lambda r: [s["per_window"].update({"9": s["per_window"].pop("3")}) for s in r["schemes"]],
+    "windows-edited": lambda r: r["protocol"].update(windows=40),
+    "scored-edited": lambda r: r["protocol"].update(scored_tokens=1),
+    "stream-hash-edited": lambda r: r["protocol"].update(token_stream_hash="0" * 16),
+    "window-hash-edited": lambda r: r["window_hashes"].update({"0": "f" * 16}),
+    "scheme-redefined": lambda r: r["schemes"][1]["description"]["scheme"]["weights"].update(granularity="channel"),
+    "scheme-renamed-dup": lambda r: r["schemes"][1].update(name="full"),
+    "schemes-empty": lambda r: r.update(schemes=[]),
+    "schemes-missing": lambda r: r.pop("schemes"),
+    "protocol-missing": lambda r: r.pop("protocol"),
+    "stats-windows": lambda r: r["schemes"][0]["statistics"].update(windows=2),
+    "schema-version": lambda r: r.update(schema_version=2),
+    "partial-marked": lambda r: r.update(partial=["made up"]),
+    "per-window-list": lambda r: r["schemes"][0].update(per_window=[1, 2]),
+}
+for name, edit in REC_EDITS.items():
+    def build(d, edit=edit):
+        r = copy.deepcopy(REC)
+        edit(r)
+        return f"check --baseline {write(d, 'b.json', json.dumps(REC))} --tolerances {write(d, 't.json', TOL)} " + \
+            write(d, "n.json", json.dumps(r))
+    case(f"check-record-{name}", build, ["n.json"])
+    def build_base(d, edit=edit):
+        r = copy.deepcopy(REC)
+        edit(r)
+        return f"check --baseline {write(d, 'b.json', json.dumps(r))} --tolerances {write(d, 't.json', TOL)} " + \
+            write(d, "n.json", json.dumps(REC))
+    case(f"check-baseline-{name}", build_base, ["b.json"])
+    def build_compare(d, edit=edit):
+        r = copy.deepcopy(REC)
+        edit(r)
+        return f"compare {write(d, 'a.json', json.dumps(REC))} {write(d, 'e.json', json.dumps(r))}"
+    case(f"compare-{name}", build_compare, ["e.json"])
+case("check-shard", lambda d: f"check --baseline {write(d, 'b.json', json.dumps(REC))} --tolerances {write(d, 't.json', TOL)} " +
+     write(d, "s.json", json.dumps(S0)), ["s.json", "partial"])
+case("compare-shard", lambda d: f"compare {write(d, 'a.json', json.dumps(REC))} {write(d, 's.json', json.dumps(S0))}", ["s.json"])
+case("plot-shard", lambda d: f"plot {write(d, 's.json', json.dumps(S0))} --out {Path(d) / 'p'}", ["s.json"])
+case("plot-edited", lambda d: f"plot {write(d, 'e.json', json.dumps(dict(REC, protocol=dict(REC['protocol'], windows=7))))} "
+     f"--out {Path(d) / 'p'}", ["e.json"])
+case("compare-other-protocol", lambda d: f"compare {write(d, 'a.json', json.dumps(REC))} "
+     f"{write(d, 'e.json', json.dumps(dict(REC, data=dict(REC['data'], hash='x'))))}", ["e.json"])
+for name, text in {"empty": "{}", "nothing-limited": '{"schemes": {"full": {"required": true}}}',
+                   "dup-key": '{"schemes": {"*": {"dppl_abs": 1, "dppl_abs": 2}}}',
+                   "dup-scheme": '{"schemes": {"full": {"ppl_abs": 1}, "full": {"ppl_abs": 2}}}',
+                   "unknown-key": '{"scheme": {}}', "negative": '{"schemes": {"*": {"dppl_abs": -1}}}',
+                   "nan-string": '{"schemes": {"*": {"dppl_abs": "nan"}}}', "not-json": "{",
+                   "list": "[]", "stat-unknown": '{"statistics": {"kurt": {"abs": 1}}}',
+                   "stat-no-limit": '{"statistics": {"kurtosis_rest": {}}}', "direction": '{"statistics": {"kurtosis_rest": {"abs": 1, "direction": "up"}}}',
+                   "absent-scheme": '{"schemes": {"w4-zeropoint": {"dppl_abs": 1}}}',
+                   "matches-nothing": '{"missing_scheme": "skip", "schemes": {"int8-coarse": {"required": false, "dppl_abs": 1}}}'}.items():
+    def build(d, text=text, name=name):
+        new = copy.deepcopy(REC)
+        if name == "matches-nothing":
+            new["schemes"] = new["schemes"][:1]
+            return f"check --baseline {write(d, 'b.json', json.dumps(REC))} --tolerances {write(d, 't.json', text)} " + \
+                write(d, "n.json", json.dumps(new))
+        return f"check --baseline {write(d, 'b.json', json.dumps(REC))} --tolerances {write(d, 't.json', text)} " + \
+            write(d, "n.json", json.dumps(REC))
+    case(f"tolerance-{name}", build, ["t.json"] if name != "matches-nothing" else ["nothing was checked"])
+MERGE = {
+    "one-shard": lambda d: [S0],
+    "same-twice": lambda d: [S0, S0],
+    "not-shard": lambda d: [REC, S1],
+    "count-one": lambda d: [dict(S0, shard=dict(S0["shard"], count=1))],
+    "index-out": lambda d: [dict(S0, shard=dict(S0["shard"], index=5)), S1],
+    "protocol-windows-edited": lambda d: [dict(S0, shard=dict(S0["shard"], protocol_windows=9)), S1],
+    "row-outside-shard": lambda d: [(lambda s: ([x["per_window"].update({"1": x["per_window"]["0"]}) for x in s["schemes"]], s)[1])(
+        copy.deepcopy(S0)), S1],
+    "state-edited": lambda d: [(lambda s: (s["shard"]["state"]["schemes"][0]["rows"]["0"].update(tokens=-5), s)[1])(
+        copy.deepcopy(S0)), S1],
+    "state-missing": lambda d: [(lambda s: (s["shard"].pop("state"), s)[1])(copy.deepcopy(S0)), S1],
+    "summary-edited": lambda d: [(lambda s: (s["schemes"][0]["perplexity"].update(ppl=1.0), s)[1])(copy.deepcopy(S0)), S1],
+    "other-seq-len": lambda d: [S0, (lambda s: (s["protocol"].update(seq_len=64), s)[1])(copy.deepcopy(S1))],
+    "tokens-2^62": lambda d: [(lambda s: ([x["per_window"]["0"].update(tokens=2 ** 62) for x in s["schemes"]], s)[1])(
+        copy.deepcopy(S0)), S1],
+}
+for name, shards in MERGE.items():
+    def build(d, shards=shards):
+        files = [write(d, f"s{i}.json", json.dumps(s)) for i, s in enumerate(shards(d))]
+        return "merge " + " ".join(files) + " --out " + str(Path(d) / "m.json")
+    case(f"merge-{name}", build, ["merge"] if name in ("one-shard", "same-twice") else [".json"])
+case("merge-out-folder", lambda d: (Path(d, "m").mkdir(), f"merge {write(d, 'a.json', json.dumps(S0))} "
+     f"{write(d, 'b.json', json.dumps(S1))} --out {Path(d) / 'm'}")[1], ["--out"])
+STATE_EDITS = {
+    "checksum-zeroed": lambda s: s["state"].update(checksum="0" * 16),
+    "checksum-removed": lambda s: s["state"].pop("checksum"),
+    "row-edited": lambda s: s["state"]["schemes"][0]["rows"]["0"].update(nll_sum=0.5),
+    "tokens-negative": lambda s: s["state"]["schemes"][0]["rows"]["0"].update(tokens=-1),
+    "hash-changed": lambda s: s["state"]["window_hashes"].update({"0": "1" * 16}),
+    "key-word": lambda s: s["state"]["window_hashes"].update(x="1" * 16),
+    "windows-count": lambda s: s["state"].update(windows=9),
+    "identity-changed": lambda s: s["identity"].update(data="x"),
+    "state-missing": lambda s: s.pop("state"),
+    "statistics-list": lambda s: s["state"].update(statistics=[1]),
+}
+for name, edit in STATE_EDITS.items():
+    def build(d, edit=edit):
+        s = copy.deepcopy(STATE)
+        edit(s)
+        write(d, "o.json.state.json", json.dumps(s))
+        return EVAL + " --resume --out " + str(Path(d) / "o.json")
+    case(f"resume-{name}", build, ["o.json.state.json"])
+case("resume-not-json", lambda d: (write(d, "o.json.state.json", "{"), EVAL + " --resume --out " + str(Path(d) / "o.json"))[1],
+     ["o.json.state.json"])
+
+# ---- train ------------------------------------------------------------------------------------------
+TRAIN_OPTS = [("--lr", ["inf", "nan", "0", "-1", "x"]), ("--momentum", ["nan", "1", "-0.1"]), ("--n-kv-heads", ["-1", "3"]),
+              ("--d-ff", ["-1"]), ("--clip", ["-1", "inf"]), ("--warmup", ["50", "-1"]), ("--beta1", ["1", "nan"]),
+              ("--beta2", ["-0.1"]), ("--eps", ["0", "nan"]), ("--seq-len", ["1", "0"]), ("--val-fraction", ["1", "-0.5"]),
+              ("--norm-eps", ["0", "nan"]), ("--d-model", ["0", "18 --n-heads 4"]), ("--init-std", ["0", "inf"]),
+              ("--weight-decay", ["-1"]), ("--min-lr-ratio", ["2"]), ("--log-every", ["0"]), ("--time-limit", ["nan"]),
+              ("--dense-max", ["0"]), ("--steps", ["0"]), ("--batch-size", ["0"]), ("--val-every", ["-1"])]
+for opt, vals in TRAIN_OPTS:
+    for v in vals:
+        case(f"train{opt}={v}", lambda d, o=opt, v=v: TRAIN + f" {o}={v} --out " + str(Path(d) / "ck"), [opt])
+case("train-lr-1e30", lambda d: TRAIN + " --lr 1e30 --clip 0 --out " + str(Path(d) / "ck"), ["diverged"])
+case("train-lr-1e30-no-out", lambda d: TRAIN + " --lr 1e30 --clip 0", ["diverged"])
+case("train-out-file", lambda d: TRAIN + " --out " + write(d, "ck", "x"), ["--out"])
+case("train-binary-data", lambda d: TRAIN + " --data " + write(d, "w.txt", b"\x7fELF" + b"\0" * 4000) + " --out " +
+     str(Path(d) / "ck"), ["w.txt", "NUL"])
+case("train-resume-missing", lambda d: TRAIN + " --resume " + str(Path(d) / "none") + " --out " + str(Path(d) / "ck"), ["--resume"])
+case("train-data-missing", lambda d: TRAIN + " --data " + str(Path(d) / "none.txt"), ["none.txt"])
+case("train-tokenizer-missing", lambda d: TRAIN.replace(TOKENIZER, str(Path(d) / "tok.bin")), ["tok.bin"])
+
+# ---- inspect ------------------------------------------------------------------------------------------
+case("inspect-nothing", lambda d: "inspect", ["give a path"])
+case("inspect-missing", lambda d: "inspect --model " + str(Path(d) / "x.gguf"), ["x.gguf"])
+case("inspect-empty-folder", lambda d: (Path(d, "m").mkdir(), "inspect --model " + str(Path(d) / "m"))[1], ["config.json"])
+case("inspect-data-nul", lambda d: "inspect --data " + write(d, "z.txt", b"\0" * 100), ["z.txt"])
+
+# ---- run and classify ----------------------------------------------------------------------------------
+INTERNALS = ["[json.exception", "std::", "stoll", "basic_string", "179769313486231570", "terminate called", "what():"]
+
+
+def classify(c, proc, timed_out):
+    out = (proc.stdout or "") + (proc.stderr or "") if proc else ""
+    if timed_out:
+        return "hang", out
+    rc = proc.returncode
+    if rc < 0 or rc >= 128 or "Sanitizer" in out or "runtime error:" in out or "Segmentation" in out:
+        return "crash", out
+    if c["expect"] == "note":
+        return ("accepted with note" if rc == 0 and all(f in out for f in c["fragments"]) else
+                "silent wrong" if rc == 0 else "unclear message"), out
+    if rc == 0:
+        return "silent wrong", out
+    lines = [l for l in (proc.stderr or "").splitlines() if l.strip()]
+    error_lines = [l for l in lines if l.startswith("qeval: error: ")]
+    if rc != c["status"] or len(error_lines) != 1 or any(i in out for i in INTERNALS) or \
+            not all(f in out for f in c["fragments"]):
+        return "unclear message", out
+    return "clean refusal", out
+
+
+def run_case(c):
+    d = tempfile.mkdtemp(prefix="qeval-probe-")
+    try:
+        cmd = c["build"](d)
+        t0 = time.time()
+        try:
+            proc = subprocess.run(f"{QEVAL} {cmd}", shell=True, capture_output=True, text=True, timeout=TIMEOUT,
+                                  errors="replace", cwd=d)
+            outcome, out = classify(c, proc, False)
+        except subprocess.TimeoutExpired:
+            outcome, out = classify(c, None, True)
+        return {"name": c["name"], "outcome": outcome, "seconds": time.time() - t0, "command": cmd.replace(d, "$DIR"),
+                "output": [l.replace(d, "$DIR") for l in out.strip().splitlines()[-3:]] if out else []}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+results = []
+with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
+    for r in pool.map(run_case, cases):
+        results.append(r)
+shutil.rmtree(MADE, ignore_errors=True)
+
+order = ["clean refusal", "accepted with note", "crash", "hang", "silent wrong", "unclear message"]
+counts = {k: sum(1 for r in results if r["outcome"] == k) for k in order}
+groups = {}
+for r in results:
+    g = r["name"].split("-")[0].split("=")[0].split("--")[0]
+    groups.setdefault(g, {k: 0 for k in order})[r["outcome"]] += 1
+lines = [f"qeval bad-input probe: {len(results)} cases (`tests/hardening/probe.py`)", "",
+         "| group | cases | " + " | ".join(order) + " |", "|---|---:|" + "---:|" * len(order)]
+for g, c in sorted(groups.items()):
+    lines.append(f"| {g} | {sum(c.values())} | " + " | ".join(str(c[k]) for k in order) + " |")
+lines.append(f"| **all** | **{len(results)}** | " + " | ".join(f"**{counts[k]}**" for k in order) + " |")
+bad = [r for r in results if r["outcome"] not in ("clean refusal", "accepted with note")]
+if bad:
+    lines += ["", "Cases that are not clean:", ""]
+    for r in bad:
+        lines.append(f"- {r['outcome']}: `{r['name']}`: `qeval {r['command'][:200]}` → {' / '.join(r['output'])[:400]}")
+slowest = sorted(results, key=lambda r: -r["seconds"])[:3]
+lines += ["", "Slowest: " + ", ".join(f"{r['name']} {r['seconds']:.1f} s" for r in slowest)]
+text = "\n".join(lines) + "\n"
+if OUT:
+    Path(OUT).write_text(text)
+if "--messages" in opts:
+    Path(opts["--messages"]).write_text("".join(
+        f"{r['outcome']:<18} {r['name']}: {r['output'][-1] if r['output'] else ''}\n" for r in results))
+print(text)
+sys.exit(1 if bad else 0)
