@@ -10,7 +10,9 @@
 // Weights: N(0, 0.02²) drawn on the GPU in fp32, quantised there (the same at:: maths as on the
 // CPU), then placed in the compute dtype (model/placement.h), exactly as `qeval eval --device cuda`
 // places a loaded checkpoint. "full+stats" is the full model with the statistics observer of
-// `qeval eval` (hidden-state and attention statistics: the attention runs unfused there).
+// `qeval eval` (hidden-state and attention statistics reduced on the GPU: kernels/attention_statistics.h);
+// "full+stats-unfused" the same observer on the unfused path ([B, H, L, L] probabilities, ATen
+// reductions), what "full+stats" was before issue 43.
 #include <ATen/ATen.h>
 #include <fmt/core.h>
 
@@ -162,7 +164,7 @@ std::vector<std::string> split(const std::string& list) {
 
 int main(int argc, char** argv) {
   std::string shapes_arg = "gpt2-small,llama-3.2-1b,llama-2-7b", dtype_arg = "fp16", json_path;
-  std::string schemes_arg = "full,full+stats,int8-moderate,int8-vectorwise,int8-coarse,int8-fine,w4-zeropoint-g128";
+  std::string schemes_arg = "full,full+stats,full+stats-unfused,int8-moderate,int8-vectorwise,int8-coarse,int8-fine,w4-zeropoint-g128";
   int reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shapes")) shapes_arg = argv[i + 1];
@@ -198,12 +200,18 @@ int main(int argc, char** argv) {
     for (const std::string& scheme : split(schemes_arg)) {
       std::string what;
       double seconds = 0;
-      if (scheme == "full" || scheme == "full+stats") {
+      if (scheme == "full" || scheme == "full+stats" || scheme == "full+stats-unfused") {
         const Transformer model = full32.placed(cache);
-        StatisticsCollector stats(StatisticsOptions{});
-        const bool observed = scheme == "full+stats";
+        StatisticsOptions options;
+        options.fused = scheme == "full+stats";
+        options.attention_windows = s.config.attention_windows;
+        StatisticsCollector stats(options);
+        const bool observed = scheme != "full";
         seconds = step_seconds(model, ids, reps, observed ? &stats : nullptr, observed ? &stats : nullptr);
-        what = observed ? "statistics observer on (unfused attention)" : "cuBLAS GEMMs, fused attention";
+        what = !observed ? "cuBLAS GEMMs, fused attention"
+                         : "statistics observer on: attention " +
+                               stats.summary().value("attention_statistics", std::string("?")) + ", hidden " +
+                               stats.summary().value("hidden_statistics", std::string("?"));
         if (!observed) full_seconds = seconds;
       } else {
         SchemeSpec spec = resolve_scheme(scheme);

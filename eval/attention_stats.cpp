@@ -103,4 +103,39 @@ std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, 
   return out;
 }
 
+std::vector<AttentionLayerStats> attention_layer_stats_from_sums(const at::Tensor& sums_in, std::int64_t length,
+                                                                 std::int64_t window, std::int64_t sink_T,
+                                                                 double sink_eps) {
+  QEVAL_CHECK(sums_in.dim() == 3 && sums_in.size(2) == 4 && sums_in.scalar_type() == at::kDouble,
+              "attention_layer_stats_from_sums: sums must be [B, H, 4] float64, got {} dims", sums_in.dim());
+  QEVAL_CHECK(length >= 1 && window >= 0 && sink_T >= 1,
+              "attention_layer_stats_from_sums: needs L ≥ 1, window ≥ 0 and sink T ≥ 1, got {}, {}, {}", length, window,
+              sink_T);
+  const at::Tensor sums = sums_in.cpu().contiguous();
+  auto v = sums.accessor<double, 3>();
+  const std::int64_t B = sums.size(0), H = sums.size(1), L = length;
+  QEVAL_CHECK(H > 0, "attention_layer_stats_from_sums: no heads");
+  const std::int64_t reach = window > 0 ? std::min(L, window) : L;
+  const std::int64_t T = std::min(sink_T, reach);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<AttentionLayerStats> out(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    double share_sum = 0, credit_sum = 0, entropy_sum = 0;
+    std::int64_t sinks = 0;
+    for (std::int64_t h = 0; h < H; ++h) {
+      if (v[b][h][0] / static_cast<double>(T) > sink_eps) ++sinks;
+      share_sum += v[b][h][1];
+      credit_sum += v[b][h][2];
+      entropy_sum += v[b][h][3];
+    }
+    AttentionLayerStats& s = out[static_cast<std::size_t>(b)];
+    const double queries_after_first = static_cast<double>(H * (reach - 1));
+    s.first_attn = reach > 1 ? credit_sum / queries_after_first : nan;
+    s.first_share = reach > 1 ? share_sum / queries_after_first : nan;
+    s.sink_fraction = static_cast<double>(sinks) / static_cast<double>(H);
+    s.entropy = entropy_sum / static_cast<double>(H * L);
+  }
+  return out;
+}
+
 }  // namespace qeval

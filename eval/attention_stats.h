@@ -49,4 +49,14 @@ struct AttentionLayerStats {
 std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, std::int64_t sink_T, double sink_eps,
                                                        std::int64_t chunk_elements = 0, std::int64_t window = 0);
 
+// The same values from the fused GPU attention's per-head sums (model/observer.h, AttentionSums):
+// sums [B, H, 4] float64 on any device, computed with this sink_T, for sequences of `length` in a
+// layer of `window` (0: global). Heads are added in ascending order; the per-query values were
+// summed on the device in a fixed order, so results are batch-independent here too, and equal
+// attention_layer_stats' to the rounding of the sums (the float32 weights themselves agree to
+// theirs: kernels/cuda/fused_attention_stats.h).
+std::vector<AttentionLayerStats> attention_layer_stats_from_sums(const at::Tensor& sums, std::int64_t length,
+                                                                 std::int64_t window, std::int64_t sink_T,
+                                                                 double sink_eps);
+
 }  // namespace qeval

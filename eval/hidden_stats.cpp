@@ -77,4 +77,22 @@ std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden, std::
   return out;
 }
 
+std::vector<HiddenLayerStats> hidden_layer_stats_from_device(const at::Tensor& stats_in) {
+  QEVAL_CHECK(stats_in.dim() == 2 && stats_in.size(1) == 9 && stats_in.scalar_type() == at::kDouble,
+              "hidden_layer_stats_from_device: stats must be [B, 9] float64, got {} dims", stats_in.dim());
+  const at::Tensor stats = stats_in.cpu().contiguous();
+  auto v = stats.accessor<double, 2>();
+  std::vector<HiddenLayerStats> out(static_cast<std::size_t>(stats.size(0)));
+  for (std::int64_t b = 0; b < stats.size(0); ++b) {
+    HiddenLayerStats& s = out[static_cast<std::size_t>(b)];
+    s.kurtosis_first = v[b][0], s.kurtosis_rest = v[b][1];
+    s.max_abs_first = v[b][2], s.max_abs_rest = v[b][3];
+    s.inf_over_l2_first = v[b][4], s.inf_over_l2_rest = v[b][5];
+    s.largest_value = v[b][6];
+    s.largest_channel = static_cast<std::int64_t>(v[b][7]);
+    s.largest_position = static_cast<std::int64_t>(v[b][8]);
+  }
+  return out;
+}
+
 }  // namespace qeval

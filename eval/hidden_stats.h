@@ -44,4 +44,10 @@ std::int64_t default_statistics_chunk(const at::Device& device);
 std::vector<HiddenLayerStats> hidden_layer_stats(const at::Tensor& hidden,
                                                  std::int64_t chunk_elements = 0);
 
+// The same from the device-side reduction (kernels/attention_statistics.h, hidden_stats): stats
+// [B, 9] float64, any device, the fields above in order. The GPU sums in another fixed order
+// (a tree over positions and channels), so values agree with hidden_layer_stats' to rounding;
+// the largest element's channel is the lowest maximal one.
+std::vector<HiddenLayerStats> hidden_layer_stats_from_device(const at::Tensor& stats);
+
 }  // namespace qeval

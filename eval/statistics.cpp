@@ -1,12 +1,15 @@
 #include "eval/statistics.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <set>
 
 #include "common/error.h"
 #include "common/json_integer.h"
+#include "kernels/attention_statistics.h"
 
 namespace qeval {
 namespace {
@@ -56,12 +59,28 @@ void StatisticsCollector::begin_batch(std::vector<std::int64_t> window_indices) 
 
 StatisticsCollector::WindowRecord& StatisticsCollector::batch_row(std::size_t row) { return windows_.at(batch_[row]); }
 
+bool StatisticsCollector::fused_enabled() const {
+  static const bool allowed = [] {
+    const char* v = std::getenv("QEVAL_FUSED_STATISTICS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return options_.fused && allowed;
+}
+
+std::int64_t StatisticsCollector::window_of(std::int64_t layer) const {
+  const auto& windows = options_.attention_windows;
+  return layer < static_cast<std::int64_t>(windows.size()) ? windows[static_cast<std::size_t>(layer)] : 0;
+}
+
 void StatisticsCollector::on_block_output(std::int64_t layer, const at::Tensor& hidden) {
   QEVAL_CHECK(hidden.dim() == 3 && hidden.size(0) == static_cast<std::int64_t>(batch_.size()),
               "StatisticsCollector: hidden state of layer {} must be [B, L, D] with B = {} (begin_batch), got {} dims "
               "and B = {}",
               layer, batch_.size(), hidden.dim(), hidden.dim() > 0 ? hidden.size(0) : 0);
-  std::vector<HiddenLayerStats> stats = hidden_layer_stats(hidden);
+  const bool fused = fused_enabled() && kernels::hidden_stats_unsupported(hidden).empty();
+  std::vector<HiddenLayerStats> stats =
+      fused ? hidden_layer_stats_from_device(kernels::hidden_stats(hidden)) : hidden_layer_stats(hidden);
+  (fused ? paths_.hidden_fused : paths_.hidden_unfused) += static_cast<std::int64_t>(batch_.size());
   for (std::size_t row = 0; row < batch_.size(); ++row) {
     WindowRecord& rec = batch_row(row);
     QEVAL_CHECK(layer == static_cast<std::int64_t>(rec.hidden.size()),
@@ -109,17 +128,24 @@ void StatisticsCollector::add_attention(std::vector<AttentionLayerStats> WindowR
   const bool real = field == &WindowRecord::attention;  // sliding windows concern real attention only
   const std::int64_t window =
       real && layer < static_cast<std::int64_t>(windows.size()) ? windows[static_cast<std::size_t>(layer)] : 0;
-  std::vector<AttentionLayerStats> stats =
-      attention_layer_stats(probs, options_.sink_T, options_.sink_eps, /*chunk_elements: by device*/ 0, window);
+  store_attention(field, layer, index, probs.size(2),
+                  attention_layer_stats(probs, options_.sink_T, options_.sink_eps, /*chunk_elements: by device*/ 0, window),
+                  what);
+  if (real) paths_.attention_unfused += static_cast<std::int64_t>(batch_.size());
+}
+
+void StatisticsCollector::store_attention(std::vector<AttentionLayerStats> WindowRecord::*field, std::int64_t layer,
+                                          std::int64_t index, std::int64_t length,
+                                          const std::vector<AttentionLayerStats>& stats, const char* what) {
   for (std::size_t row = 0; row < batch_.size(); ++row) {
     WindowRecord& rec = batch_row(row);
     std::vector<AttentionLayerStats>& list = rec.*field;
     QEVAL_CHECK(index == static_cast<std::int64_t>(list.size()),
                 "StatisticsCollector: window {} expected the {} of layer kind ordinal {} next, got layer {}", batch_[row],
                 what, list.size(), layer);
-    if (rec.length == 0) rec.length = probs.size(2);
-    QEVAL_CHECK(rec.length == probs.size(2), "StatisticsCollector: window {} has length {}, {} of layer {} has {}",
-                batch_[row], rec.length, what, layer, probs.size(2));
+    if (rec.length == 0) rec.length = length;
+    QEVAL_CHECK(rec.length == length, "StatisticsCollector: window {} has length {}, {} of layer {} has {}",
+                batch_[row], rec.length, what, layer, length);
     list.push_back(stats[row]);
   }
 }
@@ -128,6 +154,31 @@ void StatisticsCollector::on_attention(std::int64_t layer, const at::Tensor& pro
   QEVAL_CHECK(is_attention(options_, layer), "StatisticsCollector: attention handed over for layer {}, which is a {} layer",
               layer, to_string(options_.mixer(layer)));
   add_attention(&WindowRecord::attention, layer, ordinal(options_, is_attention, layer), probs, "attention");
+}
+
+bool StatisticsCollector::wants_attention_sums(std::int64_t layer, AttentionSumsRequest* request) const {
+  if (!options_.attention || !is_attention(options_, layer) || !fused_enabled()) return false;
+  request->sink_T = options_.sink_T;
+  request->window = window_of(layer);
+  return true;
+}
+
+void StatisticsCollector::on_attention_sums(std::int64_t layer, const AttentionSums& sums) {
+  QEVAL_CHECK(options_.attention,
+              "StatisticsCollector: attention sums of layer {} handed over, but attention statistics are off", layer);
+  QEVAL_CHECK(is_attention(options_, layer),
+              "StatisticsCollector: attention sums handed over for layer {}, which is a {} layer", layer,
+              to_string(options_.mixer(layer)));
+  QEVAL_CHECK(sums.sums.dim() == 3 && sums.sums.size(0) == static_cast<std::int64_t>(batch_.size()),
+              "StatisticsCollector: attention sums of layer {} must be [B, H, 4] with B = {} (begin_batch), got {} dims",
+              layer, batch_.size(), sums.sums.dim());
+  QEVAL_CHECK(sums.sink_T == options_.sink_T && sums.window == window_of(layer),
+              "StatisticsCollector: attention sums of layer {} were reduced with sink T {} and window {}, expected {} and {}",
+              layer, sums.sink_T, sums.window, options_.sink_T, window_of(layer));
+  store_attention(&WindowRecord::attention, layer, ordinal(options_, is_attention, layer), sums.length,
+                  attention_layer_stats_from_sums(sums.sums, sums.length, sums.window, sums.sink_T, options_.sink_eps),
+                  "attention");
+  paths_.attention_fused += static_cast<std::int64_t>(batch_.size());
 }
 
 void StatisticsCollector::on_implicit_attention(std::int64_t layer, const at::Tensor& weights) {
@@ -177,6 +228,10 @@ void StatisticsCollector::merge(const StatisticsCollector& other) {
     QEVAL_CHECK(windows_.count(entry.first) == 0, "StatisticsCollector::merge: window {} is in both collectors",
                 entry.first);
   for (const auto& entry : other.windows_) windows_.insert(entry);
+  paths_.attention_fused += other.paths_.attention_fused;
+  paths_.attention_unfused += other.paths_.attention_unfused;
+  paths_.hidden_fused += other.paths_.hidden_fused;
+  paths_.hidden_unfused += other.paths_.hidden_unfused;
 }
 
 json StatisticsCollector::options_json() const {
@@ -276,7 +331,13 @@ json StatisticsCollector::summary() const {
   }
   hidden["largest_per_layer"] = largest;
 
-  json out{{"windows", windows_.size()}, {"layers", M}, {"hidden", hidden}};
+  auto path = [](std::int64_t fused, std::int64_t unfused) {
+    return fused > 0 && unfused > 0 ? "fused-cuda and unfused" : fused > 0 ? "fused-cuda" : "unfused";
+  };
+  json out{{"windows", windows_.size()},
+           {"layers", M},
+           {"hidden", hidden},
+           {"hidden_statistics", path(paths_.hidden_fused, paths_.hidden_unfused)}};
   // The attention statistics of one list of layers (real attention, or Mamba-2's implicit one).
   auto attention_section = [&](std::vector<AttentionLayerStats> WindowRecord::*field, std::size_t K) {
     auto stat = [&](double AttentionLayerStats::*member) {
@@ -304,6 +365,7 @@ json StatisticsCollector::summary() const {
   };
   const bool all_attention = attention_layers.size() == M;
   if (options_.attention && !attention_layers.empty()) {
+    out["attention_statistics"] = path(paths_.attention_fused, paths_.attention_unfused);
     out["attention"] = attention_section(&WindowRecord::attention, attention_layers.size());
     out["attention"]["weights"] = "as produced; softmax-1 rows sum to less than 1";
     if (!all_attention) out["attention"]["layers"] = attention_layers;
@@ -399,6 +461,11 @@ json StatisticsCollector::state_to_json() const {
        {"kurtosis_first", "kurtosis_rest", "max_abs_first", "max_abs_rest", "inf_over_l2_first", "inf_over_l2_rest",
         "largest_value", "largest_channel", "largest_position"}},
       {"attention_fields", {"first_attn", "first_share", "sink_fraction", "entropy"}},
+      {"paths",
+       {{"attention_fused", paths_.attention_fused},
+        {"attention_unfused", paths_.attention_unfused},
+        {"hidden_fused", paths_.hidden_fused},
+        {"hidden_unfused", paths_.hidden_unfused}}},
       {"windows", windows}};
 }
 
@@ -455,6 +522,13 @@ StatisticsCollector StatisticsCollector::state_from_json(const json& state, cons
           rec.router.push_back(std::move(stats));
         }
       c.windows_.emplace(index, std::move(rec));
+    }
+    if (state.contains("paths")) {  // absent in states written before issue 43
+      const json& p = state.at("paths");
+      c.paths_.attention_fused = json_integer(p.at("attention_fused"), "a path count");
+      c.paths_.attention_unfused = json_integer(p.at("attention_unfused"), "a path count");
+      c.paths_.hidden_fused = json_integer(p.at("hidden_fused"), "a path count");
+      c.paths_.hidden_unfused = json_integer(p.at("hidden_unfused"), "a path count");
     }
     return c;
   } catch (const json::exception& e) {

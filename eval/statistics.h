@@ -54,6 +54,9 @@
 //   }
 // }
 // sink_rate_pct is the percentage of (layer, head) pairs with α₁ > ε, averaged over windows.
+// Also "hidden_statistics" and (with attention) "attention_statistics": which path measured them,
+// "fused-cuda" (reduced on the GPU, kernels/attention_statistics.h), "unfused" (ATen reductions of the
+// hidden states and of the [B, H, L, L] probabilities) or "fused-cuda and unfused" (some of each).
 //
 // Layer kinds (issue 45; StatisticsOptions::layer_mixers / layer_ffns, empty for all-attention
 // dense models, whose summaries are unchanged):
@@ -94,6 +97,11 @@ struct StatisticsOptions {
   // The model's attention window per layer (ModelConfig::attention_windows; empty: all global).
   // In a windowed layer only the queries that can see key 1 count (eval/attention_stats.h).
   std::vector<std::int64_t> attention_windows;
+  // On a GPU, reduce on the device (kernels/attention_statistics.h): the attention through the fused
+  // kernel's per-head sums (on_attention_sums) and the hidden states in one read; false, or
+  // QEVAL_FUSED_STATISTICS=0 in the environment: the unfused reductions of the CPU (the [B, H, L, L]
+  // probabilities). Not part of the state: both paths measure the same quantities.
+  bool fused = true;
   // The model's layer pattern (ModelConfig::layer_mixers / layer_ffns; empty: attention and a
   // dense MLP everywhere): attention statistics come from attention layers, implicit attention
   // from Mamba-2 layers, router statistics from mixture-of-experts layers (`experts` each).
@@ -125,6 +133,8 @@ class StatisticsCollector : public ForwardObserver {
     return options_.attention && options_.mixer(layer) == MixerKind::attention;
   }
   void on_attention(std::int64_t layer, const at::Tensor& probs) override;  // [B, H, L, L]
+  bool wants_attention_sums(std::int64_t layer, AttentionSumsRequest* request) const override;
+  void on_attention_sums(std::int64_t layer, const AttentionSums& sums) override;
   bool wants_implicit_attention(std::int64_t layer) const override {
     return options_.attention && options_.mixer(layer) == MixerKind::mamba2;
   }
@@ -177,6 +187,14 @@ class StatisticsCollector : public ForwardObserver {
   StatisticsOptions options_;
   std::map<std::int64_t, WindowRecord> windows_;  // ordered: reductions run in ascending index
   std::vector<std::int64_t> batch_;               // window index of each row of the current batch
+  // (window, layer) results by path, for the summary's "attention_statistics" / "hidden_statistics".
+  struct PathCounts {
+    std::int64_t attention_fused = 0, attention_unfused = 0, hidden_fused = 0, hidden_unfused = 0;
+  } paths_;
+  bool fused_enabled() const;
+  std::int64_t window_of(std::int64_t layer) const;
+  void store_attention(std::vector<AttentionLayerStats> WindowRecord::*field, std::int64_t layer, std::int64_t ordinal,
+                       std::int64_t length, const std::vector<AttentionLayerStats>& stats, const char* what);
 };
 
 }  // namespace qeval

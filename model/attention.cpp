@@ -1,10 +1,12 @@
 // Block::attention: causal self-attention (softmax or softmax-1), grouped-query, rotary or not,
 // sliding windows, q/k norms and soft caps as ModelConfig says (DESIGN.md §3). On the CPU the
 // blocked or fused kernels of model/causal_attention_cpu.h skip what the causal mask hides; on a
-// GPU LibTorch's fused attention runs when no observer asks for the probabilities.
+// GPU LibTorch's fused attention runs when no observer asks for the probabilities, and qeval's fused
+// attention with statistics (kernels/attention_statistics.h) when the observer takes per-head sums.
 #include <torch/version.h>
 
 #include "common/error.h"
+#include "kernels/attention_statistics.h"
 #include "kernels/cpu/fused_attention_cpu.h"
 #include "kernels/fp32_gemm.h"
 #include "model/block.h"
@@ -89,7 +91,7 @@ at::Tensor Block::attention(const at::Tensor& h, const ForwardContext& context, 
     q = apply_rope(q, table, c);
     k = apply_rope(k, table, c);
   }
-  const bool wants_probs = observer && observer->wants_attention(layer_);
+  bool wants_probs = observer && observer->wants_attention(layer_);
   const std::int64_t window = c.attention_window(layer_);
   const double scale = c.attention_scale_or_default();
   // Soft cap, mask and softmax of scaled scores [.., L, L] or of one block of them.
@@ -111,6 +113,20 @@ at::Tensor Block::attention(const at::Tensor& h, const ForwardContext& context, 
                                        wants_probs ? &probs : nullptr);
     if (wants_probs) observer->on_attention(layer_, probs);
     return linear(slots_.o).forward(out);
+  }
+  // GPU with statistics: the fused kernel (kernels/attention_statistics.h) measures the weights in one
+  // pass over q and k (by kv head, no repeat) and hands the observer [B, H, 4] sums; the probabilities
+  // are not materialised for it. The output comes from the path below exactly as without statistics,
+  // so statistics change no bit of the forward.
+  AttentionSumsRequest request;
+  if (observer && q.is_cuda() && observer->wants_attention_sums(layer_, &request) &&
+      kernels::fused_attention_stats_unsupported(q, k, v).empty()) {
+    AttentionSums sums;
+    kernels::fused_attention_stats(q, k, v, window, scale, c.attn_logit_softcap, c.attention_softmax == SoftmaxKind::softmax1,
+                                   request.sink_T, request.window, &sums.sums, /*with_output=*/false);
+    sums.length = L, sums.window = request.window, sums.sink_T = request.sink_T;
+    observer->on_attention_sums(layer_, sums);
+    wants_probs = false;
   }
   if (Hkv != H) {  // grouped-query: query head i reads kv head i / (H / Hkv)
     k = k.repeat_interleave(H / Hkv, 1);

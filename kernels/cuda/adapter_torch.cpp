@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "kernels/cuda/absmax_quantize.h"
+#include "kernels/cuda/fused_attention_stats.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/int8_epilogue.h"
 #include "kernels/cuda/int8_linear.h"
@@ -159,6 +160,79 @@ at::Tensor w4a16_gemm_cuda(const at::Tensor& x_in, const at::Tensor& qweight, co
   args.group_size = group_size;
   w4a16_gemm(args, W4A16Kernel::automatic, current_stream());
   return y;
+}
+
+// ---- attention and hidden-state statistics (kernels/cuda/fused_attention_stats.h) ----
+
+std::string fused_attention_stats_cuda_unsupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (!q.defined() || !k.defined() || !v.defined() || !q.is_cuda() || !k.is_cuda() || !v.is_cuda())
+    return "operands not on a CUDA device";
+  if (q.device() != k.device() || q.device() != v.device()) return "operands on different devices";
+  if (q.scalar_type() != k.scalar_type() || q.scalar_type() != v.scalar_type()) return "operands of different dtypes";
+  if (q.scalar_type() != at::kFloat && q.scalar_type() != at::kHalf && q.scalar_type() != at::kBFloat16)
+    return "dtype other than float, half or bfloat16";
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return "operands not [B, H, L, hd]";
+  if (k.sizes() != v.sizes() || k.size(0) != q.size(0) || k.size(2) != q.size(2) || k.size(3) != q.size(3))
+    return "k and v not [B, Hkv, L, hd] with q's B, L and hd";
+  FusedAttentionArgs a;
+  a.batch = q.size(0), a.heads = q.size(1), a.kv_heads = k.size(1), a.length = q.size(2), a.head_dim = q.size(3);
+  a.q = a.k = a.v = a.out = reinterpret_cast<void*>(1);  // shapes only
+  return fused_attention_unsupported_reason(a);
+}
+
+at::Tensor fused_attention_stats_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                      std::int64_t window, double scale, double softcap, bool softmax_one,
+                                      std::int64_t sink_T, std::int64_t stats_window, at::Tensor* head_sums,
+                                      bool with_output) {
+  const std::string why = fused_attention_stats_cuda_unsupported(q_in, k_in, v_in);
+  TORCH_CHECK(why.empty(), "fused_attention_stats_cuda: ", why, " (q ", q_in.sizes(), ", k ", k_in.sizes(), ", v ",
+              v_in.sizes(), ")");
+  TORCH_CHECK(window >= 0 && stats_window >= 0, "fused_attention_stats_cuda: windows must be 0 (global) or positive, got ",
+              window, " and ", stats_window);
+  TORCH_CHECK(!head_sums || sink_T >= 1, "fused_attention_stats_cuda: sink T must be at least 1, got ", sink_T);
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  // The kernel reads rows of hd contiguous elements at any batch, head and position strides.
+  auto rows = [](const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
+  const at::Tensor q = rows(q_in), k = rows(k_in), v = rows(v_in);
+  const std::int64_t B = q.size(0), H = q.size(1), L = q.size(2), hd = q.size(3);
+  TORCH_CHECK(with_output || head_sums, "fused_attention_stats_cuda: asked for neither the output nor the sums");
+  at::Tensor out = with_output ? at::empty({B, L, H * hd}, q.options()) : at::Tensor();
+  FusedAttentionArgs a;
+  a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr(), a.out = with_output ? out.data_ptr() : nullptr;
+  for (int n = 0; n < 3; ++n) a.q_strides[n] = q.stride(n), a.k_strides[n] = k.stride(n), a.v_strides[n] = v.stride(n);
+  a.type = float_type(q.scalar_type(), "fused_attention_stats_cuda", "q");
+  a.batch = B, a.heads = H, a.kv_heads = k.size(1), a.length = L, a.head_dim = hd;
+  a.scale = static_cast<float>(scale);
+  a.softcap = softcap > 0 ? static_cast<float>(softcap) : 0.0f;
+  a.window = window;
+  a.softmax_one = softmax_one;
+  at::Tensor query_stats;
+  if (head_sums) {
+    query_stats = at::empty({3, B, H, L}, q.options().dtype(at::kFloat));
+    *head_sums = at::empty({B, H, 4}, q.options().dtype(at::kDouble));
+    a.query_stats = query_stats.data_ptr<float>();
+    a.head_sums = head_sums->data_ptr<double>();
+    a.sink_T = sink_T;
+    a.stats_window = stats_window;
+  }
+  fused_attention(a, current_stream());
+  return out;
+}
+
+at::Tensor hidden_stats_cuda(const at::Tensor& hidden_in) {
+  const char* op = "hidden_stats_cuda";
+  check_cuda(hidden_in, op, "hidden");
+  TORCH_CHECK(hidden_in.dim() == 3, op, ": hidden must be [B, L, D], got ", hidden_in.sizes());
+  const FloatType type = float_type(hidden_in.scalar_type(), op, "hidden");
+  const std::int64_t B = hidden_in.size(0), L = hidden_in.size(1), D = hidden_in.size(2);
+  TORCH_CHECK(B > 0 && L > 0 && D > 0 && D <= kHiddenStatsMaxChannels, op, ": needs B, L ≥ 1 and 1 ≤ D ≤ ",
+              kHiddenStatsMaxChannels, ", got ", hidden_in.sizes());
+  const c10::cuda::CUDAGuard guard(hidden_in.device());
+  const at::Tensor x = hidden_in.contiguous();
+  const auto dopts = x.options().dtype(at::kDouble);
+  at::Tensor rows = at::empty({5, B * L}, dopts), out = at::empty({B, 9}, dopts);
+  hidden_stats(x.data_ptr(), type, B, L, D, rows.data_ptr<double>(), out.data_ptr<double>(), current_stream());
+  return out;
 }
 
 // ---- int8 linear: quantise + GEMM + epilogue in one call (kernels/cuda/int8_linear.h) ----

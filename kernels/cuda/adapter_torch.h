@@ -55,6 +55,24 @@ std::string int8_linear_cuda_path(std::int64_t m, std::int64_t n, std::int64_t k
 at::Tensor w4_linear_cuda(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& zeros,
                           std::int64_t group_size, const at::Tensor& bias, std::string* chosen = nullptr);
 
+// Causal attention with the statistics of DESIGN.md §6 in the same pass (kernels/cuda/fused_attention_stats.h):
+// q [B, H, L, hd], k and v [B, Hkv, L, hd] of one dtype (float, half or bfloat16) on one CUDA device, any strides
+// (the last dimension is made contiguous) → out [B, L, H·hd] of that dtype (undefined when !with_output: the
+// statistics only, v unread). softcap > 0: c·tanh(s / c) on the
+// scaled logits; window 0: global. head_sums non-null: receives [B, H, 4] float64 on the device, the per-(b, h)
+// sums {Σ_{i<T'} A_i1, Σ_{1≤i<reach} A_i1, Σ_{1≤i<reach} first-attn credit, Σ_i entropy} (0-based i, reach and
+// T' = min(sink_T, reach) as the header defines, reach from stats_window). The [B, H, L, L] weights never exist in memory.
+at::Tensor fused_attention_stats_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::int64_t window,
+                                      double scale, double softcap, bool softmax_one, std::int64_t sink_T,
+                                      std::int64_t stats_window, at::Tensor* head_sums, bool with_output = true);
+
+// Empty when fused_attention_stats_cuda serves these operands, else why not, in words.
+std::string fused_attention_stats_cuda_unsupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// hidden [B, L, D] float, half or bfloat16 (CUDA), D ≤ kHiddenStatsMaxChannels → [B, 9] float64 on the device:
+// the HiddenLayerStats fields of each sequence in order (eval/hidden_stats.h), from one read of hidden.
+at::Tensor hidden_stats_cuda(const at::Tensor& hidden);
+
 // Drops the cached dequantised 4-bit weights (and the references that keep their sources alive).
 void w4_linear_cuda_clear_cache();
 

@@ -120,7 +120,7 @@ if [[ ${QEVAL_SANITIZE:-0} == 1 ]]; then
   # also covers the cuBLASLt paths. Both run at once (the sanitizers are bound by host CPU, not
   # by the GPU), each within QEVAL_SANITIZE_TIMEOUT seconds (default 100) so the script keeps
   # its time budget; a timeout shows as exit 124 in the file's last line.
-  own='CudaAbsmax*:CudaInt8Epilogue*:CudaW4Dequantize*:CudaW4A16*'
+  own='CudaAbsmax*:CudaInt8Epilogue*:CudaW4Dequantize*:CudaW4A16*:CudaFusedAttention.SmallForSanitizers:CudaFusedAttention.Ties*:CudaHiddenStats*'
   sanitize() {
     local tool=$1 filter=$2 rc=0
     timeout "${QEVAL_SANITIZE_TIMEOUT:-100}" "$sanitizer" --tool "$tool" --error-exitcode 99 "$build/cuda_tests" \

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/absmax_quantize.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/fused_attention_stats.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/cuda/int8_epilogue.h"
 #include "kernels/cuda/int8_linear.h"
@@ -73,6 +74,13 @@ std::size_t int8_linear_workspace_bytes(const Int8LinearArgs&, const Int8LinearP
 Int8LinearPath int8_linear(const Int8LinearArgs&, const Int8LinearPlan&, Stream) { unavailable("int8_linear"); }
 bool int8_linear_cutlass_built() noexcept { return false; }
 void w4a16_gemm(const W4A16Args&, W4A16Kernel, Stream) { unavailable("w4a16_gemm"); }
+const char* fused_attention_unsupported_reason(const FusedAttentionArgs&) {
+  return "qeval was built without CUDA kernels";
+}
+void fused_attention(const FusedAttentionArgs&, Stream) { unavailable("fused_attention"); }
+void hidden_stats(const void*, FloatType, std::int64_t, std::int64_t, std::int64_t, double*, double*, Stream) {
+  unavailable("hidden_stats");
+}
 void w4_dequantize(const std::uint8_t*, const float*, const float*, std::int64_t, std::int64_t, std::int64_t, void*,
                    FloatType, Stream) {
   unavailable("w4_dequantize");
