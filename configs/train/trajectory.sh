@@ -88,6 +88,7 @@ case ${1:-} in
     for run in A128-lr5e-3 B128-lr5e-3 A128-lr2.5e-3; do
       "$QEVAL" check "$OUT/$run.json" --tolerances configs/ci/trajectory-rules.json > "$OUT/check-$run.md" || true
     done
+    python3 results/train/trajectory/summary.py "$OUT" > "$OUT/summary.md"  # (a) step by step, (b) at equal lr x steps
     ;;
   *) sed -n '2,23p' "$0"; exit 2 ;;
 esac
