@@ -57,6 +57,7 @@ def series(name):
             "sink_layers": att["per_layer"]["sink_rate_pct"],
             "kurt_rest": st["hidden"]["kurtosis"]["rest"],
             "max_first": st["hidden"]["max_abs"]["first"],
+            "max_rest": st["hidden"]["max_abs"]["rest"],
             "entropy": att["entropy"],
         }
     return out
@@ -68,15 +69,17 @@ def tok(n):
 
 def cells(c):
     if c is None:
-        return ["—"] * 6
+        return ["—"] * 7
     layers = " / ".join(f"{x:.1f}" for x in c["first_layers"])
     return [f"{c['ppl']:.2f} ± {c['ppl_pm']:.2f}", f"{c['first']:.2f}", layers,
             f"{c['sink']:.2f} ± {c['sink_se']:.2f} ({c['sink_n']}/{c['units']})",
-            f"{c['dnll']:+.5f} ± {c['dnll_se']:.5f}", f"{c['kurt_rest']:.2f}"]
+            f"{c['dnll']:+.5f} ± {c['dnll_se']:.5f}", f"{c['kurt_rest']:.2f}",
+            f"{c['max_first']:.1f} / {c['max_rest']:.1f}"]
 
 
 def table(header_a, header_b, pairs, key):
-    cols = ["PPL ± se", "%first-attn", "%first-attn by layer", "Sink₁^ε % ± se (count)", "int8-coarse ΔNLL ± se", "kurtosis rest"]
+    cols = ["PPL ± se", "%first-attn", "%first-attn by layer", "Sink₁^ε % ± se (count)", "int8-coarse ΔNLL ± se", "kurtosis rest",
+            "max \\|X\\| first / rest"]
     print("| " + key + " | " + " | ".join(f"{header_a} {c}" for c in cols) + " | " +
           " | ".join(f"{header_b} {c}" for c in cols) + " |")
     print("|" + "---:|" * (1 + 2 * len(cols)))
