@@ -11,6 +11,20 @@ namespace {
 
 constexpr std::int64_t kQueryBlock = 64;
 
+// One sequence's layer statistics from its totals over heads and queries (both paths reduce to
+// these): key-1 share and first-attn credit over queries 2..reach, entropy over every query.
+AttentionLayerStats layer_stats_from_totals(double share_sum, double credit_sum, double entropy_sum, std::int64_t sinks,
+                                            std::int64_t H, std::int64_t L, std::int64_t reach) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  AttentionLayerStats s;
+  const double queries_after_first = static_cast<double>(H * (reach - 1));
+  s.first_attn = reach > 1 ? credit_sum / queries_after_first : nan;
+  s.first_share = reach > 1 ? share_sum / queries_after_first : nan;
+  s.sink_fraction = static_cast<double>(sinks) / static_cast<double>(H);
+  s.entropy = entropy_sum / static_cast<double>(H * L);
+  return s;
+}
+
 }  // namespace
 
 std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, std::int64_t sink_T, double sink_eps,
@@ -76,7 +90,6 @@ std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, 
   // Queries 1..reach (1-based) see key 1: all of them in a global layer, the first w in a window of w.
   const std::int64_t reach = window > 0 ? std::min(L, window) : L;
   const std::int64_t T = std::min(sink_T, reach);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
 
   // Heads and queries are reduced here in one fixed order: batch-independent results.
   std::vector<AttentionLayerStats> out(static_cast<std::size_t>(B));
@@ -93,12 +106,7 @@ std::vector<AttentionLayerStats> attention_layer_stats(const at::Tensor& probs, 
       }
       for (std::int64_t i = 0; i < L; ++i) entropy_sum += v[2][b][h][i];
     }
-    AttentionLayerStats& s = out[static_cast<std::size_t>(b)];
-    const double queries_after_first = static_cast<double>(H * (reach - 1));
-    s.first_attn = reach > 1 ? credit_sum / queries_after_first : nan;
-    s.first_share = reach > 1 ? share_sum / queries_after_first : nan;
-    s.sink_fraction = static_cast<double>(sinks) / static_cast<double>(H);
-    s.entropy = entropy_sum / static_cast<double>(H * L);
+    out[static_cast<std::size_t>(b)] = layer_stats_from_totals(share_sum, credit_sum, entropy_sum, sinks, H, L, reach);
   }
   return out;
 }
@@ -117,7 +125,6 @@ std::vector<AttentionLayerStats> attention_layer_stats_from_sums(const at::Tenso
   QEVAL_CHECK(H > 0, "attention_layer_stats_from_sums: no heads");
   const std::int64_t reach = window > 0 ? std::min(L, window) : L;
   const std::int64_t T = std::min(sink_T, reach);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<AttentionLayerStats> out(static_cast<std::size_t>(B));
   for (std::int64_t b = 0; b < B; ++b) {
     double share_sum = 0, credit_sum = 0, entropy_sum = 0;
@@ -128,12 +135,7 @@ std::vector<AttentionLayerStats> attention_layer_stats_from_sums(const at::Tenso
       credit_sum += v[b][h][2];
       entropy_sum += v[b][h][3];
     }
-    AttentionLayerStats& s = out[static_cast<std::size_t>(b)];
-    const double queries_after_first = static_cast<double>(H * (reach - 1));
-    s.first_attn = reach > 1 ? credit_sum / queries_after_first : nan;
-    s.first_share = reach > 1 ? share_sum / queries_after_first : nan;
-    s.sink_fraction = static_cast<double>(sinks) / static_cast<double>(H);
-    s.entropy = entropy_sum / static_cast<double>(H * L);
+    out[static_cast<std::size_t>(b)] = layer_stats_from_totals(share_sum, credit_sum, entropy_sum, sinks, H, L, reach);
   }
   return out;
 }
