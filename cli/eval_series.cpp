@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -26,12 +27,14 @@ namespace {
 namespace fs = std::filesystem;
 using clock = std::chrono::steady_clock;
 
-// Options that change where results go, how progress looks or how fast it runs, never the
-// numbers (threads and batch size: tested bit-identical, CliScale.ThreadsAndBatchSizeDoNotChangeAnyBit).
-const std::set<std::string> kNotSettings = {"out",        "quiet",       "resume",      "state-file", "checkpoint-seconds",
-                                            "stop-after", "threads",     "batch-size",  "plots",      "plots-colour-scale",
-                                            "series",     "watch",       "watch-timeout", "watch-stop", "watch-poll",
-                                            "watch-settle", "help",      "config"};
+// Options that change where results go, how progress looks, how fast it runs or how much memory
+// it takes, never the numbers (threads and batch size: CliScale.ThreadsAndBatchSizeDoNotChangeAnyBit;
+// the memory plan and its limits: CliScale.EveryMemoryPlanGivesTheSameRecordAndTheRecordNamesIt).
+const std::set<std::string> kNotSettings = {
+    "out",        "quiet",        "resume",     "state-file",    "checkpoint-seconds", "stop-after",
+    "threads",    "batch-size",   "plots",      "plots-colour-scale", "series",         "watch",
+    "watch-timeout", "watch-stop", "watch-poll", "watch-settle",  "help",               "config",
+    "plan",       "chunk-windows", "max-memory", "max-device-memory"};
 
 // The eval command's resolved options (config file and flags together) that decide the numbers.
 nlohmann::json series_settings(const CLI::App* command) {
@@ -48,6 +51,35 @@ nlohmann::json series_settings(const CLI::App* command) {
     if (!kNotSettings.count(name)) settings[name] = value;
   }
   return settings;
+}
+
+// The value series_settings holds for option NAME left at its default (as CLI11 writes defaults).
+std::optional<std::string> default_setting(const CLI::App* command, const std::string& name) {
+  const CLI::Option* option = command ? command->get_option_no_throw("--" + name) : nullptr;
+  if (!option) return std::nullopt;
+  std::string value = option->get_default_str();
+  if (value.empty() && option->get_expected_min() == 0) value = "false";  // a flag
+  return value;
+}
+
+// How a series' recorded settings differ from this command's. A setting only one side has is an
+// option qeval gained (or lost) since the series began; the qeval without it behaved as the
+// option's default does, so it differs only when the side that has it holds another value.
+std::vector<std::string> settings_differences(const nlohmann::json& previous, const nlohmann::json& current,
+                                              const CLI::App* command) {
+  nlohmann::json a = previous.is_object() ? previous : nlohmann::json::object(), b = current;
+  auto drop_defaults_missing_from = [&](nlohmann::json& side, const nlohmann::json& other) {
+    for (auto it = side.begin(); it != side.end();) {
+      const auto fallback = default_setting(command, it.key());
+      const bool at_default = fallback && it->is_string() && it->get<std::string>() == *fallback;
+      it = !other.contains(it.key()) && at_default ? side.erase(it) : std::next(it);
+    }
+  };
+  drop_defaults_missing_from(a, b);
+  drop_defaults_missing_from(b, a);
+  for (const auto& key : kNotSettings) a.erase(key), b.erase(key);  // series recorded before a key joined the set
+  if (a == b) return {};
+  return json_differences(a, b);
 }
 
 // Each checkpoint's evaluation prints its own tables; in a series they are progress, and stdout
@@ -127,10 +159,10 @@ void run_series(const SeriesArgs& args, const std::string& model, const std::str
   const nlohmann::json settings = series_settings(args.command);
   if (fs::exists(series_path)) {
     const nlohmann::json previous = read_series_record(series_path);
-    QEVAL_CHECK(previous.value("settings", nlohmann::json()) == settings,
+    const auto differences = settings_differences(previous.value("settings", nlohmann::json()), settings, args.command);
+    QEVAL_CHECK(differences.empty(),
                 "--out {}: this series was evaluated with other options ({}); remove {} and {} or choose another --out",
-                out, fmt::format("{}", fmt::join(json_differences(previous["settings"], settings), "; ")), out,
-                folder.string());
+                out, fmt::format("{}", fmt::join(differences, "; ")), out, folder.string());
   }
   fs::create_directories(folder);
 

@@ -163,6 +163,29 @@ TEST_F(SeriesCli, InterruptedSeriesResumesToTheSameBytes) {
   }
 }
 
+// A series begun by an older qeval lacks the settings of options added since: it goes on when they
+// are at their defaults (the older qeval behaved so) and is refused when one is not. The memory
+// plan is never a setting: every plan gives the same bits.
+TEST_F(SeriesCli, SeriesFromAnOlderQevalGoesOnWhenItsNewOptionsAreAtTheirDefaults) {
+  test::TempDir out;
+  fs::copy(evaluated().parent_path() / "S", out / "S", fs::copy_options::recursive);
+  nlohmann::json older = read_json(evaluated());
+  ASSERT_TRUE(older.at("settings").contains("quantize-ssm-inner")) << older.at("settings").dump();
+  older["settings"].erase("quantize-ssm-inner");
+  older["settings"]["plan"] = "streamed";  // a plan recorded as a setting by the qeval before the plan was left out
+  test::write_bytes(out / "S.json", older.dump(1) + "\n");
+
+  CommandResult other = qeval(series_eval(run(), out / "S.json") + " --quantize-ssm-inner");
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_TRUE(contains(other.output, "other options (quantize-ssm-inner")) << other.output;
+  EXPECT_FALSE(contains(other.output, "plan")) << other.output;
+
+  CommandResult same = qeval(series_eval(run(), out / "S.json") + " --plan resident");
+  ASSERT_EQ(same.status, 0) << same.output;
+  EXPECT_TRUE(contains(same.output, "already evaluated")) << same.output;
+  EXPECT_EQ(read_json(out / "S.json").at("checkpoints"), read_json(evaluated()).at("checkpoints"));
+}
+
 TEST_F(SeriesCli, WatchFollowsALiveTrainerUntilItFinishes) {
   test::TempDir out;
   const fs::path live = out / "live";
