@@ -264,6 +264,14 @@ TEST(LayerMajor, NonFiniteWeightsAndActivationsAreRefusedByName) {
   const Transformer nan_model(model.config(), bad, "nan model");
   EXPECT_TRUE(test::throws_with([&] { evaluate_with(*transformer_reader(nan_model), plan_of("resident", 0), 1); },
                                 {"layers.1.mlp.up.weight", "non-finite", "[3, 7]"}));
+  // An embedding row is read only when a batch uses it: the table's index names the token ('q' of
+  // "quick" in the first document is byte 113, token 3 + 113 % 61 = 55).
+  ModelWeights bad_row = model.weights();
+  bad_row.token_embedding = bad_row.token_embedding.clone();
+  bad_row.token_embedding[55][9] = std::numeric_limits<float>::infinity();
+  const Transformer inf_row(model.config(), bad_row, "inf row model");
+  EXPECT_TRUE(test::throws_with([&] { evaluate_with(*transformer_reader(inf_row), plan_of("streamed", 2), 1); },
+                                {"token_embedding", "non-finite value: inf", "[55, 9]", "token 55"}));
   // Finite weights whose activations overflow: the scheme, the window and the first layer are named.
   ModelWeights huge = model.weights();
   huge.blocks[0].down.weight = at::full_like(huge.blocks[0].down.weight, 3e38f);  // finite, but its products are not
