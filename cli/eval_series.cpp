@@ -62,24 +62,20 @@ std::optional<std::string> default_setting(const CLI::App* command, const std::s
   return value;
 }
 
-// How a series' recorded settings differ from this command's. A setting only one side has is an
-// option qeval gained (or lost) since the series began; the qeval without it behaved as the
-// option's default does, so it differs only when the side that has it holds another value.
-std::vector<std::string> settings_differences(const nlohmann::json& previous, const nlohmann::json& current,
-                                              const CLI::App* command) {
-  nlohmann::json a = previous.is_object() ? previous : nlohmann::json::object(), b = current;
-  auto drop_defaults_missing_from = [&](nlohmann::json& side, const nlohmann::json& other) {
-    for (auto it = side.begin(); it != side.end();) {
-      const auto fallback = default_setting(command, it.key());
-      const bool at_default = fallback && it->is_string() && it->get<std::string>() == *fallback;
-      it = !other.contains(it.key()) && at_default ? side.erase(it) : std::next(it);
-    }
-  };
-  drop_defaults_missing_from(a, b);
-  drop_defaults_missing_from(b, a);
-  for (const auto& key : kNotSettings) a.erase(key), b.erase(key);  // series recorded before a key joined the set
-  if (a == b) return {};
-  return json_differences(a, b);
+// How a series' recorded settings differ from this command's. A setting the series lacks is of an
+// option qeval gained since the series began; the qeval without it behaved as the option's
+// default does, so it differs only when this command sets another value. Options that joined
+// kNotSettings later may still be in an older series' settings.
+std::vector<std::string> settings_differences(nlohmann::json previous, nlohmann::json current, const CLI::App* command) {
+  if (!previous.is_object()) previous = nlohmann::json::object();
+  for (const auto& key : kNotSettings) previous.erase(key);
+  for (auto it = current.begin(); it != current.end();) {
+    const auto fallback = default_setting(command, it.key());
+    const bool new_at_default = !previous.contains(it.key()) && fallback && it->is_string() && *it == *fallback;
+    it = new_at_default ? current.erase(it) : std::next(it);
+  }
+  if (previous == current) return {};
+  return json_differences(previous, current);
 }
 
 // Each checkpoint's evaluation prints its own tables; in a series they are progress, and stdout

@@ -76,22 +76,17 @@ class ModelParts {
     check_tokens(batch.tokens, *config_);
     const at::Tensor ids = batch.tokens.reshape({-1});
     const at::Tensor rows = reader_.token_embedding_rows(ids);
-    check_finite_embedding_rows(rows, ids);
+    // Only the rows a batch uses are read (a streamed plan never holds the whole table), so they
+    // are checked per batch, and named by the table's own index [token id, column].
+    if (const auto bad = first_non_finite(rows)) {
+      const std::int64_t token = ids[bad->index[0]].item<std::int64_t>();
+      fail("{}: tensor token_embedding holds a non-finite value: {} at index [{}, {}] (the row of token {}); a model "
+           "with NaN or infinite weights yields no number",
+           source_, bad->value, token, bad->index[1], token);
+    }
     at::Tensor placed = rows.to(placement_.device, placement_.dtype);
     if (placed.is_same(rows)) placed = rows.clone();  // a view of the reader's table must not be added into
     return embedding_stream(placed, batch.size(), batch.length(), *config_, position_embedding_);
-  }
-
-  // Only the rows a batch uses are read (a streamed plan never holds the whole table), so the
-  // check is per batch; the message names the table's own index [token id, column].
-  void check_finite_embedding_rows(const at::Tensor& rows, const at::Tensor& ids) const {
-    const at::Tensor bad_rows = rows.isfinite().logical_not().any(1);
-    if (!bad_rows.any().item<bool>()) return;
-    const std::int64_t row = bad_rows.nonzero()[0][0].item<std::int64_t>();
-    const std::int64_t column = rows[row].isfinite().logical_not().nonzero()[0][0].item<std::int64_t>();
-    fail("{}: tensor token_embedding holds a non-finite value: {} at index [{}, {}] (the row of token {}); a model "
-         "with NaN or infinite weights yields no number",
-         source_, rows[row][column].item<double>(), ids[row].item<std::int64_t>(), column, ids[row].item<std::int64_t>());
   }
 
   const Block& block(std::size_t s, std::int64_t layer) {

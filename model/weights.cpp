@@ -274,20 +274,27 @@ std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights
   return defined;
 }
 
-void check_finite(const at::Tensor& t, const std::string& name, const std::string& source) {
-  if (!t.defined() || t.is_meta() || !at::isFloatingType(t.scalar_type())) return;
+std::optional<NonFiniteElement> first_non_finite(const at::Tensor& t) {
+  if (!t.defined() || t.is_meta() || !at::isFloatingType(t.scalar_type())) return std::nullopt;
   const at::Tensor bad = t.isfinite().logical_not();
-  if (!bad.any().item<bool>()) return;
+  if (!bad.any().item<bool>()) return std::nullopt;
   std::int64_t flat = bad.reshape({-1}).nonzero().select(1, 0)[0].item<std::int64_t>();
-  const double value = t.reshape({-1})[flat].item<double>();
-  std::vector<std::int64_t> index(static_cast<std::size_t>(t.dim()));
+  NonFiniteElement found;
+  found.value = t.reshape({-1})[flat].item<double>();
+  found.index.resize(static_cast<std::size_t>(t.dim()));
   for (std::int64_t d = t.dim() - 1; d >= 0; --d) {
-    index[static_cast<std::size_t>(d)] = flat % t.size(d);
+    found.index[static_cast<std::size_t>(d)] = flat % t.size(d);
     flat /= t.size(d);
   }
+  return found;
+}
+
+void check_finite(const at::Tensor& t, const std::string& name, const std::string& source) {
+  const auto bad = first_non_finite(t);
+  if (!bad) return;
   fail("{}: tensor {} holds a non-finite value: {} at index [{}]; a model with NaN or infinite weights yields no "
        "number",
-       source, name, value, fmt::join(index, ", "));
+       source, name, bad->value, fmt::join(bad->index, ", "));
 }
 
 }  // namespace qeval

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,6 +101,13 @@ void validate_head_weights(const ModelWeights& weights, const ModelConfig& confi
 std::vector<std::pair<std::string, at::Tensor*>> block_tensor_slots(BlockWeights& block, std::int64_t layer);
 // A block's defined tensors with their canonical names ("layers.3.attn.q.weight", ...).
 std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights& block, std::int64_t layer);
+
+// The first NaN or infinity of a floating-point `t` in row-major order; nullopt when there is none.
+struct NonFiniteElement {
+  std::vector<std::int64_t> index;
+  double value = 0;
+};
+std::optional<NonFiniteElement> first_non_finite(const at::Tensor& t);
 
 // Throws naming `source`, the tensor `name` and its first non-finite element (index and value)
 // when `t` holds a NaN or an infinity (DESIGN.md §9: a checkpoint never yields a number silently).
