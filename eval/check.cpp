@@ -61,7 +61,11 @@ std::string rule_text(const Limit& limit, double baseline) {
 // One quantity against its limit; `sign` +1: an increase is bad, -1: a decrease, 0: either.
 CheckItem judge(const std::string& scheme, const std::string& quantity, const nlohmann::json& baseline,
                 const nlohmann::json& current, const Limit& limit, Direction direction) {
-  CheckItem item{scheme, quantity, baseline, current};
+  CheckItem item;
+  item.scheme = scheme;
+  item.quantity = quantity;
+  item.baseline = baseline;
+  item.current = current;
   const double b = baseline.get<double>();
   item.allowed = limit.allowed(b);
   item.rule = rule_text(limit, b);

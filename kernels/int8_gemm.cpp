@@ -42,8 +42,14 @@ void check_scale(const at::Tensor& s, std::int64_t n, const char* name, const ch
 // in place in acc. Each operation is rounded on its own: contracting the last multiply and add
 // into an FMA (GCC's default when the target has FMA) would change the bits other backends must
 // match. The loops are branch-free so they vectorise; target_clones adds an AVX-512 copy chosen
-// at load time on CPUs that have it.
-__attribute__((optimize("fp-contract=off"), target_clones("avx512f", "default"))) void scale_rows(
+// at load time on CPUs that have it. Clang has no optimize attribute: its builds compile with
+// -ffp-contract=off (CMakeLists.txt).
+#if defined(__clang__)
+#define QEVAL_NO_FP_CONTRACT
+#else
+#define QEVAL_NO_FP_CONTRACT optimize("fp-contract=off"),
+#endif
+__attribute__((QEVAL_NO_FP_CONTRACT target_clones("avx512f", "default"))) void scale_rows(
     float* acc, std::int64_t M, std::int64_t N, const float* a_scale, bool a_each, const float* b_scale, bool b_each,
     const float* bias, std::int64_t m_begin, std::int64_t m_end) {
   for (std::int64_t m = m_begin; m < m_end; ++m) {

@@ -15,8 +15,10 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12 warns inside its own AVX-512 intrinsics (_mm512_undefined_* self-initialises).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 #define QEVAL_QUANT_HAS_AVX512_VARIANT 1
 #endif

@@ -20,7 +20,9 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12 warns inside its own AVX-512 conversion intrinsics (_mm512_undefined_* self-initialises).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define QEVAL_W4_HAS_AVX512_VARIANT 1
 #endif

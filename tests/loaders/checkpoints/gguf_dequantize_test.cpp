@@ -174,8 +174,9 @@ TEST(GgufDequantize, RefusesOtherTypesAndWrongSizes) {
                             std::pair{20u, "IQ4_NL"}, std::pair{23u, "IQ4_XS"}, std::pair{34u, "TQ1_0"},
                             std::pair{35u, "TQ2_0"}, std::pair{24u, "I8"}, std::pair{28u, "F64"},
                             std::pair{77u, "type 77"}}) {
+    const unsigned ggml_type = type;  // clang 14 cannot capture a structured binding
     EXPECT_FALSE(ggml_type_dequantizable(type)) << name;
-    EXPECT_TRUE(test::throws_with([&] { dequantize_ggml(type, bytes.data(), 18, out, 32, "m.gguf: tensor w"); },
+    EXPECT_TRUE(test::throws_with([&] { dequantize_ggml(ggml_type, bytes.data(), 18, out, 32, "m.gguf: tensor w"); },
                                   {"m.gguf: tensor w", name, "cannot be dequantised", "Q6_K"}));
   }
   EXPECT_TRUE(test::throws_with([&] { dequantize_ggml(2, bytes.data(), 18, out, 48, "t"); },

@@ -160,7 +160,8 @@ TEST(TorchCheckpoint, MalformedPickleStacksAreRefusedBeforeLibTorch) {
       {raw("\x80\x02(."), "stops with 1 entries"},                            // a MARK as the result
   };
   for (const auto& [pickle, expected] : cases) {
-    const std::string e = error_of([&] { patch_ordered_dicts(pickle, "bad.pkl"); });
+    const std::string& bytes = pickle;  // clang 14 cannot capture a structured binding
+    const std::string e = error_of([&] { patch_ordered_dicts(bytes, "bad.pkl"); });
     EXPECT_NE(e.find("bad.pkl"), std::string::npos) << e;
     EXPECT_NE(e.find(expected), std::string::npos) << "expected \"" << expected << "\" in: " << e;
   }
