@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <utility>
@@ -59,16 +60,17 @@ MixerKind parse_mixer(const std::string& s) { return enum_parse(s, kMixers, "mix
 FfnKind parse_ffn(const std::string& s) { return enum_parse(s, kFfns, "feed-forward kind"); }
 RouterNorm parse_router_norm(const std::string& s) { return enum_parse(s, kRouterNorms, "router normalisation"); }
 
+// Without a pattern every layer has the default kind. Neither walks n_layers: validate() asks
+// before the model's size is judged, when a bad header may still say 2^31 layers (a fuzzed
+// llama2.c header took over a minute here in the sanitizer build).
 bool ModelConfig::has_mixer(MixerKind kind) const {
-  for (std::int64_t i = 0; i < n_layers; ++i)
-    if (mixer(i) == kind) return true;
-  return false;
+  if (layer_mixers.empty()) return n_layers > 0 && kind == MixerKind::attention;
+  return std::find(layer_mixers.begin(), layer_mixers.end(), kind) != layer_mixers.end();
 }
 
 bool ModelConfig::has_ffn(FfnKind kind) const {
-  for (std::int64_t i = 0; i < n_layers; ++i)
-    if (ffn(i) == kind) return true;
-  return false;
+  if (layer_ffns.empty()) return n_layers > 0 && kind == FfnKind::dense;
+  return std::find(layer_ffns.begin(), layer_ffns.end(), kind) != layer_ffns.end();
 }
 
 std::string to_string(NormKind v) { return enum_name(v, kNorms); }
