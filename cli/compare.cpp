@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/json_config.h"
 #include "common/error.h"
+#include "common/printable.h"
 #include "common/files.h"
 #include "eval/compare.h"
 #include "eval/record.h"
@@ -29,7 +30,11 @@ struct CompareArgs {
 std::vector<std::string> split_labels(const std::string& labels) {
   std::vector<std::string> out;
   std::stringstream in(labels);
-  for (std::string label; std::getline(in, label, ',');) out.push_back(label);
+  for (std::string label; std::getline(in, label, ',');) {
+    QEVAL_CHECK(!has_control_byte(label), "--labels: a label must not hold control characters (newline, tab, escape ...), "
+                "found {}", in_quotes(label));
+    out.push_back(label);
+  }
   return out;
 }
 

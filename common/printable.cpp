@@ -56,6 +56,12 @@ std::string printable(std::string_view text, std::size_t limit) {
   return out;
 }
 
+bool has_control_byte(std::string_view text) {
+  for (char c : text)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) return true;
+  return false;
+}
+
 std::string in_quotes(std::string_view text, std::size_t limit) { return "\"" + printable(text, limit) + "\""; }
 
 std::string json_text(const nlohmann::json& value, std::size_t limit) {

@@ -14,6 +14,10 @@ namespace qeval {
 // At most `limit` bytes of the input are shown, then "… (N bytes)".
 std::string printable(std::string_view text, std::size_t limit = 200);
 
+// Whether `text` holds a control byte (below 0x20, or DEL): such a name would forge lines in a
+// table, a CSV file, a gnuplot script or a terminal, and is refused where a name is defined.
+bool has_control_byte(std::string_view text);
+
 // printable() in double quotes: "name".
 std::string in_quotes(std::string_view text, std::size_t limit = 200);
 

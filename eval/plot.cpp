@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json_integer.h"
+#include "common/printable.h"
 
 namespace qeval {
 namespace {
@@ -33,11 +34,17 @@ constexpr const char* kPalette =
 
 }  // namespace
 
+// Inside gnuplot's single quotes nothing is substituted (no `command`, no @macro, no backslash
+// escape); only a line end ends the literal and starts a command of the file's own. Control bytes
+// are therefore written as visible escapes (printable: a newline becomes the two characters \n),
+// so no name from a record, a scheme file or a folder can run anything through gnuplot.
 std::string gnuplot_quote(const std::string& s) {
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : gnuplot_text(s)) out += c == '\'' ? std::string("''") : std::string(1, c);
   return out + "'";
 }
+
+std::string gnuplot_text(const std::string& s) { return printable(s, std::string::npos); }
 
 fs::path render_gnuplot(const fs::path& dir, const std::string& name) {
   const fs::path gnuplot = find_gnuplot();
@@ -170,14 +177,14 @@ std::vector<fs::path> plot_layer_curves(const std::vector<nlohmann::json>& recor
   fs::create_directories(dir);
 
   // One data block per record (gnuplot's `index i`), in the order given.
-  std::string dat = "# per-layer statistics of scheme " + scheme + " (qeval plot; layer is 1-based)\n"
+  std::string dat = "# per-layer statistics of scheme " + gnuplot_text(scheme) + " (qeval plot; layer is 1-based)\n"
                     "# layer kurtosis_first kurtosis_rest max_abs_first max_abs_rest first_attn_pct sink_rate_pct\n";
   std::size_t layers = 0;
   bool attention = false;
   std::vector<double> kurtosis, max_abs;  // every value, for the choice of log scale
   for (std::size_t i = 0; i < curves.size(); ++i) {
     const LayerCurves& c = curves[i];
-    dat += fmt::format("{}# index {}: {}\n", i ? "\n\n" : "", i, c.label);
+    dat += fmt::format("{}# index {}: {}\n", i ? "\n\n" : "", i, gnuplot_text(c.label));
     for (std::size_t m = 0; m < c.kurtosis_first.size(); ++m)
       dat += fmt::format("{} {} {} {} {} {} {}\n", m + 1, cell(c.kurtosis_first, m), cell(c.kurtosis_rest, m),
                          cell(c.max_first, m), cell(c.max_rest, m), cell(c.first_attn, m), cell(c.sink_rate, m));

@@ -28,8 +28,12 @@ std::filesystem::path find_gnuplot();
 // Runs `dir`/NAME.gp with gnuplot inside `dir` and checks that it wrote NAME.png (returned);
 // gnuplot's messages go into the error.
 std::filesystem::path render_gnuplot(const std::filesystem::path& dir, const std::string& name);
-// A gnuplot single-quoted string literal (a quote inside is written twice).
+// A gnuplot single-quoted string literal (a quote inside is written twice, control bytes as
+// visible escapes: no text can end the literal's line and start a command).
 std::string gnuplot_quote(const std::string& s);
+// Text for a gnuplot data file or a comment in a script: control bytes as visible escapes, so a
+// name cannot start a line of its own (a forged data row or command).
+std::string gnuplot_text(const std::string& s);
 
 // Per-layer curves of `scheme`'s statistics in `record`; returns the PNGs written. Throws when
 // the scheme has no statistics.

@@ -375,10 +375,17 @@ fs::path plot_sensitivity(const json& record, const fs::path& png) {
   const auto& units = s.at("units");
   const std::size_t n = units.size();
   auto num = [](const json& v) { return v.is_number() ? fmt::format("{:.9g}", v.get<double>()) : std::string("NaN"); };
-  std::string dat = "# qeval sensitivity: " + title_of(record) +
+  // A unit's name is one column of the data file (the x tic): no line end, blank or quote in it.
+  auto data_word = [](const std::string& name) {
+    std::string word = gnuplot_text(name);
+    for (char& c : word)
+      if (c == ' ' || c == '"' || c == '#') c = '_';
+    return word.empty() ? std::string("_") : word;
+  };
+  std::string dat = "# qeval sensitivity: " + gnuplot_text(title_of(record)) +
                     "\n# rank unit dnll_mean dnll_se input_max_abs_first input_max_abs_rest\n";
   for (const auto& u : units)
-    dat += fmt::format("{} {} {} {} {} {}\n", u.at("rank").dump(), u.at("unit").get<std::string>(), num(u.at("dnll_mean")),
+    dat += fmt::format("{} {} {} {} {} {}\n", u.at("rank").dump(), data_word(u.at("unit").get<std::string>()), num(u.at("dnll_mean")),
                        num(u.at("dnll_se")), num(u.at("inputs").at("max_abs").at("first")),
                        num(u.at("inputs").at("max_abs").at("rest")));
   write_file_atomic(dir / (stem + ".dat"), dat);

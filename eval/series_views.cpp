@@ -280,10 +280,10 @@ std::vector<fs::path> plot_series(const std::vector<LabeledSeries>& runs, const 
   std::map<std::pair<std::size_t, int>, bool> has;  // (run, column) has a number somewhere
   std::string dat = "# x ppl val_loss kurtosis_first kurtosis_rest max_abs_first max_abs_rest first_attn_pct "
                     "sink_rate_pct attention_entropy";
-  for (const auto& s : schemes) dat += " dnll_" + s;
-  dat += fmt::format("\n# x = {}\n", x_title);
+  for (const auto& s : schemes) dat += " dnll_" + gnuplot_text(s);
+  dat += fmt::format("\n# x = {}\n", gnuplot_text(x_title));
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    dat += fmt::format("# run {}: {}\n", i, runs[i].label);
+    dat += fmt::format("# run {}: {}\n", i, gnuplot_text(runs[i].label));
     const nlohmann::json rows = series_rows(runs[i].series);
     for (std::size_t k = 0; k < rows.size(); ++k) {
       const nlohmann::json& row = rows[k];

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json_integer.h"
+#include "common/printable.h"
 #include "quant/presets_embedded.h"
 
 namespace qeval {
@@ -229,6 +230,11 @@ std::string to_string(ExecutionPreference v) {
 }
 
 void validate_scheme(const SchemeSpec& s, const std::string& source) {
+  // A scheme's name reaches tables, CSV, Markdown, gnuplot scripts and terminals: a control byte
+  // (a newline above all) could forge a line in any of them, so it is refused where it is defined.
+  QEVAL_CHECK(!s.name.empty() && !has_control_byte(s.name),
+              "{}: \"name\" must be a non-empty name without control characters (newline, tab, escape ...), found {}",
+              source, in_quotes(s.name));
   const std::pair<const QuantSpec*, Role> roles[] = {{&s.weights, Role::weights},
                                                      {&s.input_activations, Role::input_activations},
                                                      {&s.output_activations, Role::output_activations}};
@@ -375,7 +381,12 @@ SchemeSpec resolve_scheme(const std::string& name_or_path) {
     fail("scheme file {}: invalid JSON: {}", path.string(), e.what());
   }
   SchemeSpec s = scheme_from_json(j, "scheme file " + path.string());
-  if (!j.contains("name")) s.name = path.stem().string();
+  if (!j.contains("name")) {
+    s.name = path.stem().string();
+    QEVAL_CHECK(!has_control_byte(s.name),
+                "scheme file {}: a scheme is named after its file when it has no \"name\", and this file's name holds "
+                "control characters; add a \"name\" key", in_quotes(path.string()));
+  }
   return s;
 }
 

@@ -155,6 +155,47 @@ TEST(Plot, LayerCurvesAndMapsArePngs) {
   EXPECT_THROW(parse_colour_scale("cubic"), Error);
 }
 
+// A name from someone else's record or folder holds a newline and a gnuplot command after it: the
+// pictures are drawn, the name shows escaped, and nothing runs (issue 51).
+TEST(Plot, NoNameFromARecordOrFolderRunsACommand) {
+  std::string why;
+  if (!have_gnuplot(why)) GTEST_SKIP() << "gnuplot not available: " << why;
+  test::TempDir dir;
+  // gnuplot runs in each picture's folder: a command that ran would leave RAN there. No slash in
+  // the payload, so the model's name (its path's last part) keeps all of it.
+  const std::string payload = "\nsystem('touch RAN')\n# \r`touch RAN`\x1b[2J";
+  auto ran = [&] {
+    for (const char* sub : {"one", "two", "maps", "."})
+      if (std::filesystem::exists(dir / sub / "RAN")) return true;
+    return false;
+  };
+  nlohmann::json record = test::hand_record("runs/tiny" + payload, "softmax", "adam",
+                                            {{"full", 10.0, 0.0, test::hand_statistics(4.0, 3.1, 30.0, 6.0, 9.0, 8.0, 3)}});
+  plot_layer_curves(record, dir / "one");
+  plot_layer_curves(std::vector<nlohmann::json>{record, record}, dir / "two");
+  FigureDataObserver fd(4);
+  at::Tensor probs = at::tril(at::ones({4, 4}));
+  fd.on_attention(0, (probs / probs.sum(-1, true)).expand({1, 1, 4, 4}));
+  fd.on_block_output(0, at::ones({1, 4, 8}));
+  plot_figure_maps(fd.to_json(), dir / "maps", "title" + payload);
+  EXPECT_FALSE(ran()) << "a name ran a command through gnuplot";
+  for (const auto& file : {dir / "one" / "layer_curves.gp", dir / "two" / "layer_curves.dat", dir / "maps" / "hidden_abs.gp"}) {
+    const std::string text = read_file(file);
+    EXPECT_EQ(text.find("\nsystem("), std::string::npos) << file << ":\n" << text;
+    EXPECT_NE(text.find("\\nsystem("), std::string::npos) << file << ":\n" << text;  // shown, escaped
+  }
+  // Every control byte, straight through the quoting every picture uses: one line, nothing run.
+  std::string all;
+  for (int c = 1; c < 0x20; ++c) all += static_cast<char>(c);
+  const std::string quoted = gnuplot_quote(all + "\x7f'\nsystem('touch RAN')");
+  EXPECT_EQ(quoted.find('\n'), std::string::npos);
+  EXPECT_EQ(quoted.find('\r'), std::string::npos);
+  write_file_atomic(dir / "quoted.gp", "set terminal pngcairo size 300,200\nset output 'quoted.png'\nset title " + quoted +
+                                          "\nplot x title " + quoted + "\n");
+  EXPECT_TRUE(png_info(render_gnuplot(dir.path(), "quoted")).signature);
+  EXPECT_FALSE(ran());
+}
+
 TEST(Plot, RecordWithoutStatisticsIsRefused) {
   std::string why;
   if (!have_gnuplot(why)) GTEST_SKIP() << "gnuplot not available: " << why;

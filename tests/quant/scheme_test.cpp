@@ -126,6 +126,16 @@ TEST(SchemeSpec, ResolvesAJsonFileAndNamesItAfterTheFileByDefault) {
   EXPECT_EQ(kernel_path_unavailable_reason(s), "");
 }
 
+TEST(SchemeSpec, NamesWithControlCharactersAreRefusedWhereTheyAreDefined) {
+  // A name reaches tables, CSV, gnuplot scripts and terminals: a newline in it could forge a line.
+  for (const char* text : {R"j({"name": "w8\nsystem('touch x')"})j", R"j({"name": "a\u001b[31mred"})j", R"j({"name": ""})j"})
+    expect_error([&] { scheme_from_json(nlohmann::json::parse(text), "spec.json"); }, {"spec.json", "\"name\"", "control"});
+  test::TempDir dir;
+  const auto path = dir / "evil\nname.json";
+  std::ofstream(path) << R"({"weights": {"kind": "int8_absmax", "granularity": "channel"}})";
+  expect_error([&] { resolve_scheme(path.string()); }, {"evil\\nname.json", "add a \"name\" key"});
+}
+
 TEST(SchemeSpec, InvalidSpecsFailListingTheValidValues) {
   auto parse = [](const char* text) { return [text] { scheme_from_json(nlohmann::json::parse(text), "spec.json"); }; };
   expect_error(parse(R"({"weights": {"kind": "int3"}})"), {"spec.json", "int3", "none, int8_absmax, int4_zeropoint"});
