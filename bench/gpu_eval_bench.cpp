@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/statistics.h"
+#include "stats/statistics.h"
 #include "kernels/cuda/device.h"
 #include "model/init.h"
 #include "model/placement.h"

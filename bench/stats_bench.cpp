@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/statistics.h"
+#include "stats/statistics.h"
 #include "model/init.h"
 #include "model/transformer.h"
 

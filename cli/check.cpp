@@ -7,10 +7,10 @@
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "eval/check.h"
-#include "eval/record.h"
-#include "eval/series_check.h"
-#include "eval/series_record.h"
+#include "reports/check.h"
+#include "records/record.h"
+#include "reports/series_check.h"
+#include "records/series_record.h"
 
 namespace qeval::cli {
 namespace {
@@ -33,7 +33,7 @@ void report_and_exit(const CheckArgs& a, const CheckReport& report) {
 }
 
 void run_check(const CheckArgs& a) {
-  if (a.records.size() == 1 && is_series_record_file(a.records.front())) {  // a trajectory (eval/series_check.h)
+  if (a.records.size() == 1 && is_series_record_file(a.records.front())) {  // a trajectory (reports/series_check.h)
     QEVAL_CHECK(!a.tolerances.empty(), "check: --tolerances T.json is required (rules, or a tolerance file with --baseline)");
     QEVAL_CHECK(a.format == "md" || a.format == "json", "check: --format should be md or json, found '{}'", a.format);
     CheckOptions options;

@@ -9,11 +9,11 @@
 #include "common/error.h"
 #include "common/printable.h"
 #include "common/files.h"
-#include "eval/compare.h"
-#include "eval/record.h"
-#include "eval/record_verify.h"
-#include "eval/series_record.h"
-#include "eval/series_views.h"
+#include "reports/compare.h"
+#include "records/record.h"
+#include "records/record_verify.h"
+#include "records/series_record.h"
+#include "reports/series_views.h"
 
 namespace qeval::cli {
 namespace {
@@ -38,7 +38,7 @@ std::vector<std::string> split_labels(const std::string& labels) {
   return out;
 }
 
-// Series records (qeval eval --model SERIES): their trajectories, one table per run (eval/series_views.h).
+// Series records (qeval eval --model SERIES): their trajectories, one table per run (reports/series_views.h).
 void run_series_compare(const CompareArgs& a, CompareFormat format) {
   std::vector<LabeledSeries> runs;
   for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
@@ -63,7 +63,7 @@ void run_compare(const CompareArgs& a) {
   std::vector<LabeledRecord> records;
   for (const auto& path : a.records) {
     LabeledRecord r{path, read_record(path), "", {}};
-    // Records are verified, not trusted (eval/record_verify.h); a shard or a partial merge only with --allow-partial.
+    // Records are verified, not trusted (records/record_verify.h); a shard or a partial merge only with --allow-partial.
     r.partial = require_verified_record(r.record, path, a.allow_partial);
     records.push_back(std::move(r));
   }

@@ -17,12 +17,12 @@
 #include "common/host_memory.h"
 #include "kernels/device.h"
 #include "eval/evaluator.h"
-#include "eval/figure_data.h"
-#include "eval/plot.h"
-#include "eval/record.h"
-#include "eval/run_state.h"
+#include "stats/figure_data.h"
+#include "reports/plot.h"
+#include "records/record.h"
+#include "records/run_state.h"
 #include "eval/schemes.h"
-#include "eval/table.h"
+#include "reports/table.h"
 #include "quant/rewrite.h"
 
 namespace qeval::cli {
@@ -38,7 +38,7 @@ struct EvalArgs {
   bool quantize_lm_head = false;
   bool quantize_ssm_inner = false;
   std::string out;
-  std::string plots;  // folder for the pictures (eval/plot.h)
+  std::string plots;  // folder for the pictures (reports/plot.h)
   std::string plots_colour_scale = "linear";
   bool quiet = false;
   std::string shard;        // "i/n": evaluate windows with index % n == i

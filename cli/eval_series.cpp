@@ -15,11 +15,11 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "eval/compare.h"
-#include "eval/record.h"
-#include "eval/series_record.h"
+#include "reports/compare.h"
+#include "records/record.h"
+#include "records/series_record.h"
 #include "eval/series_source.h"
-#include "eval/series_views.h"
+#include "reports/series_views.h"
 
 namespace qeval::cli {
 namespace {

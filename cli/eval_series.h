@@ -1,6 +1,6 @@
 // `qeval eval --model SERIES --out S.json`: every checkpoint of a training run (eval/series_source.h)
 // evaluated as `qeval eval` evaluates one, into S/step-N.json, and the series record S.json
-// (eval/series_record.h) rewritten after each. cli/eval.cpp hands a series over here and gets
+// (records/series_record.h) rewritten after each. cli/eval.cpp hands a series over here and gets
 // called back once per checkpoint, so a checkpoint's evaluation is exactly a single one's.
 //
 // Resuming: rerun the same command. A checkpoint whose record is in S/ is not evaluated again; the

@@ -14,7 +14,7 @@
 
 #include "eval/evaluator.h"
 #include "eval/memory_plan.h"
-#include "eval/record.h"
+#include "records/record.h"
 #include "loaders/checkpoints/model_reader.h"
 #include "quant/rewrite.h"
 #include "loaders/checkpoints/checkpoint.h"

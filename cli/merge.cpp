@@ -4,9 +4,9 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "eval/merge.h"
-#include "eval/record.h"
-#include "eval/table.h"
+#include "records/merge.h"
+#include "records/record.h"
+#include "reports/table.h"
 
 namespace qeval::cli {
 

@@ -7,12 +7,12 @@
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "eval/compare.h"
-#include "eval/plot.h"
-#include "eval/record.h"
-#include "eval/record_verify.h"
-#include "eval/series_record.h"
-#include "eval/series_views.h"
+#include "reports/compare.h"
+#include "reports/plot.h"
+#include "records/record.h"
+#include "records/record_verify.h"
+#include "records/series_record.h"
+#include "reports/series_views.h"
 
 namespace qeval::cli {
 namespace {
@@ -35,7 +35,7 @@ void run_plot(const PlotArgs& a) {
   QEVAL_CHECK(a.figure_data.empty() || a.records.size() == 1,
               "plot: --figure-data draws one model's maps; give one record with it, found {}", a.records.size());
   if (is_series_record_file(a.records.front())) find_gnuplot();  // before any file is written
-  if (is_series_record_file(a.records.front())) {  // trajectories against tokens seen (eval/series_views.h)
+  if (is_series_record_file(a.records.front())) {  // trajectories against tokens seen (reports/series_views.h)
     QEVAL_CHECK(a.figure_data.empty(), "plot: --figure-data draws one record's maps, not a series'");
     std::vector<LabeledSeries> runs;
     for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
@@ -47,7 +47,7 @@ void run_plot(const PlotArgs& a) {
   std::vector<LabeledRecord> labeled;
   for (const auto& path : a.records) {
     records.push_back(read_record(path));
-    // Verified, not trusted (eval/record_verify.h): a shard or partial merge only with --allow-partial.
+    // Verified, not trusted (records/record_verify.h): a shard or partial merge only with --allow-partial.
     for (const auto& note : require_verified_record(records.back(), path, a.allow_partial))
       fmt::print(stderr, "WARNING: {}\n", note);
     labeled.push_back({path, records.back(), "", {}});

@@ -12,10 +12,11 @@
 #include "cli/option_checks.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "eval/plot.h"
-#include "eval/record.h"
+#include "reports/plot.h"
+#include "records/record.h"
 #include "eval/schemes.h"
 #include "eval/sensitivity.h"
+#include "reports/sensitivity_report.h"
 #include "quant/scheme.h"
 
 namespace qeval::cli {

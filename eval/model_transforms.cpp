@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 #include "eval/evaluator.h"
-#include "eval/linear_inputs.h"
+#include "stats/linear_inputs.h"
 #include "transforms/rotate.h"
 #include "transforms/smooth.h"
 

@@ -164,4 +164,14 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
   return prepared;
 }
 
+
+std::shared_ptr<FigureDataObserver> attach_figure_observer(EvalScheme& scheme, std::int64_t map_T) {
+  auto figures = std::make_shared<FigureDataObserver>(map_T);
+  if (scheme.observer)
+    scheme.observer = std::make_shared<FanOutObserver>(std::vector<std::shared_ptr<ForwardObserver>>{scheme.observer, figures});
+  else
+    scheme.observer = figures;
+  return figures;
+}
+
 }  // namespace qeval

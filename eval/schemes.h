@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "eval/evaluator.h"
-#include "eval/statistics.h"
+#include "stats/figure_data.h"
+#include "stats/statistics.h"
 #include "model/placement.h"
 #include "quant/rewrite.h"
 
@@ -56,5 +57,8 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
 // The fp32 linear weight bytes of the model (blocks + head), from its config: what full
 // precision's record entry says.
 std::int64_t full_linear_weight_bytes(const ModelConfig& config);
+
+// Adds a FigureDataObserver to `scheme` beside whatever observer it has (statistics).
+std::shared_ptr<FigureDataObserver> attach_figure_observer(EvalScheme& scheme, std::int64_t map_T = 64);
 
 }  // namespace qeval

@@ -30,7 +30,7 @@
 // With protocol `windows` the first scored target is position 1, predicted from position 0,
 // whose input rows are the statistics' "first".
 //
-// Input statistics of a unit (eval/linear_inputs.h, full-precision inputs): a layer's own; for a
+// Input statistics of a unit (stats/linear_inputs.h, full-precision inputs): a layer's own; for a
 // kind, the mean over its layers of each first/rest statistic, and the largest |x| of any of them
 // (with its layer and feature).
 #pragma once
@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "eval/evaluator.h"
-#include "eval/linear_inputs.h"
+#include "stats/linear_inputs.h"
 #include "eval/token_scores.h"
 #include "model/transformer.h"
 #include "quant/rewrite.h"
@@ -140,16 +140,5 @@ struct SensitivityRun {
 // Throws (before any window is read) like sensitivity_units, and like quantize_model.
 SensitivityRun run_sensitivity(ModelReader& full, const SchemeSpec& base, WindowSource& windows,
                                const SensitivityOptions& options = {});
-
-// Markdown: a title line (model, data, windows, scheme, grouping) and one row per unit, largest
-// ΔNLL first, at most `top` rows (all when top <= 0): rank, unit, ΔNLL ± se, ΔPPL %, first-token
-// share of ΔNLL, input kurtosis first/rest, max|x| first/rest, ‖x‖∞/‖x‖₂ rest, the positions with
-// the largest mean ΔNLL. `record` is a record with a "sensitivity" section.
-std::string sensitivity_table_markdown(const nlohmann::json& record, std::int64_t top = 0);
-
-// A gnuplot bar chart of ΔNLL per unit (sorted, with ±se), the input max|x| (first position and
-// the rest) on a second, logarithmic axis. Writes PNG and, beside it, <stem>.dat and <stem>.gp
-// (redraw with `cd DIR && gnuplot STEM.gp`). Throws when gnuplot is missing or fails.
-std::filesystem::path plot_sensitivity(const nlohmann::json& record, const std::filesystem::path& png);
 
 }  // namespace qeval

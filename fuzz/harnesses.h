@@ -42,10 +42,10 @@
 #include "loaders/checkpoints/safetensors_set.h"
 #include "loaders/text/token_file.h"
 #include "loaders/checkpoints/torch_checkpoint.h"
-#include "eval/check.h"
-#include "eval/merge.h"
-#include "eval/record.h"
-#include "eval/record_verify.h"
+#include "reports/check.h"
+#include "records/merge.h"
+#include "records/record.h"
+#include "records/record_verify.h"
 
 #include <caffe2/serialize/inline_container.h>
 
@@ -319,7 +319,7 @@ inline void jsonl_gz(std::string_view data) { read_documents("docs.json.gz", dat
 inline void jsonl_zst(std::string_view data) { read_documents("docs.jsonl.zst", data, true); }
 
 // A result record (qeval eval --out): read, verified against its own per-window rows
-// (eval/record_verify.h), checked against itself under a tolerance that limits every scheme, and,
+// (records/record_verify.h), checked against itself under a tolerance that limits every scheme, and,
 // when it is a shard, merged alone (which must refuse: one shard is never the whole).
 inline void result_record(std::string_view data) {
   const auto path = scratch_file("record.json", data);

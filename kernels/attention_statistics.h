@@ -30,7 +30,7 @@ at::Tensor fused_attention_stats(const at::Tensor& q, const at::Tensor& k, const
 // "" when hidden_stats serves hidden [B, L, D] (CUDA float, half or bfloat16, D ≤ 49152).
 std::string hidden_stats_unsupported(const at::Tensor& hidden);
 
-// [B, 9] float64 on hidden's device: eval/hidden_stats.h's HiddenLayerStats fields per sequence, in order.
+// [B, 9] float64 on hidden's device: stats/hidden_stats.h's HiddenLayerStats fields per sequence, in order.
 at::Tensor hidden_stats(const at::Tensor& hidden);
 
 }  // namespace qeval::kernels

@@ -70,7 +70,7 @@ at::Tensor fused_attention_stats_cuda(const at::Tensor& q, const at::Tensor& k, 
 std::string fused_attention_stats_cuda_unsupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 // hidden [B, L, D] float, half or bfloat16 (CUDA), D ≤ kHiddenStatsMaxChannels → [B, 9] float64 on the device:
-// the HiddenLayerStats fields of each sequence in order (eval/hidden_stats.h), from one read of hidden.
+// the HiddenLayerStats fields of each sequence in order (stats/hidden_stats.h), from one read of hidden.
 at::Tensor hidden_stats_cuda(const at::Tensor& hidden);
 
 // Drops the cached dequantised 4-bit weights (and the references that keep their sources alive).

@@ -19,7 +19,7 @@
 // Statistics (query_stats non-null): per (b, h, i), written to query_stats [3, B, H, L] float:
 //   [0] A_i1, the weight of key 1 (key index 0), = exp(s_i1 − m_i)/ℓ_i (0 when i's window excludes it);
 //   [1] the first-attn credit: 1/k when key 1 holds the row's largest weight and k keys share that
-//       largest weight, else 0 (eval/attention_stats.h). The largest weight is the largest logit's;
+//       largest weight, else 0 (stats/attention_stats.h). The largest weight is the largest logit's;
 //       ties are equal float32 logits (equal logits give equal weights). Where eval/attention_stats
 //       compares rounded float32 weights instead, two cases are carried over: a key-1 weight that
 //       rounds to the largest weight while its logit is smaller also counts as tied (with k one more
@@ -34,15 +34,15 @@
 // head_sums (non-null, needs query_stats): [B, H, 4] float64 reduced on the device in a fixed order
 // (deterministic, batch-independent): {Σ_{i < T'} A_i1, Σ_{1 ≤ i < reach} A_i1,
 // Σ_{1 ≤ i < reach} credit_i, Σ_{i < L} H_i} with reach = min(L, stats_window) (L for 0; callers pass
-// the layer's window, or the observer's view of it when that differs, as eval/attention_stats.cpp does) and
-// T' = min(sink_T, reach): exactly the sums eval/attention_stats.cpp keeps per sequence and head.
+// the layer's window, or the observer's view of it when that differs, as stats/attention_stats.cpp does) and
+// T' = min(sink_T, reach): exactly the sums stats/attention_stats.cpp keeps per sequence and head.
 //
 // hidden_stats: x [N = B·L, D] rows (f32/f16/bf16, contiguous); one block per row stages the row in
 // shared memory (one read of x), then per row in float64: kurtosis E[(x−μ)^4]/E[(x−μ)^2]^2, max|x|
 // with its lowest maximal channel and signed value, max|x| / ‖x‖₂; a second launch reduces each
 // sequence of L rows (fixed order) to `sequence_stats` [B, 9] float64 = {κ_first, κ_rest,
 // max_first, max_rest, r_first, r_rest, largest value, its channel, its position (0-based, the
-// earliest of equal maxima)}: the fields of eval/hidden_stats.h's HiddenLayerStats, in order. The
+// earliest of equal maxima)}: the fields of stats/hidden_stats.h's HiddenLayerStats, in order. The
 // "rest" means are over positions 1..L−1 (NaN for L = 1). row_scratch: [5, N] float64.
 //
 // Limits: head_dim ≤ 256 (any value, zero-padded to a multiple of 4 in shared memory); D ≤

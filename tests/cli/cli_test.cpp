@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
-#include "eval/record.h"
+#include "records/record.h"
 #include "tests/cli/run_qeval.h"
 #include "tests/cli/stories_eval.h"
 #include "tests/support/test_data.h"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
-#include "tests/eval/hand_records.h"
+#include "tests/support/hand_records.h"
 #include "tests/cli/run_qeval.h"
 #include "tests/cli/stories_eval.h"
 #include "tests/support/test_data.h"

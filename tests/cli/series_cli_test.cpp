@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
-#include "eval/plot.h"
+#include "reports/plot.h"
 #include "tests/cli/run_qeval.h"
 #include "tests/cli/stories_eval.h"
 #include "tests/support/test_data.h"

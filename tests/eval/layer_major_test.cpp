@@ -12,11 +12,12 @@
 #include "eval/evaluator.h"
 #include "eval/memory_plan.h"
 #include "eval/schemes.h"
-#include "eval/statistics.h"
+#include "stats/statistics.h"
 #include "eval/vocab_scoring.h"
 #include "loaders/checkpoints/model_reader.h"
 #include "loaders/checkpoints/qeval_checkpoint.h"
 #include "loaders/protocols/protocol.h"
+#include "tests/support/plan_runs.h"
 #include "tests/support/test_data.h"
 #include "tests/support/test_models.h"
 
@@ -121,59 +122,16 @@ TEST(VocabScorer, OrderedRowSumsDoNotDependOnTheThreadCount) {
 
 // --- every plan gives the same bits -----------------------------------------------------------
 
-const std::vector<std::string> kDocs = {
-    "the quick brown fox jumps over the lazy dog and runs far away into the woods",
-    "pack my box with five dozen liquor jugs, then carry it up the hill to the old mill",
-    "sphinx of black quartz, judge my vow; how vexingly quick daft zebras jump",
-    "a wizard's job is to vex chumps quickly in fog while the jukebox plays",
-    "how razorback-jumping frogs can level six piqued gymnasts at the fair"};
-
-struct PlanRun {
-  EvalResult result;
-  std::vector<nlohmann::json> statistics;
-};
-
 // The random model's vocabulary spans two vocabulary blocks, so the head runs in blocks.
 constexpr std::int64_t kVocab = kVocabBlock + 300;
 
-PlanRun evaluate_with(ModelReader& reader, const EvalPlan& plan, std::int64_t batch) {
-  SchemeOptions so;
-  so.stats_for = StatsFor::all;
-  PreparedSchemes prepared =
-      make_schemes(reader.config(), {"full", "int8-coarse", "int8-fine", "int8-vectorwise", "w4-zeropoint-g128"}, so);
-  test::ByteTokenizer tok(reader.config().vocab_size);
-  ProtocolSpec spec;
-  spec.seq_len = 24;
-  WindowStream stream(std::make_unique<test::ListDocuments>(kDocs), tok, spec);
-  EvalOptions options;
-  options.batch_size = batch;
-  options.progress = false;
-  options.plan = plan;
-  PlanRun run;
-  run.result = evaluate(reader, prepared.schemes, stream, options);
-  run.statistics = prepared.statistics_summaries();
-  return run;
+// Five schemes with statistics over five pangram documents, 24-token windows (tests/support/plan_runs.h).
+test::PlanRun evaluate_with(ModelReader& reader, const EvalPlan& plan, std::int64_t batch) {
+  return test::evaluate_over_plan(reader, plan, batch);
 }
 
-void expect_same_bits(const PlanRun& a, const PlanRun& b, const std::string& what) {
-  ASSERT_EQ(a.result.schemes.size(), b.result.schemes.size()) << what;
-  EXPECT_EQ(a.result.token_stream_hash(), b.result.token_stream_hash()) << what;
-  for (std::size_t s = 0; s < a.result.schemes.size(); ++s) {
-    ASSERT_EQ(a.result.schemes[s].rows.size(), b.result.schemes[s].rows.size()) << what;
-    for (const auto& [w, row] : a.result.schemes[s].rows)
-      EXPECT_EQ(row.to_json().dump(), b.result.schemes[s].rows.at(w).to_json().dump()) << what << ": scheme " << s << " window " << w;
-    EXPECT_EQ(a.statistics[s].dump(), b.statistics[s].dump()) << what << ": statistics of scheme " << s;
-  }
-}
-
-EvalPlan plan_of(const std::string& name, std::int64_t chunk) {
-  EvalPlan p;
-  p.name = name;
-  p.keep_full_blocks = name != "streamed";
-  p.keep_scheme_blocks = name == "resident";
-  p.chunk_windows = chunk;
-  return p;
-}
+using test::expect_same_bits;
+using test::plan_of;
 
 TEST(LayerMajor, EveryPlanAndChunkGivesTheWindowMajorBits) {
   for (bool gpt2 : {false, true}) {
@@ -183,7 +141,7 @@ TEST(LayerMajor, EveryPlanAndChunkGivesTheWindowMajorBits) {
     save_qeval_checkpoint(dir.path(), model.config(), model.weights());
     std::unique_ptr<ModelReader> file = open_checkpoint(dir.path());  // read by offset, part by part
     std::unique_ptr<ModelReader> memory = transformer_reader(model);
-    const PlanRun baseline = evaluate_with(*memory, plan_of("resident", 0), 1);
+    const test::PlanRun baseline = evaluate_with(*memory, plan_of("resident", 0), 1);
     ASSERT_GT(baseline.result.windows, 4);
     expect_same_bits(baseline, evaluate_with(*file, plan_of("resident", 0), 1), "resident from the file");
     expect_same_bits(baseline, evaluate_with(*file, plan_of("streamed", 2), 2), "streamed, chunks of 2, batch 2");

@@ -11,73 +11,34 @@
 #include "eval/evaluator.h"
 #include "eval/schemes.h"
 #include "eval/sensitivity.h"
-#include "eval/statistics.h"
+#include "stats/statistics.h"
 #include "loaders/checkpoints/model_reader.h"
 #include "loaders/protocols/protocol.h"
+#include "tests/support/plan_runs.h"
 #include "tests/support/test_data.h"
 #include "tests/support/test_models.h"
 
 namespace qeval {
 namespace {
 
-const std::vector<std::string> kDocs = {
-    "the quick brown fox jumps over the lazy dog and runs far away into the woods",
-    "pack my box with five dozen liquor jugs, then carry it up the hill to the old mill",
-    "sphinx of black quartz, judge my vow; how vexingly quick daft zebras jump"};
-
-struct EvalRun {
-  EvalResult result;
-  std::vector<nlohmann::json> statistics;
-  PreparedSchemes prepared;
-};
-
-EvalRun evaluate_fixture(ModelReader& reader, const EvalPlan& plan, std::int64_t batch) {
-  SchemeOptions so;
-  so.stats_for = StatsFor::all;
-  EvalRun run;
-  run.prepared = make_schemes(reader.config(), {"full", "int8-coarse", "int8-fine", "w4-zeropoint"}, so);
-  test::ByteTokenizer tok(reader.config().vocab_size);
-  ProtocolSpec spec;
-  spec.seq_len = 16;
-  WindowStream stream(std::make_unique<test::ListDocuments>(kDocs), tok, spec);
-  EvalOptions options;
-  options.batch_size = batch;
-  options.progress = false;
-  options.plan = plan;
-  run.result = evaluate(reader, run.prepared.schemes, stream, options);
-  run.statistics = run.prepared.statistics_summaries();
-  run.prepared.finish_descriptions();
-  return run;
+// Four schemes with statistics over three documents, 16-token windows (tests/support/plan_runs.h).
+test::PlanRun evaluate_fixture(ModelReader& reader, const EvalPlan& plan, std::int64_t batch) {
+  return test::evaluate_over_plan(reader, plan, batch, {{"full", "int8-coarse", "int8-fine", "w4-zeropoint"}, 16, 3});
 }
 
-EvalPlan plan_of(const std::string& name, std::int64_t chunk) {
-  EvalPlan p;
-  p.name = name;
-  p.keep_full_blocks = name != "streamed";
-  p.keep_scheme_blocks = name == "resident";
-  p.chunk_windows = chunk;
-  return p;
-}
+using test::plan_of;
 
 class MoeSsmEval : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MoeSsmEval, EveryPlanGivesTheWindowMajorBits) {
   auto reader = open_checkpoint(test::repo_path(std::string("tests/model/fixtures/") + GetParam()));
-  const EvalRun base = evaluate_fixture(*reader, plan_of("resident", 0), 2);
+  const test::PlanRun base = evaluate_fixture(*reader, plan_of("resident", 0), 2);
   ASSERT_GE(base.result.windows, 4);
   for (const auto& [plan, batch] : {std::pair{plan_of("streamed", 2), std::int64_t{2}}, std::pair{plan_of("resident-weights", 3), std::int64_t{2}}}) {
-    const EvalRun other = evaluate_fixture(*reader, plan, batch);
-    for (std::size_t s = 0; s < base.result.schemes.size(); ++s) {
-      for (const auto& [w, row] : base.result.schemes[s].rows)
-        EXPECT_EQ(row.to_json().dump(), other.result.schemes[s].rows.at(w).to_json().dump()) << plan.name << " " << s;
-      EXPECT_EQ(base.statistics[s].dump(), other.statistics[s].dump()) << plan.name << " statistics " << s;
-    }
+    test::expect_same_bits(base, evaluate_fixture(*reader, plan, batch), plan.name);
   }
   // Batch 1 against batch 2: a sequence's numbers do not depend on its batch.
-  const EvalRun single = evaluate_fixture(*reader, plan_of("resident", 0), 1);
-  for (std::size_t s = 0; s < base.result.schemes.size(); ++s)
-    for (const auto& [w, row] : base.result.schemes[s].rows)
-      EXPECT_EQ(row.to_json().dump(), single.result.schemes[s].rows.at(w).to_json().dump()) << "batch 1, scheme " << s;
+  test::expect_same_bits(base, evaluate_fixture(*reader, plan_of("resident", 0), 1), "batch 1");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeSsmEval,
@@ -91,7 +52,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MoeSsmEval,
 
 TEST(MoeSsmEval, StatisticsByLayerKindAndExpertTokenCounts) {
   auto jamba = open_checkpoint(test::repo_path("tests/model/fixtures/tiny-jamba-hf"));
-  const EvalRun run = evaluate_fixture(*jamba, plan_of("resident", 0), 2);
+  const test::PlanRun run = evaluate_fixture(*jamba, plan_of("resident", 0), 2);
   const nlohmann::json& st = run.statistics[0];
   EXPECT_EQ(st.at("attention").at("layers"), nlohmann::json({1, 3}));  // attn_layer_period 2, offset 1
   EXPECT_EQ(st.at("attention").at("entropy_per_layer").size(), 2u);

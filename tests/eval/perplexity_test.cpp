@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "eval/evaluator.h"
-#include "eval/record.h"
+#include "records/record.h"
 #include "eval/token_scores.h"
 #include "loaders/protocols/protocol.h"
 #include "tests/support/test_data.h"

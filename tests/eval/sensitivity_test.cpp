@@ -3,6 +3,7 @@
 // come sorted by harm; which tokens carry the penalty matches a direct per-window computation;
 // bad input fails before any window is read.
 #include "eval/sensitivity.h"
+#include "reports/sensitivity_report.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +13,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
-#include "eval/plot.h"
+#include "reports/plot.h"
 #include "eval/schemes.h"
 #include "loaders/protocols/protocol.h"
 #include "quant/rewrite.h"

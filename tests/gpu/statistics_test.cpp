@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "eval/statistics.h"
+#include "stats/statistics.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "model/placement.h"
 #include "model/transformer.h"

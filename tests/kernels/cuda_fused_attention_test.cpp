@@ -1,6 +1,6 @@
 // The fused attention with statistics and the one-read hidden-state statistics
 // (kernels/cuda/fused_attention_stats.h) against float64 loops on the host written from DESIGN.md
-// §6 and eval/attention_stats.h: the output, the per-query key-1 weight, first-attn credit and
+// §6 and stats/attention_stats.h: the output, the per-query key-1 weight, first-attn credit and
 // entropy, and the per-head sums, on random inputs over L ∈ {1, 17, 64, 200, 1024}, head sizes
 // 8, 64, 80, 128, 256, grouped-query heads, sliding windows, soft caps and softmax-1. Tolerances
 // by dtype: the output within 1e-5 (fp32), 1e-3 (fp16) and 8e-3 (bf16) of |ref| + 1; the statistics
@@ -136,7 +136,7 @@ Inputs make_inputs(const Case& c) {
   return in;
 }
 
-// DESIGN.md §6 / eval/attention_stats.h in float64, with the first-attn rule applied to the
+// DESIGN.md §6 / stats/attention_stats.h in float64, with the first-attn rule applied to the
 // weights rounded to float32, as the collector receives them.
 Reference reference(const Case& c, const Inputs& in) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
@@ -369,7 +369,7 @@ struct HiddenRef {
   double v[9];
 };
 
-// eval/hidden_stats.cpp's definitions in float64.
+// stats/hidden_stats.cpp's definitions in float64.
 std::vector<HiddenRef> hidden_reference(const std::vector<float>& x, std::int64_t B, std::int64_t L, std::int64_t D) {
   std::vector<HiddenRef> out(static_cast<std::size_t>(B));
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -1,0 +1,210 @@
+#include "records/run_state.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <set>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/json_integer.h"
+#include "common/printable.h"
+#include "records/window_rows.h"
+
+namespace qeval {
+namespace {
+
+// XXH3 of the state's compact JSON without its "checksum" (keys sorted, doubles round-trip:
+// the same text whenever the same content is written or read back).
+std::string state_checksum(nlohmann::json state) {
+  state.erase("checksum");
+  Hasher h;
+  h.update(state.dump());
+  return h.hex();
+}
+
+std::uint64_t hash_from_hex(const nlohmann::json& value, const std::string& where) {
+  QEVAL_CHECK(value.is_string(), "{}: expected a hash of 16 hex digits, found {}", where, json_text(value));
+  const std::string& hex = value.get_ref<const std::string&>();
+  std::uint64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+  QEVAL_CHECK(hex.size() == 16 && ec == std::errc() && ptr == hex.data() + hex.size(),
+              "{}: expected a hash of 16 hex digits, found {}", where, in_quotes(hex));
+  return v;
+}
+
+double seconds_value(const nlohmann::json& v, const std::string& where) {
+  QEVAL_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0,
+              "{}: expected a finite number of seconds >= 0, found {}", where, json_text(v));
+  return v.get<double>();
+}
+
+}  // namespace
+
+std::uint64_t window_content_hash(const Window& w) {
+  Hasher h;
+  h.update_value(w.first_scored);
+  h.update(w.tokens.data(), w.tokens.size() * sizeof(std::int32_t));
+  return h.digest();
+}
+
+nlohmann::json run_state_to_json(const EvalResult& result,
+                                 const std::vector<std::shared_ptr<StatisticsCollector>>& statistics) {
+  nlohmann::json hashes = nlohmann::json::object();
+  for (const auto& [index, hash] : result.window_hashes) hashes[std::to_string(index)] = hash_hex(hash);
+  nlohmann::json schemes = nlohmann::json::array();
+  for (const auto& s : result.schemes) {
+    nlohmann::json rows = nlohmann::json::object();
+    for (const auto& [index, row] : s.rows) rows[std::to_string(index)] = row.to_json();
+    schemes.push_back({{"forward_seconds", s.forward_seconds}, {"rows", rows}});
+  }
+  nlohmann::json stats = nlohmann::json::array();
+  for (const auto& c : statistics) stats.push_back(c ? c->state_to_json() : nlohmann::json(nullptr));
+  nlohmann::json state = {{"windows", result.windows},
+                          {"scored_tokens", result.scored_tokens},
+                          {"processed_tokens", result.processed_tokens},
+                          {"seconds", result.seconds},
+                          {"window_hashes", hashes},
+                          {"schemes", schemes},
+                          {"statistics", stats}};
+  state["checksum"] = state_checksum(state);
+  return state;
+}
+
+EvalResult run_state_from_json(const nlohmann::json& state,
+                               std::vector<std::shared_ptr<StatisticsCollector>>& statistics, const std::string& source,
+                               std::int64_t max_window_tokens) {
+  EvalResult r;
+  try {
+    QEVAL_CHECK(state.is_object(), "{}: the evaluation state is {}, not an object", source, state.type_name());
+    QEVAL_CHECK(state.contains("checksum") && state["checksum"].is_string(),
+                "{}: the evaluation state has no checksum (written by an older qeval, or edited); remove it", source);
+    QEVAL_CHECK(state["checksum"] == state_checksum(state),
+                "{}: the evaluation state's checksum {} does not match its content ({}): the file was changed after "
+                "qeval wrote it; remove it to start again",
+                source, json_text(state["checksum"]), state_checksum(state));
+    r.windows = json_integer(state.at("windows"), source + ": windows");
+    r.scored_tokens = json_integer(state.at("scored_tokens"), source + ": scored_tokens");
+    r.processed_tokens = json_integer(state.at("processed_tokens"), source + ": processed_tokens");
+    r.seconds = seconds_value(state.at("seconds"), source + ": seconds");
+    QEVAL_CHECK(state.at("window_hashes").is_object(), "{}: window_hashes should be an object", source);
+    for (const auto& [key, hex] : state.at("window_hashes").items()) {
+      const std::int64_t index = window_index_key(key, source + ": window_hashes");
+      r.window_hashes[index] = hash_from_hex(hex, fmt::format("{}: window_hashes[{}]", source, index));
+    }
+    QEVAL_CHECK(state.at("schemes").is_array(), "{}: schemes should be a list", source);
+    for (const auto& s : state.at("schemes")) {
+      const std::size_t scheme = r.schemes.size();
+      SchemeResult sr;
+      sr.forward_seconds = seconds_value(s.at("forward_seconds"), fmt::format("{}: scheme {} forward_seconds", source, scheme));
+      QEVAL_CHECK(s.at("rows").is_object(), "{}: scheme {} rows should be an object", source, scheme);
+      for (const auto& [key, row] : s.at("rows").items()) {
+        const std::int64_t index = window_index_key(key, fmt::format("{}: scheme {}", source, scheme));
+        sr.rows[index] = checked_window_scores(row, max_window_tokens, scheme == 0,
+                                               fmt::format("{}: scheme {}, window {}", source, scheme, index));
+      }
+      r.schemes.push_back(std::move(sr));
+    }
+    const auto& stats = state.at("statistics");
+    QEVAL_CHECK(stats.is_array() && stats.size() == statistics.size(), "has statistics for {} schemes, this run has {}",
+                stats.is_array() ? stats.size() : 0, statistics.size());
+    QEVAL_CHECK(r.schemes.size() == statistics.size(), "has {} schemes, this run has {}", r.schemes.size(),
+                statistics.size());
+    for (std::size_t i = 0; i < statistics.size(); ++i) {
+      QEVAL_CHECK(stats[i].is_null() == (statistics[i] == nullptr),
+                  "scheme {} {} statistics, this run {}", i, stats[i].is_null() ? "has no" : "has",
+                  statistics[i] ? "collects them" : "does not");
+      // Assign in place: the schemes' observers point at these very collectors.
+      if (statistics[i]) *statistics[i] = StatisticsCollector::state_from_json(stats[i], source);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed evaluation state: {}", source, e.what());
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.rfind(source, 0) == 0) throw;  // already names the file
+    fail("{}: evaluation state does not fit this run: {}", source, what);
+  }
+
+  // The parts must agree with each other: every scheme scored the windows the hash list names,
+  // the same number of tokens in each, and the counts are the sums of the rows.
+  QEVAL_CHECK(static_cast<std::int64_t>(r.window_hashes.size()) == r.windows,
+              "{}: evaluation state lists {} window hashes for {} windows", source, r.window_hashes.size(), r.windows);
+  std::int64_t scored = 0;
+  for (std::size_t s = 0; s < r.schemes.size(); ++s) {
+    const auto& rows = r.schemes[s].rows;
+    QEVAL_CHECK(rows.size() == r.window_hashes.size(), "{}: scheme {} has {} rows for {} windows", source, s, rows.size(),
+                r.window_hashes.size());
+    for (const auto& [index, row] : rows) {
+      QEVAL_CHECK(r.window_hashes.count(index), "{}: scheme {} has a row for window {}, which has no hash", source, s,
+                  index);
+      const WindowScores& full = r.schemes.front().rows.at(index);
+      QEVAL_CHECK(row.tokens == full.tokens, "{}: window {} scores {} tokens in scheme {} but {} in full precision",
+                  source, index, row.tokens, s, full.tokens);
+      if (s == 0) scored += row.tokens;
+    }
+  }
+  QEVAL_CHECK(scored == r.scored_tokens, "{}: scored_tokens is {}, but the rows score {}", source, r.scored_tokens,
+              scored);
+  QEVAL_CHECK(r.processed_tokens >= r.scored_tokens + r.windows,
+              "{}: processed_tokens {} is less than the scored tokens plus one context token per window ({})", source,
+              r.processed_tokens, r.scored_tokens + r.windows);
+  for (std::size_t s = 0; s < statistics.size(); ++s) {
+    if (!statistics[s]) continue;
+    const std::vector<std::int64_t> seen = statistics[s]->window_indices();
+    std::vector<std::int64_t> expected;
+    for (const auto& entry : r.window_hashes) expected.push_back(entry.first);
+    QEVAL_CHECK(seen == expected, "{}: scheme {}'s statistics hold windows [{}], its rows [{}]: they must be the same windows",
+                source, s, fmt::join(seen.begin(), seen.begin() + std::min<std::size_t>(seen.size(), 8), ", "),
+                fmt::join(expected.begin(), expected.begin() + std::min<std::size_t>(expected.size(), 8), ", "));
+  }
+  return r;
+}
+
+void verify_resumed_windows(const EvalResult& resumed, WindowSource& windows,
+                            const std::function<bool(std::int64_t)>& selected, const std::string& source) {
+  if (resumed.window_hashes.empty()) return;
+  std::set<std::int64_t> pending;
+  for (const auto& entry : resumed.window_hashes) pending.insert(entry.first);
+  for (std::int64_t index : pending)
+    QEVAL_CHECK(!selected || selected(index), "{}: window {} is not one of this shard's windows", source, index);
+  const std::int64_t last = *pending.rbegin();
+  while (!pending.empty()) {
+    std::optional<Window> w = windows.next();
+    if (!w) break;
+    if (w->index > last) break;
+    if (!pending.erase(w->index)) continue;
+    const std::uint64_t hash = window_content_hash(*w);
+    QEVAL_CHECK(hash == resumed.window_hashes.at(w->index),
+                "{}: window {} has hash {} in the state, but the data gives {}: the state does not belong to these "
+                "windows; remove it to start again",
+                source, w->index, hash_hex(resumed.window_hashes.at(w->index)), hash_hex(hash));
+    const std::int64_t tokens = resumed.schemes.front().rows.at(w->index).tokens;
+    QEVAL_CHECK(tokens == w->scored(), "{}: window {} scores {} tokens in the state, but the window scores {}", source,
+                w->index, tokens, w->scored());
+  }
+  QEVAL_CHECK(pending.empty(), "{}: window {} is in the state, but the data and protocol give no such window", source,
+              pending.empty() ? 0 : *pending.begin());
+}
+
+void merge_results(EvalResult& into, const EvalResult& other, const std::string& source) {
+  if (into.schemes.empty()) into.schemes.resize(other.schemes.size());
+  QEVAL_CHECK(into.schemes.size() == other.schemes.size(), "{}: has {} schemes, expected {}", source,
+              other.schemes.size(), into.schemes.size());
+  for (const auto& [index, hash] : other.window_hashes) {
+    QEVAL_CHECK(!into.contains(index), "{}: window {} was already evaluated by another shard", source, index);
+    into.window_hashes[index] = hash;
+  }
+  for (std::size_t s = 0; s < other.schemes.size(); ++s) {
+    for (const auto& [index, row] : other.schemes[s].rows) into.schemes[s].rows[index] = row;
+    into.schemes[s].forward_seconds += other.schemes[s].forward_seconds;
+  }
+  into.windows += other.windows;
+  into.scored_tokens += other.scored_tokens;
+  into.processed_tokens += other.processed_tokens;
+  into.seconds += other.seconds;
+}
+
+}  // namespace qeval

@@ -1,0 +1,70 @@
+#include "records/window_rows.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "common/error.h"
+#include "common/json_integer.h"
+#include "common/printable.h"
+
+namespace qeval {
+
+std::int64_t window_index_key(const std::string& key, const std::string& where) {
+  std::int64_t index = -1;
+  const char* end = key.data() + key.size();
+  const auto [ptr, ec] = std::from_chars(key.data(), end, index);
+  const bool digits_only = !key.empty() && key.find_first_not_of("0123456789") == std::string::npos;
+  QEVAL_CHECK(digits_only && ec == std::errc() && ptr == end && index >= 0 && (key == "0" || key[0] != '0'),
+              "{}: window key {} is not a window index (a non-negative decimal integer)", where, in_quotes(key));
+  return index;
+}
+
+WindowScores checked_window_scores(const nlohmann::json& row, std::int64_t max_tokens, bool full_precision,
+                                   const std::string& where) {
+  QEVAL_CHECK(row.is_object(), "{}: expected a row object, found {}", where, json_text(row));
+  auto number = [&](const char* key) {
+    QEVAL_CHECK(row.contains(key), "{}: the row has no \"{}\"", where, key);
+    const nlohmann::json& v = row[key];
+    QEVAL_CHECK(v.is_number() && std::isfinite(v.get<double>()), "{}: \"{}\" is {}: expected a finite number", where, key,
+                json_text(v));
+    return v.get<double>();
+  };
+  auto integer = [&](const char* key) {
+    QEVAL_CHECK(row.contains(key), "{}: the row has no \"{}\"", where, key);
+    return json_integer(row[key], fmt::format("{}: \"{}\"", where, key));
+  };
+  WindowScores s;
+  s.tokens = integer("tokens");
+  QEVAL_CHECK(s.tokens >= 1 && (max_tokens <= 0 || s.tokens <= max_tokens),
+              "{}: \"tokens\" is {}: a window scores 1..{} tokens", where, s.tokens,
+              max_tokens > 0 ? std::to_string(max_tokens) : std::string("n"));
+  const double n = static_cast<double>(s.tokens);
+  s.nll_sum = number("nll_sum");
+  s.nll_sq_sum = number("nll_sq_sum");
+  s.diff_sum = number("diff_sum");
+  s.diff_sq_sum = number("diff_sq_sum");
+  s.kl_sum = number("kl_sum");
+  s.top1_agree = integer("top1_agree");
+  s.dp_sum = number("dp_sum");
+  auto squares_fit = [&](double sum, double sq) { return sq >= 0 && sq * n >= sum * sum * (1 - 1e-9) - 1e-12; };
+  QEVAL_CHECK(s.nll_sum >= 0, "{}: \"nll_sum\" is {}: a negative log-likelihood sum is never negative", where, s.nll_sum);
+  QEVAL_CHECK(squares_fit(s.nll_sum, s.nll_sq_sum),
+              "{}: \"nll_sq_sum\" {} is below nll_sum² / tokens = {}: the sums do not belong together", where,
+              s.nll_sq_sum, s.nll_sum * s.nll_sum / n);
+  QEVAL_CHECK(squares_fit(s.diff_sum, s.diff_sq_sum),
+              "{}: \"diff_sq_sum\" {} is below diff_sum² / tokens = {}: the sums do not belong together", where,
+              s.diff_sq_sum, s.diff_sum * s.diff_sum / n);
+  QEVAL_CHECK(s.kl_sum >= -1e-6 * n, "{}: \"kl_sum\" is {}: KL divergence is never negative", where, s.kl_sum);
+  QEVAL_CHECK(s.top1_agree >= 0 && s.top1_agree <= s.tokens, "{}: \"top1_agree\" is {}: expected 0..{} (the tokens)",
+              where, s.top1_agree, s.tokens);
+  QEVAL_CHECK(std::fabs(s.dp_sum) <= n, "{}: \"dp_sum\" is {}: a sum of {} probability differences lies in [-{}, {}]",
+              where, s.dp_sum, s.tokens, s.tokens, s.tokens);
+  if (full_precision)
+    QEVAL_CHECK(s.diff_sum == 0 && s.diff_sq_sum == 0 && s.kl_sum == 0 && s.dp_sum == 0 && s.top1_agree == s.tokens,
+                "{}: full precision compared with itself must have zero differences, zero KL and every top-1 equal "
+                "(diff_sum {}, kl_sum {}, dp_sum {}, top1_agree {} of {})",
+                where, s.diff_sum, s.kl_sum, s.dp_sum, s.top1_agree, s.tokens);
+  return s;
+}
+
+}  // namespace qeval

@@ -1,0 +1,276 @@
+#include "reports/compare.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "common/error.h"
+#include "common/json_diff.h"
+#include "records/record_verify.h"
+#include "reports/table.h"
+
+namespace qeval {
+namespace {
+
+const nlohmann::json* find_scheme(const nlohmann::json& record, const std::string& name) {
+  for (const auto& s : record.at("schemes"))
+    if (s.at("name") == name) return &s;
+  return nullptr;
+}
+
+// The full-precision scheme: the one named "full", else the first (it is the reference of vs_full).
+const nlohmann::json& full_scheme(const nlohmann::json& record) {
+  const nlohmann::json& schemes = record.at("schemes");
+  QEVAL_CHECK(schemes.is_array() && !schemes.empty(), "record has no schemes");
+  const nlohmann::json* full = find_scheme(record, "full");
+  return full ? *full : schemes.front();
+}
+
+// Follows a path of object keys; null when any step is missing (statistics not collected).
+nlohmann::json lookup(const nlohmann::json& j, std::initializer_list<const char*> path) {
+  const nlohmann::json* at = &j;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return nullptr;
+    at = &(*at)[key];
+  }
+  return *at;
+}
+
+nlohmann::json number_or_null(const nlohmann::json& v) { return v.is_number() ? v : nlohmann::json(nullptr); }
+
+
+std::string yes_no(const nlohmann::json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  return "?";
+}
+
+std::string delta_text(const nlohmann::json& v) {
+  return v.is_number() ? fmt::format("{:+.4f}", v.get<double>()) : "—";
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string csv_value(const nlohmann::json& v) {
+  if (v.is_null()) return "";
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_string()) return csv_field(v.get<std::string>());
+  return v.dump();  // shortest round-trip form
+}
+
+bool any_has(const nlohmann::json& rows, const char* scheme) {
+  for (const auto& r : rows)
+    if (!r.at("dppl").at(scheme).is_null()) return true;
+  return false;
+}
+
+bool protocols_differ(const std::vector<LabeledRecord>& records) {
+  for (const auto& r : records)
+    if (comparison_identity(r.record) != comparison_identity(records.front().record) ||
+        !scheme_definition_differences(records.front().record, r.record).empty())
+      return true;
+  return false;
+}
+
+}  // namespace
+
+nlohmann::json comparison_identity(const nlohmann::json& record) {
+  try {
+    nlohmann::json protocol = record.at("protocol");
+    for (const char* key : {"windows", "scored_tokens", "token_stream_hash", "separator_id"}) protocol.erase(key);
+    const nlohmann::json& data = record.at("data");
+    return {{"protocol", protocol},
+            {"data", {{"hash", data.at("hash")},
+                      {"text_split", data.value("text_split", "")},
+                      {"json_field", data.value("json_field", "")}}}};
+  } catch (const nlohmann::json::exception& e) {
+    fail("record lacks its protocol or data description: {}", e.what());
+  }
+}
+
+
+void require_same_protocol(const std::vector<LabeledRecord>& records) {
+  if (records.empty()) return;
+  const nlohmann::json first = comparison_identity(records.front().record);
+  for (std::size_t i = 1; i < records.size(); ++i) {
+    const nlohmann::json other = comparison_identity(records[i].record);
+    if (const auto differ = scheme_definition_differences(records.front().record, records[i].record); !differ.empty())
+      fail("{} and {} define schemes of the same name differently ({}); pass --allow-protocol-mismatch to compare them "
+           "anyway",
+           records.front().source, records[i].source, fmt::join(differ, "; "));
+    if (other == first) continue;
+    fail("{} and {} were evaluated under different protocols or data ({}); pass --allow-protocol-mismatch to "
+         "compare them anyway",
+         records.front().source, records[i].source, fmt::join(json_differences(first, other), "; "));
+  }
+}
+
+void label_records(std::vector<LabeledRecord>& records) {
+  std::map<std::string, int> seen;
+  std::vector<bool> generated(records.size(), false);
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    auto& r = records[i];
+    if (!r.label.empty()) continue;
+    std::filesystem::path model(lookup(r.record, {"model", "path"}).is_string()
+                                    ? r.record["model"]["path"].get<std::string>()
+                                    : std::string());
+    if (model.filename().empty()) model = model.parent_path();  // "runs/adam/"
+    std::string stem = model.has_extension() ? model.stem().string() : model.filename().string();
+    // HF and qeval folders hold generic file names: the folder says which model it is.
+    if (stem == "model" || stem == "pytorch_model" || stem == "config") stem = model.parent_path().filename().string();
+    r.label = stem.empty() ? std::filesystem::path(r.source).stem().string() : stem;
+    // A transformed model is another row of the same model: "stories260K + rotate".
+    const nlohmann::json transforms = lookup(r.record, {"model", "transforms"});
+    if (transforms.is_array())
+      for (const auto& t : transforms)
+        if (t.is_object() && t.contains("spec") && t["spec"].is_string()) r.label += " + " + t["spec"].get<std::string>();
+    generated[i] = true;
+  }
+  for (const auto& r : records) seen[r.label]++;
+  for (std::size_t i = 0; i < records.size(); ++i)
+    if (generated[i] && seen[records[i].label] > 1)
+      records[i].label += " (" + std::filesystem::path(records[i].source).stem().string() + ")";
+}
+
+const std::vector<PenaltyColumn>& penalty_columns() {
+  static const std::vector<PenaltyColumn> columns = {
+      {"int8-coarse", "coarse Δ", false},           {"int8-moderate", "moderate Δ", false},
+      {"int8-fine", "fine Δ", false},               {"w4-zeropoint", "4-bit Δ", false},
+      {"int8-vectorwise", "vectorwise Δ", true},    {"w4-zeropoint-g128", "4-bit g128 Δ", true},
+      {"int8-mixed", "mixed Δ", true},              {"int8-coarse-keep1", "coarse keep1 Δ", true},
+      {"int8-moderate-keep1", "moderate keep1 Δ", true}};
+  return columns;
+}
+
+nlohmann::json comparison_rows(const std::vector<LabeledRecord>& records) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : records) {
+    try {
+      const nlohmann::json& rec = r.record;
+      const nlohmann::json& full = full_scheme(rec);
+      const nlohmann::json config = lookup(rec, {"model", "config"});
+      QEVAL_CHECK(config.is_object() && config.contains("attention_softmax"),
+                  "no model.config.attention_softmax (not a qeval eval record?)");
+      const std::string softmax = config.at("attention_softmax").get<std::string>();
+      nlohmann::json optimizer = config.contains("optimizer") && config["optimizer"].is_string()
+                                     ? config["optimizer"]
+                                     : nlohmann::json(nullptr);
+      const nlohmann::json& st = full.at("statistics");
+      nlohmann::json row = {
+          {"model", r.partial.empty() ? r.label : r.label + " (partial)"},
+          {"partial", !r.partial.empty()},
+          {"record", r.source},
+          {"softmax1", softmax == "softmax1"},
+          {"orthoadam", optimizer.is_null() ? nlohmann::json(nullptr) : nlohmann::json(optimizer == "orthoadam")},
+          {"optimizer", optimizer},
+          {"ppl_full", full.at("perplexity").at("ppl")},
+          {"kurtosis_first", number_or_null(lookup(st, {"hidden", "kurtosis", "first"}))},
+          {"kurtosis_rest", number_or_null(lookup(st, {"hidden", "kurtosis", "rest"}))},
+          {"max_abs_first", number_or_null(lookup(st, {"hidden", "max_abs", "first"}))},
+          {"max_abs_rest", number_or_null(lookup(st, {"hidden", "max_abs", "rest"}))},
+          {"first_attn_pct", number_or_null(lookup(st, {"attention", "first_attn_pct"}))},
+          {"sink_rate_pct", number_or_null(lookup(st, {"attention", "sink_rate_pct"}))}};
+      nlohmann::json dppl = nlohmann::json::object();
+      for (const auto& c : penalty_columns()) {
+        const nlohmann::json* s = find_scheme(rec, c.scheme);
+        dppl[c.scheme] = s ? number_or_null(s->at("vs_full").at("dppl")) : nlohmann::json(nullptr);
+      }
+      row["dppl"] = dppl;
+      rows.push_back(row);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: cannot read the record for comparison: {}", r.source, e.what());
+    } catch (const Error& e) {
+      fail("{}: {}", r.source, e.what());
+    }
+  }
+  return rows;
+}
+
+CompareFormat parse_compare_format(const std::string& s) {
+  if (s == "md" || s == "markdown") return CompareFormat::markdown;
+  if (s == "csv") return CompareFormat::csv;
+  if (s == "json") return CompareFormat::json;
+  fail("unknown format '{}': expected md, csv or json", s);
+}
+
+std::string format_comparison(const std::vector<LabeledRecord>& records, CompareFormat format,
+                              bool protocol_mismatch_allowed) {
+  QEVAL_CHECK(!records.empty(), "compare: no records given");
+  const nlohmann::json rows = comparison_rows(records);
+  const bool mismatch = protocols_differ(records);
+  QEVAL_CHECK(!mismatch || protocol_mismatch_allowed, "compare: records differ in protocol or data");
+  std::vector<PenaltyColumn> columns;
+  for (const auto& c : penalty_columns())
+    if (!c.optional || any_has(rows, c.scheme)) columns.push_back(c);
+
+  if (format == CompareFormat::json)
+    return nlohmann::json{{"protocol", comparison_identity(records.front().record)},
+                          {"protocol_mismatch", mismatch},
+                          {"partial_records", std::any_of(records.begin(), records.end(),
+                                                          [](const LabeledRecord& r) { return !r.partial.empty(); })},
+                          {"rows", rows}}
+               .dump(2) +
+           "\n";
+
+  if (format == CompareFormat::csv) {
+    std::string out = "model,record,softmax1,orthoadam,optimizer,ppl_full,kurtosis_first,kurtosis_rest,max_abs_first,"
+                      "max_abs_rest,first_attn_pct,sink_rate_pct";
+    for (const auto& c : columns) out += fmt::format(",dppl_{}", c.scheme);
+    out += "\n";
+    for (const auto& r : rows) {
+      out += csv_field(r["model"].get<std::string>());
+      for (const char* key : {"record", "softmax1", "orthoadam", "optimizer", "ppl_full", "kurtosis_first",
+                              "kurtosis_rest", "max_abs_first", "max_abs_rest", "first_attn_pct", "sink_rate_pct"})
+        out += "," + csv_value(r[key]);
+      for (const auto& c : columns) out += "," + csv_value(r["dppl"][c.scheme]);
+      out += "\n";
+    }
+    return out;
+  }
+
+  std::string out =
+      "Outliers and attention (full precision; Kaul et al. Table 2 layout)\n\n"
+      "| model | softmax-1 | OrthoAdam | PPL | kurtosis first | kurtosis rest | max act. first | max act. rest | "
+      "%first-attn |\n|---|:-:|:-:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rows)
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r["model"].get<std::string>(),
+                       yes_no(r["softmax1"]), yes_no(r["orthoadam"]), table_number(r["ppl_full"], 3),
+                       table_number(r["kurtosis_first"], 1), table_number(r["kurtosis_rest"], 2),
+                       table_number(r["max_abs_first"], 1), table_number(r["max_abs_rest"], 2),
+                       table_number(r["first_attn_pct"], 1));
+  out += "\nQuantisation penalty (ΔPPL vs full precision; Kaul et al. Table 3 layout)\n\n| model | PPL full |";
+  std::string rule = "|---|---:|";
+  for (const auto& c : columns) {
+    out += fmt::format(" {} |", c.title);
+    rule += "---:|";
+  }
+  out += "\n" + rule + "\n";
+  for (const auto& r : rows) {
+    out += fmt::format("| {} | {} |", r["model"].get<std::string>(), table_number(r["ppl_full"], 3));
+    for (const auto& c : columns) out += " " + delta_text(r["dppl"][c.scheme]) + " |";
+    out += "\n";
+  }
+  std::vector<std::string> notes;
+  bool unknown_recipe = false;
+  for (const auto& r : rows) unknown_recipe |= r["orthoadam"].is_null();
+  if (unknown_recipe) notes.push_back("OrthoAdam \"?\": the checkpoint does not say how it was trained.");
+  notes.push_back("4-bit Δ is w4-zeropoint (per-channel 4-bit weights); \"—\": not evaluated or not collected.");
+  if (mismatch)
+    notes.push_back("WARNING: the records were evaluated under different protocols, data or scheme definitions "
+                    "(--allow-protocol-mismatch); their numbers are not comparable.");
+  for (const auto& r : records)
+    for (const auto& p : r.partial)
+      notes.push_back("WARNING: " + p + ": the row does not cover the protocol's windows (--allow-partial).");
+  out += "\n";
+  for (const auto& n : notes) out += "- " + n + "\n";
+  return out;
+}
+
+}  // namespace qeval

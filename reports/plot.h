@@ -1,0 +1,67 @@
+// Pictures like Kaul et al.'s Figure 1, rendered by gnuplot (Debian package gnuplot-nox,
+// terminal pngcairo) from data files qeval writes. Each PNG keeps its inputs beside it, so a
+// picture can be restyled and redrawn by hand (`cd DIR && gnuplot NAME.gp`):
+//
+//   layer_curves.{dat,gp,png}    per layer (1..M): kurtosis first/other tokens, max |activation|
+//                                first/other tokens, %first-attn and Sink₁^ε rate — from a
+//                                record's statistics (`qeval plot RECORD --out DIR`), or from
+//                                several records on shared axes (`qeval plot A.json B.json ...`)
+//   attention_map.{dat,gp,png}   mean attention over layers and heads, first T queries × keys
+//   hidden_abs.{dat,gp,png}      mean |hidden state| per layer × channel, first token and the rest
+//                                — the maps come from figure data (stats/figure_data.h), written as
+//                                figure_data.json by `qeval eval --plots DIR`; `qeval plot
+//                                RECORD --figure-data FILE` redraws them later
+//
+// The gnuplot executable is $QEVAL_GNUPLOT when set, else `gnuplot` on PATH.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace qeval {
+
+// Throws qeval::Error naming the Debian package when gnuplot cannot be found.
+std::filesystem::path find_gnuplot();
+
+// Runs `dir`/NAME.gp with gnuplot inside `dir` and checks that it wrote NAME.png (returned);
+// gnuplot's messages go into the error.
+std::filesystem::path render_gnuplot(const std::filesystem::path& dir, const std::string& name);
+// A gnuplot single-quoted string literal (a quote inside is written twice, control bytes as
+// visible escapes: no text can end the literal's line and start a command).
+std::string gnuplot_quote(const std::string& s);
+// Text for a gnuplot data file or a comment in a script: control bytes as visible escapes, so a
+// name cannot start a line of its own (a forged data row or command).
+std::string gnuplot_text(const std::string& s);
+
+// Per-layer curves of `scheme`'s statistics in `record`; returns the PNGs written. Throws when
+// the scheme has no statistics.
+std::vector<std::filesystem::path> plot_layer_curves(const nlohmann::json& record, const std::filesystem::path& dir,
+                                                     const std::string& scheme = "full");
+// Several records on shared axes (e.g. an Adam model beside its OrthoAdam twin): one colour per
+// record, its first token dashed and the other tokens solid; titled by record_model_name.
+std::vector<std::filesystem::path> plot_layer_curves(const std::vector<nlohmann::json>& records,
+                                                     const std::filesystem::path& dir, const std::string& scheme = "full");
+
+// How the maps colour their values: linear, or log (so a first-token sink or one massive
+// channel does not wash out everything else; non-positive values are left blank).
+enum class ColourScale { linear, log };
+ColourScale parse_colour_scale(const std::string& s);  // throws listing linear, log
+
+// The maps from figure data (FigureDataObserver::to_json()); `title` names the model.
+std::vector<std::filesystem::path> plot_figure_maps(const nlohmann::json& figure_data, const std::filesystem::path& dir,
+                                                    const std::string& title, ColourScale scale = ColourScale::linear);
+
+// `qeval eval --plots DIR`: figure_data.json, the maps and the curves of the full-precision
+// scheme (when it has statistics).
+std::vector<std::filesystem::path> render_eval_plots(const nlohmann::json& record, const nlohmann::json& figure_data,
+                                                     const std::filesystem::path& dir,
+                                                     ColourScale scale = ColourScale::linear);
+
+// A short name for the model of a record (file stem or folder name), used in titles; " (partial)"
+// for a shard or a partial merge, and the record's "plot_mark" (set by `qeval plot` on a record of
+// another protocol) after it.
+std::string record_model_name(const nlohmann::json& record);
+
+}  // namespace qeval
