@@ -10,7 +10,7 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "common/model_cache.h"
-#include "loaders/checkpoints/checkpoint_header.h"
+#include "loaders/checkpoints/model_reader.h"
 #include "loaders/protocols/protocol.h"
 #include "loaders/text/documents.h"
 #include "loaders/text/token_file.h"
@@ -62,17 +62,22 @@ nlohmann::json config_linears(const ModelConfig& c) {
   return out;
 }
 
-// Headers only (loaders/checkpoints/checkpoint_header.h): a 70B checkpoint is described without
-// reading its weights. The weights hash needs every byte, so it is left to eval's record.
+// Through the reader eval uses (loaders/checkpoints/model_reader.h), so inspect refuses what eval
+// refuses: opening checks the layout (every tensor the config implies, with its shape, none left
+// over) from the headers, and a 70B checkpoint is described without reading its weights
+// (safetensors, GGUF, llama2.c; a torch.save archive is read whole, as eval reads it). The weights
+// hash needs every byte, so it is left to eval's record.
 nlohmann::json inspect_model(const std::filesystem::path& path) {
-  const CheckpointHeader h = read_checkpoint_header(path);
-  const nlohmann::json linears = config_linears(h.config);
+  const std::unique_ptr<ModelReader> reader = open_checkpoint(path);
+  const ModelConfig& config = reader->config();
+  const std::vector<TensorHeader>& headers = reader->tensors();
+  const nlohmann::json linears = config_linears(config);
   std::int64_t linear_bytes = 0;
   for (const auto& l : linears) linear_bytes += 4 * l.at("in").get<std::int64_t>() * l.at("out").get<std::int64_t>();
   nlohmann::json tensors = nlohmann::json::array();
   std::map<std::string, std::int64_t> dtypes;
   long double elements = 0;
-  for (const auto& t : h.tensors) {
+  for (const auto& t : headers) {
     long double n = 1;
     for (std::int64_t d : t.shape) n *= static_cast<long double>(d);
     elements += n;
@@ -80,16 +85,16 @@ nlohmann::json inspect_model(const std::filesystem::path& path) {
     tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"file", t.file}});
   }
   nlohmann::json j = {{"path", path.string()},
-                      {"format", h.format},
+                      {"format", reader->info().format},
                       {"weights_hash", "not computed (inspect reads headers only; eval records it)"},
-                      {"config", config_to_json(h.config)},
-                      {"parameters", h.config.parameter_count()},
-                      {"bytes_on_disk", h.bytes},
+                      {"config", config_to_json(config)},
+                      {"parameters", config.parameter_count()},
+                      {"bytes_on_disk", reader->bytes_on_disk()},
                       {"linear_weight_bytes_fp32", linear_bytes},
                       {"linears", linears},
-                      {"notes", h.notes}};
-  if (!h.tensors.empty()) {
-    j["tensor_count"] = h.tensors.size();
+                      {"notes", reader->info().notes}};
+  if (!headers.empty()) {
+    j["tensor_count"] = headers.size();
     j["tensor_elements"] = static_cast<double>(elements);
     j["tensor_dtypes"] = dtypes;
     j["tensors"] = tensors;

@@ -13,7 +13,6 @@
 #include "common/hash.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/model_reader_internal.h"
-#include "loaders/checkpoints/torch_checkpoint.h"
 
 namespace qeval {
 
@@ -52,7 +51,7 @@ std::unique_ptr<ModelReader> open_folder(const fs::path& dir) {
     // Hugging Face folders written by torch.save only (no safetensors) load through the state dict.
     if (!fs::exists(dir / "model.safetensors") && !fs::exists(dir / "model.safetensors.index.json") &&
         fs::exists(dir / "pytorch_model.bin"))
-      return resident_reader(load_torch_checkpoint(dir / "pytorch_model.bin"));
+      return open_torch_checkpoint(dir / "pytorch_model.bin");
     return open_hf_checkpoint(dir);
   }
   fail("{}: neither \"format\": \"qeval\" nor Hugging Face \"architectures\"/\"model_type\"; supported checkpoints: {}",
@@ -74,7 +73,7 @@ std::unique_ptr<ModelReader> open_checkpoint(const fs::path& path) {
   const std::string ext = path.extension().string();
   if (magic == "GGUF" || ext == ".gguf") return open_gguf_checkpoint(path);
   if (magic == std::string("PK\x03\x04", 4) || ext == ".pt" || ext == ".pth")
-    return resident_reader(load_torch_checkpoint(path));
+    return open_torch_checkpoint(path);
   if (ext == ".bin") return open_llama2c_checkpoint(path);
   if (ext == ".safetensors")
     fail("{}: a safetensors file alone has no model config; pass the folder that holds it with its config.json",

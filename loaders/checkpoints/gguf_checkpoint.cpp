@@ -23,7 +23,7 @@
 #include <set>
 
 #include "common/error.h"
-#include "common/hash.h"
+#include "common/files.h"
 #include "common/json_integer.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
@@ -192,7 +192,6 @@ LoadedCheckpoint gguf_ssm_model_info(const GgufFile& f, GgufModelReader& r, cons
   c.validate(file);
   out.format = "gguf";
   out.path = f.path();
-  out.weights_hash = hash_file(f.path());
   out.notes["gguf_version"] = f.version();
   out.notes["alignment"] = f.alignment();
   if (f.has("general.name") && f.metadata()["general.name"].is_string()) out.notes["general.name"] = f.metadata()["general.name"];
@@ -268,6 +267,9 @@ class GgufReader final : public ModelReader {
            ggml_type_name(f_.tensor(name).type), info_.config.architecture);
     add_tensor_type_notes(f_, info_.notes);
     for (const auto& t : f_.tensors()) sizes_.stored += static_cast<std::int64_t>(t.bytes);
+    const std::string file_name = path.filename().string();
+    for (const auto& t : f_.tensors()) tensors_.push_back({t.name, ggml_type_name(t.type), t.shape(), file_name});
+    bytes_on_disk_ = qeval::file_size(path);
   }
 
   at::Tensor position_embedding() override { return at::Tensor(); }

@@ -427,6 +427,7 @@ class HfReader final : public ModelReader {
     info_.notes["weight_files"] = files;
     weight_files_ = set_.paths();
     sizes_.stored = set_.stored_bytes();
+    list_safetensors(set_, tensors_, bytes_on_disk_);
   }
 
   at::Tensor position_embedding() override { return hf_position_embedding(set_, m_); }

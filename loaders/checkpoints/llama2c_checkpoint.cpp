@@ -78,10 +78,12 @@ class Float32Layout {
 
 class Llama2cReader final : public ModelReader {
  public:
-  Llama2cReader(LoadedCheckpoint info, Float32Layout layout, PartSizes sizes)
+  Llama2cReader(LoadedCheckpoint info, Float32Layout layout, PartSizes sizes, std::vector<TensorHeader> tensors)
       : ModelReader(std::move(info)), layout_(std::move(layout)) {
     sizes_ = std::move(sizes);
     weight_files_ = {info_.path};
+    tensors_ = std::move(tensors);
+    bytes_on_disk_ = qeval::file_size(info_.path);
   }
   at::Tensor position_embedding() override { return at::Tensor(); }
   BlockWeights block(std::int64_t i) override {
@@ -219,7 +221,17 @@ std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
   sizes.final_norm = D * 4;
   sizes.lm_head = shared ? 0 : V * D * 4;
   sizes.stored = static_cast<std::int64_t>(header.floats * 4);
-  return std::make_unique<Llama2cReader>(std::move(out), std::move(layout), std::move(sizes));
+  // The table lists the weights the header implies, stacked per layer as the file stores them;
+  // the freq_cis tables are not weights (read above only to note how far they are from theta 10000).
+  std::vector<TensorHeader> tensors;
+  const std::string file = path.filename().string();
+  for (auto [name, shape] : std::vector<std::pair<const char*, std::vector<std::int64_t>>>{
+           {"tok_emb", {V, D}},    {"rms_att", {L, D}}, {"wq", {L, D, D}},   {"wk", {L, KV, D}},
+           {"wv", {L, KV, D}},     {"wo", {L, D, D}},   {"rms_ffn", {L, D}}, {"w1", {L, F, D}},
+           {"w2", {L, D, F}},      {"w3", {L, F, D}},   {"rms_final", {D}}})
+    tensors.push_back({name, "F32", shape, file});
+  if (!shared) tensors.push_back({"wcls", "F32", {V, D}, file});
+  return std::make_unique<Llama2cReader>(std::move(out), std::move(layout), std::move(sizes), std::move(tensors));
 }
 
 LoadedCheckpoint load_llama2c_checkpoint(const fs::path& path) { return open_llama2c_checkpoint(path)->read_all(); }

@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/model_reader_internal.h"
+#include "loaders/checkpoints/safetensors_set.h"
 
 namespace qeval {
 
@@ -105,12 +107,26 @@ at::Tensor read_token_embedding_block(ModelReader& reader, std::int64_t begin, s
   return ModelReaderAccess::token_embedding_block(reader, begin, count);
 }
 
+void list_safetensors(const SafetensorsSet& set, std::vector<TensorHeader>& tensors, std::uint64_t& bytes_on_disk) {
+  for (const auto& file : set.files()) {
+    bytes_on_disk += qeval::file_size(file->path());
+    const std::string file_name = file->path().filename().string();
+    for (const auto& name : file->names()) {
+      const SafetensorsTensorInfo& info = file->info(name);
+      tensors.push_back({name, info.dtype, info.shape, file_name});
+    }
+  }
+}
+
 namespace {
 
 // Weights already in memory: every part is a view of them.
 class ResidentReader final : public ModelReader {
  public:
-  explicit ResidentReader(LoadedCheckpoint checkpoint) : ModelReader(std::move(checkpoint)) {
+  ResidentReader(LoadedCheckpoint checkpoint, std::vector<TensorHeader> tensors, std::uint64_t bytes_on_disk)
+      : ModelReader(std::move(checkpoint)) {
+    tensors_ = std::move(tensors);
+    bytes_on_disk_ = bytes_on_disk;
     weights_ = std::move(info_.weights);
     info_.weights = {};
     const std::string source = info_.path.empty() ? std::string("model") : info_.path.string();
@@ -156,7 +172,12 @@ class ResidentReader final : public ModelReader {
 }  // namespace
 
 std::unique_ptr<ModelReader> resident_reader(LoadedCheckpoint checkpoint) {
-  return std::make_unique<ResidentReader>(std::move(checkpoint));
+  return std::make_unique<ResidentReader>(std::move(checkpoint), std::vector<TensorHeader>{}, 0);
+}
+
+std::unique_ptr<ModelReader> resident_reader(LoadedCheckpoint checkpoint, std::vector<TensorHeader> tensors,
+                                             std::uint64_t bytes_on_disk) {
+  return std::make_unique<ResidentReader>(std::move(checkpoint), std::move(tensors), bytes_on_disk);
 }
 
 }  // namespace qeval

@@ -30,6 +30,14 @@
 
 namespace qeval {
 
+// One tensor as the checkpoint's files list it (`qeval inspect` shows the table).
+struct TensorHeader {
+  std::string name;
+  std::string dtype;  // as the file names it: "F16", "BF16", "Q4_K", "F32"
+  std::vector<std::int64_t> shape;
+  std::string file;  // the file it is in (shards), its name only
+};
+
 // Bytes of each part once read as float32 (and as stored in the file, for reading time).
 struct PartSizes {
   std::int64_t token_embedding = 0;      // [V, D]
@@ -54,6 +62,13 @@ class ModelReader {
   // every byte of the files, so a run that a memory plan refuses never waits for it.
   const std::string& weights_hash();
   const PartSizes& part_sizes() const { return sizes_; }
+  // The checkpoint's tensors as its files list them, filled at open from what the reader parses
+  // there anyway (safetensors headers shard by shard, the GGUF tensor table, the tensors a
+  // llama2.c header implies, a torch.save state dict read whole): inspect describes a checkpoint
+  // through the reader that checks its layout. Empty for weights already in memory.
+  const std::vector<TensorHeader>& tensors() const { return tensors_; }
+  // The weight files' sizes on disk (0 for weights already in memory).
+  std::uint64_t bytes_on_disk() const { return bytes_on_disk_; }
   // Bytes this reader holds in memory whatever is read (a checkpoint format read whole at open,
   // such as a torch.save zip, or weights already in memory); 0 for readers by offset.
   virtual std::int64_t resident_bytes() const { return 0; }
@@ -80,6 +95,8 @@ class ModelReader {
   LoadedCheckpoint info_;  // weights left empty
   PartSizes sizes_;
   std::vector<std::filesystem::path> weight_files_;  // what weights_hash() hashes (empty: info_ has it)
+  std::vector<TensorHeader> tensors_;
+  std::uint64_t bytes_on_disk_ = 0;
 };
 
 // Detects the format as load_checkpoint does and opens it for reading by parts. Formats read by

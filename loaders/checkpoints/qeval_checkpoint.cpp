@@ -94,6 +94,7 @@ class QevalReader final : public ModelReader {
     if (j.contains("metadata")) info_.notes["metadata"] = j["metadata"];
     if (info_.config.optimizer) info_.notes["optimizer"] = *info_.config.optimizer;
     sizes_.stored = set_.stored_bytes();
+    list_safetensors(set_, tensors_, bytes_on_disk_);
   }
 
   at::Tensor position_embedding() override {

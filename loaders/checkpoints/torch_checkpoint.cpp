@@ -11,8 +11,10 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/hash.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
+#include "loaders/checkpoints/model_reader_internal.h"
 #include "loaders/checkpoints/tensor_map.h"
 #include "loaders/checkpoints/zip_directory.h"
 
@@ -366,12 +368,37 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const fs::path& file, nl
   return tensors;
 }
 
-LoadedCheckpoint load_torch_checkpoint(const fs::path& file) {
+namespace {
+
+// A stored dtype as safetensors and GGUF name theirs, so that inspect's table reads alike for every format.
+std::string stored_dtype_name(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "F32";
+    case at::kHalf: return "F16";
+    case at::kBFloat16: return "BF16";
+    case at::kDouble: return "F64";
+    case at::kLong: return "I64";
+    case at::kInt: return "I32";
+    case at::kShort: return "I16";
+    case at::kChar: return "I8";
+    case at::kByte: return "U8";
+    case at::kBool: return "BOOL";
+    default: return c10::toString(type);
+  }
+}
+
+// load_torch_checkpoint, and the state dict's tensors as stored for a reader's table (when `table`).
+LoadedCheckpoint read_torch_checkpoint(const fs::path& file, std::vector<TensorHeader>* table) {
   const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
   QEVAL_CHECK(fs::is_regular_file(dir / "config.json"),
               "{}: a torch.save zip state dict needs config.json (Hugging Face GPT-2 or Llama) in the same folder", file.string());
   nlohmann::json notes = nlohmann::json::object();
   TensorMap tensors(file.string(), read_torch_state_dict(file, &notes));
+  if (table) {
+    const std::string file_name = file.filename().string();
+    for (const auto& [name, t] : tensors.tensors())
+      table->push_back({name, stored_dtype_name(t.scalar_type()), t.sizes().vec(), file_name});
+  }
   LoadedCheckpoint out = load_hf_tensors(dir, tensors);
   out.format = "torch-" + out.format;
   out.path = file;
@@ -379,6 +406,16 @@ LoadedCheckpoint load_torch_checkpoint(const fs::path& file) {
   out.notes["weight_files"] = {file.filename().string()};
   out.weights_hash = hash_weight_files({file});
   return out;
+}
+
+}  // namespace
+
+LoadedCheckpoint load_torch_checkpoint(const fs::path& file) { return read_torch_checkpoint(file, nullptr); }
+
+std::unique_ptr<ModelReader> open_torch_checkpoint(const fs::path& file) {
+  std::vector<TensorHeader> table;
+  LoadedCheckpoint checkpoint = read_torch_checkpoint(file, &table);
+  return resident_reader(std::move(checkpoint), std::move(table), qeval::file_size(file));
 }
 
 }  // namespace qeval

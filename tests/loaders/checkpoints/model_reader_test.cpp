@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "loaders/checkpoints/qeval_checkpoint.h"
 #include "loaders/checkpoints/safetensors.h"
 #include "model/weights.h"
@@ -43,6 +45,16 @@ void expect_parts_equal_whole_load(const std::filesystem::path& path) {
   }
   if (whole.weights.position_embedding.defined())
     EXPECT_TRUE(test::tensors_equal(reader->position_embedding(), whole.weights.position_embedding));
+  // The tensor table (what inspect lists) names every stored tensor once, and the bytes on disk are
+  // the weight files' sizes: at least the table's stored bytes, at most them plus the headers.
+  ASSERT_FALSE(reader->tensors().empty());
+  std::set<std::string> names;
+  for (const auto& t : reader->tensors()) {
+    EXPECT_TRUE(names.insert(t.file + "/" + t.name).second) << "listed twice: " << t.name;
+    EXPECT_FALSE(t.dtype.empty()) << t.name;
+    EXPECT_FALSE(t.file.empty()) << t.name;
+  }
+  EXPECT_GE(reader->bytes_on_disk(), static_cast<std::uint64_t>(reader->part_sizes().stored));
   // The part sizes come from the headers and match the weights.
   const PartSizes& sizes = reader->part_sizes();
   ASSERT_EQ(static_cast<std::int64_t>(sizes.blocks.size()), c.n_layers);
