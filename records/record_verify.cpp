@@ -50,12 +50,7 @@ Rows read_rows(const nlohmann::json& scheme, const std::string& name, std::int64
                const std::string& source) {
   const nlohmann::json& rows = field(scheme, "per_window", fmt::format("{}: scheme {}", source, name));
   QEVAL_CHECK(rows.is_object(), "{}: scheme {}: \"per_window\" should be an object of window rows", source, name);
-  Rows out;
-  for (const auto& [key, row] : rows.items()) {
-    const std::int64_t index = window_index_key(key, fmt::format("{}: scheme {}", source, name));
-    out[index] = checked_window_scores(row, max_tokens, full, fmt::format("{}: scheme {}, window {}", source, name, index));
-  }
-  return out;
+  return checked_window_rows(rows, max_tokens, full, fmt::format("{}: scheme {}", source, name));
 }
 
 // What each window of the protocol scores, for the protocols that fix it.
@@ -197,18 +192,9 @@ RecordVerification verify_record(const nlohmann::json& record, const std::string
       const nlohmann::json& hashes = record["window_hashes"];
       QEVAL_CHECK(hashes.is_object() && hashes.size() == full_rows.size(), "{}: window_hashes should name the {} windows",
                   source, full_rows.size());
-      std::map<std::int64_t, std::string> by_index;
-      for (const auto& [key, hex] : hashes.items()) {
-        const std::int64_t w = window_index_key(key, source + ": window_hashes");
-        QEVAL_CHECK(full_rows.count(w) && hex.is_string(), "{}: window_hashes names window {}, which has no row", source, w);
-        by_index[w] = hex.get<std::string>();
-      }
       Hasher h;
-      for (const auto& [w, hex] : by_index) {
-        std::uint64_t v = 0;
-        const auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
-        QEVAL_CHECK(hex.size() == 16 && ec == std::errc() && ptr == hex.data() + hex.size(),
-                    "{}: window_hashes[{}] is {}: expected 16 hex digits", source, w, in_quotes(hex));
+      for (const auto& [w, v] : checked_window_hashes(hashes, source + ": window_hashes")) {
+        QEVAL_CHECK(full_rows.count(w), "{}: window_hashes names window {}, which has no row", source, w);
         h.update_value(w);
         h.update_value(v);
       }

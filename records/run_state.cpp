@@ -26,16 +26,6 @@ std::string state_checksum(nlohmann::json state) {
   return h.hex();
 }
 
-std::uint64_t hash_from_hex(const nlohmann::json& value, const std::string& where) {
-  QEVAL_CHECK(value.is_string(), "{}: expected a hash of 16 hex digits, found {}", where, json_text(value));
-  const std::string& hex = value.get_ref<const std::string&>();
-  std::uint64_t v = 0;
-  const auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
-  QEVAL_CHECK(hex.size() == 16 && ec == std::errc() && ptr == hex.data() + hex.size(),
-              "{}: expected a hash of 16 hex digits, found {}", where, in_quotes(hex));
-  return v;
-}
-
 double seconds_value(const nlohmann::json& v, const std::string& where) {
   QEVAL_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0,
               "{}: expected a finite number of seconds >= 0, found {}", where, json_text(v));
@@ -90,22 +80,13 @@ EvalResult run_state_from_json(const nlohmann::json& state,
     r.scored_tokens = json_integer(state.at("scored_tokens"), source + ": scored_tokens");
     r.processed_tokens = json_integer(state.at("processed_tokens"), source + ": processed_tokens");
     r.seconds = seconds_value(state.at("seconds"), source + ": seconds");
-    QEVAL_CHECK(state.at("window_hashes").is_object(), "{}: window_hashes should be an object", source);
-    for (const auto& [key, hex] : state.at("window_hashes").items()) {
-      const std::int64_t index = window_index_key(key, source + ": window_hashes");
-      r.window_hashes[index] = hash_from_hex(hex, fmt::format("{}: window_hashes[{}]", source, index));
-    }
+    r.window_hashes = checked_window_hashes(state.at("window_hashes"), source + ": window_hashes");
     QEVAL_CHECK(state.at("schemes").is_array(), "{}: schemes should be a list", source);
     for (const auto& s : state.at("schemes")) {
       const std::size_t scheme = r.schemes.size();
       SchemeResult sr;
       sr.forward_seconds = seconds_value(s.at("forward_seconds"), fmt::format("{}: scheme {} forward_seconds", source, scheme));
-      QEVAL_CHECK(s.at("rows").is_object(), "{}: scheme {} rows should be an object", source, scheme);
-      for (const auto& [key, row] : s.at("rows").items()) {
-        const std::int64_t index = window_index_key(key, fmt::format("{}: scheme {}", source, scheme));
-        sr.rows[index] = checked_window_scores(row, max_window_tokens, scheme == 0,
-                                               fmt::format("{}: scheme {}, window {}", source, scheme, index));
-      }
+      sr.rows = checked_window_rows(s.at("rows"), max_window_tokens, scheme == 0, fmt::format("{}: scheme {}", source, scheme));
       r.schemes.push_back(std::move(sr));
     }
     const auto& stats = state.at("statistics");

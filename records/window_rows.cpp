@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "common/json_integer.h"
 #include "common/printable.h"
@@ -65,6 +67,39 @@ WindowScores checked_window_scores(const nlohmann::json& row, std::int64_t max_t
                 "(diff_sum {}, kl_sum {}, dp_sum {}, top1_agree {} of {})",
                 where, s.diff_sum, s.kl_sum, s.dp_sum, s.top1_agree, s.tokens);
   return s;
+}
+
+std::map<std::int64_t, WindowScores> checked_window_rows(const nlohmann::json& rows, std::int64_t max_tokens,
+                                                         bool full_precision, const std::string& where) {
+  QEVAL_CHECK(rows.is_object(), "{}: rows should be an object of window rows (keyed by window index), found {}", where,
+              json_text(rows));
+  std::map<std::int64_t, WindowScores> out;
+  for (const auto& [key, row] : rows.items()) {
+    const std::int64_t index = window_index_key(key, where);
+    out[index] = checked_window_scores(row, max_tokens, full_precision, fmt::format("{}, window {}", where, index));
+  }
+  return out;
+}
+
+std::uint64_t hash_from_hex(const nlohmann::json& value, const std::string& where) {
+  QEVAL_CHECK(value.is_string(), "{}: expected a hash of 16 hex digits, found {}", where, json_text(value));
+  const std::string& hex = value.get_ref<const std::string&>();
+  std::uint64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+  QEVAL_CHECK(hex.size() == 16 && ec == std::errc() && ptr == hex.data() + hex.size(),
+              "{}: expected a hash of 16 hex digits, found {}", where, in_quotes(hex));
+  return v;
+}
+
+std::map<std::int64_t, std::uint64_t> checked_window_hashes(const nlohmann::json& hashes, const std::string& where) {
+  QEVAL_CHECK(hashes.is_object(), "{} should be an object of window hashes (keyed by window index), found {}", where,
+              json_text(hashes));
+  std::map<std::int64_t, std::uint64_t> out;
+  for (const auto& [key, hex] : hashes.items()) {
+    const std::int64_t index = window_index_key(key, where);
+    out[index] = hash_from_hex(hex, fmt::format("{}[{}]", where, index));
+  }
+  return out;
 }
 
 }  // namespace qeval

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -30,5 +31,17 @@ std::int64_t window_index_key(const std::string& key, const std::string& where);
 // One row, checked; `where` names the file, the scheme and the window in refusals.
 WindowScores checked_window_scores(const nlohmann::json& row, std::int64_t max_tokens, bool full_precision,
                                    const std::string& where);
+
+// A JSON object of rows keyed by window index ("per_window" of a record, "rows" of a state), each
+// row checked; `where` names the file and the scheme ("S.json: scheme int8-fine").
+std::map<std::int64_t, WindowScores> checked_window_rows(const nlohmann::json& rows, std::int64_t max_tokens,
+                                                         bool full_precision, const std::string& where);
+
+// A JSON object of window hashes keyed by window index, each 16 hex digits (XXH3 of the window's
+// tokens); `where` names the file ("S.json: window_hashes").
+std::map<std::int64_t, std::uint64_t> checked_window_hashes(const nlohmann::json& hashes, const std::string& where);
+
+// One hash of 16 hex digits; `where` names the file and the field.
+std::uint64_t hash_from_hex(const nlohmann::json& value, const std::string& where);
 
 }  // namespace qeval
