@@ -7,12 +7,12 @@
 #   configs/train/trajectory.sh train NAME RECIPE STEPS LR KEEP [options]  # e.g. A128-lr5e-3 A 625 5e-3 log:50 --d-model 128
 #   configs/train/trajectory.sh eval NAME [--watch ...]           # every kept checkpoint of NAME
 #   configs/train/trajectory.sh all                               # the three runs, each watched by its evaluation
-#   configs/train/trajectory.sh report                            # the tables, figures and gates of the README
+#   configs/train/trajectory.sh report                            # the tables, figures and gates of results/README.md
 #
 # RECIPE as in mix-run.sh (A: Adam + softmax + LayerNorm; B: OrthoAdam + softmax-1 + RMSNormSingle);
 # extra `qeval train` options come last and win. The mix study's L512bos pair is d 256 at 1,250
 # steps (A 2e-3, B 3e-3); "all" runs it at d 128 and 625 steps, both at the d-128 study's 5e-3,
-# because d 256 did not fit the CPU this was run on (README).
+# because d 256 did not fit the CPU this was run on (results/train/trajectory/README.md).
 # Checkpoints go to $RUNS/NAME/step-N (default ~/.cache/qeval/train/trajectory; not committed),
 # logs and records to results/train/trajectory/: NAME.train.{out,log}, NAME.json (the series
 # record), NAME/step-N.json (one record per checkpoint), NAME.eval.{md,log}.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training-time vs post-hoc outlier treatments (issue 15, README "Training-time vs post-hoc"):
+# Training-time vs post-hoc outlier treatments (issue 15, results/README.md, "Training-time vs post-hoc"):
 # every model under no transform, rotate, smooth and rotate+smooth, each evaluated with the int8
 # presets, LLM.int8()'s mixed-precision scheme, the keep-first-token presets and 4-bit, with the
 # full-precision statistics of the (transformed) model. One record per (model, transform), one

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The Gemma-3-270M showcase (README "A real model"), SmolLM2's protocol (results/real/smollm2-135m):
+# The Gemma-3-270M showcase (results/README.md, "A real model"), SmolLM2's protocol (results/real/smollm2-135m):
 # every preset, statistics for every scheme and the Figure-1 pictures, on WikiText-2 test and the
 # C4 excerpt, windows drawn with seed 0 from each; at 512 tokens (every layer sees the whole
 # window) and at 1024 (the local layers' 512-key sliding window bites). Every window opens with
-# BOS: the default for this GGUF tokenizer (tokenizer.ggml.add_bos_token is true; README,
+# BOS: the default for this GGUF tokenizer (tokenizer.ggml.add_bos_token is true; docs/usage.md,
 # conventions). Needs scripts/models --model gemma3-270m and the shared data folder.
 #   results/real/gemma3-270m/run.sh [512|1024]...   (from the repository root; default: both)
 # Window counts: $WINDOWS_512 (default 32, as SmolLM2) and $WINDOWS_1024 (default 16, the same
-# tokens); the committed records say what ran (protocol.max_windows), README the reason.
+# tokens); the committed records say what ran (protocol.max_windows), results/README.md the reason.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 here="$root/results/real/gemma3-270m"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SmolLM2-135M showcase (README "A real model"): every preset, statistics for every scheme and
+# The SmolLM2-135M showcase (results/README.md, "A real model"): every preset, statistics for every scheme and
 # the Figure-1 pictures, on WikiText-2 test and the C4 excerpt, 32 windows of 512 tokens drawn with
 # seed 0 from each. Needs scripts/models (the GGUF from PyPI) and the shared data folder.
 #   results/real/smollm2-135m/run.sh            (from the repository root; ~15 min on 2 cores)
