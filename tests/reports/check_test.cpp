@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "records/record.h"
 #include "tests/support/hand_records.h"
 #include "tests/support/test_data.h"
 

@@ -15,6 +15,7 @@
 #include "loaders/checkpoints/model_reader.h"
 #include "loaders/protocols/protocol.h"
 #include "tests/support/test_data.h"
+#include "tests/support/test_models.h"
 
 namespace qeval::test {
 
