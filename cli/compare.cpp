@@ -14,6 +14,7 @@
 #include "records/record_verify.h"
 #include "records/series_record.h"
 #include "reports/series_views.h"
+#include "reports/timings_table.h"
 
 namespace qeval::cli {
 namespace {
@@ -24,6 +25,7 @@ struct CompareArgs {
   std::string labels;
   bool allow_protocol_mismatch = false;
   bool allow_partial = false;
+  bool timings = false;
   std::string out;
 };
 
@@ -74,7 +76,8 @@ void run_compare(const CompareArgs& a) {
   }
   label_records(records);
   if (!a.allow_protocol_mismatch) require_same_protocol(records);
-  const std::string text = format_comparison(records, format, a.allow_protocol_mismatch);
+  std::string text = format_comparison(records, format, a.allow_protocol_mismatch);
+  if (a.timings) text = format == CompareFormat::markdown ? text + format_timings(records, format) : format_timings(records, format);
   if (a.out.empty()) {
     fmt::print("{}", text);
   } else {
@@ -96,6 +99,9 @@ void add_compare_command(CLI::App& app) {
                 "compare records evaluated under different protocols or data (marked in the output)");
   cmd->add_flag("--allow-partial", args->allow_partial,
                 "compare shard records and partial merges too (their rows are marked \"(partial)\")");
+  cmd->add_flag("--timings", args->timings,
+                "where each record's time went, by phase (read, convert, quantize, forward, statistics, head, ...): "
+                "after the tables in Markdown, instead of them in CSV and JSON");
   cmd->add_option("--out,-o", args->out, "write the tables here instead of stdout");
   cmd->callback([args] { run_compare(*args); });
 }

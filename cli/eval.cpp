@@ -13,6 +13,7 @@
 #include "cli/json_config.h"
 #include "cli/option_checks.h"
 #include "common/error.h"
+#include "common/phases.h"
 #include "common/files.h"
 #include "common/host_memory.h"
 #include "kernels/device.h"
@@ -120,6 +121,9 @@ void run_eval(const EvalArgs& a) {
       return exit_status;
     });
   }
+  // The record's timings cover this process from here to the record (a resumed run's earlier
+  // processes are not in them); the phases add up to total_s.
+  const PhaseTimes phases_at_start = thread_phase_times();
   const Shard shard = parse_shard(a.shard);
   QEVAL_CHECK(!a.resume || !a.out.empty() || !a.state_file.empty(), "--resume needs --out (or --state-file)");
   const std::string state_path = !a.state_file.empty() ? a.state_file : (a.out.empty() ? "" : a.out + ".state.json");
@@ -231,6 +235,12 @@ void run_eval(const EvalArgs& a) {
                        {"state", run_state_to_json(result, prepared.statistics)}};
     if (!protocol_windows.sequential) record["shard"]["protocol_window_indices"] = protocol_windows.indices;
   }
+
+  std::vector<std::string> scheme_names;
+  for (const auto& scheme : schemes) scheme_names.push_back(scheme.name);
+  const PhaseTimes phases = thread_phase_times() - phases_at_start;
+  record["timings"] = phases.to_json(scheme_names);
+  if (!a.quiet) fmt::print(stderr, "time by phase, {}\n", phases.summary_line());
 
   std::string transformed;  // " after rotate, smooth:alpha=0.8"
   for (const auto& t : a.data.transforms) transformed += (transformed.empty() ? " after " : ", ") + t;

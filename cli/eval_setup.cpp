@@ -8,6 +8,7 @@
 #include "cli/json_config.h"
 #include "cli/option_checks.h"
 #include "common/error.h"
+#include "common/phases.h"
 #include "common/files.h"
 #include "common/hash.h"
 #include "common/model_cache.h"
@@ -165,6 +166,7 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   if (!transforms.empty()) {
     // Transforms rewrite the whole model at once: it is read whole, transformed, and served from
     // memory to every plan (the memory plan counts it).
+    PhaseScope transform(Phase::transform, kNoScheme);  // reading the model inside is charged to read
     LoadedCheckpoint whole = in.model->read_all();
     const Transformer original(whole.config, std::move(whole.weights), in.model_path.string());
     CalibrationSource calibration = [&](const std::string& path, std::int64_t n) {
@@ -248,7 +250,10 @@ PlanEstimate plan_evaluation(EvalInputs& in, const EvalDataArgs& a, const std::v
   const MemoryBudget budget = memory_budget(in.max_memory, in.max_device_memory, in.placement);
   PlanEstimate chosen = choose_plan(p, budget, a.plan, a.chunk_windows);
   // Only now, with a plan that fits, every byte of the weight files is read for their hash.
-  in.context.model["weights_hash"] = in.model->weights_hash();
+  {
+    PhaseScope hash(Phase::hash, kNoScheme);
+    in.context.model["weights_hash"] = in.model->weights_hash();
+  }
   if (!quiet) fmt::print(stderr, "{}\n", describe(chosen, budget));
   plan_json = plan_record(chosen, budget);
   return chosen;

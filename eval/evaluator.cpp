@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <future>
 #include <optional>
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/phases.h"
 #include "eval/progress.h"
 #include "kernels/device.h"
 #include "model/norms.h"
@@ -43,6 +45,43 @@ Batch make_batch(const std::vector<Window>& windows) {
   return batch;
 }
 
+// A scheme's observer with every callback charged to that scheme's statistics phase (the work the
+// model does only for an observer, such as Mamba-2's implicit attention, charges itself there too).
+class StatisticsTimer final : public ForwardObserver {
+ public:
+  StatisticsTimer(ForwardObserver& inner, int scheme) : inner_(inner), scheme_(scheme) {}
+  void on_block_output(std::int64_t layer, const at::Tensor& hidden) override {
+    PhaseScope p(Phase::statistics, scheme_);
+    inner_.on_block_output(layer, hidden);
+  }
+  bool wants_attention(std::int64_t layer) const override { return inner_.wants_attention(layer); }
+  void on_attention(std::int64_t layer, const at::Tensor& probs) override {
+    PhaseScope p(Phase::statistics, scheme_);
+    inner_.on_attention(layer, probs);
+  }
+  bool wants_attention_sums(std::int64_t layer, AttentionSumsRequest* request) const override {
+    return inner_.wants_attention_sums(layer, request);
+  }
+  void on_attention_sums(std::int64_t layer, const AttentionSums& sums) override {
+    PhaseScope p(Phase::statistics, scheme_);
+    inner_.on_attention_sums(layer, sums);
+  }
+  bool wants_router(std::int64_t layer) const override { return inner_.wants_router(layer); }
+  void on_router(std::int64_t layer, const at::Tensor& probs, const at::Tensor& selected) override {
+    PhaseScope p(Phase::statistics, scheme_);
+    inner_.on_router(layer, probs, selected);
+  }
+  bool wants_implicit_attention(std::int64_t layer) const override { return inner_.wants_implicit_attention(layer); }
+  void on_implicit_attention(std::int64_t layer, const at::Tensor& weights) override {
+    PhaseScope p(Phase::statistics, scheme_);
+    inner_.on_implicit_attention(layer, weights);
+  }
+
+ private:
+  ForwardObserver& inner_;
+  int scheme_;
+};
+
 // The model's parts as the plan visits them, on the placement's device: full-precision blocks
 // from the reader, each scheme's blocks derived from them, the head's vocabulary blocks. What
 // the plan keeps is built once; the rest is built when reached and dropped when released.
@@ -59,6 +98,7 @@ class ModelParts {
         full_blocks_(static_cast<std::size_t>(config_->n_layers)),
         scheme_blocks_(schemes.size(), std::vector<Built>(static_cast<std::size_t>(config_->n_layers))),
         head_linears_(schemes.size()) {
+    PhaseScope read(Phase::read, kNoScheme);
     const NormWeights norm = reader_.final_norm();
     check_finite(norm.weight, "final_norm.weight", source_);
     check_finite(norm.bias, "final_norm.bias", source_);
@@ -75,7 +115,10 @@ class ModelParts {
   at::Tensor embed(const Batch& batch) {
     check_tokens(batch.tokens, *config_);
     const at::Tensor ids = batch.tokens.reshape({-1});
-    const at::Tensor rows = reader_.token_embedding_rows(ids);
+    const at::Tensor rows = [&] {
+      PhaseScope read(Phase::read);
+      return reader_.token_embedding_rows(ids);
+    }();
     // Only the rows a batch uses are read (a streamed plan never holds the whole table), so they
     // are checked per batch, and named by the table's own index [token id, column].
     if (const auto bad = first_non_finite(rows)) {
@@ -84,6 +127,7 @@ class ModelParts {
            "with NaN or infinite weights yields no number",
            source_, bad->value, token, bad->index[1], token);
     }
+    PhaseScope forward(Phase::forward, 0);
     at::Tensor placed = rows.to(placement_.device, placement_.dtype);
     if (placed.is_same(rows)) placed = rows.clone();  // a view of the reader's table must not be added into
     return embedding_stream(placed, batch.size(), batch.length(), *config_, position_embedding_);
@@ -95,8 +139,11 @@ class ModelParts {
       const Block& full = full_block(layer);
       const EvalScheme& scheme = schemes_[s];
       std::optional<Block> prefetched = take_prefetched(s, layer);
-      Block built = prefetched ? std::move(*prefetched) : scheme.rewrite_block ? scheme.rewrite_block(full) : full;
-      if (!placement_.is_default()) built = built.placed(layer_cache(layer));
+      Block built = prefetched ? std::move(*prefetched) : scheme.rewrite_block ? rewrite(s, full) : full;
+      if (!placement_.is_default()) {
+        PhaseScope copy(Phase::copy, static_cast<int>(s));
+        built = built.placed(layer_cache(layer));
+      }
       if (scheme.wrap_block) built = scheme.wrap_block(built);
       slot.block.emplace(std::move(built));
     }
@@ -133,7 +180,7 @@ class ModelParts {
   // Scheme s shares full precision's block of `layer`: its rewrite still sees the block (it selects
   // nothing there, so nothing is quantised), so that its report lists every layer.
   void note_shared(std::size_t s, std::int64_t layer) {
-    if (schemes_[s].rewrite_block) schemes_[s].rewrite_block(full_block(layer));
+    if (schemes_[s].rewrite_block) rewrite(s, full_block(layer));
   }
 
   // The plan is done with scheme s's block of `layer` for this chunk.
@@ -170,9 +217,15 @@ class ModelParts {
   }
 
  private:
+  Block rewrite(std::size_t s, const Block& full) {
+    PhaseScope quantize(Phase::quantize, static_cast<int>(s));
+    return schemes_[s].rewrite_block(full);
+  }
+
   const Block& full_block(std::int64_t layer) {
     std::optional<Block>& slot = full_blocks_[static_cast<std::size_t>(layer)];
     if (!slot && prefetch_.valid() && prefetch_layer_ == layer) {
+      PhaseScope wait(Phase::read);  // the other thread's read and rewrite, as far as this one waits for it
       Prefetched p = prefetch_.get();  // rethrows what the other thread threw
       slot = std::move(p.full);
       prefetched_ = std::move(p.rewritten);
@@ -182,6 +235,7 @@ class ModelParts {
   }
 
   Block read_full_block(std::int64_t layer) {
+    PhaseScope read(Phase::read);
     BlockWeights weights = reader_.block(layer);
     for (const auto& [name, tensor] : named_tensors(weights, layer)) check_finite(tensor, name, source_);
     return Block(config_, layer, std::move(weights), source_);
@@ -209,12 +263,14 @@ class ModelParts {
     auto it = head_blocks_.find(begin);
     if (it == head_blocks_.end()) {
       if (!plan_.keep_full_blocks) head_blocks_.clear();  // one block at a time
+      PhaseScope read(Phase::read);
       at::Tensor w = reader_.lm_head_rows(begin, n);
       check_finite(w, fmt::format("lm_head (rows {} to {})", begin, begin + n - 1), source_);
       at::Tensor bias = reader_.lm_head_bias();
       if (bias.defined()) bias = bias.narrow(0, begin, n);
       std::shared_ptr<const Linear> linear = std::make_shared<FloatLinear>(w, bias);
       if (!placement_.is_default()) {
+        PhaseScope copy(Phase::copy, kNoScheme);
         PlacementCache cache(placement_);
         linear = linear->placed(cache);
       }
@@ -226,11 +282,22 @@ class ModelParts {
   const Linear& rewritten_head(std::size_t s) {
     if (!head_linears_[s]) {
       const std::int64_t V = config_->vocab_size;
-      at::Tensor w = reader_.lm_head_rows(0, V);
-      check_finite(w, "lm_head", source_);
-      auto full = std::make_shared<FloatLinear>(w, reader_.lm_head_bias());
-      std::shared_ptr<const Linear> head = schemes_[s].rewrite_head(full);
-      if (!placement_.is_default()) head = head->placed(run_cache_);
+      std::shared_ptr<FloatLinear> full;
+      {
+        PhaseScope read(Phase::read);
+        at::Tensor w = reader_.lm_head_rows(0, V);
+        check_finite(w, "lm_head", source_);
+        full = std::make_shared<FloatLinear>(w, reader_.lm_head_bias());
+      }
+      std::shared_ptr<const Linear> head;
+      {
+        PhaseScope quantize(Phase::quantize, static_cast<int>(s));
+        head = schemes_[s].rewrite_head(full);
+      }
+      if (!placement_.is_default()) {
+        PhaseScope copy(Phase::copy, static_cast<int>(s));
+        head = head->placed(run_cache_);
+      }
       head_linears_[s] = std::move(head);
     }
     return *head_linears_[s];
@@ -262,6 +329,20 @@ class ModelParts {
   std::int64_t prefetch_layer_ = -1;
   std::vector<std::optional<Block>> prefetched_;  // rewritten blocks of prefetch_layer_ not yet taken
 };
+
+// The progress line's view of where this evaluation's time went so far: its three largest phases.
+std::string phase_shares(const PhaseTimes& at_start) {
+  const PhaseTimes so_far = thread_phase_times() - at_start;
+  std::vector<std::size_t> order(kPhaseCount);
+  for (std::size_t i = 0; i < kPhaseCount; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return so_far.seconds[a] > so_far.seconds[b]; });
+  const double total = std::max(so_far.total(), 1e-9);
+  std::string out;
+  for (std::size_t k = 0; k < 3; ++k)
+    out += fmt::format("{}{} {:.0f}%", k ? " " : "", phase_name(static_cast<Phase>(order[k])), 100 * so_far.seconds[order[k]] / total);
+  return out;
+}
 
 // Names the first layer whose output was not finite, from per-layer flags (0-dim bool tensors).
 std::string first_bad_layer(const std::vector<at::Tensor>& finite, std::int64_t row) {
@@ -298,6 +379,7 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
   QEVAL_CHECK(result.schemes.size() == schemes.size(), "evaluate: resumed state has {} schemes, this run has {}",
               result.schemes.size(), schemes.size());
   const auto start = Clock::now();
+  const PhaseTimes phases_at_start = thread_phase_times();
   Progress progress(options.progress, options.expected_windows);
   double running_nll = 0;
   for (const auto& [index, row] : result.schemes.front().rows) running_nll += row.nll_sum;
@@ -306,6 +388,10 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
   const ModelConfig& config = parts.config();
   const std::int64_t layers = config.n_layers, V = config.vocab_size;
   const std::size_t S = schemes.size();
+  // Each scheme's observer as the forward sees it: its callbacks charged to statistics.
+  std::vector<std::unique_ptr<StatisticsTimer>> observers(S);
+  for (std::size_t s = 0; s < S; ++s)
+    if (schemes[s].observer) observers[s] = std::make_unique<StatisticsTimer>(*schemes[s].observer, static_cast<int>(s));
   const std::int64_t chunk_windows = std::max(options.plan.chunk_windows, options.batch_size);
 
   std::vector<Batch> chunk;
@@ -345,13 +431,16 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
         const Block& block = parts.block(s, layer);  // read, rewritten and placed when the plan reaches it
         kernels::synchronize(options.placement.device);
         const auto t0 = Clock::now();
-        for (std::size_t b = 0; b < chunk.size(); ++b) {
-          if (scheme.begin_batch) scheme.begin_batch(chunk[b].indices);
-          block.forward(x[s][b], contexts[b], scheme.observer.get());
-          if (scheme.observer) scheme.observer->on_block_output(layer, x[s][b]);
-          finite[s][b].push_back(x[s][b].isfinite().reshape({x[s][b].size(0), -1}).all(1));
+        {
+          PhaseScope forward(Phase::forward, static_cast<int>(s));
+          for (std::size_t b = 0; b < chunk.size(); ++b) {
+            if (scheme.begin_batch) scheme.begin_batch(chunk[b].indices);
+            block.forward(x[s][b], contexts[b], observers[s].get());
+            if (observers[s]) observers[s]->on_block_output(layer, x[s][b]);
+            finite[s][b].push_back(x[s][b].isfinite().reshape({x[s][b].size(0), -1}).all(1));
+          }
+          kernels::synchronize(options.placement.device);  // GPU work is asynchronous: time it whole
         }
-        kernels::synchronize(options.placement.device);  // GPU work is asynchronous: time it whole
         result.schemes[s].forward_seconds += seconds_since(t0);
         parts.release(s, layer);
       }
@@ -359,7 +448,7 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
       progress.update_partial(static_cast<double>(done_before) +
                                   static_cast<double>(chunk_size) * static_cast<double>(layer + 1) /
                                       static_cast<double>(layers + 1),
-                              fmt::format("layer {}/{}", layer + 1, layers));
+                              fmt::format("layer {}/{}, {}", layer + 1, layers, phase_shares(phases_at_start)));
     }
     // The head, vocabulary block by vocabulary block: every scheme's logits of a block against full precision's.
     std::vector<std::vector<at::Tensor>> h(S, std::vector<at::Tensor>(chunk.size()));
@@ -373,6 +462,7 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
           h[s][b] = h[0][b];  // full precision's stream, so its head input
           continue;
         }
+        PhaseScope head(Phase::head, static_cast<int>(s));
         const at::Tensor normed = parts.head_input(x[s][b].defined() ? x[s][b] : x[0][b]);  // [B, L, D]
         if (schemes[s].on_head_input) schemes[s].on_head_input(normed);
         h[s][b] = normed.narrow(1, 0, P);  // the positions that predict a token
@@ -389,16 +479,19 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
           const std::int64_t np = std::min(kScoreRows, P - p0);
           for (std::size_t s = 0; s < S; ++s) {
             const auto t0 = Clock::now();
+            PhaseScope head(Phase::head, static_cast<int>(s));
             scorers[b].add(s, begin, p0, parts.logits(s, h[s][b], begin, n, p0, np, whole[s][b]));
             kernels::synchronize(options.placement.device);
             result.schemes[s].forward_seconds += seconds_since(t0);
           }
+          PhaseScope head(Phase::head, kNoScheme);
           scorers[b].end_block();
         }
       }
     }
     parts.release_head();
     for (std::size_t b = 0; b < chunk.size(); ++b) {
+      PhaseScope scoring(Phase::head, kNoScheme);
       const Batch& batch = chunk[b];
       const std::vector<TokenValues> values = scorers[b].finish();
       for (std::size_t s = 0; s < S; ++s) {
@@ -438,7 +531,11 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
     pending.clear();
     if (chunk_size + options.batch_size > chunk_windows) run_chunk();
   };
-  while (auto w = windows.next()) {
+  auto next_window = [&windows] {
+    PhaseScope data(Phase::data, kNoScheme);
+    return windows.next();
+  };
+  while (auto w = next_window()) {
     if (options.select_window && !options.select_window(w->index)) continue;
     if (result.contains(w->index)) continue;  // done before the run was interrupted
     // Protocol stride's last window may be shorter: batches hold equal lengths only.

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/phases.h"
 #include "common/files.h"
 #include "loaders/checkpoints/gguf_blocks.h"
 
@@ -264,6 +265,7 @@ at::Tensor GgufFile::read_float32_rows(const std::string& name, std::int64_t beg
               name, bytes, n);
   std::vector<char> raw(direct ? 0 : bytes);
   if (bytes > 0) {
+    PhaseScope read(Phase::read);
     std::ifstream in(path_, std::ios::binary);
     QEVAL_CHECK(in.good(), "cannot open {} to read tensor {}", path_.string(), name);
     in.seekg(static_cast<std::streamoff>(data_offset_ + t.offset + row_bytes * static_cast<std::uint64_t>(begin)));
@@ -271,9 +273,11 @@ at::Tensor GgufFile::read_float32_rows(const std::string& name, std::int64_t beg
     QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == bytes, "{}: tensor {}: short read (file changed?)",
                 path_.string(), name);
   }
-  if (!direct)
+  if (!direct) {
+    PhaseScope convert(Phase::convert);
     dequantize_ggml(t.type, raw.data(), raw.size(), out.data_ptr<float>(), n,
                     fmt::format("{}: tensor {}", path_.string(), name));
+  }
   return out;
 }
 

@@ -7,10 +7,12 @@
 #include <array>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "common/error.h"
+#include "common/phases.h"
 #include "common/files.h"
 #include "common/json_integer.h"
 
@@ -196,6 +198,7 @@ const SafetensorsTensorInfo& SafetensorsFile::info(const std::string& name) cons
 }
 
 at::Tensor SafetensorsFile::read(const std::string& name) const {
+  PhaseScope read(Phase::read);
   const auto& entry = info(name);
   at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(entry.scalar_type));
   const std::uint64_t bytes = entry.end - entry.begin;
@@ -215,7 +218,9 @@ at::Tensor SafetensorsFile::read_float32(const std::string& name) const {
               "{}: tensor {} has dtype {}, expected a floating-point dtype (F32, F16, BF16 or F64)", path_.string(),
               name, entry.dtype);
   at::Tensor t = read(name);
-  return entry.scalar_type == at::kFloat ? t : t.to(at::kFloat);
+  if (entry.scalar_type == at::kFloat) return t;
+  PhaseScope convert(Phase::convert);
+  return t.to(at::kFloat);
 }
 
 at::Tensor SafetensorsFile::read_float32(const std::string& name, const std::vector<std::int64_t>& expected_shape) const {
@@ -235,6 +240,7 @@ at::Tensor SafetensorsFile::read_float32_rows(const std::string& name, std::int6
               begin, begin + count);
   std::vector<std::int64_t> shape = entry.shape;
   shape[0] = count;
+  std::optional<PhaseScope> read(std::in_place, Phase::read);
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(entry.scalar_type));
   const std::uint64_t row_bytes = entry.shape[0] > 0 ? (entry.end - entry.begin) / static_cast<std::uint64_t>(entry.shape[0]) : 0;
   const std::uint64_t bytes = row_bytes * static_cast<std::uint64_t>(count);
@@ -246,7 +252,10 @@ at::Tensor SafetensorsFile::read_float32_rows(const std::string& name, std::int6
     QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == bytes, "{}: tensor {}: read {} of {} bytes (file changed?)",
                 path_.string(), name, in.gcount(), bytes);
   }
-  return entry.scalar_type == at::kFloat ? t : t.to(at::kFloat);
+  read.reset();
+  if (entry.scalar_type == at::kFloat) return t;
+  PhaseScope convert(Phase::convert);
+  return t.to(at::kFloat);
 }
 
 std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& path, bool to_float32) {

@@ -36,6 +36,23 @@ TEST(Cli, EvalWritesRecordAndTable) {
   double ppl = record.at("schemes").at(0).at("perplexity").at("ppl");
   EXPECT_GT(ppl, 1.0);
   EXPECT_LT(ppl, 20.0);  // a trained model on its own kind of text, far below the vocabulary (512)
+  // Where the time went: every phase named, adding up to the total; the forward and the read measured.
+  const auto& timings = record.at("timings");
+  double sum = 0;
+  for (const auto& [phase, seconds] : timings.at("phases").items()) {
+    EXPECT_GE(seconds.get<double>(), 0.0) << phase;
+    sum += seconds.get<double>();
+  }
+  EXPECT_NEAR(sum, timings.at("total_s").get<double>(), 1e-6);
+  EXPECT_GT(timings.at("phases").at("forward").get<double>(), 0.0);
+  EXPECT_GT(timings.at("phases").at("read").get<double>(), 0.0);
+  EXPECT_GT(timings.at("phases").at("head").get<double>(), 0.0);
+  for (const auto& scheme : record.at("schemes"))
+    EXPECT_GT(timings.at("schemes").at(scheme.at("name").get<std::string>()).at("forward").get<double>(), 0.0);
+  CommandResult shown = qeval("compare --timings " + out.string());
+  ASSERT_EQ(shown.status, 0) << shown.output;
+  EXPECT_TRUE(contains(shown.output, "Time by phase")) << shown.output;
+  EXPECT_TRUE(contains(shown.output, "| quantize | copy | forward | statistics | head |")) << shown.output;
 }
 
 // QEVAL_CPU_ATTENTION picks the CPU attention path (model/causal_attention_cpu.h); the record names

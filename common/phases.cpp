@@ -1,0 +1,125 @@
+#include "common/phases.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace qeval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The calling thread's account: the phase it is in since `since`, and what earlier stretches added.
+struct ThreadAccount {
+  PhaseTimes times;
+  Phase phase = Phase::other;
+  int scheme = -1;
+  Clock::time_point since = Clock::now();
+
+  // Charges the stretch since `since` to the current phase and starts a new one now.
+  void settle() {
+    const Clock::time_point now = Clock::now();
+    const double s = std::chrono::duration<double>(now - since).count();
+    times.seconds[static_cast<std::size_t>(phase)] += s;
+    if (scheme >= 0) times.by_scheme[{phase, scheme}] += s;
+    since = now;
+  }
+};
+
+ThreadAccount& account() {
+  thread_local ThreadAccount a;
+  return a;
+}
+
+}  // namespace
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::read: return "read";
+    case Phase::convert: return "convert";
+    case Phase::hash: return "hash";
+    case Phase::data: return "data";
+    case Phase::transform: return "transform";
+    case Phase::quantize: return "quantize";
+    case Phase::copy: return "copy";
+    case Phase::forward: return "forward";
+    case Phase::statistics: return "statistics";
+    case Phase::head: return "head";
+    case Phase::other: return "other";
+  }
+  return "other";
+}
+
+double PhaseTimes::total() const {
+  double t = 0;
+  for (double s : seconds) t += s;
+  return t;
+}
+
+PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
+  for (std::size_t i = 0; i < kPhaseCount; ++i) seconds[i] += o.seconds[i];
+  for (const auto& [key, s] : o.by_scheme) by_scheme[key] += s;
+  return *this;
+}
+
+PhaseTimes PhaseTimes::operator-(const PhaseTimes& earlier) const {
+  PhaseTimes d = *this;
+  for (std::size_t i = 0; i < kPhaseCount; ++i) d.seconds[i] -= earlier.seconds[i];
+  for (const auto& [key, s] : earlier.by_scheme) d.by_scheme[key] -= s;
+  return d;
+}
+
+nlohmann::json PhaseTimes::to_json(const std::vector<std::string>& scheme_names) const {
+  nlohmann::json phases = nlohmann::json::object();
+  for (std::size_t i = 0; i < kPhaseCount; ++i) phases[phase_name(static_cast<Phase>(i))] = seconds[i];
+  nlohmann::json schemes = nlohmann::json::object();
+  for (std::size_t s = 0; s < scheme_names.size(); ++s) {
+    nlohmann::json one = nlohmann::json::object();
+    for (Phase p : {Phase::quantize, Phase::forward, Phase::statistics, Phase::head}) {
+      const auto it = by_scheme.find({p, static_cast<int>(s)});
+      one[phase_name(p)] = it == by_scheme.end() ? 0.0 : it->second;
+    }
+    schemes[scheme_names[s]] = one;
+  }
+  return {{"total_s", total()}, {"phases", phases}, {"schemes", schemes}};
+}
+
+std::string PhaseTimes::summary_line() const {
+  std::vector<std::size_t> order(kPhaseCount);
+  for (std::size_t i = 0; i < kPhaseCount; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return seconds[a] > seconds[b]; });
+  std::string line;
+  const double all = total();
+  for (std::size_t i : order) {
+    if (seconds[i] < 0.05) continue;
+    line += fmt::format("{}{} {:.1f} s ({:.0f} %)", line.empty() ? "" : " · ", phase_name(static_cast<Phase>(i)),
+                        seconds[i], all > 0 ? 100 * seconds[i] / all : 0.0);
+  }
+  return fmt::format("{:.1f} s: {}", all, line.empty() ? std::string("nothing measured") : line);
+}
+
+PhaseScope::PhaseScope(Phase phase, int scheme) {
+  ThreadAccount& a = account();
+  a.settle();
+  outer_phase_ = a.phase;
+  outer_scheme_ = a.scheme;
+  a.phase = phase;
+  a.scheme = scheme == kOuterScheme ? outer_scheme_ : scheme;
+}
+
+PhaseScope::~PhaseScope() {
+  ThreadAccount& a = account();
+  a.settle();
+  a.phase = outer_phase_;
+  a.scheme = outer_scheme_;
+}
+
+PhaseTimes thread_phase_times() {
+  ThreadAccount& a = account();
+  a.settle();
+  return a.times;
+}
+
+Phase current_phase() { return account().phase; }
+
+}  // namespace qeval
