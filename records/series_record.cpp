@@ -21,8 +21,13 @@ nlohmann::json field(const nlohmann::json& j, const char* key) {
 nlohmann::json headline_statistics(const nlohmann::json& summary) {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [name, path] : statistic_names()) {
+    // A model without attention (Mamba) or a run without attention statistics has no "attention":
+    // the walk stops at the first missing key and the statistic is null.
     const nlohmann::json* at = &summary;
-    for (const auto& key : path) at = at->is_object() && at->contains(key) ? &(*at)[key] : nullptr;
+    for (const auto& key : path) {
+      at = at->is_object() && at->contains(key) ? &(*at)[key] : nullptr;
+      if (!at) break;
+    }
     out[name] = at ? *at : nlohmann::json(nullptr);
   }
   return out;

@@ -192,6 +192,25 @@ TEST(SeriesRecord, EntriesCarryStepTokensPenaltiesAndStatistics) {
   }
 }
 
+// A Mamba checkpoint (or a run with --no-attention-stats) has no attention statistics: its entry
+// says null for them (issue 51: the walk through the missing "attention" crashed).
+TEST(SeriesRecord, EntryOfARecordWithoutAttentionStatisticsHasNullAttentionColumns) {
+  SeriesCheckpoint c;
+  c.name = "step-5";
+  c.path = "runM/step-5";
+  c.step = 5;
+  const nlohmann::json record = test::hand_record(
+      "runM/step-5", "softmax", "adam", {{"full", 10.0, 0.0, test::hand_statistics(4.0, 3.0, 20.0, 5.0, std::nullopt)}});
+  const nlohmann::json e = series_entry(c, record, "runM/step-5.json");
+  const nlohmann::json& st = e.at("statistics").at("full");
+  EXPECT_EQ(st.at("kurtosis_rest"), 3.0);
+  for (const char* name : {"first_attn_pct", "first_token_share", "sink_rate_pct", "attention_entropy"})
+    EXPECT_TRUE(st.at(name).is_null()) << name;
+  nlohmann::json nulled = record;
+  nulled["schemes"][0]["statistics"]["attention"] = nullptr;  // written as null rather than left out
+  EXPECT_TRUE(series_entry(c, nulled, "runM/step-5.json").at("statistics").at("full").at("sink_rate_pct").is_null());
+}
+
 TEST(SeriesViews, TableHasARowPerCheckpointWithPenaltyAndSink) {
   std::vector<LabeledSeries> runs = {{"a.json", hand_series("runA", {{10, 0.5}, {20, 0.25}}), ""},
                                      {"b.json", hand_series("runB", {{10, 0.125}}, 0.0), ""}};
