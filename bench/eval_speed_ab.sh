@@ -40,14 +40,10 @@ for rep in $(seq 1 "$reps"); do
     'BEGIN { printf "| %d | %.1f (%.0f tok/s) | %.1f (%.0f tok/s) | %.2f× | %s |\n", r, o, t / o, n, t / n, o / n, l }'
 done
 echo
+python3 "$(dirname "$0")/ppl_equal.py" "$work/old.json" "$work/new.json"
 python3 - "$work/old.json" "$work/new.json" <<'EOF'
 import json, sys
 old, new = (json.load(open(p)) for p in sys.argv[1:])
-print("| scheme | PPL old | PPL new | equal |")
-print("|---|---:|---:|---|")
-for a, b in zip(old["schemes"], new["schemes"]):
-    pa, pb = a["perplexity"]["ppl"], b["perplexity"]["ppl"]
-    print(f"| {a['name']} | {pa!r} | {pb!r} | {'yes' if pa == pb else '**no**'} |")
 backend = lambda r: next((s["description"]["kernels"]["int8_gemm"] for s in r["schemes"]
                            if isinstance(s["description"], dict) and "int8_gemm" in s["description"].get("kernels", {})), "?")
 print(f"\nint8_gemm: old {backend(old)}, new {backend(new)}")

@@ -53,14 +53,10 @@ EOF
   done
 done
 echo
+python3 "$(dirname "$0")/ppl_equal.py" "$work/old-$reps.json" "$work/new-$reps.json"
 python3 - "$work/old-$reps.json" "$work/new-$reps.json" <<'EOF'
 import json, sys
 old, new = (json.load(open(p)) for p in sys.argv[1:])
-print("| scheme | PPL old | PPL new | equal |")
-print("|---|---:|---:|---|")
-for a, b in zip(old["schemes"], new["schemes"]):
-    pa, pb = a["perplexity"]["ppl"], b["perplexity"]["ppl"]
-    print(f"| {a['name']} | {pa!r} | {pb!r} | {'yes' if pa == pb else '**no**'} |")
 for label, r in (("old", old), ("new", new)):
     t = r.get("timings")
     if not t:
