@@ -107,6 +107,31 @@ TEST(PackedWeights, Int8GranularitiesStoreTheDocumentedScales) {
   EXPECT_EQ(g.bytes(), 8 + 4 * 4);
 }
 
+// Tensor and channel weights go through the fused row kernel: the same bits as the reference
+// maths (int8_absmax_scale + int8_quantize) on random weights, with exact ties (x / s = k + 0.5)
+// and zero rows.
+TEST(PackedWeights, Int8TensorAndChannelEqualTheReferenceOnRandomWeightsWithTies) {
+  at::manual_seed(17);
+  for (const auto& [N, K] : {std::pair<std::int64_t, std::int64_t>{67, 129}, {8, 4096}, {1, 5}}) {
+    at::Tensor w = at::randn({N, K}) * 0.05f;
+    if (N > 2) {
+      w[1].zero_();                                    // a zero row: scale 1 per channel
+      // Quarters in [-63.5, 63.5]: max |x| = 63.5 gives s = 0.5 exactly (row and tensor), so every
+      // other x / s is a tie k + 0.5 (round half to even decides it).
+      w[2].copy_((at::remainder(at::arange(K), 509) - 254).to(at::kFloat) * 0.25f);
+      w[2][0] = 63.5f;
+    }
+    for (Granularity g : {Granularity::tensor, Granularity::channel}) {
+      SCOPED_TRACE(testing::Message() << N << "x" << K << (g == Granularity::tensor ? " tensor" : " channel"));
+      const Int8Weight got = quantize_int8_weight(w, QuantSpec{QuantKind::int8_absmax, g, 0}, "w");
+      const at::Tensor s = int8_absmax_scale(w, g == Granularity::tensor ? std::vector<std::int64_t>{0, 1}
+                                                                          : std::vector<std::int64_t>{1});
+      EXPECT_TRUE(test::tensors_equal(got.q, int8_quantize(w, s)));
+      EXPECT_TRUE(test::tensors_equal(got.scales, s.reshape({-1})));
+    }
+  }
+}
+
 TEST(PackedWeights, W4OddKGroupsPackAndDequantizeLikeTheReference) {
   // K = 5 with groups of 2: the last group holds one value (a constant group, exact).
   at::manual_seed(11);
