@@ -196,9 +196,9 @@ class ModelParts {
     full_blocks_[static_cast<std::size_t>(layer)].reset();
     layer_cache_.reset();
     if (!placement_.on_cpu()) kernels::release_cached_weights();
-    // A streamed plan promises the peak of one layer: what this layer freed goes back to the system
-    // now, not beside the next layer's weights (the allocator keeps freed memory otherwise).
-    if (!plan_.keep_full_blocks) release_free_memory();
+    // A plan tight on memory promises the peak of one layer: what this layer freed goes back to the
+    // system now, not beside the next layer's weights (the allocator keeps freed memory otherwise).
+    if (plan_.release_memory_per_layer) release_free_memory();
   }
 
   at::Tensor head_input(const at::Tensor& x) const { return apply_norm(x, final_norm_, *config_); }

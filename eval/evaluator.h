@@ -72,6 +72,11 @@ struct EvalPlan {
   // Read and rewrite the next layer on another thread while the current one computes (GPU
   // placements, whose host is otherwise idle; the bits are the same either way).
   bool prefetch_next_layer = false;
+  // Hand the memory a layer freed back to the system after each layer (common/memory.h). Freed
+  // memory is otherwise kept for reuse, which saves faulting it in again (SmolLM2: a third of the
+  // run) but lets the resident set sit above the live tensors; the planner asks for it when the
+  // plan streams and its estimate is within a factor 2 of the memory it may use.
+  bool release_memory_per_layer = false;
 };
 
 struct EvalResult;

@@ -222,6 +222,9 @@ PlanEstimate estimate(const PlanInputs& in, const MemoryBudget& budget, const st
   e.device_bytes = in.placement.on_cpu() ? 0 : t.fixed_device + t.per_window_device * chunk;
   e.breakdown = t.breakdown;
   e.fits = e.host_bytes <= budget.host && (in.placement.on_cpu() || e.device_bytes <= budget.device);
+  // Freed memory kept for reuse costs resident memory above the live tensors; where the estimate
+  // leaves less than that much room, each layer's is handed back (EvalPlan::release_memory_per_layer).
+  e.plan.release_memory_per_layer = name == "streamed" && 2 * e.host_bytes > budget.host;
   return e;
 }
 
@@ -308,6 +311,7 @@ nlohmann::json plan_record(const PlanEstimate& e, const MemoryBudget& budget) {
                       {"keep_full_blocks", e.plan.keep_full_blocks},
                       {"keep_scheme_blocks", e.plan.keep_scheme_blocks},
                       {"prefetch_next_layer", e.plan.prefetch_next_layer},
+                      {"release_memory_per_layer", e.plan.release_memory_per_layer},
                       {"estimated_peak_host_bytes", e.host_bytes},
                       {"host_budget_bytes", budget.host},
                       {"host_budget_source", budget.host_source},
