@@ -109,12 +109,23 @@ class GgufModelReader {
   bool header_only_ = false;
 };
 
+// block_count comes from the header and is not bounded by the validator before the per-layer walks
+// below (a fuzzed header asked for 4e8 layers: 1.6 GB of per-layer kinds before any check). Every
+// layer has tensors of its own in the table, so a count beyond the table's size is not a model.
+void check_layer_count(const GgufFile& f, const std::string& arch, std::int64_t n_layers) {
+  QEVAL_CHECK(n_layers >= 1 && n_layers <= static_cast<std::int64_t>(f.tensors().size()),
+              "{}: {}.block_count is {}, but the file holds {} tensors: expected between 1 and that many layers (each "
+              "layer has tensors of its own)",
+              f.path().string(), arch, n_layers, f.tensors().size());
+}
+
 // Layers with routed experts are those with a router tensor (llama.cpp: ffn_gate_inp): Mixtral
 // ("llama" with llama.expert_count), Qwen2-MoE (+ a shared expert with its sigmoid gate), Qwen3-MoE,
 // Jamba. The router's top-k weights are renormalised as llama.cpp's build_moe_ffn is told per
 // architecture (norm_w): llama and qwen3moe yes, qwen2moe and jamba no.
 void gguf_experts(const GgufFile& f, GgufModelReader& r, const std::string& arch, ModelConfig& c, json& notes) {
   const std::string p = arch + ".";
+  check_layer_count(f, arch, c.n_layers);
   std::vector<FfnKind> ffns;
   for (std::int64_t i = 0; i < c.n_layers; ++i)
     ffns.push_back(f.has_tensor(fmt::format("blk.{}.ffn_gate_inp.weight", i)) ? FfnKind::moe : FfnKind::dense);
@@ -166,6 +177,7 @@ LoadedCheckpoint gguf_ssm_model_info(const GgufFile& f, GgufModelReader& r, cons
     c.ssm_dt_rank = r.integer(p + "ssm.time_step_rank");
     c.ssm_bcdt_norm = arch == "jamba";
   }
+  check_layer_count(f, arch, c.n_layers);
   for (std::int64_t i = 0; i < c.n_layers; ++i)
     c.layer_mixers.push_back(arch == "jamba" && f.has_tensor(fmt::format("blk.{}.attn_q.weight", i)) ? MixerKind::attention
                                                                                                    : ssm);
