@@ -34,12 +34,7 @@ double seconds_value(const nlohmann::json& v, const std::string& where) {
 
 }  // namespace
 
-std::uint64_t window_content_hash(const Window& w) {
-  Hasher h;
-  h.update_value(w.first_scored);
-  h.update(w.tokens.data(), w.tokens.size() * sizeof(std::int32_t));
-  return h.digest();
-}
+std::uint64_t window_content_hash(const Window& w) { return window_hash(w); }  // the evaluator's, one definition
 
 nlohmann::json run_state_to_json(const EvalResult& result,
                                  const std::vector<std::shared_ptr<StatisticsCollector>>& statistics) {
