@@ -75,15 +75,18 @@ EvalResult run_state_from_json(const nlohmann::json& state,
     r.scored_tokens = json_integer(state.at("scored_tokens"), source + ": scored_tokens");
     r.processed_tokens = json_integer(state.at("processed_tokens"), source + ": processed_tokens");
     r.seconds = seconds_value(state.at("seconds"), source + ": seconds");
-    r.window_hashes = checked_window_hashes(state.at("window_hashes"), source + ": window_hashes");
     QEVAL_CHECK(state.at("schemes").is_array(), "{}: schemes should be a list", source);
     for (const auto& s : state.at("schemes")) {
-      const std::size_t scheme = r.schemes.size();
       SchemeResult sr;
-      sr.forward_seconds = seconds_value(s.at("forward_seconds"), fmt::format("{}: scheme {} forward_seconds", source, scheme));
-      sr.rows = checked_window_rows(s.at("rows"), max_window_tokens, scheme == 0, fmt::format("{}: scheme {}", source, scheme));
+      sr.forward_seconds =
+          seconds_value(s.at("forward_seconds"), fmt::format("{}: scheme {} forward_seconds", source, r.schemes.size()));
       r.schemes.push_back(std::move(sr));
     }
+    // The window-keyed parts last, together (records/window_rows.h reads them).
+    r.window_hashes = checked_window_hashes(state.at("window_hashes"), source + ": window_hashes");
+    for (std::size_t scheme = 0; scheme < r.schemes.size(); ++scheme)
+      r.schemes[scheme].rows = checked_window_rows(state.at("schemes")[scheme].at("rows"), max_window_tokens, scheme == 0,
+                                                   fmt::format("{}: scheme {}", source, scheme));
     const auto& stats = state.at("statistics");
     QEVAL_CHECK(stats.is_array() && stats.size() == statistics.size(), "has statistics for {} schemes, this run has {}",
                 stats.is_array() ? stats.size() : 0, statistics.size());
