@@ -84,15 +84,22 @@ nlohmann::json PhaseTimes::to_json(const std::vector<std::string>& scheme_names)
   return {{"total_s", total()}, {"phases", phases}, {"schemes", schemes}};
 }
 
+std::vector<Phase> PhaseTimes::largest_first() const {
+  std::vector<Phase> order;
+  for (std::size_t i = 0; i < kPhaseCount; ++i) order.push_back(static_cast<Phase>(i));
+  std::stable_sort(order.begin(), order.end(), [&](Phase a, Phase b) {
+    return seconds[static_cast<std::size_t>(a)] > seconds[static_cast<std::size_t>(b)];
+  });
+  return order;
+}
+
 std::string PhaseTimes::summary_line() const {
-  std::vector<std::size_t> order(kPhaseCount);
-  for (std::size_t i = 0; i < kPhaseCount; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return seconds[a] > seconds[b]; });
   std::string line;
   const double all = total();
-  for (std::size_t i : order) {
+  for (Phase p : largest_first()) {
+    const std::size_t i = static_cast<std::size_t>(p);
     if (seconds[i] < 0.05) continue;
-    line += fmt::format("{}{} {:.1f} s ({:.0f} %)", line.empty() ? "" : " · ", phase_name(static_cast<Phase>(i)),
+    line += fmt::format("{}{} {:.1f} s ({:.0f} %)", line.empty() ? "" : " · ", phase_name(p),
                         seconds[i], all > 0 ? 100 * seconds[i] / all : 0.0);
   }
   return fmt::format("{:.1f} s: {}", all, line.empty() ? std::string("nothing measured") : line);

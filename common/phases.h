@@ -50,6 +50,8 @@ struct PhaseTimes {
   // {"total_s", "phases": {name: s}, "schemes": {name: {phase: s}}} with `scheme_names[i]` naming
   // scheme i; phases that took no time are written as 0 (every name is always there).
   nlohmann::json to_json(const std::vector<std::string>& scheme_names) const;
+  // The phases, largest first (ties in phase order).
+  std::vector<Phase> largest_first() const;
   // One line: "read 1.2 s · convert 0.3 s · quantize 2.1 s · forward 9.8 s · ..." (the phases
   // that took at least 0.05 s, largest share first), for the end of a run.
   std::string summary_line() const;

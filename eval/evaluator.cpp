@@ -337,14 +337,12 @@ class ModelParts {
 // The progress line's view of where this evaluation's time went so far: its three largest phases.
 std::string phase_shares(const PhaseTimes& at_start) {
   const PhaseTimes so_far = thread_phase_times() - at_start;
-  std::vector<std::size_t> order(kPhaseCount);
-  for (std::size_t i = 0; i < kPhaseCount; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return so_far.seconds[a] > so_far.seconds[b]; });
+  const std::vector<Phase> order = so_far.largest_first();
   const double total = std::max(so_far.total(), 1e-9);
   std::string out;
   for (std::size_t k = 0; k < 3; ++k)
-    out += fmt::format("{}{} {:.0f}%", k ? " " : "", phase_name(static_cast<Phase>(order[k])), 100 * so_far.seconds[order[k]] / total);
+    out += fmt::format("{}{} {:.0f}%", k ? " " : "", phase_name(order[k]),
+                       100 * so_far.seconds[static_cast<std::size_t>(order[k])] / total);
   return out;
 }
 
