@@ -15,9 +15,11 @@ struct ThreadAccount {
   Phase phase = Phase::other;
   int scheme = -1;
   Clock::time_point since = Clock::now();
+  std::function<void()> wait_for_device;  // PhaseDeviceSync's, when set
 
   // Charges the stretch since `since` to the current phase and starts a new one now.
   void settle() {
+    if (wait_for_device) wait_for_device();
     const Clock::time_point now = Clock::now();
     const double s = std::chrono::duration<double>(now - since).count();
     times.seconds[static_cast<std::size_t>(phase)] += s;
@@ -128,5 +130,13 @@ PhaseTimes thread_phase_times() {
 }
 
 Phase current_phase() { return account().phase; }
+
+PhaseDeviceSync::PhaseDeviceSync(std::function<void()> wait_for_device) {
+  ThreadAccount& a = account();
+  previous_ = std::move(a.wait_for_device);
+  a.wait_for_device = std::move(wait_for_device);
+}
+
+PhaseDeviceSync::~PhaseDeviceSync() { account().wait_for_device = std::move(previous_); }
 
 }  // namespace qeval

@@ -10,13 +10,17 @@
 // while the main thread computes (the GPU plans' prefetch of the next layer) is not counted twice;
 // the main thread's wait for it is charged to the phase it waits in.
 //
-// The clock is the host's steady clock. Work on a GPU is asynchronous: a scope around device work
-// must end after a synchronisation (or be timed by events) to charge the device's time.
+// The clock is the host's steady clock. Work on a GPU is asynchronous, so a GPU evaluation holds a
+// PhaseDeviceSync on its thread: every phase boundary then waits for the device first, and each
+// stretch is charged the device time of the work queued in it (DESIGN.md §12: the cost is one
+// synchronisation per boundary, a few per layer and scheme, against layers that compute for
+// milliseconds).
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -72,6 +76,19 @@ class PhaseScope {
  private:
   Phase outer_phase_;
   int outer_scheme_;
+};
+
+// While it lives, this thread's phase boundaries call `wait_for_device` (a device synchronisation)
+// before reading the clock.
+class PhaseDeviceSync {
+ public:
+  explicit PhaseDeviceSync(std::function<void()> wait_for_device);
+  ~PhaseDeviceSync();
+  PhaseDeviceSync(const PhaseDeviceSync&) = delete;
+  PhaseDeviceSync& operator=(const PhaseDeviceSync&) = delete;
+
+ private:
+  std::function<void()> previous_;
 };
 
 // This thread's times so far, the running scope's time included (take two and subtract to time a

@@ -13,6 +13,7 @@
 #include "common/phases.h"
 #include "eval/progress.h"
 #include "kernels/device.h"
+#include "loaders/checkpoints/safetensors.h"
 #include "model/norms.h"
 
 namespace qeval {
@@ -139,11 +140,10 @@ class ModelParts {
     if (!slot.block) {
       const Block& full = full_block(layer);
       const EvalScheme& scheme = schemes_[s];
-      std::optional<Block> prefetched = take_prefetched(s, layer);
-      Block built = prefetched ? std::move(*prefetched) : scheme.rewrite_block ? rewrite(s, full) : full;
+      Block built = scheme.rewrite_block ? rewrite(s, full) : full;
       if (!placement_.is_default()) {
         PhaseScope copy(Phase::copy, static_cast<int>(s));
-        built = built.placed(layer_cache(layer));
+        built = built.placed(layer_cache(layer), /*keep_linear_sources=*/false);
       }
       if (scheme.wrap_block) built = scheme.wrap_block(built);
       slot.block.emplace(std::move(built));
@@ -160,22 +160,18 @@ class ModelParts {
     return scheme.rewrites_layer && !scheme.rewrites_layer(layer);
   }
 
-  // Starts the host's work for `layer` on another thread: reading its weights and rewriting them
-  // for every scheme whose block is not kept already (placement stays on this thread). block()
-  // and full_block() take the results, so the work overlaps the current layer's compute.
+  // Starts reading `layer` on another thread (the file into pinned memory, the copy to the device
+  // and the conversion there), so that it overlaps the current layer's compute; full_block()
+  // takes the result. The schemes' rewrites run on the device when the block is reached.
   void prefetch(std::int64_t layer) {
     if (!plan_.prefetch_next_layer || layer >= config_->n_layers || prefetch_.valid()) return;
     if (full_blocks_[static_cast<std::size_t>(layer)]) return;  // kept from an earlier chunk
-    prefetch_layer_ = layer;
-    prefetch_ = std::async(std::launch::async, [this, layer] {
-      Prefetched p;
-      p.full.emplace(read_full_block(layer));
-      p.rewritten.resize(schemes_.size());
-      for (std::size_t s = 0; s < schemes_.size(); ++s)
-        if (!scheme_blocks_[s][static_cast<std::size_t>(layer)].block && schemes_[s].rewrite_block)
-          p.rewritten[s].emplace(schemes_[s].rewrite_block(*p.full));
-      return p;
+    const bool all_built = std::all_of(scheme_blocks_.begin(), scheme_blocks_.end(), [layer](const auto& blocks) {
+      return blocks[static_cast<std::size_t>(layer)].block.has_value();
     });
+    if (all_built) return;  // every scheme's block kept: nothing to read
+    prefetch_layer_ = layer;
+    prefetch_ = std::async(std::launch::async, [this, layer] { return read_full_block(layer); });
   }
 
   // Scheme s shares full precision's block of `layer`: its rewrite still sees the block (it selects
@@ -229,28 +225,31 @@ class ModelParts {
   const Block& full_block(std::int64_t layer) {
     std::optional<Block>& slot = full_blocks_[static_cast<std::size_t>(layer)];
     if (!slot && prefetch_.valid() && prefetch_layer_ == layer) {
-      PhaseScope wait(Phase::read);  // the other thread's read and rewrite, as far as this one waits for it
-      Prefetched p = prefetch_.get();  // rethrows what the other thread threw
-      slot = std::move(p.full);
-      prefetched_ = std::move(p.rewritten);
+      PhaseScope wait(Phase::read);  // the other thread's read, as far as this one waits for it
+      slot.emplace(prefetch_.get());  // rethrows what the other thread threw
     }
     if (!slot) slot.emplace(read_full_block(layer));
     return *slot;
   }
 
+  // Layer `layer` in full precision, float32, where the schemes are built from it: on the CPU, or
+  // on the placement's GPU. There the schemes' rewrites (weight quantisation) run on the device,
+  // with the same bits as on the CPU (quant/quantize.cpp), and the reader copies the stored
+  // weights to the device and converts them there (ReadFloatsOnto); readers of other formats
+  // return CPU tensors, which are copied here.
   Block read_full_block(std::int64_t layer) {
     PhaseScope read(Phase::read);
-    BlockWeights weights = reader_.block(layer);
+    BlockWeights weights = [&] {
+      if (placement_.on_cpu()) return reader_.block(layer);
+      ReadFloatsOnto onto(placement_.device);
+      return reader_.block(layer);
+    }();
     for (const auto& [name, tensor] : named_tensors(weights, layer)) check_finite(tensor, name, source_);
-    return Block(config_, layer, std::move(weights), source_);
-  }
-
-  // Scheme s's rewritten block of `layer` when a prefetch made it.
-  std::optional<Block> take_prefetched(std::size_t s, std::int64_t layer) {
-    if (prefetch_layer_ != layer || s >= prefetched_.size() || !prefetched_[s]) return std::nullopt;
-    std::optional<Block> out = std::move(prefetched_[s]);
-    prefetched_[s].reset();
-    return out;
+    Block block(config_, layer, std::move(weights), source_);
+    if (placement_.on_cpu()) return block;
+    PhaseScope copy(Phase::copy);
+    PlacementCache float32_on_device(Placement{placement_.device, at::kFloat});
+    return block.placed(float32_on_device, /*keep_linear_sources=*/false);
   }
 
   // Copies to the device are shared by every scheme of a layer (unquantised linears, norms). The
@@ -325,13 +324,8 @@ class ModelParts {
   std::vector<std::vector<Built>> scheme_blocks_;  // [scheme][layer]
   std::map<std::int64_t, std::shared_ptr<const Linear>> head_blocks_;  // by first row
   std::vector<std::shared_ptr<const Linear>> head_linears_;            // rewritten heads, per scheme
-  struct Prefetched {
-    std::optional<Block> full;
-    std::vector<std::optional<Block>> rewritten;  // per scheme
-  };
-  std::future<Prefetched> prefetch_;
+  std::future<Block> prefetch_;
   std::int64_t prefetch_layer_ = -1;
-  std::vector<std::optional<Block>> prefetched_;  // rewritten blocks of prefetch_layer_ not yet taken
 };
 
 // The progress line's view of where this evaluation's time went so far: its three largest phases.
@@ -380,6 +374,10 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
   if (result.schemes.empty()) result.schemes.resize(schemes.size());
   QEVAL_CHECK(result.schemes.size() == schemes.size(), "evaluate: resumed state has {} schemes, this run has {}",
               result.schemes.size(), schemes.size());
+  // On a GPU each phase boundary waits for the device, so that phases charge device time.
+  std::optional<PhaseDeviceSync> device_time;
+  if (!options.placement.on_cpu())
+    device_time.emplace([device = options.placement.device] { kernels::synchronize(device); });
   const auto start = Clock::now();
   const PhaseTimes phases_at_start = thread_phase_times();
   Progress progress(options.progress, options.expected_windows);

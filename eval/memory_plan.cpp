@@ -9,6 +9,7 @@
 #include "common/host_memory.h"
 #include "common/sizes.h"
 #include "kernels/device.h"
+#include "quant/quantized_linear.h"
 #include "model/block.h"
 #include "eval/vocab_scoring.h"
 
@@ -81,11 +82,18 @@ struct SchemeLayerBytes {
   std::int64_t transient = 0;  // the largest dequantised weight a forward makes (reference paths, large-M 4-bit)
 };
 
-SchemeLayerBytes scheme_layer_bytes(const SchemeSpec& spec, const ModelConfig& c, std::int64_t layer) {
+// `device_float_bytes`: on a GPU, the compute dtype's size, because a linear without an integer
+// kernel there (int8 with per-feature activation scales, int8-fine) also holds its dequantised
+// weight in that dtype for its GEMM (docs/gpu.md); 0 on the CPU, which dequantises per call.
+SchemeLayerBytes scheme_layer_bytes(const SchemeSpec& spec, const ModelConfig& c, std::int64_t layer,
+                                    std::int64_t device_float_bytes) {
   SchemeLayerBytes b;
+  const bool dequantised_on_device =
+      device_float_bytes > 0 && spec.weights.kind == QuantKind::int8_absmax && !kernel_path_unavailable_reason(spec).empty();
   for (const NamedShape& l : block_linears(c, layer)) {
     if (!spec.selects(l.name)) continue;
     b.held += quantised_bytes(spec.weights, l.out, l.in);
+    if (dequantised_on_device) b.held += l.out * l.in * device_float_bytes;
     if (spec.weights.enabled()) b.transient = std::max(b.transient, l.out * l.in * 4);
   }
   return b;
@@ -128,7 +136,7 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
     if (!spec) continue;
     std::int64_t largest = 0;
     for (std::int64_t layer = 0; layer < c.n_layers; ++layer) {
-      const SchemeLayerBytes b = scheme_layer_bytes(*spec, c, layer);
+      const SchemeLayerBytes b = scheme_layer_bytes(*spec, c, layer, gpu ? dsize : 0);
       schemes_all += b.held;
       largest = std::max(largest, b.held);
       transient = std::max(transient, b.transient);
@@ -143,10 +151,14 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   const std::int64_t full_kept = keep_full && !in.reader_in_memory ? blocks_fp32 + head_fp32 : 0;
   const std::int64_t schemes_kept = keep_schemes ? schemes_all : 0;
   if (gpu) {
-    // Blocks are built on the host in float32 and placed; the device keeps what the plan keeps
-    // (a kept plan drops the host's float32 copy once a layer is placed).
-    const std::int64_t full_device = (blocks_fp32 + head_fp32) / 4 * dsize;
-    add("weights_held", keep_full && !keep_schemes ? full_kept : 0, keep_full ? full_device + schemes_kept : 0);
+    // Blocks are read onto the device in float32 and each scheme is built there (eval/evaluator.cpp);
+    // the host holds no weights. `resident` keeps every scheme's placed blocks (full precision's in
+    // the compute dtype) and drops the float32 block once its layer is built; `resident-weights`
+    // keeps the float32 blocks to rebuild the schemes from per chunk. The head's vocabulary
+    // blocks are kept in the compute dtype.
+    const std::int64_t head_device = head_fp32 / 4 * dsize;
+    const std::int64_t kept_device = !keep_full ? 0 : keep_schemes ? blocks_fp32 / 4 * dsize + schemes_kept : blocks_fp32;
+    add("weights_held", 0, keep_full ? kept_device + head_device : 0);
   } else {
     add("weights_held", full_kept + schemes_kept, 0);
   }
@@ -170,7 +182,11 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   const std::int64_t stats = B * L * D * 8;
   const std::int64_t read_layer = keep_full && !gpu ? 0 : largest_block + conversion;
   const std::int64_t layer_host = read_layer + (keep_schemes ? 0 : schemes_layer) + transient + (gpu ? stats : working + probs + stats);
-  const std::int64_t layer_device = gpu ? (keep_full ? 0 : 2 * (largest_block / 4 * dsize + schemes_layer)) + working + probs : 0;
+  // On the device, a layer being built: its float32 block and the next one's (read ahead), their
+  // copy in the compute dtype, and one scheme's rewritten layer at a time.
+  const std::int64_t read_device = keep_full && !keep_schemes ? 0 : 2 * largest_block;
+  const std::int64_t layer_device =
+      gpu ? read_device + largest_block / 4 * dsize + (keep_schemes ? 0 : 2 * schemes_layer) + working + probs : 0;
   const std::int64_t head_rows = Vb * D * 4 + static_cast<std::int64_t>(static_cast<double>(Vb * D * 4) * std::min(stored_ratio, 1.0));
   const std::int64_t logits = 6 * B * std::min(kScoreRows, L - 1) * Vb * 4;
   const std::int64_t head_host = (keep_full && !gpu ? 0 : head_rows) + (gpu ? 0 : logits) + (heads > 0 ? head_fp32 : 0);
@@ -203,7 +219,7 @@ PlanEstimate estimate(const PlanInputs& in, const MemoryBudget& budget, const st
   e.plan.keep_full_blocks = name != "streamed";
   e.plan.keep_scheme_blocks = name == "resident";
   // On a GPU the host is idle while a layer computes: it reads and quantises the next one meanwhile.
-  e.plan.prefetch_next_layer = !in.placement.on_cpu() && name != "resident";
+  e.plan.prefetch_next_layer = !in.placement.on_cpu();
   const std::int64_t B = in.batch_size;
   const std::int64_t all = in.windows > 0 ? (in.windows + B - 1) / B * B : B;
   std::int64_t chunk = B;

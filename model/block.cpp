@@ -161,7 +161,7 @@ bool Block::replace_linear(const std::string& name, std::shared_ptr<const Linear
   return false;
 }
 
-Block Block::placed(PlacementCache& cache) const {
+Block Block::placed(PlacementCache& cache, bool keep_linear_sources) const {
   Block out = *this;
   // Everything the forward reads besides the linears (norms, router, convolution, scan parameters,
   // the online rotation); the linears' own weights are placed by the linears.
@@ -170,8 +170,13 @@ Block Block::placed(PlacementCache& cache) const {
     linear_tensors.insert(named.name + ".weight");
     linear_tensors.insert(named.name + ".bias");
   }
-  for (auto& [name, t] : block_tensor_slots(out.weights_, layer_))
-    if (t->defined() && linear_tensors.count(name) == 0) *t = cache.move(*t);
+  for (auto& [name, t] : block_tensor_slots(out.weights_, layer_)) {
+    if (!t->defined()) continue;
+    if (linear_tensors.count(name) == 0)
+      *t = cache.move(*t);
+    else if (!keep_linear_sources)
+      *t = at::Tensor();
+  }
   for (auto& named : out.linears_) named.linear = named.linear->placed(cache);
   return out;
 }

@@ -69,7 +69,11 @@ class Block {
   // the block has no linear of that name; throws when the sizes differ.
   bool replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement);
   // This block on the cache's device and dtype (norms and every linear placed through the cache).
-  Block placed(PlacementCache& cache) const;
+  // The placed block's weights() still hold the source's linear weights (a placed model can be
+  // saved as it was read) unless `keep_linear_sources` is false: then they are left undefined,
+  // and the placed linears hold the only reference (an evaluation's kept blocks, which must not
+  // keep their float32 source alive beside them).
+  Block placed(PlacementCache& cache, bool keep_linear_sources = true) const;
   std::int64_t linear_weight_bytes() const;
 
  public:

@@ -59,12 +59,23 @@ Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, cons
     // where the ATen composition made five passes and four temporaries of the weight's size
     // (a Llama-3-8B layer: 25 s a scheme over 32 layers, 70 % of a 7-preset run, issue 50).
     case Granularity::tensor: {
+      if (!w.is_cpu()) {  // on a GPU: the reference composition, which ATen runs there with the same bits
+        out.scales = int8_absmax_scale(w, {0, 1}).reshape({1});
+        out.q = int8_quantize(w, out.scales);
+        break;
+      }
       kernels::Int8Rows rows = kernels::quantize_int8_rows(w, N);
       out.q = rows.q;
       out.scales = rows.scales.reshape({1});
       break;
     }
     case Granularity::channel: {
+      if (!w.is_cpu()) {
+        at::Tensor s = int8_absmax_scale(w, {1});  // [N, 1]
+        out.q = int8_quantize(w, s);
+        out.scales = s.reshape({N});
+        break;
+      }
       kernels::Int8Rows rows = kernels::quantize_int8_rows(w, 1);
       out.q = rows.q;
       out.scales = rows.scales.reshape({N});

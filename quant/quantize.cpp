@@ -4,10 +4,20 @@
 
 namespace qeval {
 
+namespace {
+
+// A constant divisor as a tensor on x's device. ATen's CUDA division by a plain number multiplies
+// by its reciprocal (one rounding more, and a last bit that can differ); its CPU division divides.
+// A divisor tensor on the same device is divided by on both, so the GPU's scales, zero points and
+// codes are the CPU's bit for bit (tests/gpu/device_quantize_test.cpp).
+at::Tensor divisor(float value, const at::Tensor& like) { return at::scalar_tensor(value, like.options()); }
+
+}  // namespace
+
 at::Tensor int8_absmax_scale(const at::Tensor& x, at::IntArrayRef reduce_dims) {
   TORCH_CHECK(x.scalar_type() == at::kFloat, "int8_absmax_scale: expected float32, got ", x.scalar_type());
   at::Tensor amax = x.abs().amax(reduce_dims, /*keepdim=*/true);
-  return at::where(amax == 0, at::ones_like(amax), amax / 127.0f);
+  return at::where(amax == 0, at::ones_like(amax), amax / divisor(127.0f, amax));
 }
 
 at::Tensor int8_quantize(const at::Tensor& x, const at::Tensor& scale) {
@@ -20,7 +30,7 @@ ZeroPointParams zeropoint4_params(const at::Tensor& x, at::IntArrayRef reduce_di
   TORCH_CHECK(x.scalar_type() == at::kFloat, "zeropoint4_params: expected float32, got ", x.scalar_type());
   at::Tensor mn = x.amin(reduce_dims, /*keepdim=*/true), mx = x.amax(reduce_dims, /*keepdim=*/true);
   at::Tensor constant = mx == mn;
-  at::Tensor s = (mx - mn) / 15.0f;
+  at::Tensor s = (mx - mn) / divisor(15.0f, mn);
   // Constant groups: s = |c| (1 for c = 0), z = 1 for c < 0 else 0, so x̂ = c exactly.
   at::Tensor c_scale = at::where(mn == 0, at::ones_like(mn), mn.abs());
   s = at::where(constant, c_scale, s);

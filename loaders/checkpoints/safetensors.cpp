@@ -6,7 +6,12 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <thread>
+#include <vector>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -197,12 +202,57 @@ const SafetensorsTensorInfo& SafetensorsFile::info(const std::string& name) cons
   return it->second;
 }
 
-at::Tensor SafetensorsFile::read(const std::string& name) const {
+namespace {
+thread_local at::Device read_floats_onto = at::Device(at::kCPU);
+
+// Reads bytes [offset, offset + bytes) of `path` into `out` with `threads` threads, each a
+// contiguous slice by pread. One thread copies from the page cache at a few GB/s; a GPU plan's
+// read of the next layer (its host is otherwise idle) takes several. Throws naming the file.
+void read_span(const std::filesystem::path& path, std::uint64_t offset, std::uint64_t bytes, char* out, int threads,
+               const std::string& tensor) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  QEVAL_CHECK(fd >= 0, "cannot open {} to read tensor {}", path.string(), tensor);
+  const std::uint64_t slice = (bytes + static_cast<std::uint64_t>(threads) - 1) / static_cast<std::uint64_t>(threads);
+  std::vector<std::uint64_t> short_by(static_cast<std::size_t>(threads), 0);
+  auto read_slice = [&](int t) {
+    std::uint64_t begin = slice * static_cast<std::uint64_t>(t), end = std::min(bytes, begin + slice);
+    while (begin < end) {
+      const ssize_t n = ::pread(fd, out + begin, end - begin, static_cast<off_t>(offset + begin));
+      if (n <= 0) break;
+      begin += static_cast<std::uint64_t>(n);
+    }
+    if (begin < end) short_by[static_cast<std::size_t>(t)] = end - begin;
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(read_slice, t);
+  read_slice(0);
+  for (auto& th : pool) th.join();
+  ::close(fd);
+  std::uint64_t missing = 0;
+  for (std::uint64_t m : short_by) missing += m;
+  QEVAL_CHECK(missing == 0, "{}: tensor {}: read {} of {} bytes (file changed?)", path.string(), tensor, bytes - missing,
+              bytes);
+}
+
+constexpr std::uint64_t kBytesPerReadThread = 32ull << 20;
+constexpr int kMaxReadThreads = 8;
+
+}  // namespace
+
+ReadFloatsOnto::ReadFloatsOnto(const at::Device& device) : previous_(read_floats_onto) { read_floats_onto = device; }
+ReadFloatsOnto::~ReadFloatsOnto() { read_floats_onto = previous_; }
+
+at::Tensor SafetensorsFile::read(const std::string& name, bool pinned) const {
   PhaseScope read(Phase::read);
   const auto& entry = info(name);
-  at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(entry.scalar_type));
+  at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(entry.scalar_type).pinned_memory(pinned));
   const std::uint64_t bytes = entry.end - entry.begin;
   if (bytes == 0) return t;
+  if (pinned) {  // a GPU plan's read: several threads (see read_span)
+    const int threads = static_cast<int>(std::clamp<std::uint64_t>(bytes / kBytesPerReadThread, 1, kMaxReadThreads));
+    read_span(path_, data_start_ + entry.begin, bytes, static_cast<char*>(t.data_ptr()), threads, name);
+    return t;
+  }
   std::ifstream in(path_, std::ios::binary);
   QEVAL_CHECK(in.good(), "cannot open {} to read tensor {}", path_.string(), name);
   in.seekg(static_cast<std::streamoff>(data_start_ + entry.begin));
@@ -217,6 +267,19 @@ at::Tensor SafetensorsFile::read_float32(const std::string& name) const {
   QEVAL_CHECK(at::isFloatingType(entry.scalar_type),
               "{}: tensor {} has dtype {}, expected a floating-point dtype (F32, F16, BF16 or F64)", path_.string(),
               name, entry.dtype);
+  const at::Device onto = read_floats_onto;
+  if (!onto.is_cpu()) {
+    const at::Tensor stored = read(name, /*pinned=*/true);
+    at::Tensor copied;
+    {
+      // Asynchronous from pinned memory: the host allocator keeps the buffer until the copy is done.
+      PhaseScope copy(Phase::copy);
+      copied = stored.to(onto, /*non_blocking=*/true);
+    }
+    if (entry.scalar_type == at::kFloat) return copied;
+    PhaseScope convert(Phase::convert);
+    return copied.to(at::kFloat);
+  }
   at::Tensor t = read(name);
   if (entry.scalar_type == at::kFloat) return t;
   PhaseScope convert(Phase::convert);

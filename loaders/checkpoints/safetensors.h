@@ -27,6 +27,23 @@ struct SafetensorsTensorInfo {
   std::uint64_t end = 0;
 };
 
+// Where read_float32 makes whole tensors on this thread: the CPU, unless a ReadFloatsOnto scope
+// names a GPU (issue 50). There the stored bytes (F16, BF16, F32, F64) are read into a pinned host
+// buffer, copied to the device asynchronously and converted to float32 there, so a GPU plan holds
+// no float32 copy of a layer on the host and the copy moves the stored bytes (half of float32's
+// for F16 and BF16). The values are the same bits: widening F16 / BF16 to float32 is exact.
+// Rows (read_float32_rows: embedding and LM head rows) stay on the CPU.
+class ReadFloatsOnto {
+ public:
+  explicit ReadFloatsOnto(const at::Device& device);
+  ~ReadFloatsOnto();
+  ReadFloatsOnto(const ReadFloatsOnto&) = delete;
+  ReadFloatsOnto& operator=(const ReadFloatsOnto&) = delete;
+
+ private:
+  at::Device previous_;
+};
+
 class SafetensorsFile {
  public:
   // Reads and validates the header; throws qeval::Error naming the file, the tensor, what was
@@ -42,9 +59,11 @@ class SafetensorsFile {
   // Throws naming the file when `name` is absent.
   const SafetensorsTensorInfo& info(const std::string& name) const;
 
-  // The tensor in its stored dtype: owned, contiguous, on the CPU.
-  at::Tensor read(const std::string& name) const;
+  // The tensor in its stored dtype: owned, contiguous, on the CPU (in pinned memory when `pinned`,
+  // which needs a CUDA LibTorch).
+  at::Tensor read(const std::string& name, bool pinned = false) const;
   // The tensor as float32 (F16, BF16 and F64 are converted); integer and bool dtypes are refused.
+  // On the device of this thread's ReadFloatsOnto scope, if any.
   at::Tensor read_float32(const std::string& name) const;
   // As read_float32, and checks the stored shape first (the error names both shapes).
   at::Tensor read_float32(const std::string& name, const std::vector<std::int64_t>& expected_shape) const;
