@@ -148,7 +148,10 @@ void run_eval(const EvalArgs& a) {
     figures = attach_figure_observer(schemes.front());
   }
   nlohmann::json plan_json;
-  const PlanEstimate plan = plan_evaluation(inputs, a.data, schemes, prepared.rewrites, a.quiet, plan_json);
+  // A state file's identity holds the weights hash, so a run that may save one hashes first.
+  const bool hash_beside_gpu = !a.resume && a.stop_after == 0;
+  const PlanEstimate plan =
+      plan_evaluation(inputs, a.data, schemes, prepared.rewrites, a.quiet, plan_json, hash_beside_gpu);
 
   WindowSource& windows = *inputs.windows;
   RecordContext& context = inputs.context;
@@ -207,6 +210,7 @@ void run_eval(const EvalArgs& a) {
     exit_status = 3;
     return;
   }
+  finish_weights_hash(inputs);
   finish_context(inputs);
   prepared.finish_descriptions();
 

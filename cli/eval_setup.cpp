@@ -229,7 +229,7 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
 
 PlanEstimate plan_evaluation(EvalInputs& in, const EvalDataArgs& a, const std::vector<EvalScheme>& schemes,
                              const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites, bool quiet,
-                             nlohmann::json& plan_json) {
+                             nlohmann::json& plan_json, bool hash_beside_gpu) {
   PlanInputs p;
   p.config = in.model->config();
   p.parts = in.model->part_sizes();
@@ -249,14 +249,23 @@ PlanEstimate plan_evaluation(EvalInputs& in, const EvalDataArgs& a, const std::v
   p.placement = in.placement;
   const MemoryBudget budget = memory_budget(in.max_memory, in.max_device_memory, in.placement);
   PlanEstimate chosen = choose_plan(p, budget, a.plan, a.chunk_windows);
-  // Only now, with a plan that fits, every byte of the weight files is read for their hash.
-  {
+  // Only now, with a plan that fits, every byte of the weight files is read for their hash. The
+  // reader writes nothing else while it hashes, and the evaluation reads nothing the hash writes.
+  if (hash_beside_gpu && !in.placement.on_cpu()) {
+    in.weights_hash_pending = std::async(std::launch::async, [model = in.model.get()] { return model->weights_hash(); });
+  } else {
     PhaseScope hash(Phase::hash, kNoScheme);
     in.context.model["weights_hash"] = in.model->weights_hash();
   }
   if (!quiet) fmt::print(stderr, "{}\n", describe(chosen, budget));
   plan_json = plan_record(chosen, budget);
   return chosen;
+}
+
+void finish_weights_hash(EvalInputs& in) {
+  if (!in.weights_hash_pending.valid()) return;
+  PhaseScope hash(Phase::hash, kNoScheme);  // only the wait, if the evaluation was faster
+  in.context.model["weights_hash"] = in.weights_hash_pending.get();
 }
 
 void finish_context(EvalInputs& in) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,9 @@ struct EvalInputs {
   // model, tokenizer, data, protocol, precision and the options above; the caller adds its own
   // options and the command line.
   RecordContext context;
+  // The weights hash while it is computed beside a GPU evaluation (plan_evaluation with
+  // `hash_beside_gpu`); take it with finish_weights_hash().
+  std::future<std::string> weights_hash_pending;
 
   // A fresh source of the evaluation windows (the first one is consumed by the evaluation).
   std::unique_ptr<WindowSource> open_windows() const;
@@ -82,10 +86,15 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& args);
 
 // The memory plan for these inputs and schemes (eval/memory_plan.h), printed on stderr in one
 // line unless `quiet`; throws, before any weight is read, when none fits. Then hashes the weight
-// files into the record's context.
+// files into the record's context: at once, or, with `hash_beside_gpu` and a GPU placement, on
+// another thread while the evaluation runs (the host is otherwise idle there, and a 70B's hash is
+// a quarter of its run; on the CPU it would take the evaluation's cores).
 PlanEstimate plan_evaluation(EvalInputs& inputs, const EvalDataArgs& args, const std::vector<EvalScheme>& schemes,
                              const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites, bool quiet,
-                             nlohmann::json& plan_json);
+                             nlohmann::json& plan_json, bool hash_beside_gpu = false);
+
+// The record's weights hash, waiting for it when it was computed beside the evaluation.
+void finish_weights_hash(EvalInputs& inputs);
 
 // After the evaluation has consumed `inputs.windows`: the facts only known then (documents read,
 // stream tokens, the protocol's facts) go into the context.
