@@ -8,13 +8,18 @@ a trained model and nothing it writes is committed: it goes to a cache folder.
 
 Weights are N(0, 0.02) (projections) and 1 (norm gains), drawn in float32 from a seeded numpy
 generator and rounded to float16, written tensor by tensor (memory: one tensor at a time). Also
-writes <out>.tokens.bin beside the folder: 16,384 random token ids (uint32 little-endian) for qeval's pre-tokenised
+writes <out>.tokens.bin beside the folder: 16,384 (--tokens) random token ids (uint32 little-endian) for qeval's pre-tokenised
 data path, so no tokenizer is needed.
 
 --fast draws one pool of 64 Mi values and writes every matrix as windows of it at a per-tensor
 offset (rows repeat with a period of the pool): the same distribution and shapes, written at disk
 speed rather than at the generator's (a 13B shape in well under a minute on a GPU machine's disk),
 for timing and memory runs where the values do not matter.
+
+--sparse leaves the blocks' matrices as holes (zeros that take no memory or disk until read): a
+70B shape in /dev/shm costs the embedding, the head and the norms, for runs that time reading,
+copying and computing at a size no machine here holds twice. Its blocks compute zeros, so such a
+model's numbers mean nothing; its times and memory do.
 """
 import argparse
 import json
@@ -29,6 +34,7 @@ SHAPES = {
     "llama-3-8b": (4096, 32, 32, 8, 14336, 128256, False),
     "llama-2-7b": (4096, 32, 32, 32, 11008, 32000, False),
     "llama-2-13b": (5120, 40, 40, 40, 13824, 32000, False),
+    "llama-2-70b": (8192, 80, 64, 8, 28672, 32000, False),
 }
 
 
@@ -69,7 +75,7 @@ class Pool:
         return out
 
 
-def write_shard(path, entries, rng, pool=None):
+def write_shard(path, entries, rng, pool=None, sparse=False):
     header, offset = {}, 0
     for name, shape in entries:
         n = int(np.prod(shape)) * 2
@@ -84,6 +90,9 @@ def write_shard(path, entries, rng, pool=None):
             if len(shape) == 1:
                 f.write(np.ones(shape, dtype=np.float16).tobytes())
                 continue
+            if sparse and ".layers." in name:
+                f.seek(int(np.prod(shape)) * 2, os.SEEK_CUR)  # a hole
+                continue
             rows = max(1, (1 << 24) // shape[1])  # ~16 M values at a time
             for r in range(0, shape[0], rows):
                 n_rows = min(rows, shape[0] - r)
@@ -92,6 +101,7 @@ def write_shard(path, entries, rng, pool=None):
                     continue
                 block = rng.standard_normal((n_rows, shape[1]), dtype=np.float32) * 0.02
                 f.write(block.astype(np.float16).tobytes())
+        f.truncate(f.tell())  # a trailing hole still counts in the file's size
     os.replace(path + ".tmp", path)
 
 
@@ -102,6 +112,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shard-bytes", type=int, default=5 * 10**9)
     ap.add_argument("--fast", action="store_true", help="windows of one random pool (see above)")
+    ap.add_argument("--sparse", action="store_true", help="blocks' matrices as holes (see above)")
+    ap.add_argument("--tokens", type=int, default=16384, help="random token ids written beside the folder")
     a = ap.parse_args()
     shape = SHAPES[a.shape]
     d, layers, heads, kv, mlp, vocab, tied = shape
@@ -120,7 +132,7 @@ def main():
     weight_map = {}
     for k, entries in enumerate(shards):
         file = "model.safetensors" if len(shards) == 1 else f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
-        write_shard(os.path.join(a.out, file), entries, rng, pool)
+        write_shard(os.path.join(a.out, file), entries, rng, pool, a.sparse)
         for name, _ in entries:
             weight_map[name] = file
     if len(shards) > 1:
@@ -135,8 +147,8 @@ def main():
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     # Beside the folder, not in it: a .bin inside would be taken for a llama2.c tokenizer.
-    np.random.default_rng(a.seed + 1).integers(3, vocab, size=16384, dtype=np.uint32).tofile(a.out.rstrip("/") + ".tokens.bin")
-    print(f"{a.out}: {a.shape}, {len(shards)} file(s)")
+    np.random.default_rng(a.seed + 1).integers(3, vocab, size=a.tokens, dtype=np.uint32).tofile(a.out.rstrip("/") + ".tokens.bin")
+    print(f"{a.out}: {a.shape}, {len(shards)} file(s){', sparse' if a.sparse else ''}")
 
 
 if __name__ == "__main__":
