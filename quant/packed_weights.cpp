@@ -1,18 +1,40 @@
 #include "quant/packed_weights.h"
 
+#include <ATen/Parallel.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+
 #include "common/error.h"
 #include "kernels/int8_quantize.h"
 #include "kernels/w4_gemm.h"
+#include "kernels/w4_quantize.h"
 #include "quant/quantize.h"
 
 namespace qeval {
 namespace {
 
+// Whether every value is finite: on the CPU one threaded pass with no temporary (|x| <= FLT_MAX is
+// false for NaN and ±inf), where ATen's isfinite().all() wrote a bool tensor of the weight's size
+// and faulted its pages in (a third of a 4-bit weight's quantisation).
+bool all_finite(const at::Tensor& w) {
+  if (!w.is_cpu() || !w.is_contiguous()) return at::isfinite(w).all().item<bool>();
+  const float* p = w.data_ptr<float>();
+  std::atomic<bool> finite{true};
+  at::parallel_for(0, w.numel(), 1 << 16, [&](std::int64_t begin, std::int64_t end) {
+    bool ok = true;
+    for (std::int64_t i = begin; i < end; ++i) ok &= std::fabs(p[i]) <= std::numeric_limits<float>::max();
+    if (!ok) finite = false;
+  });
+  return finite;
+}
+
 void check_weight(const at::Tensor& w, const std::string& name) {
   QEVAL_CHECK(w.defined() && w.dim() == 2 && w.scalar_type() == at::kFloat,
               "quantise {}: expected a float32 [out, in] weight", name);
   QEVAL_CHECK(w.size(0) > 0 && w.size(1) > 0, "quantise {}: empty weight [{}, {}]", name, w.size(0), w.size(1));
-  QEVAL_CHECK(at::isfinite(w).all().item<bool>(), "quantise {}: the weight holds NaN or infinite values", name);
+  QEVAL_CHECK(all_finite(w), "quantise {}: the weight holds NaN or infinite values", name);
 }
 
 // Group size along K for a weight granularity (tensor handled by the callers).
@@ -95,6 +117,26 @@ Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, cons
 }
 
 W4Weight quantize_w4_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
+  check_weight(w, name);
+  QEVAL_CHECK(spec.kind == QuantKind::int4_zeropoint, "quantise {}: expected an int4_zeropoint spec", name);
+  QEVAL_CHECK(spec.granularity == Granularity::tensor || spec.granularity == Granularity::channel ||
+                  spec.granularity == Granularity::group,
+              "quantise {}: weight granularity {} is not tensor, channel or group", name, spec.granularity_name());
+  if (!w.is_cpu()) return quantize_w4_weight_reference(w, spec, name);
+  // On the CPU: one threaded, vectorised pass (kernels/w4_quantize.h), the same bits as the
+  // reference composition below (tests/quant/quantize_test.cpp).
+  const std::int64_t K = w.size(1);
+  W4Weight out;
+  out.K = K;
+  out.group_size = spec.granularity == Granularity::tensor ? K : group_size_for(spec, K);
+  kernels::W4Rows rows = kernels::quantize_w4_rows(w, out.group_size, spec.granularity == Granularity::tensor);
+  out.qweight = rows.packed;
+  out.scales = rows.scales;
+  out.zeros = rows.zeros;
+  return out;
+}
+
+W4Weight quantize_w4_weight_reference(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
   check_weight(w, name);
   QEVAL_CHECK(spec.kind == QuantKind::int4_zeropoint, "quantise {}: expected an int4_zeropoint spec", name);
   const std::int64_t N = w.size(0), K = w.size(1);

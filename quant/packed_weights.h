@@ -40,6 +40,10 @@ struct W4Weight {
 
 // w: [N, K] float32 with finite values; spec.kind must match the function. `name` is for errors.
 Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name);
+// On the CPU 4-bit weights go through kernels/w4_quantize.h's fused pass; on a GPU, and for tests,
+// through the reference composition of quant/quantize.h (zeropoint4_params, zeropoint4_quantize,
+// pack_u4), which gives the same bits.
 W4Weight quantize_w4_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name);
+W4Weight quantize_w4_weight_reference(const at::Tensor& w, const QuantSpec& spec, const std::string& name);
 
 }  // namespace qeval

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "kernels/w4_quantize.h"
 #include "quant/packed_weights.h"
 #include "quant/quantize.h"
 #include "tests/support/test_data.h"
@@ -184,6 +185,58 @@ TEST(FakeQuantizeActivations, ScalesArePerSequenceAndNeverShared) {
   at::Tensor codes = fake_quantize_activations(x, tensor)[0] / s0;
   EXPECT_TRUE(test::tensors_close(codes, at::round(codes), 1e-4));
   EXPECT_TRUE(test::tensors_equal(fake_quantize_activations(x, QuantSpec{}), x));
+}
+
+// 4-bit weights on the CPU go through the fused kernel (kernels/w4_quantize.h): each variant this
+// CPU runs (the dispatched one, the portable loops, AVX2) gives the reference composition's packed
+// codes, scales and zero points bit for bit, on random weights of mixed magnitudes with exact ties
+// (x / s = k + 0.5), constant rows and groups (zero, negative, positive), odd K and a short last
+// group, per tensor, per channel and per group.
+TEST(PackedWeights, W4KernelEqualsTheReferenceCompositionOnRandomWeightsWithTies) {
+  for (const auto& [N, K] : {std::pair<std::int64_t, std::int64_t>{37, 301}, {8, 4096}, {1, 5}, {5, 1}}) {
+    at::manual_seed(N * 1000 + K);
+    at::Tensor w = at::randn({N, K}) * at::exp(at::randn({N, 1}) * 2);
+    if (N > 4 && K > 40) {
+      // Row 0: min 0, max 15, halves between: s = 1, z = 0, so every odd half is a tie.
+      w[0].copy_(at::remainder(at::arange(K), 31).to(at::kFloat) * 0.5f);
+      w[0][0] = 0.0f;
+      w[0][1] = 15.0f;
+      w[1].zero_();
+      w[2].fill_(-0.75f);
+      w[3].fill_(3.0f);
+      w[4].narrow(0, 0, 32).fill_(1.25f);  // a constant first group of 32
+    }
+    std::vector<QuantSpec> specs = {{QuantKind::int4_zeropoint, Granularity::tensor, 0},
+                                    {QuantKind::int4_zeropoint, Granularity::channel, 0}};
+    for (std::int64_t g : {2, 32, 128}) specs.push_back({QuantKind::int4_zeropoint, Granularity::group, g});
+    for (const QuantSpec& spec : specs) {
+      SCOPED_TRACE(testing::Message() << N << "x" << K << " " << spec.granularity_name() << " " << spec.group_size);
+      const W4Weight ref = quantize_w4_weight_reference(w, spec, "w");
+      auto expect_equal = [&](const W4Weight& got, const char* variant) {
+        SCOPED_TRACE(variant);
+        EXPECT_EQ(got.group_size, ref.group_size);
+        EXPECT_TRUE(test::tensors_equal(got.qweight, ref.qweight));
+        EXPECT_TRUE(test::tensors_equal(got.scales, ref.scales));
+        EXPECT_TRUE(test::tensors_equal(got.zeros, ref.zeros));
+        EXPECT_TRUE(test::tensors_equal(got.dequantize(), ref.dequantize()));
+      };
+      expect_equal(quantize_w4_weight(w, spec, "w"), "dispatched");
+      const std::int64_t g = spec.granularity == Granularity::tensor ? K : ref.group_size;
+      const bool whole = spec.granularity == Granularity::tensor;
+      auto as_weight = [&](const kernels::W4Rows& rows) {
+        W4Weight out;
+        out.K = K;
+        out.group_size = ref.group_size;
+        out.qweight = rows.packed;
+        out.scales = rows.scales;
+        out.zeros = rows.zeros;
+        return out;
+      };
+      expect_equal(as_weight(kernels::cpu::quantize_w4_rows_portable(w, g, whole)), "portable");
+      if (kernels::cpu::w4_quantize_avx2_available())
+        expect_equal(as_weight(kernels::cpu::quantize_w4_rows_avx2(w, g, whole)), "avx2");
+    }
+  }
 }
 
 }  // namespace
