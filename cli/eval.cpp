@@ -21,6 +21,7 @@
 #include "stats/figure_data.h"
 #include "reports/plot.h"
 #include "records/record.h"
+#include "records/rounding_band.h"
 #include "records/run_state.h"
 #include "eval/schemes.h"
 #include "reports/table.h"
@@ -38,6 +39,9 @@ struct EvalArgs {
   double sink_eps = 0.3;
   bool quantize_lm_head = false;
   bool quantize_ssm_inner = false;
+  std::int64_t rounding_band = 0;  // variants per quantised scheme (eval/rounding_band.h)
+  double rounding_band_eps = 0;    // 0: the default
+  std::int64_t rounding_seed = 0;  // > 0: the schemes themselves jittered with this seed
   std::string out;
   std::string plots;  // folder for the pictures (reports/plot.h)
   std::string plots_colour_scale = "linear";
@@ -140,7 +144,17 @@ void run_eval(const EvalArgs& a) {
   scheme_options.quantize_lm_head = a.quantize_lm_head;
   scheme_options.quantize_ssm_inner = a.quantize_ssm_inner;
   scheme_options.placement = inputs.placement;
+  scheme_options.rounding_band = a.rounding_band;
+  scheme_options.rounding_eps = a.rounding_band_eps;
+  scheme_options.rounding_seed = a.rounding_seed;
   PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
+  if (a.rounding_band > 0 && !a.quiet) {
+    const std::size_t variants = prepared.schemes.size() - parse_scheme_list(a.schemes).size();
+    fmt::print(stderr,
+               "rounding band: {} variant(s) of each quantised scheme, {} more forward passes in all (full precision is "
+               "not repeated)\n",
+               a.rounding_band, variants);
+  }
   std::vector<EvalScheme>& schemes = prepared.schemes;
   std::shared_ptr<FigureDataObserver> figures;  // --plots: maps of the full-precision pass
   if (!a.plots.empty()) {
@@ -216,6 +230,7 @@ void run_eval(const EvalArgs& a) {
 
   nlohmann::json record =
       build_record(context, scheme_infos(schemes, prepared.linear_weight_bytes()), result, prepared.statistics_summaries());
+  attach_rounding_bands(record);
   record["plan"] = plan_json;
   record["plan"]["measured_peak_rss_bytes"] = peak_rss();
   if (!inputs.placement.on_cpu())
@@ -276,6 +291,17 @@ void add_eval_command(CLI::App& app) {
   cmd->add_flag("--no-attention-stats", args->no_attention_stats, "skip attention statistics (hidden-state ones only)");
   cmd->add_option("--sink-T", args->sink_T, "Sink₁^ε: first T queries")->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd->add_option("--sink-eps", args->sink_eps, "Sink₁^ε: threshold ε on the mean attention to key 1, in (0, 1)")->capture_default_str()->check(number_in(0, 1, true, true));
+  cmd->add_option("--rounding-band", args->rounding_band,
+                  "the rounding band: this many extra evaluations of each quantised scheme whose quantised linears' inputs "
+                  "move by a few float32 ulps (docs/rounding-band.md); 0: none")
+      ->capture_default_str()->check(integer_in(0, 64));
+  cmd->add_option("--rounding-band-eps", args->rounding_band_eps,
+                  "--rounding-band: the relative size of the input jitter (default 2^-22, two ulps of 1.0)")
+      ->check(number_in(0, 1e-3, true, true));
+  cmd->add_option("--rounding-seed", args->rounding_seed,
+                  "evaluate every quantised scheme as its rounding variant of this seed (another valid implementation; "
+                  "docs/rounding-band.md); 0: the default implementation")
+      ->check(integer_in(0, 1 << 30));
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "quantise the LM head too (every scheme)");
   cmd->add_flag("--quantize-ssm-inner", args->quantize_ssm_inner,
                 "quantise Mamba's x_proj and dt_proj too (every scheme; by default they stay full precision)");

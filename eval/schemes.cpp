@@ -1,5 +1,7 @@
 #include "eval/schemes.h"
 
+#include "eval/rounding_band.h"
+
 #include <algorithm>
 #include <set>
 
@@ -157,9 +159,33 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
         collector->begin_batch(windows);
       };
     }
+    if (rewrite && options.rounding_seed > 0) {
+      const double eps = options.rounding_eps > 0 ? options.rounding_eps : kDefaultRoundingEps;
+      jitter_quantised_inputs(scheme, static_cast<std::uint64_t>(options.rounding_seed), eps);
+      scheme.description["rounding_seed"] = options.rounding_seed;
+      scheme.description["rounding_eps"] = eps;
+    }
     prepared.statistics.push_back(stats);
     prepared.rewrites.push_back(rewrite);
     prepared.schemes.push_back(std::move(scheme));
+  }
+  // The rounding band's variants, after every named scheme so that those keep their places.
+  QEVAL_CHECK(options.rounding_band >= 0 && options.rounding_band <= 64,
+              "--rounding-band {}: expected 0 (none) to 64 variants per scheme", options.rounding_band);
+  const double eps = options.rounding_eps > 0 ? options.rounding_eps : kDefaultRoundingEps;
+  const std::size_t named = prepared.schemes.size();
+  for (std::size_t i = 1; i < named && options.rounding_band > 0; ++i) {
+    for (std::int64_t seed = 1; seed <= options.rounding_band; ++seed) {
+      QEVAL_CHECK(seed != options.rounding_seed, "--rounding-seed {} is also one of --rounding-band's seeds (1 to {}): "
+                  "the scheme and that variant would be the same run; take a seed above {}",
+                  options.rounding_seed, options.rounding_band, options.rounding_band);
+      std::shared_ptr<SchemeRewrite> rewrite;
+      EvalScheme variant = rounding_variant(prepared.schemes[i], prepared.rewrites[i]->spec(), linears, config,
+                                            static_cast<std::uint64_t>(seed), eps, rewrite);
+      prepared.statistics.push_back(nullptr);
+      prepared.rewrites.push_back(rewrite);
+      prepared.schemes.push_back(std::move(variant));
+    }
   }
   return prepared;
 }

@@ -27,6 +27,13 @@ struct SchemeOptions {
   bool quantize_ssm_inner = false;  // overrides every scheme's quantize_ssm_inner (Mamba's x_proj, dt_proj) when true
   // Where the models run (recorded in each description; the evaluator places the blocks).
   Placement placement;
+  // The rounding band (eval/rounding_band.h): this many variants of each quantised scheme,
+  // appended after every named scheme, inputs jittered by this relative size.
+  std::int64_t rounding_band = 0;
+  double rounding_eps = 0;  // 0: kDefaultRoundingEps
+  // > 0: every quantised scheme itself runs with the input jitter of this seed (its name kept,
+  // its description saying "rounding_seed"): another valid implementation of the same schemes.
+  std::int64_t rounding_seed = 0;
 };
 
 // Splits "full,int8-fine,my.json" into names; "full" is put first when missing.

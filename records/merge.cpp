@@ -1,5 +1,7 @@
 #include "records/merge.h"
 
+#include "records/rounding_band.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -90,6 +92,7 @@ nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, co
   std::vector<nlohmann::json> statistics;
   for (const auto& s : merged_stats) statistics.push_back(s ? s->summary() : nlohmann::json(nullptr));
   nlohmann::json record = build_record(context, scheme_infos(first), merged, statistics);
+  attach_rounding_bands(record);  // from the merged variants' numbers, not a shard's
   // The merged record must hold the protocol's windows: 0..n-1 for the sequential protocols, and
   // as many as the shards recorded.
   if (protocol_windows && (*protocol_windows)[0] != merged.windows)

@@ -1,5 +1,7 @@
 #include "reports/check.h"
 
+#include "records/rounding_band.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -117,10 +119,12 @@ Tolerances Tolerances::from_json(const nlohmann::json& j, const std::string& sou
     QEVAL_CHECK(j["schemes"].is_object(), "{}: \"schemes\" should be an object keyed by scheme name", source);
     for (const auto& [name, entry] : j["schemes"].items()) {
       const std::string where = fmt::format("{}: schemes.{}", source, name);
-      require_keys(entry, {"dppl_abs", "dppl_rel", "ppl_abs", "ppl_rel", "required"}, where);
+      require_keys(entry, {"dppl_abs", "dppl_rel", "ppl_abs", "ppl_rel", "required", "band"}, where);
       SchemeTolerance s;
       s.dppl = {non_negative(entry, "dppl_abs", where), non_negative(entry, "dppl_rel", where)};
       s.ppl = {non_negative(entry, "ppl_abs", where), non_negative(entry, "ppl_rel", where)};
+      s.band = non_negative(entry, "band", where);
+      QEVAL_CHECK(!s.band || *s.band > 0, "{}: \"band\" should be a number of bands > 0, found 0", where);
       if (entry.contains("required")) {
         QEVAL_CHECK(entry["required"].is_boolean(), "{}: \"required\" should be true or false", where);
         s.required = entry["required"].get<bool>();
@@ -210,6 +214,7 @@ CheckReport check_record(const nlohmann::json& baseline, const nlohmann::json& c
                   tolerances.source, name, bs);
 
     for (const auto& b : baseline.at("schemes")) {
+      if (is_rounding_variant(b)) continue;  // part of its scheme's band, not a scheme to gate
       const std::string name = b.at("name").get<std::string>();
       auto tol_it = tolerances.schemes.find(name);
       if (tol_it == tolerances.schemes.end()) tol_it = tolerances.schemes.find("*");
@@ -230,12 +235,27 @@ CheckReport check_record(const nlohmann::json& baseline, const nlohmann::json& c
       if (!t.ppl.empty())
         report.items.push_back(judge(name, "PPL", b.at("perplexity").at("ppl"), c->at("perplexity").at("ppl"), t.ppl,
                                      Direction::increase));
-      if (!t.dppl.empty())
-        report.items.push_back(judge(name, "ΔPPL", b.at("vs_full").at("dppl"), c->at("vs_full").at("dppl"), t.dppl,
-                                     Direction::increase));
+      if (!t.dppl.empty() || t.band) {
+        CheckItem item = judge(name, "ΔPPL", b.at("vs_full").at("dppl"), c->at("vs_full").at("dppl"), t.dppl,
+                               Direction::increase);
+        if (t.band) {
+          // The band is recomputed from the baseline's variant entries (verified like every scheme).
+          const std::optional<RoundingBand> band = rounding_band(baseline, name);
+          QEVAL_CHECK(band.has_value(), "{}: schemes.{} limits ΔPPL in rounding bands (\"band\": {}), but baseline {} has "
+                      "no rounding band for it; evaluate the baseline with --rounding-band K (docs/ci-gate.md)",
+                      tolerances.source, name, *t.band, bs);
+          const double width = *t.band * band->dppl_sd;
+          item.allowed = t.dppl.empty() ? width : std::max(item.allowed, width);
+          item.rule = (t.dppl.empty() ? std::string() : item.rule + "; ") +
+                      fmt::format("{} × band {:.4g} = {:.4g} (σ of ΔPPL over {} rounding variants)", *t.band,
+                                  band->dppl_sd, width, band->variants);
+          item.violated = !(item.change <= item.allowed);
+        }
+        report.items.push_back(item);
+      }
     }
     for (const auto& c : current.at("schemes"))
-      if (!find_scheme(baseline, c.at("name").get<std::string>()))
+      if (!is_rounding_variant(c) && !find_scheme(baseline, c.at("name").get<std::string>()))
         report.notes.push_back(fmt::format("scheme {} is not in the baseline: not checked", c.at("name").get<std::string>()));
 
     if (!tolerances.statistics.empty()) {

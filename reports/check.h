@@ -9,8 +9,9 @@
 //   "schemes": {                               per scheme name; "*" applies to every scheme of the
 //     "*":           {"dppl_abs": 0.05, "dppl_rel": 0.25},     baseline not named explicitly
 //     "full":        {"ppl_abs": 0.1, "ppl_rel": 0.02},
-//     "int8-coarse": {"dppl_abs": 0.5, "required": false}
-//   },
+//     "int8-coarse": {"dppl_abs": 0.5, "required": false},
+//     "int8-moderate": {"dppl_abs": 0.01, "band": 3},  fail only beyond 3 rounding bands and 0.01
+//   },                                         ("band" needs a baseline run with --rounding-band K)
 //   "statistics_for": ["full"],                schemes whose statistics are checked (default: every
 //                                               scheme that has statistics in the baseline)
 //   "statistics": {                            by name, see statistic_names()
@@ -56,6 +57,10 @@ struct SchemeTolerance {
   Limit dppl;                    // increase of ΔPPL vs full
   Limit ppl;                     // increase of the scheme's PPL
   std::optional<bool> required;  // overrides missing_scheme for this scheme
+  // ΔPPL in rounding bands (records/rounding_band.h): a ΔPPL increase fails only beyond this many
+  // of the baseline's bands (the standard deviation of ΔPPL over the scheme's rounding variants)
+  // and beyond dppl's limit, when one is given.
+  std::optional<double> band;
 };
 
 struct StatisticTolerance {

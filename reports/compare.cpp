@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/json_diff.h"
 #include "records/record_verify.h"
+#include "records/rounding_band.h"
 #include "reports/table.h"
 
 namespace qeval {
@@ -200,6 +201,39 @@ CompareFormat parse_compare_format(const std::string& s) {
   fail("unknown format '{}': expected md, csv or json", s);
 }
 
+// Records evaluated with --rounding-band: each quantised scheme's paired ΔNLL with both of its
+// noises, "± se (sampling) ± band (rounding)", flagged where the band exceeds the se (a difference
+// smaller than the band is not a difference of the scheme). Empty when no record has a band.
+std::string rounding_band_table(const std::vector<LabeledRecord>& records) {
+  std::string rows;
+  bool flagged = false;
+  for (const auto& r : records) {
+    for (const auto& s : r.record.at("schemes")) {
+      if (is_rounding_variant(s)) continue;
+      const std::optional<RoundingBand> band = rounding_band(r.record, s.at("name").get<std::string>());
+      if (!band) continue;
+      const auto& v = s.at("vs_full");
+      const double se = v.at("paired_dnll_se").is_number() ? v.at("paired_dnll_se").get<double>() : std::nan("");
+      const bool exceeds = band->delta_nll_sd > se;
+      flagged = flagged || exceeds;
+      const std::string dnll =
+          v.at("paired_dnll_mean").is_number() ? fmt::format("{:+.5f}", v.at("paired_dnll_mean").get<double>()) : "—";
+      rows += fmt::format("| {} | {} | {} ± {:.5f} ± {:.5f} | {:.5f} | {} | {:.3g} |{}\n", r.label,
+                          s.at("name").get<std::string>(), dnll, se,
+                          band->delta_nll_sd, band->delta_nll_range, band->variants, band->eps,
+                          exceeds ? " ⚠ band > se |" : " |");
+    }
+  }
+  if (rows.empty()) return "";
+  return "\nRounding band (paired ΔNLL ± se (sampling) ± band (rounding); the band is the standard deviation over the "
+         "scheme and its rounding variants, docs/rounding-band.md)\n\n"
+         "| model | scheme | ΔNLL ± se ± band | band range | variants | ε | |\n|---|---|---:|---:|---:|---:|---|\n" +
+         rows +
+         (flagged ? "\n⚠: the rounding band exceeds the sampling se: a change of the penalty within the band is "
+                    "rounding, not the scheme.\n"
+                  : std::string());
+}
+
 std::string format_comparison(const std::vector<LabeledRecord>& records, CompareFormat format,
                               bool protocol_mismatch_allowed) {
   QEVAL_CHECK(!records.empty(), "compare: no records given");
@@ -257,6 +291,7 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
     for (const auto& c : columns) out += " " + delta_text(r["dppl"][c.scheme]) + " |";
     out += "\n";
   }
+  out += rounding_band_table(records);
   std::vector<std::string> notes;
   bool unknown_recipe = false;
   for (const auto& r : rows) unknown_recipe |= r["orthoadam"].is_null();

@@ -1,5 +1,7 @@
 #include "reports/table.h"
 
+#include "records/rounding_band.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -31,15 +33,33 @@ Execution execution_of(const nlohmann::json& scheme) {
   return {e.substr(0, open), e.substr(open + 2, e.size() - open - 3)};
 }
 
+// " ± 0.00082" (with " ⚠" when it exceeds the se), or "" when the scheme has no band.
+std::string band_cell(const nlohmann::json& record, const nlohmann::json& scheme, bool& exceeds_se) {
+  const std::optional<RoundingBand> band = rounding_band(record, scheme.at("name").get<std::string>());
+  if (!band) return "";
+  const double se = scheme.at("vs_full").at("paired_dnll_se").get<double>();
+  const bool exceeds = band->delta_nll_sd > se;
+  exceeds_se = exceeds_se || exceeds;
+  return fmt::format(" ± {:.5f}{}", band->delta_nll_sd, exceeds ? " ⚠" : "");
+}
+
 }  // namespace
 
 std::string scheme_table_markdown(const nlohmann::json& record) {
-  std::string out =
-      "| scheme | execution | PPL | ± | ΔPPL | ΔPPL % | paired ΔNLL ± se | KL(full‖q) | top-1 agree | Δp(correct) | tok/s |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  // With a rounding band (records/rounding_band.h) the ΔNLL cell gains its band: "ΔNLL ± se
+  // (sampling) ± band (rounding)", flagged where the band exceeds the se; the variants themselves
+  // are not rows.
+  bool any_band = false;
+  for (const auto& s : record.at("schemes")) any_band = any_band || is_rounding_variant(s);
+  std::string out = fmt::format(
+      "| scheme | execution | PPL | ± | ΔPPL | ΔPPL % | paired ΔNLL ± se{} | KL(full‖q) | top-1 agree | Δp(correct) | tok/s |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      any_band ? " ± band" : "");
   std::vector<std::string> footnotes;  // one per scheme that runs a path chosen for a reason
   const bool full_finite = finite_ppl(record.at("schemes").front());
+  bool band_exceeds_se = false;
   for (const auto& s : record.at("schemes")) {
+    if (is_rounding_variant(s)) continue;
     const auto& p = s.at("perplexity");
     auto [execution, why] = execution_of(s);
     if (!why.empty()) {
@@ -63,12 +83,20 @@ std::string scheme_table_markdown(const nlohmann::json& record) {
                        cell("dppl_rel", "{:+.2f}", 100),
                        compared && v.at("paired_dnll_mean").is_number() && v.at("paired_dnll_se").is_number()
                            ? fmt::format("{:+.5f} ± {:.5f}", v.at("paired_dnll_mean").get<double>(),
-                                         v.at("paired_dnll_se").get<double>())
+                                         v.at("paired_dnll_se").get<double>()) +
+                                 band_cell(record, s, band_exceeds_se)
                            : "—",
                        cell("kl_mean", "{:.5f}"), cell("top1_agreement", "{:.2f}%", 100), cell("dp_correct_mean", "{:+.5f}"),
                        table_number(s.at("timing").at("tokens_per_second"), 0));
   }
   if (!footnotes.empty()) out += "\n" + fmt::format("{}", fmt::join(footnotes, "\n")) + "\n";
+  if (any_band)
+    out += fmt::format(
+        "\nband: the standard deviation of ΔNLL over the scheme and its rounding variants (inputs of its quantised "
+        "linears moved by a few ulps; docs/rounding-band.md){}\n",
+        band_exceeds_se ? "; ⚠: the rounding band exceeds the sampling se, so a change smaller than the band is not a "
+                          "change of the scheme"
+                        : "");
   return out;
 }
 

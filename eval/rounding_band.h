@@ -1,0 +1,45 @@
+// The rounding band (issue 53): how far a scheme's penalty moves when only the rounding of its
+// float arithmetic changes. `eval --rounding-band K` adds, for each quantised scheme, K variants
+// that differ from it in one thing: every input of a quantised linear is multiplied element-wise
+// by (1 + ε·u), u uniform in [−1, 1] from a generator seeded by (variant seed, window, linear),
+// with ε a few float32 ulps (default 2⁻²²). Any float32 implementation of the layers upstream
+// (another summation order, a fused kernel, another BLAS) moves these inputs by as much, so each
+// variant is as valid an implementation of the scheme as the default; the spread of the variants'
+// penalties is the band. The quantisers then see scales and values that moved by ulps, and every
+// value within that distance of a rounding boundary may round the other way: the noise that a
+// change of summation order shows (docs/rounding-band.md has the measurements).
+//
+// The variants run in the same pass as everything else, as ordinary schemes named
+// "<scheme>~r<seed>" whose description says "rounding_band_of" (so shards, --resume and merge
+// keep them exact, window by window); full precision is never repeated. records/rounding_band.h
+// folds them into their scheme's band.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "eval/evaluator.h"
+#include "quant/rewrite.h"
+
+namespace qeval {
+
+inline constexpr double kDefaultRoundingEps = 1.0 / (1 << 22);  // 2⁻²²: two ulps of 1.0 in float32
+
+// The variant of a quantised scheme for seed `seed` (1, 2, ...): the scheme's rewrite (a fresh
+// SchemeRewrite of `spec`, so its report is its own), each of its quantised linears behind a
+// jitter of its inputs, no statistics.
+EvalScheme rounding_variant(const EvalScheme& scheme, const SchemeSpec& spec, const std::vector<std::string>& linears,
+                            const ModelConfig& config, std::uint64_t seed, double eps,
+                            std::shared_ptr<SchemeRewrite>& rewrite_out);
+
+// Puts `scheme`'s quantised linears behind the input jitter of `seed` (after its own wrap_block,
+// beside its own begin_batch): the scheme evaluated as another, equally valid implementation
+// (`eval --rounding-seed S`, which gates use to see a penalty move by rounding alone).
+void jitter_quantised_inputs(EvalScheme& scheme, std::uint64_t seed, double eps);
+
+// "int8-moderate~r3".
+std::string rounding_variant_name(const std::string& scheme, std::uint64_t seed);
+
+}  // namespace qeval

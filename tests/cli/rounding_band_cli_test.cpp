@@ -1,0 +1,132 @@
+// The rounding band end to end (issue 53), on real runs of stories260K: `eval --rounding-band K`
+// records K variants per quantised scheme and folds them into the scheme's band (the same numbers
+// whatever the batch size or sharding), `compare` shows "ΔNLL ± se ± band", and `check` with a
+// "band" rule passes a record whose penalty moved by rounding alone (the same schemes evaluated
+// as another valid implementation, --rounding-seed) where an absolute limit alone fails it, fails
+// a real regression (the same model rotated: its int8 penalty grew beyond three bands), and
+// refuses a band rule against a baseline without a band.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "tests/cli/run_qeval.h"
+#include "tests/cli/stories_eval.h"
+#include "tests/support/test_data.h"
+
+namespace qeval {
+namespace {
+
+using nlohmann::json;
+using test::CommandResult;
+using test::contains;
+
+const std::string kCommon = " --data-dir " + test::data_dir().string() +
+                            " --model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt "
+                            "--seq-len 256 --max-windows 16 --schemes full,int8-coarse,int8-moderate,w4-zeropoint";
+
+json read_json(const std::string& path) { return json::parse(read_file(path)); }
+
+const json& scheme(const json& record, const std::string& name) {
+  for (const auto& s : record.at("schemes"))
+    if (s.at("name") == name) return s;
+  ADD_FAILURE() << "no scheme " << name;
+  static const json none;
+  return none;
+}
+
+struct Runs {
+  test::TempDir dir;
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+  // `eval` with the common arguments and `extra`, its record at `name`.
+  json eval(const std::string& name, const std::string& extra) const {
+    const CommandResult r = test::run_qeval(test::kEval + kCommon + " " + extra + " --out " + path(name));
+    EXPECT_EQ(r.status, 0) << r.output;
+    return read_json(path(name));
+  }
+};
+
+TEST(RoundingBandCli, VariantsAreRecordedFoldedAndTheSameForAnyBatchOrShard) {
+  Runs runs;
+  const json record = runs.eval("band.json", "--rounding-band 3");
+  ASSERT_EQ(record.at("schemes").size(), 4u + 3u * 3u);  // full precision is not repeated
+  for (const char* name : {"int8-coarse", "int8-moderate", "w4-zeropoint"}) {
+    SCOPED_TRACE(name);
+    const json& s = scheme(record, name);
+    ASSERT_TRUE(s.contains("rounding_band"));
+    const json& band = s.at("rounding_band");
+    EXPECT_EQ(band.at("variants"), 3);
+    EXPECT_EQ(band.at("seeds"), json::array({1, 2, 3}));
+    ASSERT_EQ(band.at("delta_nll").size(), 4u);  // the scheme's own, then each variant's
+    EXPECT_EQ(band.at("delta_nll")[0], s.at("vs_full").at("paired_dnll_mean"));
+    const json& variant = scheme(record, std::string(name) + "~r2");
+    EXPECT_EQ(variant.at("description").at("rounding_band_of"), name);
+    EXPECT_EQ(band.at("delta_nll")[2], variant.at("vs_full").at("paired_dnll_mean"));
+  }
+  // Activation rounding moves the int8 penalties; 4-bit weights with float activations hardly move.
+  EXPECT_GT(scheme(record, "int8-moderate").at("rounding_band").at("delta_nll_sd").get<double>(), 1e-5);
+  EXPECT_LT(scheme(record, "w4-zeropoint").at("rounding_band").at("delta_nll_sd").get<double>(), 1e-6);
+  EXPECT_EQ(scheme(record, "full").count("rounding_band"), 0u);
+
+  // The variants' noise is drawn per window: another batch size and two merged shards give the
+  // same band to the last bit.
+  const json batched = runs.eval("batched.json", "--rounding-band 3 --batch-size 4");
+  const CommandResult s0 = test::run_qeval(test::kEval + kCommon + " --rounding-band 3 --shard 0/2 --out " + runs.path("s0.json"));
+  const CommandResult s1 = test::run_qeval(test::kEval + kCommon + " --rounding-band 3 --shard 1/2 --out " + runs.path("s1.json"));
+  ASSERT_EQ(s0.status, 0) << s0.output;
+  ASSERT_EQ(s1.status, 0) << s1.output;
+  const CommandResult m =
+      test::run_qeval("merge " + runs.path("s0.json") + " " + runs.path("s1.json") + " --out " + runs.path("merged.json"));
+  ASSERT_EQ(m.status, 0) << m.output;
+  const json merged = read_json(runs.path("merged.json"));
+  for (const char* name : {"int8-coarse", "int8-moderate"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(scheme(batched, name).at("rounding_band").at("delta_nll"), scheme(record, name).at("rounding_band").at("delta_nll"));
+    EXPECT_EQ(scheme(merged, name).at("rounding_band").at("delta_nll"), scheme(record, name).at("rounding_band").at("delta_nll"));
+  }
+
+  // compare: each scheme's ΔNLL with both noises; the variants are not rows of their own.
+  const CommandResult c = test::run_qeval("compare " + runs.path("band.json"));
+  ASSERT_EQ(c.status, 0) << c.output;
+  EXPECT_TRUE(contains(c.output, "Rounding band")) << c.output;
+  EXPECT_TRUE(contains(c.output, "| int8-moderate | ")) << c.output;
+  EXPECT_FALSE(contains(c.output, "int8-moderate~r1")) << c.output;
+}
+
+TEST(RoundingBandCli, BandGatePassesARoundingMoveAndFailsARealRegression) {
+  Runs runs;
+  runs.eval("baseline.json", "--rounding-band 4");
+  runs.eval("reimplemented.json", "--rounding-seed 11");  // the same schemes, another valid rounding
+  runs.eval("rotated.json", "--transform rotate");        // another model: a real change of the penalty
+  runs.eval("no-band.json", "");
+  test::write_bytes(runs.dir / "band.json", R"({"schemes": {"int8-moderate": {"dppl_abs": 0.001, "band": 3}}})");
+  test::write_bytes(runs.dir / "abs.json", R"({"schemes": {"int8-moderate": {"dppl_abs": 0.001}}})");
+  auto check = [&](const std::string& baseline, const std::string& current, const std::string& tolerances) {
+    return test::run_qeval("check --baseline " + runs.path(baseline) + " " + runs.path(current) + " --tolerances " +
+                           runs.path(tolerances));
+  };
+  // Moved by rounding alone: within three bands, though beyond the absolute limit.
+  const json base = read_json(runs.path("baseline.json")), re = read_json(runs.path("reimplemented.json"));
+  const double moved = re.at("schemes")[2].at("vs_full").at("dppl").get<double>() -
+                       base.at("schemes")[2].at("vs_full").at("dppl").get<double>();
+  ASSERT_GT(std::fabs(moved), 0.001) << "the reimplementation should move the penalty past the absolute limit";
+  CommandResult r = check("baseline.json", "reimplemented.json", "band.json");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "3 × band")) << r.output;
+  r = check("baseline.json", "reimplemented.json", "abs.json");
+  EXPECT_EQ(r.status, 1) << r.output;
+  // A real regression: beyond three bands.
+  r = check("baseline.json", "rotated.json", "band.json");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "**FAIL**")) << r.output;
+  // A band rule needs a baseline with a band.
+  r = check("no-band.json", "reimplemented.json", "band.json");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "no rounding band")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--rounding-band")) << r.output;
+}
+
+}  // namespace
+}  // namespace qeval
