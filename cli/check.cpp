@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -47,6 +48,8 @@ void run_check(const CheckArgs& a) {
   QEVAL_CHECK(a.records.size() == 1, "check: give exactly one record to check, found {}", a.records.size());
   QEVAL_CHECK(a.format == "md" || a.format == "json", "check: --format should be md or json, found '{}'", a.format);
   if (!a.report.empty()) check_output_file(a.report, "--report");
+  check_output_is_not_an_input(a.report, "--report",
+                               {{"baseline", a.baseline}, {"tolerance file", a.tolerances}, {"record", a.records.front()}});
   const Tolerances tolerances = load_tolerances(a.tolerances);
   const nlohmann::json baseline = read_record(a.baseline);
   const nlohmann::json record = read_record(a.records.front());
@@ -73,7 +76,7 @@ void add_check_command(CLI::App& app) {
   cmd->add_flag("--allow-partial", args->allow_partial,
                 "check shard records and partial merges too (noted in the report)");
   cmd->add_option("--format,-f", args->format, "report format: md or json")->capture_default_str();
-  cmd->add_option("--report", args->report, "also write the report to this file");
+  cmd->add_option("--report", args->report, "also write the report to this file")->check(output_path());
   cmd->callback([args] { run_check(*args); });
 }
 

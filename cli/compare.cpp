@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/printable.h"
@@ -61,6 +62,7 @@ void run_compare(const CompareArgs& a) {
   QEVAL_CHECK(!a.records.empty(), "compare: give one or more result records (qeval eval --out R.json)");
   const CompareFormat format = parse_compare_format(a.format);
   if (!a.out.empty()) check_output_file(a.out, "--out");
+  for (const auto& path : a.records) check_output_is_not_an_input(a.out, "--out", {{"record", path}});
   if (is_series_record_file(a.records.front())) return run_series_compare(a, format);
   std::vector<LabeledRecord> records;
   for (const auto& path : a.records) {
@@ -102,7 +104,7 @@ void add_compare_command(CLI::App& app) {
   cmd->add_flag("--timings", args->timings,
                 "where each record's time went, by phase (read, convert, quantize, forward, statistics, head, ...): "
                 "after the tables in Markdown, instead of them in CSV and JSON");
-  cmd->add_option("--out,-o", args->out, "write the tables here instead of stdout");
+  cmd->add_option("--out,-o", args->out, "write the tables here instead of stdout")->check(output_path());
   cmd->callback([args] { run_compare(*args); });
 }
 

@@ -136,6 +136,12 @@ void run_eval(const EvalArgs& a) {
   if (!state_path.empty() && (a.resume || a.stop_after > 0)) check_output_file(state_path, "--state-file");
   if (!a.plots.empty()) check_output_folder(a.plots, "--plots");
   EvalInputs inputs = prepare_eval_inputs(a.data);
+  const std::vector<std::pair<std::string, std::string>> input_files = {
+      {"data file", inputs.data_path.string()}, {"model", inputs.model_path.string()},
+      {"tokenizer", inputs.tokenizer_path.string()}};
+  check_output_is_not_an_input(a.out, "--out", input_files);
+  check_output_is_not_an_input(state_path, "--state-file", input_files);
+  check_output_is_not_an_input(a.out, "--out", {{"state file", state_path}});
   SchemeOptions scheme_options;
   scheme_options.stats_for = parse_stats_for(a.stats_for);
   scheme_options.statistics.attention = !a.no_attention_stats;
@@ -305,7 +311,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "quantise the LM head too (every scheme)");
   cmd->add_flag("--quantize-ssm-inner", args->quantize_ssm_inner,
                 "quantise Mamba's x_proj and dt_proj too (every scheme; by default they stay full precision)");
-  cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically");
+  cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically")->check(output_path());
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   cmd->add_option("--plots", args->plots, "also draw PNG pictures (gnuplot): attention and |hidden state| maps and per-layer curves of full precision, into this folder");
   cmd->add_option("--plots-colour-scale", args->plots_colour_scale, "--plots maps: linear or log colour scale")

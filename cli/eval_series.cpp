@@ -1,9 +1,12 @@
 #include "cli/eval_series.h"
 
+#include "cli/option_checks.h"
+
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -115,14 +118,15 @@ void add_series_options(CLI::App* cmd, SeriesArgs& args) {
   cmd->add_flag("--watch", args.watch,
                 "series: keep evaluating checkpoints as a running trainer writes them; stops when the trainer says it "
                 "finished, when --watch-stop exists, or after --watch-timeout seconds without a new checkpoint");
+  // Finite numbers only (option_checks.h): "nan" would switch the timeout off, "inf" sleep forever.
   cmd->add_option("--watch-timeout", args.watch_timeout, "--watch: seconds without a new checkpoint before stopping (0: none)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(number_in(0, 1e9));
   cmd->add_option("--watch-stop", args.watch_stop, "--watch: stop once this file exists (after the checkpoints present)");
   cmd->add_option("--watch-poll", args.watch_poll, "--watch: seconds between looks at the series")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(number_in(0, 1e9, /*lo_open=*/true));
   cmd->add_option("--watch-settle", args.watch_settle,
                   "--watch: an HF checkpoint-N/ counts as complete when no file in it changed for this many seconds")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(number_in(0, 1e9));
 }
 
 bool wants_series(const SeriesArgs& args, const std::string& model) {
@@ -214,7 +218,9 @@ void run_series(const SeriesArgs& args, const std::string& model, const std::str
                                                             fmt::join(listing.pending, ", ")));
       break;
     }
-    std::this_thread::sleep_for(std::chrono::duration<double>(args.watch_poll));
+    // Never past the timeout: a poll longer than what is left of it sleeps only what is left.
+    const double left = args.watch_timeout > 0 ? args.watch_timeout - idle : args.watch_poll;
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, std::min(args.watch_poll, left))));
   }
   QEVAL_CHECK(!done.empty(), "series {}: no complete checkpoint to evaluate", model);
   fmt::print(stderr, "series record written to {}\n", out);

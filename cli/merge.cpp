@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "records/merge.h"
@@ -16,12 +17,13 @@ void add_merge_command(CLI::App& app) {
   auto allow_partial = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("merge", "combine shard records (eval --shard i/n) into the record one run gives");
   cmd->add_option("shards", *paths, "shard records, one per shard, any order")->required();
-  cmd->add_option("--out,-o", *out, "write the merged record here, atomically")->required();
+  cmd->add_option("--out,-o", *out, "write the merged record here, atomically")->required()->check(output_path());
   cmd->add_flag("--allow-partial", *allow_partial,
                 "write a record even when shards or windows are missing (marked \"partial\"; check refuses it unless "
                 "told --allow-partial too)");
   cmd->callback([paths, out, allow_partial] {
     check_output_file(*out, "--out");
+    for (const auto& p : *paths) check_output_is_not_an_input(*out, "--out", {{"shard record", p}});
     std::vector<nlohmann::json> shards;
     for (const auto& p : *paths) shards.push_back(read_record(p));
     nlohmann::json merged = merge_shard_records(shards, *paths, *allow_partial);

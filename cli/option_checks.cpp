@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
+#include "common/error.h"
 #include "common/printable.h"
 #include "kernels/compute_threads.h"
 
@@ -25,7 +27,33 @@ std::string number_range_text(double lo, double hi, bool lo_open, bool hi_open) 
   return fmt::format("a finite number in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
 }
 
+// The same file, or the same path once resolved (the output may not exist yet).
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  if (std::filesystem::exists(a, ec) && std::filesystem::exists(b, ec)) return std::filesystem::equivalent(a, b, ec);
+  return std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec);
+}
+
 }  // namespace
+
+CLI::Validator output_path() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text.empty()) return "an empty path writes nothing; give a file or folder name";
+        return "";
+      },
+      "PATH");
+}
+
+void check_output_is_not_an_input(const std::string& output, const std::string& option,
+                                  const std::vector<std::pair<std::string, std::string>>& inputs) {
+  if (output.empty()) return;
+  for (const auto& [what, path] : inputs) {
+    if (path.empty()) continue;
+    QEVAL_CHECK(!same_file(output, path), "{} {}: is the {} ({}); writing it would overwrite an input; choose another path",
+                option, printable(output), what, printable(path));
+  }
+}
 
 CLI::Validator integer_in(std::int64_t lo, std::int64_t hi) {
   const std::string expected = integer_range_text(lo, hi);

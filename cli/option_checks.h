@@ -8,6 +8,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace qeval::cli {
 
@@ -19,6 +22,16 @@ CLI::Validator number_in(double lo, double hi, bool lo_open = false, bool hi_ope
 
 // A finite number > 0 (no upper bound).
 CLI::Validator positive_number();
+
+// An output path given on the command line: refuses an empty one ("--out ''" wrote nothing and
+// exited 0; issue 51).
+CLI::Validator output_path();
+
+// Refuses an output that is one of the inputs (the same file, through links too): `--out` naming
+// the data, the baseline or a shard overwrote it (issue 51). `inputs`: (what, path) pairs; empty
+// paths are skipped.
+void check_output_is_not_an_input(const std::string& output, const std::string& option,
+                                  const std::vector<std::pair<std::string, std::string>>& inputs);
 
 // --threads: `requested` when the hardware has that many threads; above that, the hardware's count
 // with a note on stderr (more threads than the hardware runs only adds scheduling and memory: 10000

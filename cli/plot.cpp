@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -84,7 +85,7 @@ void add_plot_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plot", "PNG pictures (gnuplot) of records' per-layer statistics and eval --plots maps");
   add_json_config(cmd);
   cmd->add_option("record", args->records, "result record (qeval eval --out); several: their curves on shared axes");
-  cmd->add_option("--out,-o", args->out, "folder for the .dat, .gp and .png files");
+  cmd->add_option("--out,-o", args->out, "folder for the .dat, .gp and .png files")->check(output_path());
   cmd->add_option("--scheme", args->scheme, "scheme whose statistics to draw")->capture_default_str();
   cmd->add_option("--figure-data", args->figure_data, "figure_data.json written by qeval eval --plots DIR: also draw the maps");
   cmd->add_option("--colour-scale", args->colour_scale, "maps: linear or log colour scale")

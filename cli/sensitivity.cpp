@@ -48,6 +48,9 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   if (a.quantize_lm_head) base.quantize_lm_head = true;
 
   EvalInputs inputs = prepare_eval_inputs(a.data);
+  check_output_is_not_an_input(a.out, "--out",
+                               {{"data file", inputs.data_path.string()}, {"model", inputs.model_path.string()},
+                                {"tokenizer", inputs.tokenizer_path.string()}});
   sensitivity_units(inputs.model->config(), base, by);  // the scheme must select something in this model
 
   SensitivityOptions options;
@@ -96,7 +99,7 @@ void add_sensitivity_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"layer", "kind"}));
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "let the scheme select the LM head too");
   cmd->add_option("--top", args->top, "rows in the printed table (0: all)")->capture_default_str()->check(integer_in(0));
-  cmd->add_option("--out,-o", args->out, "write the result record (JSON, with a \"sensitivity\" section) here, atomically");
+  cmd->add_option("--out,-o", args->out, "write the result record (JSON, with a \"sensitivity\" section) here, atomically")->check(output_path());
   cmd->add_option("--plot", args->plot, "also draw a bar chart of ΔNLL per unit with the input max |x| (gnuplot) to this .png");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   cmd->callback([args] {

@@ -205,7 +205,7 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"random", "hadamard", "identity"}));
   cmd->add_option("--dense-max", a->dense_max, "OrthoAdam: largest axis with a dense orthogonal matrix")->capture_default_str()->check(integer_in(1, 1 << 16));
 
-  cmd->add_option("--out,-o", a->out, "checkpoint folder (written at --checkpoint-every and at the end)");
+  cmd->add_option("--out,-o", a->out, "checkpoint folder (written at --checkpoint-every and at the end)")->check(output_path());
   cmd->add_option("--resume", a->resume, "continue from this checkpoint folder (same recipe)");
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints (0: only at the end)")->capture_default_str()->check(integer_in(0));
   cmd->add_option("--keep-checkpoints", a->keep_checkpoints,

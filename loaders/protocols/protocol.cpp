@@ -153,6 +153,10 @@ ProtocolSpec ProtocolSpec::from_json(const nlohmann::json& j, const std::string&
   if (name == "stride") {
     if (p.stride == 0) p.stride = p.seq_len / 2;
     QEVAL_CHECK(p.stride >= 1, "{}: stride must be >= 1, found {}", source, p.stride);
+    // A window scores the tokens its stride moved past; beyond seq_len the tokens between two
+    // windows would be scored by neither (issue 51: silently left out).
+    QEVAL_CHECK(p.stride <= p.seq_len, "{}: stride {} is above seq_len {}: the {} tokens between two windows would be "
+                "scored by none; give a stride of at most {}", source, p.stride, p.seq_len, p.stride - p.seq_len, p.seq_len);
   }
   if (name == "llamacpp")
     QEVAL_CHECK(p.seq_len >= 4, "{}: llamacpp needs n_ctx (seq_len) >= 4 to score anything, found {}", source, p.seq_len);

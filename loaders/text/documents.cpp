@@ -25,6 +25,14 @@ bool is_json_lines_name(const std::filesystem::path& path) {
 }  // namespace
 
 std::unique_ptr<DocumentReader> open_documents(const std::filesystem::path& path, const DocumentOptions& options) {
+  // A device or a FIFO (/dev/zero, a pipe) never ends or cannot be read twice (the protocols read
+  // the data again for calibration and hashing): only regular files are text (issue 51).
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  QEVAL_CHECK(!std::filesystem::exists(st) || std::filesystem::is_regular_file(st),
+              "{}: not a regular file ({}); the data must be a text, JSON lines or compressed file",
+              path.string(), std::filesystem::is_directory(st) ? "a folder" : std::filesystem::is_fifo(st) ? "a FIFO" :
+              std::filesystem::is_character_file(st) || std::filesystem::is_block_file(st) ? "a device" : "not a file");
   if (is_json_lines_name(path)) return open_jsonl_documents(path, options);
   return open_text_documents(path, options);
 }

@@ -487,6 +487,45 @@ std::vector<BadInput> corpus() {
   option_case("transform_unknown", "--transform spin", {"spin"});
   option_case("unknown_option", "--sequence-length 5", {"--sequence-length"});
   option_case("bos_both", "--bos-per-window --no-bos-per-window", {"contradict"});
+  // Issue 51: outputs that name nothing or an input, data that never ends, unscored tokens, NaN
+  // switching a safeguard off.
+  option_case("out_empty", "--out ''", {"--out", "an empty path writes nothing"});
+  option_case("stride_above_seq_len", "--protocol stride --seq-len 32 --stride 40",
+              {"stride 40 is above seq_len 32", "8 tokens between two windows would be scored by none"});
+  option_case("watch_timeout_nan", "--watch --watch-timeout nan", {"--watch-timeout", "\"nan\" is outside the range"});
+  option_case("watch_timeout_inf", "--watch --watch-timeout inf", {"--watch-timeout", "\"inf\" is outside the range"});
+  option_case("watch_poll_zero", "--watch --watch-poll 0", {"--watch-poll", "\"0\" is outside the range"});
+  option_case("rounding_band_too_many", "--rounding-band 65", {"--rounding-band", "65 is outside the range"});
+  option_case("rounding_eps_nan", "--rounding-band 2 --rounding-band-eps nan", {"--rounding-band-eps", "\"nan\" is outside"});
+  add({"data_is_a_device", [](Inputs& in) { return kTiny + " --data /dev/zero --out " + in.path("out.json"); }, 2,
+       {"/dev/zero", "not a regular file (a device)"}});
+  add({"out_is_the_data", [](Inputs& in) {
+         const std::string data = in.file("data.txt", "Once upon a time there was a cat. The cat sat. " + std::string(4000, 'a'));
+         return kTiny + " --data " + data + " --out " + data;
+       }, 2, {"--out", "data.txt: is the data file"}, ""});
+  add({"rounding_seed_is_a_band_seed", [](Inputs& in) {
+         return kTiny + " --rounding-band 3 --rounding-seed 2 --out " + in.path("out.json");
+       }, 2, {"--rounding-seed 2 is also one of --rounding-band's seeds"}});
+  add({"check_report_is_the_baseline", [](Inputs& in) {
+         const std::string base = in.json_file("base.json", made().record);
+         return "check --baseline " + base + " --tolerances " + tolerances(in, kTol) + " " +
+                in.json_file("r.json", made().record) + " --report " + base;
+       }, 2, {"--report", "base.json: is the baseline"}, ""});
+  add({"check_band_without_baseline_band", [](Inputs& in) {
+         return check_args(in, in.json_file("r.json", made().record),
+                           R"({"schemes": {"int8-coarse": {"dppl_abs": 0.1, "band": 3}}})");
+       }, 2, {"tol.json", "schemes.int8-coarse", "no rounding band", "--rounding-band K"}, ""});
+  add({"check_band_zero", [](Inputs& in) {
+         return check_args(in, in.json_file("r.json", made().record), R"({"schemes": {"int8-coarse": {"band": 0}}})");
+       }, 2, {"tol.json", "\"band\" should be a number of bands > 0"}, ""});
+  add({"merge_out_is_a_shard", [](Inputs& in) {
+         const std::string s0 = in.json_file("s0.json", made().shard0);
+         return "merge " + s0 + " " + in.json_file("s1.json", made().shard1) + " --out " + s0;
+       }, 2, {"--out", "s0.json: is the shard record"}, ""});
+  add({"compare_out_is_a_record", [](Inputs& in) {
+         const std::string r = in.json_file("r.json", made().record);
+         return "compare " + r + " --out " + r;
+       }, 2, {"--out", "r.json: is the record"}, ""});
   add({"out_is_a_folder", [](Inputs& in) {
          fs::create_directories(in.dir() / "out.json");
          return kTiny + " --out " + in.path("out.json");
