@@ -29,7 +29,12 @@ std::map<std::int64_t, fs::path> numbered_folders(const fs::path& dir, const std
   for (const auto& e : fs::directory_iterator(dir)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
-    if (e.is_directory() && std::regex_match(name, m, form)) out[std::stoll(m[1].str())] = e.path();
+    if (!e.is_directory() || !std::regex_match(name, m, form)) continue;
+    const std::int64_t step = std::stoll(m[1].str());
+    // step-2/ and step-002/ name one step twice: which one is it? (one was dropped silently; issue 51)
+    const auto [it, inserted] = out.emplace(step, e.path());
+    QEVAL_CHECK(inserted, "{}: folders {} and {} both name step {}; keep one of them", dir.string(),
+                it->second.filename().string(), name, step);
   }
   return out;
 }

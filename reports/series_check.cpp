@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/strict_json.h"
 #include "common/json_integer.h"
 #include "reports/compare.h"
 #include "records/record.h"
@@ -231,12 +232,9 @@ CheckReport check_series_files(const std::filesystem::path& series_path, const s
                                const std::filesystem::path& tolerances_path, const CheckOptions& options) {
   const nlohmann::json series = read_series_record(series_path);
   const nlohmann::json baseline = baseline_path.empty() ? nlohmann::json(nullptr) : read_series_record(baseline_path);
-  nlohmann::json file;
-  try {
-    file = nlohmann::json::parse(read_file(tolerances_path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: tolerance file is not valid JSON: {}", tolerances_path.string(), e.what());
-  }
+  // The strict reader (common/strict_json.h): a rule or limit named twice is refused, never one of
+  // them silently kept (issue 51).
+  const nlohmann::json file = parse_json_strict(read_file(tolerances_path), tolerances_path.string());
   if (file.is_object() && file.contains("rules"))
     return check_series_rules(series, baseline, file, tolerances_path.string(), options);
 

@@ -518,6 +518,11 @@ std::vector<BadInput> corpus() {
   add({"check_band_zero", [](Inputs& in) {
          return check_args(in, in.json_file("r.json", made().record), R"({"schemes": {"int8-coarse": {"band": 0}}})");
        }, 2, {"tol.json", "\"band\" should be a number of bands > 0"}, ""});
+  add({"series_step_named_twice", [](Inputs& in) {
+         fs::create_directories(in.dir() / "run" / "step-2");
+         fs::create_directories(in.dir() / "run" / "step-002");
+         return kTiny + " --model " + in.path("run") + " --out " + in.path("out.json");
+       }, 2, {"both name step 2", "keep one of them"}});
   add({"merge_out_is_a_shard", [](Inputs& in) {
          const std::string s0 = in.json_file("s0.json", made().shard0);
          return "merge " + s0 + " " + in.json_file("s1.json", made().shard1) + " --out " + s0;
