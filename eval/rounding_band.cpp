@@ -11,44 +11,65 @@
 namespace qeval {
 namespace {
 
-// The global window indices of the batch going through the layers now (set by begin_batch).
+// Noise tables: one ring of kTableSize uniform values in [−1, 1] per window, drawn from a generator
+// seeded by (variant seed, window), from which each linear reads L·K consecutive values starting
+// at its own offset (a hash of its name), wrapping around. Drawing L·K values per linear and
+// window cost about what the forward passes cost; a ring of 2¹⁶ is drawn in ~0.2 ms, so it is
+// drawn again whenever the batch changes. The purpose needs no independence between linears or
+// between the ring's turns: each value only has to move by a few ulps.
+constexpr std::int64_t kTableSize = 1 << 16;
+
 struct BatchWindows {
-  std::vector<std::int64_t> indices;
+  std::vector<std::int64_t> indices;  // the global window indices of the batch going through now
+  std::vector<at::Tensor> tables;     // their noise tables, drawn at begin_batch
 };
 
-// x ⊙ (1 + ε·u) into the wrapped linear, u drawn per window row from a generator seeded by
-// (variant seed, window, linear): the same noise for a window whatever its batch, chunk, shard
-// or device.
+at::Tensor noise_table(std::uint64_t seed, std::int64_t window) {
+  Hasher h;
+  h.update_value(seed);
+  h.update_value(window);
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(h.digest());
+  return at::rand({kTableSize}, generator, at::TensorOptions().dtype(at::kFloat)).mul_(2).sub_(1);
+}
+
+// n values of the ring from `offset` on, wrapping around (and repeating when n exceeds the ring).
+at::Tensor ring_slice(const at::Tensor& table, std::int64_t offset, std::int64_t n) {
+  std::vector<at::Tensor> parts;
+  std::int64_t at = offset % kTableSize;
+  while (n > 0) {
+    const std::int64_t take = std::min(n, kTableSize - at);
+    parts.push_back(table.narrow(0, at, take));
+    n -= take;
+    at = 0;
+  }
+  return parts.size() == 1 ? parts.front() : at::cat(parts);
+}
+
+// x ⊙ (1 + ε·u) into the wrapped linear, u from the window's noise table: the same noise for a
+// window whatever its batch, chunk, shard or device.
 class RoundingJitter final : public LinearDecorator {
  public:
-  RoundingJitter(std::shared_ptr<const Linear> inner, std::uint64_t seed, double eps, std::uint64_t linear_key,
+  RoundingJitter(std::shared_ptr<const Linear> inner, double eps, std::uint64_t linear_key,
                  std::shared_ptr<const BatchWindows> windows)
-      : LinearDecorator(std::move(inner)), seed_(seed), eps_(eps), linear_key_(linear_key), windows_(std::move(windows)) {}
+      : LinearDecorator(std::move(inner)), eps_(eps), linear_key_(linear_key), windows_(std::move(windows)) {}
 
   at::Tensor forward(const at::Tensor& x) const override {
     TORCH_CHECK(x.dim() == 3, "RoundingJitter: expected [B, L, K]");
     const std::int64_t B = x.size(0), L = x.size(1), K = x.size(2);
-    TORCH_CHECK(static_cast<std::int64_t>(windows_->indices.size()) == B, "RoundingJitter: ", B,
-                " rows but the batch named ", windows_->indices.size(), " windows");
+    TORCH_CHECK(static_cast<std::int64_t>(windows_->tables.size()) == B, "RoundingJitter: ", B,
+                " rows but the batch named ", windows_->tables.size(), " windows");
+    const std::int64_t offset = static_cast<std::int64_t>(linear_key_ % static_cast<std::uint64_t>(kTableSize));
     std::vector<at::Tensor> factors;
-    for (std::int64_t b = 0; b < B; ++b) {
-      Hasher h;
-      h.update_value(seed_);
-      h.update_value(windows_->indices[static_cast<std::size_t>(b)]);
-      h.update_value(linear_key_);
-      at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(h.digest());
-      const at::Tensor u = at::rand({L, K}, generator, at::TensorOptions().dtype(at::kFloat)) * 2 - 1;
-      factors.push_back(u.mul_(static_cast<float>(eps_)).add_(1.0f));
-    }
-    const at::Tensor factor = at::stack(factors).to(x.device(), x.scalar_type());
-    return inner_->forward(x * factor);
+    for (std::int64_t b = 0; b < B; ++b)
+      factors.push_back(ring_slice(windows_->tables[static_cast<std::size_t>(b)], offset, L * K).reshape({L, K}));
+    const at::Tensor u = at::stack(factors).to(x.device(), x.scalar_type());
+    return inner_->forward(x * (u * eps_ + 1));
   }
 
  private:
   std::shared_ptr<const Linear> with_inner(std::shared_ptr<const Linear> inner) const override {
-    return std::make_shared<RoundingJitter>(std::move(inner), seed_, eps_, linear_key_, windows_);
+    return std::make_shared<RoundingJitter>(std::move(inner), eps_, linear_key_, windows_);
   }
-  std::uint64_t seed_;
   double eps_;
   std::uint64_t linear_key_;
   std::shared_ptr<const BatchWindows> windows_;
@@ -90,17 +111,21 @@ void jitter_quantised_inputs(EvalScheme& scheme, std::uint64_t seed, double eps)
   QEVAL_CHECK(eps > 0 && eps < 1e-3, "--rounding-band-eps: expected a relative perturbation in (0, 1e-3), got {}", eps);
   auto windows = std::make_shared<BatchWindows>();
   auto inner_wrap = scheme.wrap_block;
-  scheme.wrap_block = [seed, eps, windows, inner_wrap](const Block& block) {
+  scheme.wrap_block = [eps, windows, inner_wrap](const Block& block) {
     Block wrapped = inner_wrap ? inner_wrap(block) : block;
     for (const auto& named : block.linears())
       if (dynamic_cast<const QuantizedLinear*>(named.linear.get()))
-        wrapped.replace_linear(named.name,
-                               std::make_shared<RoundingJitter>(named.linear, seed, eps, key_of(named.name), windows));
+        wrapped.replace_linear(named.name, std::make_shared<RoundingJitter>(named.linear, eps, key_of(named.name), windows));
     return wrapped;
   };
   auto inner_begin = scheme.begin_batch;
-  scheme.begin_batch = [windows, inner_begin](const std::vector<std::int64_t>& indices) {
-    windows->indices = indices;
+  scheme.begin_batch = [seed, windows, inner_begin](const std::vector<std::int64_t>& indices) {
+    // Called before each layer for the same batch: the tables are drawn once per batch.
+    if (windows->indices != indices || windows->tables.size() != indices.size()) {
+      windows->indices = indices;
+      windows->tables.clear();
+      for (std::int64_t w : indices) windows->tables.push_back(noise_table(seed, w));
+    }
     if (inner_begin) inner_begin(indices);
   };
 }
