@@ -17,6 +17,28 @@
 namespace qeval::cli {
 namespace {
 
+// An --out that already holds a run (its checkpoint, or kept step-N/ folders) would mix two runs:
+// the series would read the old steps as this run's and mark it finished (issue 51). Only a run
+// resumed from that folder (or from one of its steps) may write there.
+void refuse_another_runs_folder(const std::string& out, const std::string& resume) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(out, ec)) return;
+  std::string found;
+  if (fs::exists(fs::path(out) / "train_state.json", ec)) found = "train_state.json";
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (found.empty() && e.is_directory() && name.rfind("step-", 0) == 0) found = name + "/";
+  }
+  if (found.empty()) return;
+  if (!resume.empty()) {
+    const fs::path r = fs::weakly_canonical(resume, ec), o = fs::weakly_canonical(out, ec);
+    if (r == o || r.parent_path() == o) return;  // continuing this very run
+  }
+  fail("--out {}: holds another run's checkpoints ({}); continue that run with --resume {}, or give an empty folder",
+       out, found, out);
+}
+
 struct TrainArgs {
   std::string data = "text/tinystories/validation-head.txt";
   std::string tokenizer = "models/stories260K/tok512.model";
@@ -97,6 +119,7 @@ void run_train(const TrainArgs& a) {
               a.resume);
   if (!a.out.empty()) {
     check_output_folder(a.out, "--out");
+    refuse_another_runs_folder(a.out, a.resume);
   } else {
     fmt::print(stderr, "note: no --out given: the trained model is discarded when training ends (pass --out DIR to "
                "keep it)\n");

@@ -257,6 +257,10 @@ TrainResult run_training(TrainOptions o) {
     const nlohmann::json saved_hash = ck.notes.value("metadata", nlohmann::json::object()).value("data_hash", nlohmann::json());
     QEVAL_CHECK(saved_hash == data_hash, "--resume {}: it was trained on data with hash {}, {} has hash {}", source,
                 saved_hash.dump(), o.data.string(), data_hash);
+    // A finished run has nothing left to do: "success" with nothing written would read as a run
+    // that trained (issue 51).
+    QEVAL_CHECK(state.step < o.steps, "--resume {}: that run already finished: it is at step {} of --steps {}; "
+                "nothing to train (raise --steps to train on)", source, state.step, o.steps);
     weights = std::move(ck.weights);
   } else {
     weights = init_weights(o.model, o.seed, o.init_std);

@@ -817,6 +817,15 @@ std::vector<BadInput> corpus() {
        {"train:", "diverged", "no checkpoint is written"}, "out.ck/model.safetensors"});
   add({"train_resume_missing", [](Inputs& in) { return kTrain + " --resume " + in.path("nowhere") + " --out " + in.path("out.ck"); },
        2, {"--resume", "nowhere"}, "out.ck"});
+  add({"train_out_holds_another_run", [](Inputs& in) {
+         fs::create_directories(in.dir() / "run" / "step-2");
+         return kTrain + " --out " + in.path("run");
+       }, 2, {"--out", "holds another run's checkpoints (step-2/)", "--resume"}, "run/model.safetensors"});
+  add({"train_resume_finished_run", [](Inputs& in) {
+         const test::CommandResult first = test::run_qeval(kTrain + " --out " + in.path("done"));
+         EXPECT_EQ(first.status, 0) << first.output;
+         return kTrain + " --resume " + in.path("done") + " --out " + in.path("done");
+       }, 2, {"--resume", "already finished", "step 2 of --steps 2"}, ""});
 
   // ---- inspect and the other commands' arguments ----
   add({"inspect_nothing", [](Inputs&) { return std::string("inspect"); }, 2, {"give a path"}, ""});
