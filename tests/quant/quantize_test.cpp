@@ -193,7 +193,8 @@ TEST(FakeQuantizeActivations, ScalesArePerSequenceAndNeverShared) {
 // (x / s = k + 0.5), constant rows and groups (zero, negative, positive), odd K and a short last
 // group, per tensor, per channel and per group.
 TEST(PackedWeights, W4KernelEqualsTheReferenceCompositionOnRandomWeightsWithTies) {
-  for (const auto& [N, K] : {std::pair<std::int64_t, std::int64_t>{37, 301}, {8, 4096}, {1, 5}, {5, 1}}) {
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 301}, {8, 4096}, {1, 5}, {5, 1}}) {
+    const std::int64_t N = rows, K = cols;  // plain variables: clang 14 refuses bindings captured by lambdas
     at::manual_seed(N * 1000 + K);
     at::Tensor w = at::randn({N, K}) * at::exp(at::randn({N, 1}) * 2);
     if (N > 4 && K > 40) {
