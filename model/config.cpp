@@ -84,42 +84,48 @@ RopePairing parse_rope_pairing(const std::string& s) { return enum_parse(s, kPai
 SoftmaxKind parse_softmax(const std::string& s) { return enum_parse(s, kSoftmaxes, "attention softmax"); }
 MlpKind parse_mlp(const std::string& s) { return enum_parse(s, kMlps, "mlp"); }
 
-void ModelConfig::validate_layer_kinds(const std::string& source) const {
-  auto positive = [&](std::int64_t v, const char* name, const char* why) {
-    QEVAL_CHECK(v > 0, "{}: model config field {} must be positive for {}, found {}", source, name, why, v);
+void ModelConfig::validate_layer_kinds(const ConfigSource& src) const {
+  const std::string& source = src.file();
+  using F = ConfigField;
+  auto positive = [&](std::int64_t v, F field, const char* why) {
+    QEVAL_CHECK(v > 0, "{}: {} is {}: expected an integer >= 1 for {}", source, src.key(field), v, why);
   };
   const bool moe = has_ffn(FfnKind::moe), mamba = has_mixer(MixerKind::mamba), mamba2 = has_mixer(MixerKind::mamba2);
   if (moe) {
-    positive(moe_experts, "moe_experts", "mixture-of-experts layers");
-    QEVAL_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts, "{}: moe_top_k {} outside 1..moe_experts ({})", source,
-                moe_top_k, moe_experts);
-    positive(expert_d_ff(), "moe_d_ff (or d_ff)", "mixture-of-experts layers");
+    positive(moe_experts, F::moe_experts, "mixture-of-experts layers");
+    QEVAL_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts, "{}: {} is {}: expected 1..{} (the number of experts, {})",
+                source, src.key(F::moe_top_k), moe_top_k, moe_experts, src.key(F::moe_experts));
+    QEVAL_CHECK(expert_d_ff() > 0, "{}: the experts' MLP width ({}, else {}) is {}: expected an integer >= 1", source,
+                src.key(F::moe_d_ff), src.key(F::d_ff), expert_d_ff());
     QEVAL_CHECK(gated_mlp(), "{}: experts are gated MLPs (swiglu or geglu), found mlp {}", source, to_string(mlp));
     QEVAL_CHECK(moe_shared_d_ff >= 0 && (!moe_shared_gate || moe_shared_d_ff > 0),
-                "{}: moe_shared_gate needs a shared expert (moe_shared_d_ff > 0), found moe_shared_d_ff {}", source,
+                "{}: a shared expert's gate needs a shared expert: {} is {}", source, src.key(F::moe_shared_d_ff),
                 moe_shared_d_ff);
     QEVAL_CHECK(!fused_gate_up, "{}: fused_gate_up is not defined for experts", source);
   }
   if (mamba || mamba2) {
-    positive(ssm_d_inner, "ssm_d_inner", "state-space layers");
-    positive(ssm_d_state, "ssm_d_state", "state-space layers");
-    positive(ssm_d_conv, "ssm_d_conv", "state-space layers");
+    positive(ssm_d_inner, F::ssm_d_inner, "state-space layers");
+    positive(ssm_d_state, F::ssm_d_state, "state-space layers");
+    positive(ssm_d_conv, F::ssm_d_conv, "state-space layers");
     QEVAL_CHECK(norm == NormKind::rmsnorm, "{}: state-space layers need norm rmsnorm, found {}", source, to_string(norm));
     QEVAL_CHECK(!parallel_residual && !sandwich_norms, "{}: parallel_residual / sandwich_norms with state-space layers",
                 source);
   }
-  if (mamba) positive(ssm_dt_rank, "ssm_dt_rank", "Mamba layers");
+  if (mamba)
+    QEVAL_CHECK(ssm_dt_rank > 0, "{}: the time-step rank is {}: expected an integer >= 1 for Mamba layers", source,
+                ssm_dt_rank);
   if (mamba2) {
-    positive(ssm_heads, "ssm_heads", "Mamba-2 layers");
-    positive(ssm_groups, "ssm_groups", "Mamba-2 layers");
-    positive(ssm_chunk, "ssm_chunk", "Mamba-2 layers");
-    positive(ssm_norm_groups, "ssm_norm_groups", "Mamba-2 layers");
-    QEVAL_CHECK(ssm_d_inner % ssm_heads == 0, "{}: ssm_d_inner {} is not a multiple of ssm_heads {}", source, ssm_d_inner,
-                ssm_heads);
-    QEVAL_CHECK(ssm_heads % ssm_groups == 0, "{}: ssm_heads {} is not a multiple of ssm_groups {}", source, ssm_heads,
-                ssm_groups);
-    QEVAL_CHECK(ssm_d_inner % ssm_norm_groups == 0, "{}: ssm_d_inner {} is not a multiple of ssm_norm_groups {}", source,
-                ssm_d_inner, ssm_norm_groups);
+    positive(ssm_heads, F::ssm_heads, "Mamba-2 layers");
+    positive(ssm_groups, F::ssm_groups, "Mamba-2 layers");
+    positive(ssm_chunk, F::ssm_chunk, "Mamba-2 layers");
+    QEVAL_CHECK(ssm_norm_groups > 0, "{}: the gated norm's groups are {}: expected an integer >= 1", source,
+                ssm_norm_groups);
+    QEVAL_CHECK(ssm_d_inner % ssm_heads == 0, "{}: the inner width {} ({}) is not a multiple of {} ({})", source,
+                ssm_d_inner, src.key(F::ssm_d_inner), src.key(F::ssm_heads), ssm_heads);
+    QEVAL_CHECK(ssm_heads % ssm_groups == 0, "{}: {} ({}) is not a multiple of {} ({})", source, src.key(F::ssm_heads),
+                ssm_heads, src.key(F::ssm_groups), ssm_groups);
+    QEVAL_CHECK(ssm_d_inner % ssm_norm_groups == 0, "{}: the inner width {} is not a multiple of the norm's {} groups",
+                source, ssm_d_inner, ssm_norm_groups);
     QEVAL_CHECK(ssm_dt_min >= 0 && ssm_dt_max >= 0 && (ssm_dt_max == 0 || ssm_dt_max >= ssm_dt_min),
                 "{}: time-step limits [{}, {}] are not a range (max 0: none)", source, ssm_dt_min, ssm_dt_max);
   }

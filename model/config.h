@@ -139,7 +139,8 @@ struct ModelConfig {
   void validate(const ConfigSource& source) const;
   // The same for a config no file describes (training, tests): keys are the fields' own names.
   void validate(const std::string& source) const;
-  void validate_layer_kinds(const std::string& source) const;  // the MoE and state-space fields (validate() calls it)
+  // The MoE and state-space fields (validate() calls it), naming the keys the loader gave.
+  void validate_layer_kinds(const ConfigSource& source) const;
   // Rough parameter count of the blocks + embeddings + head (for reports and FLOP estimates).
   std::int64_t parameter_count() const;
 };

@@ -47,6 +47,23 @@ constexpr FieldRule kRules[] = {
     {ConfigField::embedding_scale, "embedding_scale", Domain::positive_real},
     {ConfigField::bos_id, "bos_id", Domain::non_negative_integer},
     {ConfigField::eos_id, "eos_id", Domain::non_negative_integer},
+    {ConfigField::moe_experts, "moe_experts", Domain::positive_integer},
+    {ConfigField::moe_top_k, "moe_top_k", Domain::positive_integer},
+    {ConfigField::moe_d_ff, "moe_d_ff", Domain::positive_integer},
+    {ConfigField::moe_shared_d_ff, "moe_shared_d_ff", Domain::non_negative_integer},
+    {ConfigField::ssm_expand, "ssm_expand", Domain::positive_real},
+    {ConfigField::ssm_d_inner, "ssm_d_inner", Domain::positive_integer},
+    {ConfigField::ssm_d_state, "ssm_d_state", Domain::positive_integer},
+    {ConfigField::ssm_d_conv, "ssm_d_conv", Domain::positive_integer},
+    {ConfigField::ssm_heads, "ssm_heads", Domain::positive_integer},
+    {ConfigField::ssm_head_dim, "ssm_head_dim", Domain::positive_integer},
+    {ConfigField::ssm_groups, "ssm_groups", Domain::positive_integer},
+    {ConfigField::ssm_chunk, "ssm_chunk", Domain::positive_integer},
+    {ConfigField::attn_layer_period, "attn_layer_period", Domain::positive_integer},
+    {ConfigField::attn_layer_offset, "attn_layer_offset", Domain::non_negative_integer},
+    {ConfigField::expert_layer_period, "expert_layer_period", Domain::positive_integer},
+    {ConfigField::expert_layer_offset, "expert_layer_offset", Domain::non_negative_integer},
+    {ConfigField::moe_layer_step, "decoder_sparse_step", Domain::positive_integer},
 };
 
 const FieldRule& rule(ConfigField field) {
@@ -194,7 +211,7 @@ void ModelConfig::validate(const ConfigSource& src) const {
     QEVAL_CHECK(size == 0 || static_cast<std::int64_t>(size) == n_layers,
                 "{}: {} has {} entries, expected none or one per layer ({} {})", file, name, size,
                 key(ConfigField::n_layers), n_layers);
-  validate_layer_kinds(file);
+  validate_layer_kinds(src);
   if (has_ffn(FfnKind::dense))
     QEVAL_CHECK(d_ff > 0, "{}: {} is {}: expected an integer >= 1", file, key(ConfigField::d_ff), d_ff);
   if (!has_mixer(MixerKind::attention)) {  // nothing below concerns attention

@@ -20,6 +20,11 @@
 //                                                     "default" (plain rotary; every other type, and an
 //                                                     object without a type, is refused)
 //   token ids (bos, eos)                              integers >= 0 (and < vocab, checked by validate)
+//   experts, experts per token, expert MLP widths, state-space sizes (state, inner width,
+//     convolution, heads, head size, groups, chunk), layer periods and steps   integers >= 1
+//   a shared expert's width, layer offsets            integers >= 0 (offsets below their period,
+//                                                     checked by the loader)
+//   expand (Mamba, Mamba-2, Jamba)                    finite and > 0
 // A declared value is always in its positive domain: "0 = off / default" is how ModelConfig encodes an
 // absent switch, never a value a file may give (a file's 0 window or 0 soft cap would mean something
 // else to the tool that wrote it).
@@ -58,6 +63,24 @@ enum class ConfigField {
   embedding_scale,
   bos_id,
   eos_id,
+  // Mixture-of-experts and state-space layers (issue 51: their refusals name the file's key too).
+  moe_experts,
+  moe_top_k,
+  moe_d_ff,
+  moe_shared_d_ff,
+  ssm_expand,
+  ssm_d_inner,
+  ssm_d_state,
+  ssm_d_conv,
+  ssm_heads,
+  ssm_head_dim,
+  ssm_groups,
+  ssm_chunk,
+  attn_layer_period,
+  attn_layer_offset,
+  expert_layer_period,
+  expert_layer_offset,
+  moe_layer_step,
 };
 
 // ModelConfig's (and qeval's config.json's) name of a field.

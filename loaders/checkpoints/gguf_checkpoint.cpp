@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json_integer.h"
+#include "model/config_validation.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/gguf.h"
@@ -123,8 +124,14 @@ void check_layer_count(const GgufFile& f, const std::string& arch, std::int64_t 
 // ("llama" with llama.expert_count), Qwen2-MoE (+ a shared expert with its sigmoid gate), Qwen3-MoE,
 // Jamba. The router's top-k weights are renormalised as llama.cpp's build_moe_ffn is told per
 // architecture (norm_w): llama and qwen3moe yes, qwen2moe and jamba no.
-void gguf_experts(const GgufFile& f, GgufModelReader& r, const std::string& arch, ModelConfig& c, json& notes) {
+// `names`: the metadata keys of the fields read here, for the validator's refusals.
+void gguf_experts(const GgufFile& f, GgufModelReader& r, const std::string& arch, ModelConfig& c, json& notes,
+                  ConfigSource& names) {
   const std::string p = arch + ".";
+  names.name(ConfigField::moe_experts, p + "expert_count");
+  names.name(ConfigField::moe_top_k, p + "expert_used_count");
+  names.name(ConfigField::moe_d_ff, p + "expert_feed_forward_length");
+  names.name(ConfigField::moe_shared_d_ff, p + "expert_shared_feed_forward_length");
   check_layer_count(f, arch, c.n_layers);
   std::vector<FfnKind> ffns;
   for (std::int64_t i = 0; i < c.n_layers; ++i)
@@ -153,6 +160,11 @@ LoadedCheckpoint gguf_ssm_model_info(const GgufFile& f, GgufModelReader& r, cons
   const std::string file = f.path().string(), p = arch + ".";
   LoadedCheckpoint out;
   ModelConfig& c = out.config;
+  ConfigSource names(file, "metadata {}");  // refusals name the metadata keys
+  for (auto [field, key] : {std::pair{ConfigField::ssm_d_inner, "ssm.inner_size"}, std::pair{ConfigField::ssm_d_state, "ssm.state_size"},
+                            std::pair{ConfigField::ssm_d_conv, "ssm.conv_kernel"}, std::pair{ConfigField::ssm_heads, "ssm.time_step_rank"},
+                            std::pair{ConfigField::ssm_groups, "ssm.group_count"}})
+    names.name(field, p + key);
   c.architecture = arch;
   c.d_model = r.integer(p + "embedding_length");
   c.n_layers = r.integer(p + "block_count");
@@ -191,7 +203,7 @@ LoadedCheckpoint gguf_ssm_model_info(const GgufFile& f, GgufModelReader& r, cons
     c.d_ff = r.integer(p + "feed_forward_length", 0);
     if (c.d_ff == 0 && f.has_tensor(fmt::format("blk.{}.ffn_gate.weight", first)))
       c.d_ff = f.tensor(fmt::format("blk.{}.ffn_gate.weight", first)).shape().at(0);
-    gguf_experts(f, r, arch, c, out.notes);
+    gguf_experts(f, r, arch, c, out.notes, names);
     if (c.layer_ffns.empty()) c.layer_ffns.assign(static_cast<std::size_t>(c.n_layers), FfnKind::dense);
   } else {
     c.layer_ffns.assign(static_cast<std::size_t>(c.n_layers), FfnKind::none);
@@ -201,7 +213,7 @@ LoadedCheckpoint gguf_ssm_model_info(const GgufFile& f, GgufModelReader& r, cons
   c.tied_embeddings = !f.has_tensor("output.weight");
   for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", &c.bos_id}, std::pair{"tokenizer.ggml.eos_token_id", &c.eos_id}})
     if (f.has(key) && r.integer(key) < c.vocab_size) *id = r.integer(key);
-  c.validate(file);
+  c.validate(names);
   out.format = "gguf";
   out.path = f.path();
   out.notes["gguf_version"] = f.version();
@@ -225,8 +237,9 @@ LoadedCheckpoint gguf_model_info(const GgufFile& f, GgufModelReader& r) {
   LoadedCheckpoint out;
   out.config = gguf_model_config(f);  // gguf_config.cpp: metadata through the one validator
   ModelConfig& c = out.config;
-  gguf_experts(f, r, arch, c, out.notes);
-  if (!c.layer_ffns.empty()) c.validate(file);  // the layer pattern the experts gave
+  ConfigSource names(file, "metadata {}");
+  gguf_experts(f, r, arch, c, out.notes, names);
+  if (!c.layer_ffns.empty()) c.validate(names);  // the layer pattern the experts gave
 
   if (gemma3) {
     out.notes["norm_gains"] = "stored with Gemma's +1 already added by llama.cpp's converter: applied as they are";

@@ -69,6 +69,23 @@ T optional(const json& j, const char* key, T fallback, const std::string& file) 
   return required<T>(j, key, file);
 }
 
+// A mixture-of-experts or state-space value the family defaults when the file leaves the key out.
+// Given, it is read through the config validator (its domain, refusals naming the key); null is
+// refused rather than read as "the default" (issue 51: `num_experts_per_tok: null` became 2).
+std::int64_t layer_integer(const json& j, ConfigSource& src, ConfigField field, const char* key, std::int64_t fallback) {
+  QEVAL_CHECK(!(j.contains(key) && j[key].is_null()), "{}: \"{}\" is null: expected an integer (leave the key out for "
+              "the default, {})", src.file(), key, fallback);
+  src.name(field, key);
+  return src.integer(field, j, key).value_or(fallback);
+}
+
+double layer_real(const json& j, ConfigSource& src, ConfigField field, const char* key, double fallback) {
+  QEVAL_CHECK(!(j.contains(key) && j[key].is_null()), "{}: \"{}\" is null: expected a number (leave the key out for "
+              "the default, {})", src.file(), key, fallback);
+  src.name(field, key);
+  return src.real(field, j, key).value_or(fallback);
+}
+
 // bos/eos ids may be an int, a list (the first is used) or null.
 std::optional<std::int64_t> token_id(const json& j, const char* key, ConfigField field, ConfigSource& src, json& notes) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
@@ -467,8 +484,8 @@ ModelConfig mixtral_config(const json& j, ConfigSource& src, json& notes) {
   c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
   const std::optional<std::int64_t> window = sliding_window(j, src, std::nullopt);  // null: no window
   if (!windows_from_layer_types(j, src, c, window)) all_layers_windowed(c, window);
-  c.moe_experts = optional<std::int64_t>(j, "num_local_experts", 8, file);
-  c.moe_top_k = optional<std::int64_t>(j, "num_experts_per_tok", 2, file);
+  c.moe_experts = layer_integer(j, src, F::moe_experts, "num_local_experts", 8);
+  c.moe_top_k = layer_integer(j, src, F::moe_top_k, "num_experts_per_tok", 2);
   c.moe_router_norm = RouterNorm::topk_renormalized;
   c.layer_ffns.assign(static_cast<std::size_t>(c.n_layers), FfnKind::moe);
   note_windows(c, notes);
@@ -477,14 +494,14 @@ ModelConfig mixtral_config(const json& j, ConfigSource& src, json& notes) {
 }
 
 // Qwen2-MoE / Qwen3-MoE: experts on the layers (i + 1) % decoder_sparse_step == 0 not in mlp_only_layers.
-void qwen_moe_layers(const json& j, const std::string& file, ModelConfig& c, json& notes, bool norm_default) {
-  c.moe_experts = optional<std::int64_t>(j, "num_experts", 60, file);
-  c.moe_top_k = optional<std::int64_t>(j, "num_experts_per_tok", 4, file);
-  c.moe_d_ff = optional<std::int64_t>(j, "moe_intermediate_size", 1408, file);
+void qwen_moe_layers(const json& j, ConfigSource& src, ModelConfig& c, json& notes, bool norm_default) {
+  const std::string& file = src.file();
+  c.moe_experts = layer_integer(j, src, F::moe_experts, "num_experts", 60);
+  c.moe_top_k = layer_integer(j, src, F::moe_top_k, "num_experts_per_tok", 4);
+  c.moe_d_ff = layer_integer(j, src, F::moe_d_ff, "moe_intermediate_size", 1408);
   const bool renorm = optional<bool>(j, "norm_topk_prob", norm_default, file);
   c.moe_router_norm = renorm ? RouterNorm::topk_renormalized : RouterNorm::topk;
-  const std::int64_t step = optional<std::int64_t>(j, "decoder_sparse_step", 1, file);
-  QEVAL_CHECK(step >= 1, "{}: decoder_sparse_step {} must be at least 1", file, step);
+  const std::int64_t step = layer_integer(j, src, F::moe_layer_step, "decoder_sparse_step", 1);
   std::vector<std::int64_t> dense_only;
   if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
     QEVAL_CHECK(j["mlp_only_layers"].is_array(), "{}: \"mlp_only_layers\" should be a list, found {}", file,
@@ -510,8 +527,8 @@ ModelConfig qwen2_moe_config(const json& j, ConfigSource& src, json& notes) {
   c.qkv_bias = optional<bool>(j, "qkv_bias", true, file);
   c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
   qwen_windows(j, src, c);
-  qwen_moe_layers(j, file, c, notes, false);
-  c.moe_shared_d_ff = optional<std::int64_t>(j, "shared_expert_intermediate_size", 5632, file);
+  qwen_moe_layers(j, src, c, notes, false);
+  c.moe_shared_d_ff = layer_integer(j, src, F::moe_shared_d_ff, "shared_expert_intermediate_size", 5632);
   c.moe_shared_gate = c.moe_shared_d_ff > 0;
   note_windows(c, notes);
   return c;
@@ -526,7 +543,7 @@ ModelConfig qwen3_moe_config(const json& j, ConfigSource& src, json& notes) {
   c.qk_norm = true;
   c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
   qwen_windows(j, src, c);
-  qwen_moe_layers(j, file, c, notes, false);
+  qwen_moe_layers(j, src, c, notes, false);
   note_windows(c, notes);
   return c;
 }
@@ -559,10 +576,12 @@ ModelConfig mamba_config(const json& j, ConfigSource& src, json& notes) {
   const std::string& file = src.file();
   ModelConfig c = ssm_base_config(j, src, "layer_norm_epsilon", "hidden_act");
   c.architecture = "mamba";
-  const std::int64_t expand = optional<std::int64_t>(j, "expand", 2, file);
-  c.ssm_d_inner = optional<std::int64_t>(j, "intermediate_size", expand * c.d_model, file);
-  c.ssm_d_state = optional<std::int64_t>(j, "state_size", 16, file);
-  c.ssm_d_conv = optional<std::int64_t>(j, "conv_kernel", 4, file);
+  const double expand = layer_real(j, src, F::ssm_expand, "expand", 2);
+  QEVAL_CHECK(expand == std::floor(expand) && expand <= 1024, "{}: \"expand\" is {}: expected an integer in 1..1024 "
+              "(Mamba's inner width is expand × hidden_size)", file, expand);
+  c.ssm_d_inner = layer_integer(j, src, F::ssm_d_inner, "intermediate_size", static_cast<std::int64_t>(expand) * c.d_model);
+  c.ssm_d_state = layer_integer(j, src, F::ssm_d_state, "state_size", 16);
+  c.ssm_d_conv = layer_integer(j, src, F::ssm_d_conv, "conv_kernel", 4);
   c.ssm_dt_rank = time_step_rank(j, "time_step_rank", c.d_model, file);
   c.ssm_conv_bias = optional<bool>(j, "use_conv_bias", true, file);
   c.ssm_proj_bias = optional<bool>(j, "use_bias", false, file);
@@ -579,28 +598,40 @@ ModelConfig mamba2_config(const json& j, ConfigSource& src, json& notes) {
   const std::string& file = src.file();
   ModelConfig c = ssm_base_config(j, src, "layer_norm_epsilon", "hidden_act");
   c.architecture = "mamba2";
-  const double expand = optional<double>(j, "expand", 2.0, file);
+  const double expand = layer_real(j, src, F::ssm_expand, "expand", 2.0);
+  QEVAL_CHECK(expand <= 1024, "{}: \"expand\" is {}: expected a number in (0, 1024]", file, expand);
   c.ssm_d_inner = static_cast<std::int64_t>(expand * static_cast<double>(c.d_model));
-  c.ssm_d_state = optional<std::int64_t>(j, "state_size", 128, file);
-  c.ssm_d_conv = optional<std::int64_t>(j, "conv_kernel", 4, file);
-  c.ssm_heads = optional<std::int64_t>(j, "num_heads", 128, file);
-  const std::int64_t head_dim = optional<std::int64_t>(j, "head_dim", 64, file);
+  src.name(F::ssm_d_inner, "expand");
+  c.ssm_d_state = layer_integer(j, src, F::ssm_d_state, "state_size", 128);
+  c.ssm_d_conv = layer_integer(j, src, F::ssm_d_conv, "conv_kernel", 4);
+  c.ssm_heads = layer_integer(j, src, F::ssm_heads, "num_heads", 128);
+  const std::int64_t head_dim = layer_integer(j, src, F::ssm_head_dim, "head_dim", 64);
   QEVAL_CHECK(c.ssm_heads * head_dim == c.ssm_d_inner,
-              "{}: num_heads {} × head_dim {} = {} differs from expand × hidden_size = {}; not supported", file,
-              c.ssm_heads, head_dim, c.ssm_heads * head_dim, c.ssm_d_inner);
-  c.ssm_groups = optional<std::int64_t>(j, "n_groups", 8, file);
-  c.ssm_chunk = optional<std::int64_t>(j, "chunk_size", 256, file);
+              "{}: \"num_heads\" {} × \"head_dim\" {} = {} differs from \"expand\" × \"hidden_size\" = {}; not "
+              "supported", file, c.ssm_heads, head_dim, c.ssm_heads * head_dim, c.ssm_d_inner);
+  c.ssm_groups = layer_integer(j, src, F::ssm_groups, "n_groups", 8);
+  c.ssm_chunk = layer_integer(j, src, F::ssm_chunk, "chunk_size", 256);
   c.ssm_conv_bias = optional<bool>(j, "use_conv_bias", true, file);
   c.ssm_proj_bias = optional<bool>(j, "use_bias", false, file);
   QEVAL_CHECK(optional<bool>(j, "rms_norm", true, file), "{}: rms_norm false is not supported (the gated RMSNorm is "
               "always applied)", file);
   if (j.contains("time_step_limit") && !j["time_step_limit"].is_null()) {
     const json& limit = j["time_step_limit"];
-    QEVAL_CHECK(limit.is_array() && limit.size() == 2, "{}: time_step_limit {} should be [min, max]", file, limit.dump());
+    QEVAL_CHECK(limit.is_array() && limit.size() == 2, "{}: \"time_step_limit\" is {}: expected [min, max]", file,
+                json_text(limit));
+    // The minimum: a finite number >= 0. The maximum: a finite number >= the minimum, or no limit,
+    // which HF writes as Python's Infinity (read as the string "Infinity", checkpoint.cpp) or a
+    // huge number. NaN, -Infinity and other strings are refused, never read as "no limit".
+    QEVAL_CHECK(limit[0].is_number() && std::isfinite(limit[0].get<double>()) && limit[0].get<double>() >= 0,
+                "{}: \"time_step_limit\" minimum is {}: expected a finite number >= 0", file, json_text(limit[0]));
     c.ssm_dt_min = limit[0].get<double>();
-    // JSON has no infinity: HF writes (0.0, inf) as [0.0, Infinity] (read by Python) or a huge number.
-    const double max = limit[1].is_number() ? limit[1].get<double>() : 0.0;
-    c.ssm_dt_max = std::isfinite(max) && max < 1e30 ? max : 0.0;
+    const bool unlimited = (limit[1].is_string() && limit[1] == "Infinity") ||
+                           (limit[1].is_number() && limit[1].get<double>() >= 1e30);
+    QEVAL_CHECK(unlimited || (limit[1].is_number() && std::isfinite(limit[1].get<double>()) &&
+                              limit[1].get<double>() >= c.ssm_dt_min),
+                "{}: \"time_step_limit\" maximum is {}: expected a finite number >= the minimum {}, or Infinity (no "
+                "limit)", file, json_text(limit[1]), c.ssm_dt_min);
+    c.ssm_dt_max = unlimited ? 0.0 : limit[1].get<double>();
   }
   c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
   c.layer_mixers.assign(static_cast<std::size_t>(c.n_layers), MixerKind::mamba2);
@@ -625,24 +656,31 @@ ModelConfig jamba_config(const json& j, ConfigSource& src, json& notes) {
   const std::optional<std::int64_t> window = sliding_window(j, src, std::nullopt);
   QEVAL_CHECK(!window, "{}: sliding_window {} is not supported for Jamba (expected null)", file, *window);
   c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", false, file);
-  const std::int64_t experts = optional<std::int64_t>(j, "num_experts", 16, file);
+  const std::int64_t experts = layer_integer(j, src, F::moe_experts, "num_experts", 16);
   c.moe_experts = experts;
-  c.moe_top_k = optional<std::int64_t>(j, "num_experts_per_tok", 2, file);
+  c.moe_top_k = layer_integer(j, src, F::moe_top_k, "num_experts_per_tok", 2);
   c.moe_router_norm = RouterNorm::topk;  // JambaSparseMoeBlock: the top-k softmax weights as they are
-  const std::int64_t attn_period = optional<std::int64_t>(j, "attn_layer_period", 8, file);
-  const std::int64_t attn_offset = optional<std::int64_t>(j, "attn_layer_offset", 4, file);
-  const std::int64_t expert_period = optional<std::int64_t>(j, "expert_layer_period", 2, file);
-  const std::int64_t expert_offset = optional<std::int64_t>(j, "expert_layer_offset", 1, file);
-  QEVAL_CHECK(attn_period >= 1 && expert_period >= 1, "{}: attn_layer_period {} and expert_layer_period {} must be positive",
-              file, attn_period, expert_period);
+  const std::int64_t attn_period = layer_integer(j, src, F::attn_layer_period, "attn_layer_period", 8);
+  const std::int64_t attn_offset = layer_integer(j, src, F::attn_layer_offset, "attn_layer_offset", 4);
+  const std::int64_t expert_period = layer_integer(j, src, F::expert_layer_period, "expert_layer_period", 2);
+  const std::int64_t expert_offset = layer_integer(j, src, F::expert_layer_offset, "expert_layer_offset", 1);
+  // An offset at or past its period matches no layer: no attention (or no experts) at all.
+  QEVAL_CHECK(attn_offset < attn_period, "{}: \"attn_layer_offset\" {} is not below \"attn_layer_period\" {}: no layer "
+              "would be attention", file, attn_offset, attn_period);
+  QEVAL_CHECK(expert_offset < expert_period, "{}: \"expert_layer_offset\" {} is not below \"expert_layer_period\" {}: no "
+              "layer would hold experts", file, expert_offset, expert_period);
   for (std::int64_t i = 0; i < c.n_layers; ++i) {
     c.layer_mixers.push_back(i % attn_period == attn_offset ? MixerKind::attention : MixerKind::mamba);
     c.layer_ffns.push_back(experts > 1 && i % expert_period == expert_offset ? FfnKind::moe : FfnKind::dense);
   }
   if (experts <= 1) c.moe_experts = c.moe_top_k = 0;
-  c.ssm_d_inner = optional<std::int64_t>(j, "mamba_expand", 2, file) * c.d_model;
-  c.ssm_d_state = optional<std::int64_t>(j, "mamba_d_state", 16, file);
-  c.ssm_d_conv = optional<std::int64_t>(j, "mamba_d_conv", 4, file);
+  const double expand = layer_real(j, src, F::ssm_expand, "mamba_expand", 2);
+  QEVAL_CHECK(expand == std::floor(expand) && expand <= 1024, "{}: \"mamba_expand\" is {}: expected an integer in "
+              "1..1024", file, expand);
+  c.ssm_d_inner = static_cast<std::int64_t>(expand) * c.d_model;
+  src.name(F::ssm_d_inner, "mamba_expand");
+  c.ssm_d_state = layer_integer(j, src, F::ssm_d_state, "mamba_d_state", 16);
+  c.ssm_d_conv = layer_integer(j, src, F::ssm_d_conv, "mamba_d_conv", 4);
   c.ssm_dt_rank = time_step_rank(j, "mamba_dt_rank", c.d_model, file);
   c.ssm_conv_bias = optional<bool>(j, "mamba_conv_bias", true, file);
   c.ssm_proj_bias = optional<bool>(j, "mamba_proj_bias", false, file);

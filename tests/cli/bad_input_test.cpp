@@ -313,6 +313,33 @@ std::vector<BadInput> corpus() {
   add(config_case("no_architecture", "tiny-llama-hf", [](json& j) { j.erase("architectures"); j.erase("model_type"); },
                   {"neither \"format\": \"qeval\" nor Hugging Face"}));
   add(config_case("llama_act_unknown", "tiny-llama-hf", set("hidden_act", "relu"), {"hidden_act \"relu\" is not supported"}));
+  // Mixture-of-experts and state-space configs through the one validator (issue 51): refusals name
+  // the file's key and value, null is not "the default", offsets beyond their period are refused.
+  add(config_case("mixtral_top_k_zero", "tiny-mixtral-hf", set("num_experts_per_tok", 0),
+                  {"\"num_experts_per_tok\" is 0", "1..2147483647"}));
+  add(config_case("mixtral_top_k_null", "tiny-mixtral-hf", set("num_experts_per_tok", nullptr),
+                  {"\"num_experts_per_tok\" is null", "leave the key out for the default, 2"}));
+  add(config_case("mixtral_top_k_above_experts", "tiny-mixtral-hf", set("num_experts_per_tok", 9),
+                  {"\"num_experts_per_tok\" is 9", "expected 1..4", "\"num_local_experts\""}));
+  add(config_case("mixtral_experts_word", "tiny-mixtral-hf", set("num_local_experts", "four"),
+                  {"\"num_local_experts\" is \"four\""}));
+  add(config_case("qwen2_moe_sparse_step_zero", "tiny-qwen2-moe-hf", set("decoder_sparse_step", 0),
+                  {"\"decoder_sparse_step\" is 0"}));
+  add(config_case("jamba_attn_offset_at_period", "tiny-jamba-hf", set("attn_layer_offset", 2),
+                  {"\"attn_layer_offset\" 2 is not below \"attn_layer_period\" 2", "no layer would be attention"}));
+  add(config_case("jamba_expert_offset_beyond_period", "tiny-jamba-hf", set("expert_layer_offset", 7),
+                  {"\"expert_layer_offset\" 7 is not below \"expert_layer_period\" 3"}));
+  add(config_case("jamba_d_state_negative", "tiny-jamba-hf", set("mamba_d_state", -1), {"\"mamba_d_state\" is -1"}));
+  add(config_case("mamba_state_zero", "tiny-mamba-hf", set("state_size", 0), {"\"state_size\" is 0"}));
+  add(config_case("mamba_expand_fraction", "tiny-mamba-hf", set("expand", 1.5), {"\"expand\" is 1.5", "an integer"}));
+  add(config_case("mamba2_groups_not_dividing", "tiny-mamba2-hf", set("n_groups", 3),
+                  {"\"num_heads\" (4) is not a multiple of \"n_groups\" (3)"}));
+  add(config_case("mamba2_time_step_limit_word", "tiny-mamba2-hf", set("time_step_limit", json::array({"a", 1})),
+                  {"\"time_step_limit\" minimum is \"a\"", "finite number >= 0"}));
+  add(config_case("mamba2_time_step_limit_nan", "tiny-mamba2-hf", set("time_step_limit", json::array({0.0, "NaN"})),
+                  {"\"time_step_limit\" maximum is \"NaN\"", "or Infinity (no limit)"}));
+  add(config_case("mamba2_time_step_limit_reversed", "tiny-mamba2-hf", set("time_step_limit", json::array({0.5, 0.1})),
+                  {"\"time_step_limit\" maximum is 0.1", ">= the minimum 0.5"}));
   add({"config_not_json", [](Inputs& in) {
          const std::string dir = in.family("tiny-llama-hf");
          test::write_bytes(fs::path(dir) / "config.json", "{\"vocab_size\": 12,");
