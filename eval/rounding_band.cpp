@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "eval/schemes.h"
 #include "model/linear.h"
 #include "quant/quantized_linear.h"
 
@@ -98,10 +99,7 @@ EvalScheme rounding_variant(const EvalScheme& scheme, const SchemeSpec& spec, co
   variant.description["rounding_band_of"] = scheme.name;
   variant.description["rounding_seed"] = seed;
   variant.description["rounding_eps"] = eps;
-  variant.rewrite_block = [rewrite](const Block& full) { return rewrite->rewrite(full); };
-  variant.rewrites_layer = [rewrite, config](std::int64_t layer) { return rewrite->selects_in_layer(config, layer); };
-  if (rewrite->selects("lm_head"))
-    variant.rewrite_head = [rewrite](const std::shared_ptr<const Linear>& head) { return rewrite->rewrite_head(head); };
+  use_rewrite(variant, rewrite, config);
   jitter_quantised_inputs(variant, seed, eps);
   rewrite_out = rewrite;
   return variant;

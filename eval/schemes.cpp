@@ -108,6 +108,13 @@ nlohmann::json PreparedSchemes::engines_used_report(std::size_t i) const {
   return rewrites[i] ? rewrites[i]->engines_used_report() : nlohmann::json(nullptr);
 }
 
+void use_rewrite(EvalScheme& scheme, const std::shared_ptr<SchemeRewrite>& rewrite, const ModelConfig& config) {
+  scheme.rewrite_block = [rewrite](const Block& full) { return rewrite->rewrite(full); };
+  scheme.rewrites_layer = [rewrite, config](std::int64_t layer) { return rewrite->selects_in_layer(config, layer); };
+  if (rewrite->selects("lm_head"))
+    scheme.rewrite_head = [rewrite](const std::shared_ptr<const Linear>& head) { return rewrite->rewrite_head(head); };
+}
+
 PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::string>& names,
                              const SchemeOptions& options) {
   PreparedSchemes prepared;
@@ -130,10 +137,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       if (options.quantize_ssm_inner) spec.quantize_ssm_inner = true;
       rewrite = std::make_shared<SchemeRewrite>(spec, linears);
       scheme.description = description_before_run(*rewrite);
-      scheme.rewrite_block = [rewrite](const Block& full) { return rewrite->rewrite(full); };
-      scheme.rewrites_layer = [rewrite, config](std::int64_t layer) { return rewrite->selects_in_layer(config, layer); };
-      if (rewrite->selects("lm_head"))
-        scheme.rewrite_head = [rewrite](const std::shared_ptr<const Linear>& head) { return rewrite->rewrite_head(head); };
+      use_rewrite(scheme, rewrite, config);
       // A scheme file is shown by its "name" (its stem when it has none); the path is recorded.
       if (spec.name != name) {
         scheme.name = spec.name;

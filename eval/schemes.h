@@ -55,6 +55,9 @@ struct PreparedSchemes {
   nlohmann::json engines_used_report(std::size_t scheme) const;
 };
 
+// Routes `scheme`'s block and head rewrites (and which layers it rewrites) through `rewrite`.
+void use_rewrite(EvalScheme& scheme, const std::shared_ptr<SchemeRewrite>& rewrite, const ModelConfig& config);
+
 // "full" is full precision itself; any other name is a quantisation preset or a JSON scheme
 // file, applied to full precision's linears (quant/rewrite.h). Throws listing the presets for an
 // unknown name, and before any weight is read for a pattern that matches no linear of `config`.

@@ -37,6 +37,16 @@ void check_weight(const at::Tensor& w, const std::string& name) {
   QEVAL_CHECK(all_finite(w), "quantise {}: the weight holds NaN or infinite values", name);
 }
 
+void check_w4(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
+  check_weight(w, name);
+  QEVAL_CHECK(spec.kind == QuantKind::int4_zeropoint, "quantise {}: expected an int4_zeropoint spec", name);
+  QEVAL_CHECK(spec.granularity == Granularity::tensor || spec.granularity == Granularity::channel ||
+                  spec.granularity == Granularity::group,
+              "quantise {}: weight granularity {} is not tensor, channel or group", name, spec.granularity_name());
+}
+
+W4Weight w4_composition(const at::Tensor& w, const QuantSpec& spec);
+
 // Group size along K for a weight granularity (tensor handled by the callers).
 std::int64_t group_size_for(const QuantSpec& spec, std::int64_t K) {
   return spec.granularity == Granularity::group ? std::min(spec.group_size, K) : K;
@@ -117,14 +127,10 @@ Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, cons
 }
 
 W4Weight quantize_w4_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
-  check_weight(w, name);
-  QEVAL_CHECK(spec.kind == QuantKind::int4_zeropoint, "quantise {}: expected an int4_zeropoint spec", name);
-  QEVAL_CHECK(spec.granularity == Granularity::tensor || spec.granularity == Granularity::channel ||
-                  spec.granularity == Granularity::group,
-              "quantise {}: weight granularity {} is not tensor, channel or group", name, spec.granularity_name());
-  if (!w.is_cpu()) return quantize_w4_weight_reference(w, spec, name);
+  check_w4(w, spec, name);
+  if (!w.is_cpu()) return w4_composition(w, spec);
   // On the CPU: one threaded, vectorised pass (kernels/w4_quantize.h), the same bits as the
-  // reference composition below (tests/quant/quantize_test.cpp).
+  // reference composition (tests/quant/quantize_test.cpp).
   const std::int64_t K = w.size(1);
   W4Weight out;
   out.K = K;
@@ -137,8 +143,14 @@ W4Weight quantize_w4_weight(const at::Tensor& w, const QuantSpec& spec, const st
 }
 
 W4Weight quantize_w4_weight_reference(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
-  check_weight(w, name);
-  QEVAL_CHECK(spec.kind == QuantKind::int4_zeropoint, "quantise {}: expected an int4_zeropoint spec", name);
+  check_w4(w, spec, name);
+  return w4_composition(w, spec);
+}
+
+namespace {
+
+// quant/quantize.h's reference maths on a checked weight, any device.
+W4Weight w4_composition(const at::Tensor& w, const QuantSpec& spec) {
   const std::int64_t N = w.size(0), K = w.size(1);
   W4Weight out;
   out.K = K;
@@ -157,7 +169,7 @@ W4Weight quantize_w4_weight_reference(const at::Tensor& w, const QuantSpec& spec
       p = {g.scale.squeeze(2).contiguous(), g.zero.squeeze(2).contiguous()};
       break;
     }
-    default: fail("quantise {}: weight granularity {} is not tensor, channel or group", name, spec.granularity_name());
+    default: fail("w4_composition: granularity {} reached unchecked", spec.granularity_name());
   }
   ZeroPointParams expanded{expand_groups(p.scale, K, out.group_size), expand_groups(p.zero, K, out.group_size)};
   out.qweight = kernels::pack_u4(zeropoint4_quantize(w, expanded));
@@ -166,4 +178,5 @@ W4Weight quantize_w4_weight_reference(const at::Tensor& w, const QuantSpec& spec
   return out;
 }
 
+}  // namespace
 }  // namespace qeval

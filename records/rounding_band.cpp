@@ -37,7 +37,7 @@ bool is_rounding_variant(const nlohmann::json& scheme_entry) {
          scheme_entry.at("description").contains("rounding_band_of");
 }
 
-nlohmann::json RoundingBand::to_json(const std::vector<std::int64_t>& seeds) const {
+nlohmann::json RoundingBand::to_json() const {
   return {{"variants", variants},       {"eps", eps},
           {"seeds", seeds},             {"delta_nll", delta_nll},
           {"dppl", dppl},               {"kl", kl},
@@ -61,6 +61,7 @@ std::optional<RoundingBand> rounding_band(const nlohmann::json& record, const st
   RoundingBand band;
   band.variants = static_cast<int>(variants.size());
   band.eps = variants.front()->at("description").value("rounding_eps", 0.0);
+  for (const nlohmann::json* v : variants) band.seeds.push_back(v->at("description").value("rounding_seed", std::int64_t{0}));
   std::vector<const nlohmann::json*> all{own};
   all.insert(all.end(), variants.begin(), variants.end());
   for (const nlohmann::json* s : all) {
@@ -82,12 +83,7 @@ void attach_rounding_bands(nlohmann::json& record) {
   for (nlohmann::json& s : record.at("schemes")) {
     if (is_rounding_variant(s)) continue;
     const std::optional<RoundingBand> band = rounding_band(record, s.at("name").get<std::string>());
-    if (!band) continue;
-    std::vector<std::int64_t> seeds;
-    for (const nlohmann::json& v : record.at("schemes"))
-      if (is_rounding_variant(v) && v.at("description").at("rounding_band_of") == s.at("name"))
-        seeds.push_back(v.at("description").value("rounding_seed", std::int64_t{0}));
-    s["rounding_band"] = band->to_json(seeds);
+    if (band) s["rounding_band"] = band->to_json();
   }
 }
 

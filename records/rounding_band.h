@@ -25,9 +25,10 @@ bool is_rounding_variant(const nlohmann::json& scheme_entry);
 struct RoundingBand {
   int variants = 0;
   double eps = 0;
+  std::vector<std::int64_t> seeds;                // the variants'
   std::vector<double> delta_nll, dppl, kl, top1;  // the scheme's own first, then each variant's
   double delta_nll_sd = 0, delta_nll_range = 0, dppl_sd = 0, dppl_range = 0, kl_sd = 0, top1_sd = 0;
-  nlohmann::json to_json(const std::vector<std::int64_t>& seeds) const;
+  nlohmann::json to_json() const;
 };
 
 // The band of `scheme` from the record's variant entries; nullopt when it has none.
