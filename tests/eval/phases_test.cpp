@@ -77,5 +77,35 @@ TEST(Phases, OtherThreadsKeepTheirOwnAccount) {
   for (const auto& [key, seconds] : d.by_scheme) EXPECT_EQ(seconds, 0.0) << phase_name(key.first) << " " << key.second;
 }
 
+// A GPU evaluation's wait for the device (PhaseDeviceSync) runs at every phase boundary of its
+// thread, before the clock is read, so the wait is charged to the phase whose work it finishes;
+// it ends with its scope, and other threads never run it.
+TEST(Phases, DeviceWaitRunsAtEveryBoundaryAndIsChargedToThePhaseItFinishes) {
+  int waits = 0;
+  const PhaseTimes before = thread_phase_times();
+  {
+    PhaseDeviceSync sync([&waits] {
+      ++waits;
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));  // "the device finishing"
+    });
+    const int at_start = waits;
+    {
+      PhaseScope forward(Phase::forward);  // 1 boundary entering
+    }                                      // 1 leaving: its wait finishes forward's work
+    EXPECT_EQ(waits - at_start, 2);
+    int other_thread_waits = 0;
+    std::thread([&] {
+      PhaseScope read(Phase::read);
+      other_thread_waits = waits;
+    }).join();
+    EXPECT_EQ(other_thread_waits, waits) << "another thread ran this thread's device wait";
+  }
+  const int after_scope = waits;
+  { PhaseScope head(Phase::head); }
+  EXPECT_EQ(waits, after_scope) << "the wait outlived its PhaseDeviceSync";
+  const PhaseTimes spent = thread_phase_times() - before;
+  EXPECT_GE(spent.seconds[static_cast<std::size_t>(Phase::forward)], 0.025);  // the leaving wait
+}
+
 }  // namespace
 }  // namespace qeval
