@@ -180,6 +180,18 @@ std::string fused_attention_stats_cuda_unsupported(const at::Tensor& q, const at
   return fused_attention_unsupported_reason(a);
 }
 
+// QEVAL_ATTENTION_STATS_CORES=tensor: the statistics-only pass on tensor cores
+// (kernels/cuda/attention_stats_tensor_cores.h), opt-in until a GPU run has verified it.
+namespace {
+bool statistics_on_tensor_cores() {
+  static const bool tensor = [] {
+    const char* v = std::getenv("QEVAL_ATTENTION_STATS_CORES");
+    return v != nullptr && std::string(v) == "tensor";
+  }();
+  return tensor;
+}
+}  // namespace
+
 at::Tensor fused_attention_stats_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                       std::int64_t window, double scale, double softcap, bool softmax_one,
                                       std::int64_t sink_T, std::int64_t stats_window, at::Tensor* head_sums,
@@ -206,6 +218,7 @@ at::Tensor fused_attention_stats_cuda(const at::Tensor& q_in, const at::Tensor& 
   a.softcap = softcap > 0 ? static_cast<float>(softcap) : 0.0f;
   a.window = window;
   a.softmax_one = softmax_one;
+  a.tensor_cores = statistics_on_tensor_cores();
   at::Tensor query_stats;
   if (head_sums) {
     query_stats = at::empty({3, B, H, L}, q.options().dtype(at::kFloat));

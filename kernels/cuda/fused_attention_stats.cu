@@ -3,7 +3,8 @@
 //
 // Statistics only (out = nullptr): the same pass without v and without the product (what the
 // model runs: its output then comes from the same kernel as without statistics, so turning
-// statistics on changes no bit of it).
+// statistics on changes no bit of it). In half and bfloat16 that pass runs on tensor cores
+// (attention_stats_tensor_cores.cu); the kernel below serves float32 and passes with an output.
 //
 // Attention: one block of 8 warps per (32 queries, head, batch row); each warp owns 4 queries.
 // The block's q rows sit in shared memory as float; tiles of 32 keys (k and v, widened to float)
@@ -28,6 +29,7 @@
 #include <string>
 
 #include "kernels/cuda/absmax.cuh"
+#include "kernels/cuda/attention_stats_tensor_cores.h"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/fused_attention_stats.h"
 
@@ -440,10 +442,13 @@ void fused_attention(const FusedAttentionArgs& a, Stream stream) {
   p.padded = static_cast<int>((a.head_dim + 3) / 4 * 4);
   p.scale = a.scale, p.softcap = a.softcap, p.window = a.window, p.softmax_one = a.softmax_one;
   p.query_stats = a.query_stats;
-  switch (a.type) {
-    case FloatType::f32: detail::launch_attention_for_width<float>(p, stream); break;
-    case FloatType::f16: detail::launch_attention_for_width<__half>(p, stream); break;
-    case FloatType::bf16: detail::launch_attention_for_width<__nv_bfloat16>(p, stream); break;
+  // Statistics alone in 16 bits: the logits on tensor cores (kernels/cuda/attention_stats_tensor_cores.h).
+  if (!attention_stats_on_tensor_cores(a, stream)) {
+    switch (a.type) {
+      case FloatType::f32: detail::launch_attention_for_width<float>(p, stream); break;
+      case FloatType::f16: detail::launch_attention_for_width<__half>(p, stream); break;
+      case FloatType::bf16: detail::launch_attention_for_width<__nv_bfloat16>(p, stream); break;
+    }
   }
   if (a.head_sums != nullptr) {
     const std::int64_t BH = a.batch * a.heads;

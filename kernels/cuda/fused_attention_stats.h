@@ -14,7 +14,10 @@
 // The tiling is FlashAttention-2's: blocks of 32 queries sweep tiles of 32 keys held in shared
 // memory with an online softmax (running m, ℓ, rescaled on a new maximum); the weights are never
 // written to memory. Scores and products run on the CUDA cores in float32 (no tensor cores:
-// fp32 inputs keep fp32 accuracy and the tie rule below sees float32 logits).
+// fp32 inputs keep fp32 accuracy and the tie rule below sees float32 logits), except the
+// statistics-only pass (out = nullptr) of half and bfloat16 inputs on compute capability ≥ 8.0
+// when args.tensor_cores asks for it: its logits come from tensor-core MMAs with float32
+// accumulation, 64 queries × 64 keys a tile (kernels/cuda/attention_stats_tensor_cores.h).
 //
 // Statistics (query_stats non-null): per (b, h, i), written to query_stats [3, B, H, L] float:
 //   [0] A_i1, the weight of key 1 (key index 0), = exp(s_i1 − m_i)/ℓ_i (0 when i's window excludes it);
@@ -78,6 +81,11 @@ struct FusedAttentionArgs {
   double* head_sums = nullptr;   // [B, H, 4] or nullptr
   std::int64_t sink_T = 64;      // T of Sink₁^ε (≥ 1)
   std::int64_t stats_window = 0;  // sets reach below (which queries the sums count); `window` masks
+  // Statistics alone (out == nullptr) in f16 / bf16 on a device of compute capability ≥ 8.0: the
+  // logits on tensor cores (kernels/cuda/attention_stats_tensor_cores.h). Off by default until a
+  // GPU run has held that kernel to its tests; the Torch adapter turns it on for
+  // QEVAL_ATTENTION_STATS_CORES=tensor.
+  bool tensor_cores = false;
 };
 
 // Empty when these arguments are served, else why not (in words, for the record's fallback note).

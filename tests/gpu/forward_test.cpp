@@ -71,6 +71,24 @@ TEST(GpuForward, SharedFixturesMatchTheCpuAndTheirReference) {
   }
 }
 
+// Issue 50: the six mixture-of-experts and state-space fixtures (their layers run LibTorch ops on a
+// GPU: the chunked log-depth selective scan, the SSD's chunks, experts gathered per sequence) in
+// fp32 on the device against the CPU, and against their independent reference as on the CPU.
+TEST(GpuForward, MixtureOfExpertsAndStateSpaceFixturesMatchTheCpu) {
+  QEVAL_SKIP_WITHOUT_GPU();
+  for (const std::string folder : {"tiny-mixtral-hf", "tiny-qwen2-moe-hf", "tiny-qwen3-moe-hf", "tiny-mamba-hf",
+                                   "tiny-mamba2-hf", "tiny-jamba-hf"}) {
+    SCOPED_TRACE(folder);
+    std::cout << folder << ":\n";
+    const auto dir = test::repo_path("tests/model/fixtures/" + folder);
+    const auto reference = read_safetensors(dir / "reference.safetensors");
+    LoadedCheckpoint ck = load_checkpoint(dir);
+    Transformer model(ck.config, ck.weights, dir.string());
+    const at::Tensor logits = check_against_cpu(model, reference.at("input_ids"));
+    EXPECT_TRUE(test::tensors_close(logits, reference.at("logits"), 1e-4));
+  }
+}
+
 TEST(GpuForward, RandomGpt2SmallShapeMatchesTheCpu) {
   QEVAL_SKIP_WITHOUT_GPU();
   const ModelConfig config = gpt2_small_config();

@@ -5,7 +5,8 @@
 // 8, 64, 80, 128, 256, grouped-query heads, sliding windows, soft caps and softmax-1. Tolerances
 // by dtype: the output within 1e-5 (fp32), 1e-3 (fp16) and 8e-3 (bf16) of |ref| + 1; the statistics
 // are computed in float32 from the same (rounded) inputs whatever the dtype, so they are held to
-// fp32's 1e-5 everywhere. Skipped, visibly, without a CUDA device.
+// fp32's 1e-5 everywhere. The statistics-only pass of half and bfloat16 inputs (its logits on
+// tensor cores) is held to the same bounds. Skipped, visibly, without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <c10/util/BFloat16.h>
@@ -86,6 +87,7 @@ struct Case {
   float q_shift = 0.0f;       // added to every element of q
   float k_shift = 0.0f;       // added to every element of k
   bool strided_q = false;    // q stored [B, L, H, hd] (the model's transposed view)
+  bool stats_only = false;   // no output (v unread): the pass the model runs; tensor cores in 16 bits
   std::int64_t sink_T = 64;
   std::uint32_t seed = 1;
 
@@ -93,7 +95,7 @@ struct Case {
     std::ostringstream s;
     s << cu::to_string(type) << " B" << B << " H" << H << "/" << Hkv << " L" << L << " hd" << hd << " window " << window
       << " softcap " << softcap << (softmax_one ? " softmax-1" : " softmax") << (strided_q ? " strided q" : "")
-      << (tie_first_two ? " tie" : "");
+      << (tie_first_two ? " tie" : "") << (stats_only ? " statistics only" : "");
     return s.str();
   }
 };
@@ -229,7 +231,7 @@ void check_case(const Case& c) {
   cu::DeviceArray<double> head_sums(ref.head_sums.size());
 
   cu::FusedAttentionArgs a;
-  a.q = q.get(), a.k = k.get(), a.v = v.get(), a.out = out.get();
+  a.q = q.get(), a.k = k.get(), a.v = v.get(), a.out = c.stats_only ? nullptr : out.get();
   for (int n = 0; n < 3; ++n) {
     a.q_strides[n] = q_strides[n];
     a.k_strides[n] = n == 0 ? c.Hkv * c.L * c.hd : n == 1 ? c.L * c.hd : c.hd;
@@ -241,6 +243,7 @@ void check_case(const Case& c) {
   a.softcap = c.softcap, a.window = c.window, a.softmax_one = c.softmax_one;
   a.query_stats = query_stats.get(), a.head_sums = head_sums.get();
   a.sink_T = c.sink_T, a.stats_window = c.window;
+  a.tensor_cores = c.stats_only;  // the tensor-core statistics pass (16-bit types, compute capability ≥ 8.0)
   ASSERT_STREQ(cu::fused_attention_unsupported_reason(a), "");
   cu::fused_attention(a);
   cu::synchronize();
@@ -266,10 +269,12 @@ void check_case(const Case& c) {
                               << ", expected " << expected;
     }
   };
-  Worst o{"output", output_tolerance(c.type)};
-  for (std::size_t i = 0; i < ref.out.size(); ++i)
-    o.see(i, element(out_raw, i, c.type), ref.out[i], o.tolerance * (std::abs(ref.out[i]) + 1.0));
-  o.report();
+  if (!c.stats_only) {
+    Worst o{"output", output_tolerance(c.type)};
+    for (std::size_t i = 0; i < ref.out.size(); ++i)
+      o.see(i, element(out_raw, i, c.type), ref.out[i], o.tolerance * (std::abs(ref.out[i]) + 1.0));
+    o.report();
+  }
 
   const std::size_t BHL = static_cast<std::size_t>(c.B * c.H * c.L);
   Worst p1{"key-1 weight", 1e-5}, credit{"first-attn credit", 1e-6}, entropy{"entropy", 1e-5};
@@ -355,11 +360,47 @@ TEST(CudaFusedAttention, TiesAndUnderflowFollowTheCollectorsRule) {
 // Small shapes for compute-sanitizer's racecheck (every code path, few blocks).
 TEST(CudaFusedAttention, SmallForSanitizers) {
   QEVAL_REQUIRE_CUDA_DEVICE();
-  for (bool softmax_one : {false, true}) {
-    Case c;
-    c.L = 45, c.hd = 72, c.H = 2, c.Hkv = 1, c.window = 20, c.softcap = 3.0f, c.softmax_one = softmax_one;
-    c.type = cu::FloatType::f16;
-    check_case(c);
+  for (bool stats_only : {false, true})  // the CUDA-core kernel, then the tensor-core statistics pass
+    for (bool softmax_one : {false, true}) {
+      Case c;
+      c.L = stats_only ? 80 : 45, c.hd = 72, c.H = 2, c.Hkv = 1, c.window = 20, c.softcap = 3.0f;
+      c.softmax_one = softmax_one, c.stats_only = stats_only, c.type = cu::FloatType::f16;
+      check_case(c);
+    }
+}
+
+// The statistics-only pass in half and bfloat16: logits on tensor cores, 64 × 64 tiles. Lengths
+// on both sides of the tile size, head sizes that need padding to 16 (8, 20, 72) and that do not,
+// the element-wise loads (hd 20, strided q with hd 20) and the 16-byte ones, grouped-query heads,
+// windows shorter and longer than a tile, soft caps, softmax-1, ties and underflow.
+TEST(CudaFusedAttention, StatisticsOnlyOnTensorCores) {
+  QEVAL_REQUIRE_CUDA_DEVICE();
+  for (cu::FloatType t : {cu::FloatType::f16, cu::FloatType::bf16}) {
+    for (std::int64_t L : {1, 17, 63, 64, 65, 200, 1024})
+      for (std::int64_t hd : {8, 20, 64, 72, 128, 256}) {
+        Case c;
+        c.type = t, c.stats_only = true, c.L = L, c.hd = hd, c.B = 2, c.H = 4, c.Hkv = 2;
+        c.key1_boost = 0.8f, c.amplitude = 1.5f, c.strided_q = hd == 20 || hd == 128;
+        c.seed = static_cast<std::uint32_t>(11 * L + hd);
+        check_case(c);
+      }
+    for (std::int64_t window : {1, 5, 48, 100})
+      for (float softcap : {0.0f, 2.0f})
+        for (bool softmax_one : {false, true}) {
+          Case c;
+          c.type = t, c.stats_only = true, c.L = 200, c.hd = 80, c.H = 4, c.Hkv = 2, c.window = window;
+          c.softcap = softcap, c.softmax_one = softmax_one, c.amplitude = 2.0f, c.key1_boost = 1.0f;
+          c.seed = static_cast<std::uint32_t>(window + (softmax_one ? 7 : 0));
+          check_case(c);
+        }
+    Case tie;
+    tie.type = t, tie.stats_only = true, tie.L = 130, tie.hd = 64, tie.H = 2, tie.Hkv = 2, tie.key1_boost = 3.0f;
+    tie.tie_first_two = true;
+    check_case(tie);
+    Case under;
+    under.type = t, under.stats_only = true, under.L = 70, under.hd = 64, under.softmax_one = true;
+    under.amplitude = 0.01f, under.q_shift = 4.0f, under.k_shift = -4.0f;
+    check_case(under);
   }
 }
 
