@@ -1,7 +1,10 @@
 // `qeval plot RECORD... --out DIR`: per-layer curves from a record's statistics (several records:
-// on shared axes), and the attention and hidden-state maps from figure data written by
+// on shared axes), the penalties with their rounding bands (records evaluated with
+// --rounding-band), and the attention and hidden-state maps from figure data written by
 // `qeval eval --plots` (--figure-data, one record).
 #include <fmt/core.h>
+
+#include <algorithm>
 
 #include "cli/commands.h"
 #include "cli/option_checks.h"
@@ -64,7 +67,20 @@ void run_plot(const PlotArgs& a) {
     }
   find_gnuplot();  // before any file is written
   const nlohmann::json& record = records.front();
-  std::vector<std::filesystem::path> images = plot_layer_curves(records, a.out, a.scheme);
+  // Records with a rounding band (eval --rounding-band) also get penalties.png: ΔNLL ± se ± band.
+  // Their per-layer curves need statistics; without them only the penalties are drawn.
+  const bool bands = std::any_of(records.begin(), records.end(), has_rounding_band);
+  const bool statistics = std::all_of(records.begin(), records.end(), [&](const nlohmann::json& r) {
+    for (const auto& s : r.at("schemes"))
+      if (s.value("name", "") == a.scheme && s.contains("statistics") && s["statistics"].is_object()) return true;
+    return false;
+  });
+  std::vector<std::filesystem::path> images;
+  if (!bands || statistics)
+    images = plot_layer_curves(records, a.out, a.scheme);
+  else
+    fmt::print(stderr, "note: scheme '{}' has no statistics in every record: per-layer curves not drawn\n", a.scheme);
+  if (bands) images.push_back(plot_penalties(records, a.out));
   if (!a.figure_data.empty()) {
     nlohmann::json fd;
     try {

@@ -14,7 +14,9 @@
 #include "common/files.h"
 #include "reports/plot.h"
 #include "records/record.h"
+#include "records/rounding_band.h"
 #include "eval/schemes.h"
+#include "eval/rounding_band.h"
 #include "eval/sensitivity.h"
 #include "reports/sensitivity_report.h"
 #include "quant/scheme.h"
@@ -30,6 +32,8 @@ struct SensitivityArgs {
   std::string out;
   std::string plot;
   std::int64_t top = 20;
+  std::int64_t rounding_band = 0;  // K rounding variants per unit (eval/sensitivity.h)
+  double rounding_band_eps = 0;    // 0: the default
   bool quiet = false;
   std::vector<std::string> argv;
 };
@@ -51,7 +55,12 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   check_output_is_not_an_input(a.out, "--out",
                                {{"data file", inputs.data_path.string()}, {"model", inputs.model_path.string()},
                                 {"tokenizer", inputs.tokenizer_path.string()}});
-  sensitivity_units(inputs.model->config(), base, by);  // the scheme must select something in this model
+  const std::size_t unit_count = sensitivity_units(inputs.model->config(), base, by).size();  // must select something
+  if (a.rounding_band > 0 && !a.quiet)
+    fmt::print(stderr,
+               "rounding band: {} variant(s) of each of the {} units, {} more forward passes in all (full precision is not "
+               "repeated)\n",
+               a.rounding_band, unit_count, static_cast<std::int64_t>(unit_count) * a.rounding_band);
 
   SensitivityOptions options;
   options.by = by;
@@ -59,6 +68,8 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   options.progress = !a.quiet;
   options.expected_windows = inputs.windows->expected_windows();
   options.placement = inputs.placement;
+  options.rounding_band = a.rounding_band;
+  options.rounding_eps = a.rounding_band_eps;
   nlohmann::json plan_json;
   options.plan = [&](const std::vector<EvalScheme>& schemes, const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites) {
     return plan_evaluation(inputs, a.data, schemes, rewrites, a.quiet, plan_json).plan;
@@ -70,12 +81,23 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   context.command = a.argv;
   context.options.update({{"quantize_lm_head", a.quantize_lm_head},
                           {"sensitivity", {{"scheme", a.scheme}, {"by", to_string(by)}}}});
+  if (a.rounding_band > 0) {
+    context.options["sensitivity"]["rounding_band"] = a.rounding_band;
+    context.options["sensitivity"]["rounding_band_eps"] = a.rounding_band_eps > 0 ? a.rounding_band_eps : kDefaultRoundingEps;
+  }
   std::vector<std::int64_t> bytes;
   for (const auto& scheme : run.schemes)
     bytes.push_back(scheme.description.value("model_linear_bytes", full_linear_weight_bytes(inputs.model->config())));
   nlohmann::json record = build_record(context, scheme_infos(run.schemes, bytes), run.result, {});
   record["plan"] = plan_json;
   record["sensitivity"] = run.to_json();
+  if (a.rounding_band > 0) {
+    attach_rounding_bands(record);
+    // Each unit's band, from its variants' entries as every report computes it.
+    for (nlohmann::json& unit : record["sensitivity"]["units"])
+      if (const std::optional<RoundingBand> band = rounding_band(record, unit.at("scheme").get<std::string>()))
+        unit["rounding_band"] = band->to_json();
+  }
 
   fmt::print("{}", sensitivity_table_markdown(record, a.top));
   if (!a.out.empty()) {
@@ -101,6 +123,13 @@ void add_sensitivity_command(CLI::App& app) {
   cmd->add_option("--top", args->top, "rows in the printed table (0: all)")->capture_default_str()->check(integer_in(0));
   cmd->add_option("--out,-o", args->out, "write the result record (JSON, with a \"sensitivity\" section) here, atomically")->check(output_path());
   cmd->add_option("--plot", args->plot, "also draw a bar chart of ΔNLL per unit with the input max |x| (gnuplot) to this .png");
+  cmd->add_option("--rounding-band", args->rounding_band,
+                  "each unit's rounding band: this many extra evaluations of each unit whose quantised inputs move by a few "
+                  "float32 ulps (docs/rounding-band.md); 0: none")
+      ->capture_default_str()->check(integer_in(0, 64));
+  cmd->add_option("--rounding-band-eps", args->rounding_band_eps,
+                  "--rounding-band: the relative size of the input jitter (default 2^-22, two ulps of 1.0)")
+      ->check(number_in(0, 1e-3, true, true));
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   cmd->callback([args] {
     args->argv = command_line;

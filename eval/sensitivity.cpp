@@ -12,6 +12,8 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "eval/rounding_band.h"
+#include "eval/schemes.h"
 #include "quant/rewrite.h"
 
 namespace qeval {
@@ -217,6 +219,17 @@ SensitivityRun run_sensitivity(ModelReader& full, const SchemeSpec& base, Window
     run.schemes.push_back(std::move(scheme));
     run.rewrites.push_back(std::move(rewrite));
   }
+  QEVAL_CHECK(options.rounding_band >= 0 && options.rounding_band <= 64,
+              "sensitivity --rounding-band {}: expected 0 (none) to 64 variants per unit", options.rounding_band);
+  const double eps = options.rounding_eps > 0 ? options.rounding_eps : kDefaultRoundingEps;
+  for (std::size_t i = 0; i < units.size() && options.rounding_band > 0; ++i)
+    for (std::int64_t seed = 1; seed <= options.rounding_band; ++seed) {
+      std::shared_ptr<SchemeRewrite> rewrite;
+      EvalScheme variant = rounding_variant(run.schemes[i + 1], run.rewrites[i + 1]->spec(), names, config,
+                                            static_cast<std::uint64_t>(seed), eps, rewrite);
+      run.schemes.push_back(std::move(variant));
+      run.rewrites.push_back(std::move(rewrite));
+    }
 
   EvalOptions eval_options;
   eval_options.batch_size = options.batch_size;

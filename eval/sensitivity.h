@@ -30,6 +30,13 @@
 // With protocol `windows` the first scored target is position 1, predicted from position 0,
 // whose input rows are the statistics' "first".
 //
+// Rounding band of a unit (issue 53, eval/rounding_band.h): with rounding_band K > 0, each unit's
+// variant gets K rounding variants ("<base>@<unit>~r<seed>", seeds 1..K: its quantised linears'
+// inputs moved by a few ulps), run in the same pass after every unit's variant. The record's
+// scheme entries then carry the variants, and cli/sensitivity.cpp gives each unit the band of
+// its ΔNLL over the K + 1 implementations (records/rounding_band.h): which layers' rounding is
+// chaotic, beside their input max |x|.
+//
 // Input statistics of a unit (stats/linear_inputs.h, full-precision inputs): a layer's own; for a
 // kind, the mean over its layers of each first/rest statistic, and the largest |x| of any of them
 // (with its layer and feature).
@@ -81,6 +88,8 @@ struct SensitivityOptions {
   bool progress = true;               // evaluate()'s ETA and running PPL on stderr
   std::int64_t expected_windows = 0;  // for the ETA
   std::int64_t top_positions = 5;
+  std::int64_t rounding_band = 0;  // K rounding variants per unit (0: none)
+  double rounding_eps = 0;         // their input jitter; 0: kDefaultRoundingEps
   Placement placement;  // where the models run (they are placed before their linears are wrapped)
   // The evaluation plan for these schemes (eval/memory_plan.h); empty: every layer resident.
   std::function<EvalPlan(const std::vector<EvalScheme>&, const std::vector<std::shared_ptr<SchemeRewrite>>&)> plan;
@@ -117,7 +126,9 @@ struct UnitSensitivity {
 struct SensitivityRun {
   SchemeSpec base;
   SensitivityGrouping by = SensitivityGrouping::layer;
-  std::vector<EvalScheme> schemes;  // [0] full precision, then one variant per unit, in unit order
+  // [0] full precision, then one variant per unit, in unit order, then (rounding_band K > 0) the
+  // units' rounding variants, K per unit, in unit order.
+  std::vector<EvalScheme> schemes;
   std::vector<std::shared_ptr<SchemeRewrite>> rewrites;  // per scheme (null for full precision)
   EvalResult result;
   std::shared_ptr<LinearInputRecorder> inputs;  // the full-precision pass's linear inputs

@@ -6,6 +6,9 @@
 //                                first/other tokens, %first-attn and Sink₁^ε rate — from a
 //                                record's statistics (`qeval plot RECORD --out DIR`), or from
 //                                several records on shared axes (`qeval plot A.json B.json ...`)
+//   penalties.{dat,gp,png}       paired ΔNLL of every quantised scheme, ± se (sampling) and, where
+//                                the record has rounding variants, ± band (rounding), one group of
+//                                bars per record — drawn by `qeval plot` when a record has a band
 //   attention_map.{dat,gp,png}   mean attention over layers and heads, first T queries × keys
 //   hidden_abs.{dat,gp,png}      mean |hidden state| per layer × channel, first token and the rest
 //                                — the maps come from figure data (stats/figure_data.h), written as
@@ -43,6 +46,13 @@ std::vector<std::filesystem::path> plot_layer_curves(const nlohmann::json& recor
 // record, its first token dashed and the other tokens solid; titled by record_model_name.
 std::vector<std::filesystem::path> plot_layer_curves(const std::vector<nlohmann::json>& records,
                                                      const std::filesystem::path& dir, const std::string& scheme = "full");
+
+// Whether any scheme of the record has rounding variants (eval --rounding-band).
+bool has_rounding_band(const nlohmann::json& record);
+// penalties.png: each record's quantised schemes (rounding variants folded into their scheme),
+// paired ΔNLL as bars with ± se and ± the rounding band (records/rounding_band.h) beside it.
+// Throws when no record has a quantised scheme with a paired ΔNLL.
+std::filesystem::path plot_penalties(const std::vector<nlohmann::json>& records, const std::filesystem::path& dir);
 
 // How the maps colour their values: linear, or log (so a first-token sink or one massive
 // channel does not wash out everything else; non-positive values are left blank).

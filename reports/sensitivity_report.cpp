@@ -40,20 +40,32 @@ std::string title_of(const json& record) {
 
 std::string sensitivity_table_markdown(const json& record, std::int64_t top) {
   const json& s = record.at("sensitivity");
+  bool with_band = false;  // sensitivity --rounding-band: each unit's ΔNLL also ± its rounding band
+  for (const auto& u : s.at("units")) with_band = with_band || u.contains("rounding_band");
   std::string out = title_of(record) + "\n\n";
-  out += "| rank | unit | ΔNLL ± se | ΔPPL % | first-token share of ΔNLL | input kurtosis first / rest | "
-         "max\\|x\\| first / rest | ‖x‖∞/‖x‖₂ rest | largest-ΔNLL positions |\n"
-         "|---:|---|---:|---:|---:|---:|---:|---:|---|\n";
-  std::int64_t shown = 0;
+  out += fmt::format("| rank | unit | ΔNLL ± se{} | ΔPPL % | first-token share of ΔNLL | input kurtosis first / rest | "
+                     "max\\|x\\| first / rest | ‖x‖∞/‖x‖₂ rest | largest-ΔNLL positions |\n"
+                     "|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
+                     with_band ? " ± band" : "");
+  std::int64_t shown = 0, chaotic = 0;
+  json variants;  // K, from the units' bands
   for (const auto& u : s.at("units")) {
-    if (top > 0 && shown == top) break;
+    std::string band;
+    if (u.contains("rounding_band")) {
+      variants = u.at("rounding_band").at("variants");
+      const double sd = get_or_nan(u.at("rounding_band").at("delta_nll_sd"));
+      const bool exceeds = sd > get_or_nan(u.at("dnll_se"));
+      chaotic += exceeds ? 1 : 0;
+      band = fmt::format(" ± {:.5f}{}", sd, exceeds ? " ⚠" : "");
+    }
+    if (top > 0 && shown == top) continue;  // counted above, not shown
     ++shown;
     const json& in = u.at("inputs");
     const json& share = u.at("tokens").at("first_share");
     std::vector<std::string> positions;
     for (const auto& p : u.at("tokens").at("top_positions")) positions.push_back(p.at("position").dump());
-    out += fmt::format("| {} | {} | {:+.5f} ± {:.5f} | {:+.2f} | {} | {} / {} | {} / {} | {} | {} |\n", u.at("rank").dump(),
-                       u.at("unit").get<std::string>(), get_or_nan(u.at("dnll_mean")), get_or_nan(u.at("dnll_se")),
+    out += fmt::format("| {} | {} | {:+.5f} ± {:.5f}{} | {:+.2f} | {} | {} / {} | {} / {} | {} | {} |\n", u.at("rank").dump(),
+                       u.at("unit").get<std::string>(), get_or_nan(u.at("dnll_mean")), get_or_nan(u.at("dnll_se")), band,
                        100 * get_or_nan(u.at("dppl_rel")),
                        share.is_number() ? fmt::format("{:.1f}%", 100 * share.get<double>()) : std::string("—"),
                        fixed(in.at("kurtosis").at("first"), 2), fixed(in.at("kurtosis").at("rest"), 2),
@@ -72,6 +84,12 @@ std::string sensitivity_table_markdown(const json& record, std::int64_t top) {
                        tokens.at("first").at("tokens").dump(), fmt::format("{:.0f}", first + rest),
                        100 * first / (first + rest));
   }
+  if (with_band)
+    out += fmt::format("\nband: the standard deviation of the unit's ΔNLL over it and its {} rounding variants (inputs of its "
+                       "quantised linears moved by a few ulps; docs/rounding-band.md). {} of {} units have a band above "
+                       "their se{}.\n",
+                       variants.dump(), chaotic, total,
+                       chaotic > 0 ? " (⚠): their rounding is chaotic; compare each with its input max |x|" : "");
   return out;
 }
 
@@ -93,11 +111,15 @@ fs::path plot_sensitivity(const json& record, const fs::path& png) {
     return word.empty() ? std::string("_") : word;
   };
   std::string dat = "# qeval sensitivity: " + gnuplot_text(title_of(record)) +
-                    "\n# rank unit dnll_mean dnll_se input_max_abs_first input_max_abs_rest\n";
-  for (const auto& u : units)
-    dat += fmt::format("{} {} {} {} {} {}\n", u.at("rank").dump(), data_word(u.at("unit").get<std::string>()), num(u.at("dnll_mean")),
-                       num(u.at("dnll_se")), num(u.at("inputs").at("max_abs").at("first")),
-                       num(u.at("inputs").at("max_abs").at("rest")));
+                    "\n# rank unit dnll_mean dnll_se input_max_abs_first input_max_abs_rest rounding_band_sd\n";
+  bool with_band = false;
+  for (const auto& u : units) {
+    const json band = u.contains("rounding_band") ? u.at("rounding_band").at("delta_nll_sd") : json(nullptr);
+    with_band = with_band || band.is_number();
+    dat += fmt::format("{} {} {} {} {} {} {}\n", u.at("rank").dump(), data_word(u.at("unit").get<std::string>()),
+                       num(u.at("dnll_mean")), num(u.at("dnll_se")), num(u.at("inputs").at("max_abs").at("first")),
+                       num(u.at("inputs").at("max_abs").at("rest")), num(band));
+  }
   write_file_atomic(dir / (stem + ".dat"), dat);
 
   const std::size_t width = std::clamp<std::size_t>(160 + 34 * n, 900, 8000);
@@ -110,11 +132,14 @@ fs::path plot_sensitivity(const json& record, const fs::path& png) {
         "set xtics rotate by -50 scale 0 font ',9'\nset bmargin 8\nset key top right opaque\n"
         "set ylabel 'ΔNLL vs full precision (nats per token)'\n"
         "set y2label 'input max |x| (mean over sequences, log scale)'\nset y2tics\nset logscale y2\nset ytics nomirror\n";
+  // With rounding bands: a second, thicker error bar (orange), offset to the bar's right edge.
   gp += fmt::format("plot {0} using 1:3:xtic(2) with boxes lc rgb '#c0392b' title 'ΔNLL', "
-                    "'' using 1:3:4 with yerrorbars lc rgb '#000000' pt -1 title '± se', "
+                    "'' using 1:3:4 with yerrorbars lc rgb '#000000' pt -1 title '± se (sampling)', {1}"
                     "'' using 1:5 axes x1y2 with points pt 7 ps 1.1 lc rgb '#2e86c1' title 'max |x|, first position', "
                     "'' using 1:6 axes x1y2 with points pt 5 ps 0.9 lc rgb '#27ae60' title 'max |x|, other positions'\n",
-                    gnuplot_quote(stem + ".dat"));
+                    gnuplot_quote(stem + ".dat"),
+                    with_band ? "'' using ($1+0.25):3:7 with yerrorbars lc rgb '#e67e22' lw 2 pt 7 ps 0.4 title '± band (rounding)', "
+                              : "");
   write_file_atomic(dir / (stem + ".gp"), gp);
 
   return render_gnuplot(dir, stem);

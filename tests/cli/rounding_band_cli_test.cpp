@@ -4,11 +4,14 @@
 // "band" rule passes a record whose penalty moved by rounding alone (the same schemes evaluated
 // as another valid implementation, --rounding-seed) where an absolute limit alone fails it, fails
 // a real regression (the same model rotated: its int8 penalty grew beyond three bands), and
-// refuses a band rule against a baseline without a band.
+// refuses a band rule against a baseline without a band. `sensitivity --rounding-band K` gives
+// every unit its band; `plot` draws the penalties with both noises.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
@@ -93,6 +96,77 @@ TEST(RoundingBandCli, VariantsAreRecordedFoldedAndTheSameForAnyBatchOrShard) {
   EXPECT_TRUE(contains(c.output, "Rounding band")) << c.output;
   EXPECT_TRUE(contains(c.output, "| int8-moderate | ")) << c.output;
   EXPECT_FALSE(contains(c.output, "int8-moderate~r1")) << c.output;
+}
+
+bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0 || std::getenv("QEVAL_GNUPLOT"); }
+
+// `plot` of a record with a band: penalties.png, and its data rows carry each scheme's paired ΔNLL,
+// se and band as the record has them (the variants are not rows of their own).
+TEST(RoundingBandCli, PlotDrawsEachPenaltyWithItsSeAndBand) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot absent (Debian package gnuplot-nox)";
+  Runs runs;
+  const json record = runs.eval("band.json", "--rounding-band 2 --stats-for full");
+  const CommandResult r = test::run_qeval("plot " + runs.path("band.json") + " --out " + runs.path("fig"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "penalties.png")) << r.output;
+  std::ifstream png(runs.dir / "fig" / "penalties.png", std::ios::binary);
+  char head[4] = {};
+  png.read(head, 4);
+  EXPECT_EQ(std::string(head + 1, 3), "PNG");
+  std::istringstream dat(read_file(runs.dir / "fig" / "penalties.dat"));
+  int rows = 0;
+  for (std::string line; std::getline(dat, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    double x = 0, mean = 0, se = 0, band = 0;
+    std::string name;
+    in >> x >> name >> mean >> se >> band;
+    SCOPED_TRACE(line);
+    EXPECT_EQ(name.find("~r"), std::string::npos);
+    const json& s = scheme(record, name);
+    auto near = [](double got, const json& expected) {  // the data file keeps 9 significant digits
+      const double e = expected.get<double>();
+      EXPECT_NEAR(got, e, 1e-8 * std::abs(e) + 1e-15);
+    };
+    near(mean, s.at("vs_full").at("paired_dnll_mean"));
+    near(se, s.at("vs_full").at("paired_dnll_se"));
+    near(band, s.at("rounding_band").at("delta_nll_sd"));
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3);  // int8-coarse, int8-moderate, w4-zeropoint
+}
+
+// `sensitivity --rounding-band 2 --by kind`: every unit's band is over the unit's own ΔNLL and its
+// two variants' (scheme entries of their own in the record, "<scheme>@<kind>~r<seed>"), the table
+// shows "± band", and the plot's data carries it.
+TEST(RoundingBandCli, SensitivityGivesEveryUnitItsBand) {
+  Runs runs;
+  const std::string png = have_gnuplot() ? " --plot " + runs.path("sens.png") : "";
+  const CommandResult r = test::run_qeval("sensitivity -q --data-dir " + test::data_dir().string() +
+                                          " --model models/stories260K/stories260K.bin --data "
+                                          "text/tinystories/validation-head.txt --seq-len 128 --max-windows 4 --by kind "
+                                          "--scheme int8-coarse --rounding-band 2 --out " +
+                                          runs.path("sens.json") + png);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "ΔNLL ± se ± band")) << r.output;
+  const json record = read_json(runs.path("sens.json"));
+  const json& units = record.at("sensitivity").at("units");
+  ASSERT_EQ(units.size(), 7u);
+  EXPECT_EQ(record.at("schemes").size(), 1u + 7u * 3u);
+  bool some_band = false;
+  for (const auto& u : units) {
+    SCOPED_TRACE(u.at("unit").get<std::string>());
+    ASSERT_TRUE(u.contains("rounding_band"));
+    const json& band = u.at("rounding_band");
+    ASSERT_EQ(band.at("delta_nll").size(), 3u);
+    EXPECT_EQ(band.at("delta_nll")[0], u.at("dnll_mean"));
+    const std::string name = u.at("scheme").get<std::string>();
+    EXPECT_EQ(band.at("delta_nll")[1], scheme(record, name + "~r1").at("vs_full").at("paired_dnll_mean"));
+    EXPECT_EQ(band.at("delta_nll")[2], scheme(record, name + "~r2").at("vs_full").at("paired_dnll_mean"));
+    some_band = some_band || band.at("delta_nll_sd").get<double>() > 0;
+  }
+  EXPECT_TRUE(some_band);  // int8-coarse's activation rounding moves somewhere
+  if (!png.empty()) EXPECT_TRUE(contains(read_file(runs.dir / "sens.dat"), "rounding_band_sd"));
 }
 
 TEST(RoundingBandCli, BandGatePassesARoundingMoveAndFailsARealRegression) {
