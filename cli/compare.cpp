@@ -44,7 +44,7 @@ std::vector<std::string> split_labels(const std::string& labels) {
 // Series records (qeval eval --model SERIES): their trajectories, one table per run (reports/series_views.h).
 void run_series_compare(const CompareArgs& a, CompareFormat format) {
   std::vector<LabeledSeries> runs;
-  for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
+  for (const auto& path : a.records) runs.push_back({path, read_verified_series_record(path), ""});
   if (!a.labels.empty()) {
     const std::vector<std::string> labels = split_labels(a.labels);
     QEVAL_CHECK(labels.size() == runs.size(), "--labels: {} labels for {} series", labels.size(), runs.size());

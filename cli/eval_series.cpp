@@ -22,6 +22,7 @@
 #include "records/record.h"
 #include "records/series_record.h"
 #include "eval/series_source.h"
+#include "loaders/checkpoints/model_reader.h"
 #include "reports/series_views.h"
 
 namespace qeval::cli {
@@ -106,6 +107,17 @@ struct Done {
   nlohmann::json entry, evaluation;
 };
 
+// A step record left by an earlier run is reused only for the weights it measured (issue 51): a
+// checkpoint retrained or replaced in place has another weights hash, and is evaluated again.
+bool still_measures(const fs::path& record_path, const SeriesCheckpoint& c) {
+  const nlohmann::json recorded = read_record(record_path).at("model").value("weights_hash", nlohmann::json(nullptr));
+  const std::string now = open_checkpoint(c.path)->weights_hash();
+  if (recorded.is_string() && recorded.get<std::string>() == now) return true;
+  fmt::print(stderr, "series: {} measured other weights (weights hash {}; {} now has {}): evaluating step {} again\n",
+             record_path.string(), recorded.dump(), c.path.string(), now, c.step);
+  return false;
+}
+
 }  // namespace
 
 void add_series_options(CLI::App* cmd, SeriesArgs& args) {
@@ -179,8 +191,9 @@ void run_series(const SeriesArgs& args, const std::string& model, const std::str
       if (done.count(c.step)) continue;
       const std::string name = fmt::format("step-{}.json", c.step);
       const fs::path record_path = folder / name;
-      if (fs::exists(record_path)) {
-        fmt::print(stderr, "series: {} (step {}) already evaluated: {}\n", c.name, c.step, record_path.string());
+      if (fs::exists(record_path) && still_measures(record_path, c)) {
+        fmt::print(stderr, "series: {} (step {}) already evaluated, same weights: {}\n", c.name, c.step,
+                   record_path.string());
       } else {
         fmt::print(stderr, "series: evaluating {} (step {}{})\n", c.name, c.step,
                    c.tokens ? fmt::format(", {} tokens", *c.tokens) : std::string());

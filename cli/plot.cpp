@@ -42,7 +42,7 @@ void run_plot(const PlotArgs& a) {
   if (is_series_record_file(a.records.front())) {  // trajectories against tokens seen (reports/series_views.h)
     QEVAL_CHECK(a.figure_data.empty(), "plot: --figure-data draws one record's maps, not a series'");
     std::vector<LabeledSeries> runs;
-    for (const auto& path : a.records) runs.push_back({path, read_series_record(path), ""});
+    for (const auto& path : a.records) runs.push_back({path, read_verified_series_record(path), ""});
     prepare_series(runs, a.allow_protocol_mismatch);
     for (const auto& p : plot_series(runs, a.out, parse_series_axis(a.x))) fmt::print("{}\n", p.string());
     return;

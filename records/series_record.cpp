@@ -3,10 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <optional>
+#include <set>
+
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json_diff.h"
+#include "common/strict_json.h"
 #include "records/record.h"
+#include "records/record_verify.h"
 
 namespace qeval {
 namespace {
@@ -103,8 +108,8 @@ nlohmann::json build_series_record(const SeriesListing& listing, const std::stri
 bool is_series_record(const nlohmann::json& j) { return j.is_object() && j.value("kind", "") == "qeval series"; }
 
 nlohmann::json read_series_record(const fs::path& path) {
-  nlohmann::json j = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
-  QEVAL_CHECK(!j.is_discarded(), "{}: not a qeval series record (invalid JSON)", path.string());
+  // Strict: a repeated key is an error, not a silent last-one-wins.
+  const nlohmann::json j = parse_json_strict(read_file(path), path.string());
   QEVAL_CHECK(is_series_record(j), "{}: not a qeval series record (no \"kind\": \"qeval series\")", path.string());
   QEVAL_CHECK(j.value("series_version", 0) == kSeriesVersion, "{}: series_version {} is not supported (expected {})",
               path.string(), j.value("series_version", nlohmann::json(nullptr)).dump(), kSeriesVersion);
@@ -115,6 +120,58 @@ nlohmann::json read_series_record(const fs::path& path) {
                     c.contains("statistics"),
                 "{}: a checkpoint entry lacks step, schemes or statistics: {}", path.string(), c.dump().substr(0, 200));
   return j;
+}
+
+nlohmann::json read_verified_series_record(const fs::path& path) {
+  nlohmann::json series = read_series_record(path);
+  const std::string where = path.string();
+  const nlohmann::json& entries = series["checkpoints"];
+  QEVAL_CHECK(!entries.empty(), "{}: a series record without checkpoints", where);
+  QEVAL_CHECK(series.contains("evaluation") && series["evaluation"].is_object(), "{}: a series record without its "
+              "\"evaluation\"", where);
+  std::optional<std::int64_t> last_step, last_tokens;
+  std::set<fs::path> records_seen;
+  for (const auto& e : entries) {
+    const std::int64_t step = e.at("step").get<std::int64_t>();
+    QEVAL_CHECK(!last_step || step > *last_step, "{}: step {} follows step {}: a series' steps must increase, each once",
+                where, step, *last_step);
+    last_step = step;
+    QEVAL_CHECK(e.contains("record") && e["record"].is_string() && e.contains("model") && e["model"].is_string() &&
+                    e.contains("name") && e["name"].is_string(),
+                "{}: step {}: the entry lacks its record, model or name", where, step);
+    const nlohmann::json& tokens = e.value("tokens", nlohmann::json(nullptr));
+    QEVAL_CHECK(tokens.is_null() || (tokens.is_number_integer() && tokens.get<std::int64_t>() >= 0),
+                "{}: step {}: tokens seen must be a count or null, found {}", where, step, tokens.dump());
+    if (tokens.is_number_integer()) {
+      QEVAL_CHECK(!last_tokens || tokens.get<std::int64_t>() >= *last_tokens,
+                  "{}: step {} has seen {} tokens, fewer than the step before it ({})", where, step, tokens.dump(),
+                  *last_tokens);
+      last_tokens = tokens.get<std::int64_t>();
+    }
+    const fs::path rel = e["record"].get<std::string>();
+    const fs::path record_path = (rel.is_absolute() ? rel : path.parent_path() / rel).lexically_normal();
+    QEVAL_CHECK(records_seen.insert(record_path).second, "{}: step {} points at {}, the record of an earlier step too",
+                where, step, record_path.string());
+    const nlohmann::json record = read_record(record_path);
+    require_verified_record(record, record_path.string(), /*allow_partial=*/false);
+    const std::string recorded_model = record.at("model").value("path", "");
+    QEVAL_CHECK(recorded_model == e["model"].get<std::string>(), "{}: step {} is {}, but its record {} is the record of {}",
+                where, step, e["model"].get<std::string>(), record_path.string(), recorded_model);
+    const auto evaluation = json_differences(series["evaluation"], series_evaluation_identity(record));
+    QEVAL_CHECK(evaluation.empty(), "{}: step {}'s record {} was not evaluated as the series says ({})", where, step,
+                record_path.string(), fmt::format("{}", fmt::join(evaluation, "; ")));
+    SeriesCheckpoint c;
+    c.name = e["name"].get<std::string>();
+    c.path = e["model"].get<std::string>();
+    c.step = step;
+    if (tokens.is_number_integer()) c.tokens = tokens.get<std::int64_t>();
+    c.training = e.value("training", nlohmann::json::object());
+    const auto entry = json_differences(e, series_entry(c, record, e["record"].get<std::string>()));
+    QEVAL_CHECK(entry.empty(), "{}: step {} does not hold what its record {} says ({}): the series was edited or its "
+                "records replaced; evaluate the series again", where, step, record_path.string(),
+                fmt::format("{}", fmt::join(entry, "; ")));
+  }
+  return series;
 }
 
 bool is_series_record_file(const fs::path& path) {

@@ -52,6 +52,14 @@ nlohmann::json build_series_record(const SeriesListing& listing, const std::stri
 bool is_series_record(const nlohmann::json& j);
 // Reads a file that should be a series record; throws naming it when it is not one.
 nlohmann::json read_series_record(const std::filesystem::path& path);
+// read_series_record, then the series checked against the checkpoints' records it points at
+// (issue 51: a series is verified, not trusted, before compare, check or plot use its numbers):
+// steps strictly increase, tokens seen never decrease, no record file serves two steps; each
+// entry's record exists, verifies (records/record_verify.h; shards and partial merges refused),
+// is the record of the entry's model, was evaluated as the series says (its evaluation identity),
+// and rebuilds the entry exactly (series_entry: every penalty, perplexity, statistic and the
+// weights hash). Throws naming the series file, the step and what differs.
+nlohmann::json read_verified_series_record(const std::filesystem::path& path);
 // True when `path` holds a series record (cheap enough to ask for every argument of compare).
 bool is_series_record_file(const std::filesystem::path& path);
 

@@ -230,8 +230,9 @@ CheckReport check_series_rules(const nlohmann::json& series, const nlohmann::jso
 
 CheckReport check_series_files(const std::filesystem::path& series_path, const std::filesystem::path& baseline_path,
                                const std::filesystem::path& tolerances_path, const CheckOptions& options) {
-  const nlohmann::json series = read_series_record(series_path);
-  const nlohmann::json baseline = baseline_path.empty() ? nlohmann::json(nullptr) : read_series_record(baseline_path);
+  const nlohmann::json series = read_verified_series_record(series_path);
+  const nlohmann::json baseline =
+      baseline_path.empty() ? nlohmann::json(nullptr) : read_verified_series_record(baseline_path);
   // The strict reader (common/strict_json.h): a rule or limit named twice is refused, never one of
   // them silently kept (issue 51).
   const nlohmann::json file = parse_json_strict(read_file(tolerances_path), tolerances_path.string());

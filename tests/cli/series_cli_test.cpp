@@ -275,6 +275,77 @@ TEST_F(SeriesCli, CompareAndPlotShowTheTrajectory) {
   EXPECT_TRUE(contains(read_file(out / "progress" / "trajectory.dat"), "\n1 ")) << read_file(out / "progress" / "trajectory.dat");
 }
 
+// Issue 51: a series is verified against its step records before compare, check or plot use it.
+// A copy of the evaluated series, edited one way at a time, is refused with exit 2 naming the step.
+TEST_F(SeriesCli, EditedSeriesIsRefusedByCompareCheckAndPlot) {
+  test::TempDir out;
+  fs::copy(evaluated().parent_path() / "S", out / "S", fs::copy_options::recursive);
+  const nlohmann::json original = read_json(evaluated());
+  const std::string rules = (out / "rules.json").string();
+  test::write_bytes(rules, R"({"rules": [{"quantity": "full.ppl", "at": "every", "max": 1e9}]})");
+  auto refused = [&](const std::string& what, nlohmann::json edited, const std::string& message) {
+    SCOPED_TRACE(what);
+    test::write_bytes(out / "S.json", edited.dump(1) + "\n");
+    for (const std::string& command : {"compare " + (out / "S.json").string(),
+                                       "check " + (out / "S.json").string() + " --tolerances " + rules,
+                                       "plot " + (out / "S.json").string() + " --out " + (out / "fig").string()}) {
+      const CommandResult r = qeval(command);
+      EXPECT_EQ(r.status, 2) << command << "\n" << r.output;
+      EXPECT_TRUE(contains(r.output, message)) << command << "\n" << r.output;
+    }
+  };
+  // The copy as written passes.
+  test::write_bytes(out / "S.json", original.dump(1) + "\n");
+  const CommandResult ok = qeval("check " + (out / "S.json").string() + " --tolerances " + rules);
+  EXPECT_EQ(ok.status, 0) << ok.output;
+
+  nlohmann::json penalty = original;  // a better int8 penalty than the step's record has
+  penalty["checkpoints"][3]["schemes"][1]["paired_dnll_mean"] = -0.5;
+  refused("edited penalty", penalty, "step 8 does not hold what its record");
+  nlohmann::json statistic = original;
+  statistic["checkpoints"][0]["schemes"][0]["ppl"] = 1.0;
+  refused("edited perplexity", statistic, "step 2 does not hold what its record");
+  nlohmann::json reordered = original;
+  std::swap(reordered["checkpoints"][2], reordered["checkpoints"][3]);
+  refused("reordered steps", reordered, "step 6 follows step 8");
+  nlohmann::json twice = original;
+  twice["checkpoints"][3] = twice["checkpoints"][2];
+  refused("a step twice", twice, "step 6 follows step 6");
+  nlohmann::json other = original;  // step 6's entry pointing at step 8's record
+  other["checkpoints"][2]["record"] = original["checkpoints"][3]["record"];
+  refused("another step's record", other, "step 6 is " + original["checkpoints"][2]["model"].get<std::string>());
+  nlohmann::json shared = original;  // step 8's entry pointing at step 6's record
+  shared["checkpoints"][3]["record"] = original["checkpoints"][2]["record"];
+  refused("one record for two steps", shared, "the record of an earlier step too");
+  // A step record edited on its own: its summary no longer matches its per-window rows.
+  test::write_bytes(out / "S.json", original.dump(1) + "\n");
+  nlohmann::json step = read_json(out / "S" / "step-4.json");
+  step["schemes"][1]["vs_full"]["paired_dnll_mean"] = -0.5;
+  test::write_bytes(out / "S" / "step-4.json", step.dump(1) + "\n");
+  const CommandResult forged = qeval("compare " + (out / "S.json").string());
+  EXPECT_EQ(forged.status, 2) << forged.output;
+  EXPECT_TRUE(contains(forged.output, "step-4.json")) << forged.output;
+}
+
+// Issue 51: a checkpoint replaced in place (here: step 4's weights overwritten by step 6's) is
+// evaluated again, not served from the step record of the weights it had.
+TEST_F(SeriesCli, StepRecordsOfReplacedWeightsAreNotReused) {
+  test::TempDir out;
+  fs::copy(run(), out / "run", fs::copy_options::recursive);
+  const CommandResult first = qeval(series_eval(out / "run", out / "S.json"));
+  ASSERT_EQ(first.status, 0) << first.output;
+  for (const auto& file : fs::directory_iterator(out / "run" / "step-6"))
+    if (file.is_regular_file() && file.path().filename() != "config.json")  // the weights; config.json names the step
+      fs::copy_file(file.path(), out / "run" / "step-4" / file.path().filename(), fs::copy_options::overwrite_existing);
+  const CommandResult again = qeval(series_eval(out / "run", out / "S.json"));
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "evaluating step 4 again")) << again.output;
+  EXPECT_FALSE(contains(again.output, "evaluating step 6 again")) << again.output;
+  const nlohmann::json s = read_json(out / "S.json");
+  EXPECT_EQ(s["checkpoints"][1]["weights_hash"], s["checkpoints"][2]["weights_hash"]);  // steps 4 and 6: one model now
+  EXPECT_EQ(s["checkpoints"][1]["schemes"], s["checkpoints"][2]["schemes"]);
+}
+
 TEST_F(SeriesCli, CheckOnASeriesExitsZeroOneOrTwo) {
   test::TempDir out;
   const std::string series = evaluated().string();
