@@ -16,6 +16,7 @@
 #include "common/json_diff.h"
 #include "eval/evaluator.h"
 #include "records/run_state.h"
+#include "records/statistics_verify.h"
 #include "stats/statistics.h"
 #include "records/window_rows.h"
 
@@ -66,7 +67,7 @@ void check_scored_per_window(const nlohmann::json& protocol, const Rows& rows, c
 }
 
 void check_summary(const nlohmann::json& scheme, const std::string& name, const SchemeSummary& s,
-                   const SchemeSummary& full, const std::string& source) {
+                   const SchemeSummary& full, std::int64_t model_layers, const std::string& source) {
   const std::string where = fmt::format("{}: scheme {}", source, name);
   const nlohmann::json& p = field(scheme, "perplexity", where);
   QEVAL_CHECK(integer_field(p, "windows", where + ": perplexity") == s.windows &&
@@ -96,6 +97,7 @@ void check_summary(const nlohmann::json& scheme, const std::string& name, const 
     QEVAL_CHECK(json_integer(st["windows"], where + ": statistics.windows") == s.windows,
                 "{}: statistics cover {} windows, the perplexity {}: they must be the same windows", where,
                 json_text(st["windows"]), s.windows);
+  if (st.is_object()) verify_statistics_summary(st, model_layers, where);
 }
 
 // A shard record: its windows are its own, its state is its rows, and (when it says how many
@@ -228,8 +230,13 @@ RecordVerification verify_record(const nlohmann::json& record, const std::string
       out.partial.push_back(fmt::format("{}: {} of gptq-c4's {} samples", source, out.windows, max_windows));
 
     const SchemeSummary full = summarize(full_rows);
+    // The model's depth, when the record says it: the statistics' per-layer lists must be as long.
+    std::int64_t model_layers = 0;
+    if (record.contains("model") && record["model"].is_object() && record["model"].contains("config") &&
+        record["model"]["config"].is_object() && record["model"]["config"].contains("n_layers"))
+      model_layers = json_integer(record["model"]["config"]["n_layers"], source + ": model.config.n_layers");
     for (std::size_t i = 0; i < rows.size(); ++i)
-      check_summary(schemes[i], schemes[i]["name"].get<std::string>(), summarize(rows[i]), full, source);
+      check_summary(schemes[i], schemes[i]["name"].get<std::string>(), summarize(rows[i]), full, model_layers, source);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed result record: {}", source, e.what());
   }

@@ -16,6 +16,7 @@
 #include "records/run_state.h"
 #include "reports/table.h"
 #include "records/window_rows.h"
+#include "stats/statistics.h"
 #include "tests/support/hand_records.h"
 #include "tests/support/test_data.h"
 #include "tests/support/test_models.h"
@@ -64,6 +65,67 @@ Evaluated evaluate_tiny(const std::function<bool(std::int64_t)>& select = {}) {
   context.options = json::object();
   e.record = build_record(context, scheme_infos(schemes, {0, 0}), e.result, {});
   return e;
+}
+
+// The same evaluation with the statistics collector on full precision, its summary in the record.
+json evaluate_tiny_with_statistics() {
+  Transformer model = test::random_transformer(7);
+  test::ByteTokenizer tok(model.config().vocab_size);
+  std::vector<EvalScheme> schemes(1);
+  schemes[0].name = "full";
+  schemes[0].description = {{"scheme", {{"name", "full"}}}};
+  auto stats = std::make_shared<StatisticsCollector>();
+  schemes[0].observer = stats;
+  schemes[0].begin_batch = [collector = stats.get()](const std::vector<std::int64_t>& w) { collector->begin_batch(w); };
+  WindowStream stream(std::make_unique<test::ListDocuments>(kDocs), tok, spec16());
+  EvalOptions opt;
+  opt.progress = false;
+  const EvalResult result = evaluate(model, schemes, stream, opt);
+  RecordContext context;
+  context.model = {{"path", "m"}, {"weights_hash", "w"}, {"config", {{"n_layers", model.config().n_layers}}}};
+  context.tokenizer = {{"kind", "bytes"}};
+  context.data = {{"hash", "d"}};
+  context.protocol = spec16().to_json();
+  context.precision = {{"dtype", "fp32"}, {"device", "cpu"}};
+  context.options = json::object();
+  return build_record(context, scheme_infos(schemes, {0}), result, {stats->summary()});
+}
+
+// Issue 51: a statistics summary is held to its per-layer values and their domains, so a forged
+// baseline statistic cannot let a regression pass a gate.
+TEST(RecordVerify, StatisticsSummariesAgreeWithTheirPerLayerValuesAndDomains) {
+  const json record = evaluate_tiny_with_statistics();
+  ASSERT_TRUE(record["schemes"][0]["statistics"].is_object());
+  EXPECT_NO_THROW(verify_record(record, "r.json"));
+  struct Edit {
+    const char* name;
+    std::function<void(json&)> edit;
+    const char* message;
+  };
+  const std::vector<Edit> edits = {
+      {"headline", [](json& st) { st["hidden"]["kurtosis"]["rest"] = st["hidden"]["kurtosis"]["rest"].get<double>() / 2; },
+       "hidden.kurtosis.rest is"},
+      {"kurtosis below 1", [](json& st) { st["hidden"]["kurtosis"]["per_layer"]["first"][0] = 0.5; },
+       "a kurtosis is at least 1"},
+      {"ratio above 1", [](json& st) { st["hidden"]["inf_over_l2"]["per_layer"]["rest"][1] = 1.5; }, "lies in [0, 1]"},
+      {"negative max", [](json& st) { st["hidden"]["max_abs"]["per_layer"]["first"][1] = -1.0; }, "it is at least 0"},
+      {"share above 1", [](json& st) { st["attention"]["per_layer"]["first_token_share"][0] = 1.25; },
+       "a share lies in [0, 1]"},
+      {"percentage", [](json& st) { st["attention"]["per_layer"]["sink_rate_pct"][0] = 250.0; },
+       "a percentage lies in [0, 100]"},
+      {"forged sink rate", [](json& st) { st["attention"]["sink_rate_pct"] = st["attention"]["sink_rate_pct"].get<double>() + 10; },
+       "attention.sink_rate_pct is"},
+      {"entropy", [](json& st) { st["attention"]["entropy"] = -1.0; }, "attention.entropy is -1"},
+      {"short list", [](json& st) { st["hidden"]["max_abs"]["per_layer"]["rest"].erase(0); }, "lists 1 layers, the model has 2"},
+      {"depth", [](json& st) { st["layers"] = 3; }, "statistics.layers is 3, but the model has 2 layers"},
+      {"not a number", [](json& st) { st["attention"]["per_layer"]["first_attn_pct"][1] = "12"; }, "expected a number or null"},
+  };
+  for (const Edit& e : edits) {
+    SCOPED_TRACE(e.name);
+    json r = record;
+    e.edit(r["schemes"][0]["statistics"]);
+    EXPECT_TRUE(test::throws_with([&] { verify_record(r, "r.json"); }, {"r.json: scheme full: statistics", e.message}));
+  }
 }
 
 TEST(RecordVerify, ARecordQevalWroteIsCompleteAndItsSummariesMatch) {
