@@ -68,4 +68,30 @@ std::string json_text(const nlohmann::json& value, std::size_t limit) {
   return printable(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), limit);
 }
 
+std::string markdown_cell(std::string_view text) {
+  std::string out;
+  for (char c : printable(text, std::string_view::npos)) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string csv_field(std::string_view text) {
+  std::string s(text);
+  if (!s.empty() && (s[0] == '=' || s[0] == '+' || s[0] == '-' || s[0] == '@' || s[0] == '\t' || s[0] == '\r'))
+    s.insert(s.begin(), '\'');
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string csv_value(const nlohmann::json& v) {
+  if (v.is_null()) return "";
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_string()) return csv_field(v.get<std::string>());
+  return v.dump();  // shortest round-trip form
+}
+
 }  // namespace qeval

@@ -24,4 +24,16 @@ std::string in_quotes(std::string_view text, std::size_t limit = 200);
 // A JSON value from a file as compact JSON text, printable() (invalid UTF-8 replaced, never a throw).
 std::string json_text(const nlohmann::json& value, std::size_t limit = 200);
 
+// One cell of a Markdown table: printable() with '|' written as '\|', so a name from a record, a
+// folder or an option can neither add a column nor start a row (issue 51).
+std::string markdown_cell(std::string_view text);
+
+// One field of a CSV file (RFC 4180): quoted when it holds a comma, a quote or a line end (its
+// quotes doubled); a field a spreadsheet would take for a formula (first character =, +, -, @, tab
+// or carriage return) gets a leading single quote, so opening the file runs nothing (issue 51).
+std::string csv_field(std::string_view text);
+// A JSON value as a CSV field: null empty, booleans true/false, strings csv_field(), numbers in
+// their shortest round-trip form.
+std::string csv_value(const nlohmann::json& value);
+
 }  // namespace qeval

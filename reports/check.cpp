@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "common/printable.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/strict_json.h"
@@ -312,9 +313,10 @@ std::string format_check_markdown(const CheckReport& report) {
   out += "| scheme | quantity | baseline | new | worse by | allowed | limit | result |\n"
          "|---|---|---:|---:|---:|---:|---|---|\n";
   for (const auto& i : report.items)
-    out += fmt::format("| {} | {} | {} | {} | {} | {:.6g} | {} | {} |\n", i.scheme, i.quantity, number(i.baseline),
+    out += fmt::format("| {} | {} | {} | {} | {} | {:.6g} | {} | {} |\n", markdown_cell(i.scheme), markdown_cell(i.quantity),
+                       number(i.baseline),
                        number(i.current), std::isnan(i.change) ? "—" : fmt::format("{:+.6g}", i.change), i.allowed,
-                       i.rule, i.violated ? "**FAIL**" : "ok");
+                       markdown_cell(i.rule), i.violated ? "**FAIL**" : "ok");
   if (!report.notes.empty()) {
     out += "\n";
     for (const auto& n : report.notes) out += "- note: " + n + "\n";

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include "common/printable.h"
 #include "common/error.h"
 #include "common/json_diff.h"
 #include "records/record_verify.h"
@@ -50,20 +51,6 @@ std::string yes_no(const nlohmann::json& v) {
 
 std::string delta_text(const nlohmann::json& v) {
   return v.is_number() ? fmt::format("{:+.4f}", v.get<double>()) : "—";
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-std::string csv_value(const nlohmann::json& v) {
-  if (v.is_null()) return "";
-  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-  if (v.is_string()) return csv_field(v.get<std::string>());
-  return v.dump();  // shortest round-trip form
 }
 
 bool any_has(const nlohmann::json& rows, const char* scheme) {
@@ -218,8 +205,8 @@ std::string rounding_band_table(const std::vector<LabeledRecord>& records) {
       flagged = flagged || exceeds;
       const std::string dnll =
           v.at("paired_dnll_mean").is_number() ? fmt::format("{:+.5f}", v.at("paired_dnll_mean").get<double>()) : "—";
-      rows += fmt::format("| {} | {} | {} ± {:.5f} ± {:.5f} | {:.5f} | {} | {:.3g} |{}\n", r.label,
-                          s.at("name").get<std::string>(), dnll, se,
+      rows += fmt::format("| {} | {} | {} ± {:.5f} ± {:.5f} | {:.5f} | {} | {:.3g} |{}\n", markdown_cell(r.label),
+                          markdown_cell(s.at("name").get<std::string>()), dnll, se,
                           band->delta_nll_sd, band->delta_nll_range, band->variants, band->eps,
                           exceeds ? " ⚠ band > se |" : " |");
     }
@@ -256,7 +243,7 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
   if (format == CompareFormat::csv) {
     std::string out = "model,record,softmax1,orthoadam,optimizer,ppl_full,kurtosis_first,kurtosis_rest,max_abs_first,"
                       "max_abs_rest,first_attn_pct,sink_rate_pct";
-    for (const auto& c : columns) out += fmt::format(",dppl_{}", c.scheme);
+    for (const auto& c : columns) out += fmt::format(",dppl_{}", c.scheme);  // preset names
     out += "\n";
     for (const auto& r : rows) {
       out += csv_field(r["model"].get<std::string>());
@@ -274,7 +261,7 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
       "| model | softmax-1 | OrthoAdam | PPL | kurtosis first | kurtosis rest | max act. first | max act. rest | "
       "%first-attn |\n|---|:-:|:-:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& r : rows)
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r["model"].get<std::string>(),
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", markdown_cell(r["model"].get<std::string>()),
                        yes_no(r["softmax1"]), yes_no(r["orthoadam"]), table_number(r["ppl_full"], 3),
                        table_number(r["kurtosis_first"], 1), table_number(r["kurtosis_rest"], 2),
                        table_number(r["max_abs_first"], 1), table_number(r["max_abs_rest"], 2),
@@ -287,7 +274,7 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
   }
   out += "\n" + rule + "\n";
   for (const auto& r : rows) {
-    out += fmt::format("| {} | {} |", r["model"].get<std::string>(), table_number(r["ppl_full"], 3));
+    out += fmt::format("| {} | {} |", markdown_cell(r["model"].get<std::string>()), table_number(r["ppl_full"], 3));
     for (const auto& c : columns) out += " " + delta_text(r["dppl"][c.scheme]) + " |";
     out += "\n";
   }

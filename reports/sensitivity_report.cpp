@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/printable.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "reports/plot.h"
@@ -65,7 +66,7 @@ std::string sensitivity_table_markdown(const json& record, std::int64_t top) {
     std::vector<std::string> positions;
     for (const auto& p : u.at("tokens").at("top_positions")) positions.push_back(p.at("position").dump());
     out += fmt::format("| {} | {} | {:+.5f} ± {:.5f}{} | {:+.2f} | {} | {} / {} | {} / {} | {} | {} |\n", u.at("rank").dump(),
-                       u.at("unit").get<std::string>(), get_or_nan(u.at("dnll_mean")), get_or_nan(u.at("dnll_se")), band,
+                       markdown_cell(u.at("unit").get<std::string>()), get_or_nan(u.at("dnll_mean")), get_or_nan(u.at("dnll_se")), band,
                        100 * get_or_nan(u.at("dppl_rel")),
                        share.is_number() ? fmt::format("{:.1f}%", 100 * share.get<double>()) : std::string("—"),
                        fixed(in.at("kurtosis").at("first"), 2), fixed(in.at("kurtosis").at("rest"), 2),

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 
+#include "common/printable.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "reports/plot.h"
@@ -92,18 +93,6 @@ std::string dnll_text(const nlohmann::json& mean, const nlohmann::json& se) {
                         : fmt::format("{:+.5f}", mean.get<double>());
 }
 
-std::string csv_value(const nlohmann::json& v) {
-  if (v.is_null()) return "";
-  if (v.is_string()) {
-    const std::string s = v.get<std::string>();
-    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-    std::string out = "\"";
-    for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return out + "\"";
-  }
-  return v.dump();
-}
-
 // One row per checkpoint, every column of the table (numbers or null).
 nlohmann::json series_rows(const nlohmann::json& series) {
   nlohmann::json rows = nlohmann::json::array();
@@ -171,7 +160,8 @@ std::string format_series(const std::vector<LabeledSeries>& runs, CompareFormat 
       for (const auto& s : penalty_schemes(r.series))
         if (std::find(schemes.begin(), schemes.end(), s) == schemes.end()) schemes.push_back(s);
     std::string out = "run,source,step,tokens,lr,val_loss,ppl,nll_mean,nll_se";
-    for (const auto& s : schemes) out += fmt::format(",dppl_{0},dnll_{0},dnll_se_{0}", s);
+    for (const auto& s : schemes)
+      out += "," + csv_field("dppl_" + s) + "," + csv_field("dnll_" + s) + "," + csv_field("dnll_se_" + s);
     for (const auto& c : stat_columns()) out += fmt::format(",{}", c.name);
     out += "\n";
     for (const auto& r : runs) {
@@ -197,11 +187,12 @@ std::string format_series(const std::vector<LabeledSeries>& runs, CompareFormat 
     const std::string label = r.label.empty() ? series_label(r.series) : r.label;
     const std::vector<std::string> schemes = penalty_schemes(r.series);
     const nlohmann::json rows = series_rows(r.series);
-    out += fmt::format("Trajectory of {} ({}, {} checkpoints)\n\n", label, r.source, rows.size());
+    out += fmt::format("Trajectory of {} ({}, {} checkpoints)\n\n", printable(label, std::string::npos),
+                       printable(r.source, std::string::npos), rows.size());
     out += "| step | tokens | lr | val loss | PPL |";
     std::string rule = "|---:|---:|---:|---:|---:|";
     for (const auto& s : schemes) {
-      out += fmt::format(" {0} ΔPPL | {0} ΔNLL ± se |", s);
+      out += fmt::format(" {0} ΔPPL | {0} ΔNLL ± se |", markdown_cell(s));
       rule += "---:|---:|";
     }
     out += "\n" + rule + "\n";

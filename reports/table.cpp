@@ -1,5 +1,6 @@
 #include "reports/table.h"
 
+#include "common/printable.h"
 #include "records/rounding_band.h"
 
 #include <fmt/format.h>
@@ -77,8 +78,8 @@ std::string scheme_table_markdown(const nlohmann::json& record) {
       if (!x.is_number() || !std::isfinite(x.get<double>())) return std::string("not finite");
       return fmt::format(fmt::runtime(format), scale * x.get<double>());
     };
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", s.at("name").get<std::string>(),
-                       execution, finite_ppl(s) ? table_number(p.at("ppl"), 4) : "**not finite**",
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", markdown_cell(s.at("name").get<std::string>()),
+                       markdown_cell(execution), finite_ppl(s) ? table_number(p.at("ppl"), 4) : "**not finite**",
                        finite_ppl(s) ? table_number(p.at("ppl_pm"), 4) : "—", cell("dppl", "{:+.4f}"),
                        cell("dppl_rel", "{:+.2f}", 100),
                        compared && v.at("paired_dnll_mean").is_number() && v.at("paired_dnll_se").is_number()
@@ -139,7 +140,7 @@ std::string statistics_table_markdown(const nlohmann::json& record) {
     const nlohmann::json none;
     const auto& a = st.contains("attention") ? st.at("attention") : none;
     auto att = [&](const char* key, int decimals) { return a.is_object() ? table_number(a.at(key), decimals) : "—"; };
-    rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", s.at("name").get<std::string>(),
+    rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", markdown_cell(s.at("name").get<std::string>()),
                         table_number(h.at("kurtosis").at("first"), 1), table_number(h.at("kurtosis").at("rest"), 2),
                         table_number(h.at("max_abs").at("first"), 1), table_number(h.at("max_abs").at("rest"), 2),
                         att("first_attn_pct", 1), att("first_token_share", 3), att("sink_rate_pct", 1),

@@ -114,7 +114,8 @@ TEST(Check, StatisticDirections) {
 }
 
 TEST(Check, EveryStatisticIsReadFromItsPlace) {
-  // Each statistic moved by a different amount; a limit just below it must flag it and only it.
+  // Each statistic moved by a different amount, inside its domain (ratios and shares stay in
+  // [0, 1]); a limit just below it must flag it and only it.
   nlohmann::json base = baseline();
   nlohmann::json now = baseline();
   auto& s = now["schemes"][0]["statistics"];
@@ -122,12 +123,13 @@ TEST(Check, EveryStatisticIsReadFromItsPlace) {
   s["hidden"]["kurtosis"]["rest"] = 5.0;         // +2
   s["hidden"]["max_abs"]["first"] = 23.0;        // +3
   s["hidden"]["max_abs"]["rest"] = 9.0;          // +4
-  s["hidden"]["inf_over_l2"]["first"] = 5.5;     // +5
-  s["hidden"]["inf_over_l2"]["rest"] = 6.25;     // +6
+  s["hidden"]["inf_over_l2"]["first"] = 0.55;    // +0.05
+  s["hidden"]["inf_over_l2"]["rest"] = 0.31;     // +0.06
   s["attention"]["first_attn_pct"] = 17.0;       // +7
-  s["attention"]["first_token_share"] = 8.05;    // +8
+  s["attention"]["first_token_share"] = 0.13;    // +0.08
   s["attention"]["sink_rate_pct"] = 29.0;        // +9
   s["attention"]["entropy"] = 11.25;             // +10
+  const std::vector<double> moved = {1, 2, 3, 4, 0.05, 0.06, 7, 0.08, 9, 10};
   const std::vector<std::string> names = {"kurtosis_first",    "kurtosis_rest",    "max_abs_first",  "max_abs_rest",
                                           "inf_over_l2_first", "inf_over_l2_rest", "first_attn_pct", "first_token_share",
                                           "sink_rate_pct",     "attention_entropy"};
@@ -135,13 +137,13 @@ TEST(Check, EveryStatisticIsReadFromItsPlace) {
   for (std::size_t k = 0; k < names.size(); ++k) {
     nlohmann::json t = {{"statistics", nlohmann::json::object()}};
     for (std::size_t other = 0; other < names.size(); ++other)
-      t["statistics"][names[other]] = {{"abs", other == k ? k + 0.5 : 100.0}};
+      t["statistics"][names[other]] = {{"abs", other == k ? moved[k] / 2 : 100.0}};
     CheckReport r = check_record(test::sealed(base), test::sealed(now), Tolerances::from_json(t, "t"));
     ASSERT_EQ(r.violations(), 1u) << names[k];
     const CheckItem* i = item(r, "full", names[k]);
     ASSERT_NE(i, nullptr) << names[k];
     EXPECT_TRUE(i->violated) << names[k];
-    EXPECT_NEAR(i->change, k + 1.0, 1e-9) << names[k];
+    EXPECT_NEAR(i->change, moved[k], 1e-9) << names[k];
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "reports/table.h"
 #include "tests/support/hand_records.h"
 
 namespace qeval {
@@ -106,6 +107,41 @@ TEST(Compare, CsvHasOneLinePerRecordAndQuotesLabels) {
   EXPECT_EQ(lines[1], "\"adam, softmax \"\"v1\"\"\",a.json,false,false,adam,12.5,120.0,7.25,900.0,30.5,98.0,100.0,7.5,1.5,"
                       "0.25,1.0,");
   EXPECT_EQ(lines[2], "ortho-softmax1,b.json,true,true,orthoadam,12.0,3.5,3.25,12.0,4.5,2.0,0.0,0.5,,0.0625,,0.125");
+}
+
+// Issue 51: a name from a record, a folder or an option cannot add a Markdown column or row, nor
+// become a spreadsheet formula in CSV. Every row of every table keeps its column count.
+TEST(Compare, NamesCannotAddColumnsRowsOrFormulas) {
+  auto records = two_models();
+  records[0].label = "a | b | c";                   // a pipe: two more Markdown columns
+  records[1].label = "=HYPERLINK(\"http://x\",\"y\")";  // a formula in a spreadsheet
+  label_records(records);
+  auto count_columns = [](const std::string& line) {  // unescaped pipes
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < line.size(); ++i) n += line[i] == '|' && (i == 0 || line[i - 1] != '\\');
+    return n;
+  };
+  const std::string md = format_comparison(records, CompareFormat::markdown);
+  std::size_t header = 0;
+  for (std::size_t start = 0, end; (end = md.find('\n', start)) != std::string::npos; start = end + 1) {
+    const std::string line = md.substr(start, end - start);
+    if (line.empty() || line[0] != '|') {
+      header = 0;  // a new table follows
+      continue;
+    }
+    if (header == 0) header = count_columns(line);
+    EXPECT_EQ(count_columns(line), header) << line;
+  }
+  EXPECT_TRUE(contains(md, "a \\| b \\| c")) << md;
+  const std::string csv = format_comparison(records, CompareFormat::csv);
+  EXPECT_TRUE(contains(csv, "\n\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",")) << csv;
+  EXPECT_FALSE(contains(csv, "\n=")) << csv;
+  // Scheme names from scheme files are escaped the same way in a record's own tables.
+  nlohmann::json piped = test::hand_record("runs/x", "softmax", "adam",
+                                           {{"full", 12.0, 0.0, hand_statistics(3.5, 3.25, 12.0, 4.5, 2.0, 0.0)},
+                                            {"int8|fake column", 12.5, 0.5}});
+  for (auto& scheme : piped["schemes"]) scheme["timing"] = {{"tokens_per_second", 100.0}};
+  EXPECT_TRUE(contains(scheme_table_markdown(piped), "| int8\\|fake column |")) << scheme_table_markdown(piped);
 }
 
 TEST(Compare, JsonCarriesRowsAndProtocol) {

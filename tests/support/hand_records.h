@@ -22,8 +22,8 @@ struct HandScheme {
   nlohmann::json statistics = nullptr;
 };
 
-// A statistics summary with the headline values (and per-layer lists of `layers` equal values
-// unless given); attention optional.
+// A statistics summary with the headline values and per-layer lists of `layers` equal values (so
+// each headline is its per-layer mean, as records/statistics_verify.h requires); attention optional.
 inline nlohmann::json hand_statistics(double kurtosis_first, double kurtosis_rest, double max_first, double max_rest,
                                       std::optional<double> first_attn_pct = 50.0, double sink_rate_pct = 40.0,
                                       int layers = 3) {
@@ -36,14 +36,20 @@ inline nlohmann::json hand_statistics(double kurtosis_first, double kurtosis_res
                       {"per_layer", {{"first", per_layer(kurtosis_first)}, {"rest", per_layer(kurtosis_rest)}}}}},
         {"max_abs", {{"first", max_first}, {"rest", max_rest},
                      {"per_layer", {{"first", per_layer(max_first)}, {"rest", per_layer(max_rest)}}}}},
-        {"inf_over_l2", {{"first", 0.5}, {"rest", 0.25}}}}}};
+        {"inf_over_l2", {{"first", 0.5}, {"rest", 0.25},
+                         {"per_layer", {{"first", per_layer(0.5)}, {"rest", per_layer(0.25)}}}}},
+        {"largest_per_layer", std::vector<nlohmann::json>(static_cast<std::size_t>(layers),
+                                                          {{"value", max_first}, {"abs", max_first}, {"channel", 0},
+                                                           {"window", 0}, {"position", 0}})}}}};
   if (first_attn_pct)
     s["attention"] = {{"first_attn_pct", *first_attn_pct},
                       {"first_token_share", *first_attn_pct / 200.0},
                       {"sink_rate_pct", sink_rate_pct},
                       {"sink_eps", 0.3},
                       {"entropy", 1.25},
+                      {"entropy_per_layer", per_layer(1.25)},
                       {"per_layer", {{"first_attn_pct", per_layer(*first_attn_pct)},
+                                     {"first_token_share", per_layer(*first_attn_pct / 200.0)},
                                      {"sink_rate_pct", per_layer(sink_rate_pct)}}}};
   return s;
 }
@@ -54,11 +60,28 @@ inline nlohmann::json hand_protocol(std::int64_t seq_len = 256) {
           {"token_stream_hash", "00112233aabbccdd"}, {"separator_id", 1}};
 }
 
+// A hand statistics summary's per-layer lists set to their headline values (null stays null), so
+// that a headline a test changed is again the mean of its layers (records/statistics_verify.h).
+inline void seal_statistics(nlohmann::json& st) {
+  const std::size_t layers = st.at("layers").get<std::size_t>();
+  auto fill = [layers](const nlohmann::json& headline) { return std::vector<nlohmann::json>(layers, headline); };
+  for (const char* q : {"kurtosis", "max_abs", "inf_over_l2"}) {
+    nlohmann::json& section = st["hidden"][q];
+    for (const char* part : {"first", "rest"}) section["per_layer"][part] = fill(section[part]);
+  }
+  if (st.contains("attention") && st["attention"].is_object()) {
+    nlohmann::json& a = st["attention"];
+    for (const char* key : {"first_attn_pct", "first_token_share", "sink_rate_pct"}) a["per_layer"][key] = fill(a[key]);
+    a["entropy_per_layer"] = fill(a["entropy"]);
+  }
+}
+
 // Per-window rows that give a scheme's PPL (and its ΔPPL against full precision), and the
 // summaries recomputed from them, so that the record passes verify_record (records/record_verify.h)
 // exactly like one qeval wrote: every window scores seq_len − 1 tokens at a constant NLL of
 // log(PPL). `sealed` rebuilds the rows and summaries of a record whose "ppl" (full precision) or
-// "dppl" (other schemes) a test has changed, keeping everything else.
+// "dppl" (other schemes) a test has changed, and the per-layer lists of the statistics headlines
+// it changed, keeping everything else.
 inline nlohmann::json sealed(nlohmann::json record) {
   const nlohmann::json& protocol = record.at("protocol");
   const std::int64_t windows = protocol.at("windows").get<std::int64_t>();
@@ -108,7 +131,10 @@ inline nlohmann::json sealed(nlohmann::json record) {
     nlohmann::json per_window = nlohmann::json::object();
     for (const auto& [w, r] : rows[i]) per_window[std::to_string(w)] = r.to_json();
     list[i]["per_window"] = per_window;
-    if (list[i].contains("statistics") && list[i]["statistics"].is_object()) list[i]["statistics"]["windows"] = windows;
+    if (list[i].contains("statistics") && list[i]["statistics"].is_object()) {
+      list[i]["statistics"]["windows"] = windows;
+      seal_statistics(list[i]["statistics"]);
+    }
   }
   record["protocol"]["scored_tokens"] = scored;
   return record;
