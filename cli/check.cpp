@@ -43,7 +43,10 @@ void run_check(const CheckArgs& a) {
     options.current_source = a.records.front();
     return report_and_exit(a, check_series_files(a.records.front(), a.baseline, a.tolerances, options));
   }
-  QEVAL_CHECK(!a.baseline.empty(), "check: --baseline B.json is required");
+  QEVAL_CHECK(!a.baseline.empty(), "check: --baseline B.json is required{}",
+              a.records.size() == 1 ? fmt::format(" ({} is not a series record, so it is checked against a baseline)",
+                                                  a.records.front())
+                                    : std::string());
   QEVAL_CHECK(!a.tolerances.empty(), "check: --tolerances T.json is required (see configs/ci/tolerances.json)");
   QEVAL_CHECK(a.records.size() == 1, "check: give exactly one record to check, found {}", a.records.size());
   QEVAL_CHECK(a.format == "md" || a.format == "json", "check: --format should be md or json, found '{}'", a.format);

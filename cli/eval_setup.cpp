@@ -106,7 +106,7 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
       ->capture_default_str()->check(CLI::IsMember({"auto", "resident", "resident-weights", "streamed"}));
   cmd->add_option("--chunk-windows", args.chunk_windows,
                   "windows that go through a layer together in the resident-weights and streamed plans (0: as many as fit)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(integer_in(0));
 }
 
 std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
@@ -130,6 +130,10 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
 
   if (!a.max_memory.empty()) in.max_memory = parse_size(a.max_memory, "--max-memory");
   if (!a.max_device_memory.empty()) in.max_device_memory = parse_size(a.max_device_memory, "--max-device-memory");
+  // A cap the run cannot apply is said, not ignored in silence (a config shared by CPU and GPU runs may carry it).
+  if (!a.max_device_memory.empty() && !in.placement.device.is_cuda())
+    fmt::print(stderr, "note: --max-device-memory {} applies to GPU runs; this run is on the {} and ignores it\n",
+               a.max_device_memory, in.placement.device.str());
   in.model = open_checkpoint(in.model_path);  // headers only
   // Pre-tokenised .bin data needs no tokenizer: one is used when given or found beside the model
   // (for its separator and BOS ids), and without one the ids come from the file alone.

@@ -21,9 +21,10 @@ std::int64_t parse_size(const std::string& text, const std::string& what) {
   for (auto [prefix, factor] : {std::pair{"K", 1024.0}, std::pair{"M", 1024.0 * 1024}, std::pair{"G", 1024.0 * 1024 * 1024},
                                 std::pair{"T", 1024.0 * 1024 * 1024 * 1024}})
     if (unit == prefix || unit == std::string(prefix) + "B" || unit == std::string(prefix) + "IB") scale = factor;
-  QEVAL_CHECK(end != begin && scale > 0 && std::isfinite(number) && number > 0 && number * scale < 9.0e18,
-              "{} '{}': expected a positive size such as 300M, 6G or 1.5GiB (suffixes K, M, G, T are powers of 1024)",
-              what, text);
+  // At least one byte: "0.5B" would round to 0, which the planners read as "no cap" (issue 51).
+  QEVAL_CHECK(end != begin && scale > 0 && std::isfinite(number) && number * scale >= 1 && number * scale < 9.0e18,
+              "{} '{}': expected a size of at least one byte, such as 300M, 6G or 1.5GiB (suffixes K, M, G, T are powers "
+              "of 1024)", what, text);
   return static_cast<std::int64_t>(number * scale);
 }
 

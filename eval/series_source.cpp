@@ -234,9 +234,14 @@ SeriesListing list_series(const fs::path& path, double settle_seconds) {
   }
   std::stable_sort(out.checkpoints.begin(), out.checkpoints.end(),
                    [](const auto& a, const auto& b) { return a.step < b.step; });
-  for (std::size_t i = 1; i < out.checkpoints.size(); ++i)
-    QEVAL_CHECK(out.checkpoints[i].step != out.checkpoints[i - 1].step, "{}: {} and {} are both step {}",
-                path.string(), out.checkpoints[i - 1].name, out.checkpoints[i].name, out.checkpoints[i].step);
+  for (std::size_t i = 1; i < out.checkpoints.size(); ++i) {
+    const SeriesCheckpoint &before = out.checkpoints[i - 1], &c = out.checkpoints[i];
+    QEVAL_CHECK(c.step != before.step, "{}: {} and {} are both step {}", path.string(), before.name, c.name, c.step);
+    // Tokens seen grow with the steps of one run: a later step that has seen fewer is a typo or two runs mixed.
+    QEVAL_CHECK(!c.tokens || !before.tokens || *c.tokens >= *before.tokens,
+                "{}: step {} ({}) has seen {} tokens, fewer than step {} ({}) with {}", path.string(), c.step, c.name,
+                *c.tokens, before.step, before.name, *before.tokens);
+  }
   return out;
 }
 

@@ -64,6 +64,7 @@ constexpr FieldRule kRules[] = {
     {ConfigField::expert_layer_period, "expert_layer_period", Domain::positive_integer},
     {ConfigField::expert_layer_offset, "expert_layer_offset", Domain::non_negative_integer},
     {ConfigField::moe_layer_step, "decoder_sparse_step", Domain::positive_integer},
+    {ConfigField::ssm_dt_rank, "ssm_dt_rank", Domain::positive_integer},
 };
 
 const FieldRule& rule(ConfigField field) {

@@ -81,6 +81,7 @@ enum class ConfigField {
   expert_layer_period,
   expert_layer_offset,
   moe_layer_step,
+  ssm_dt_rank,
 };
 
 // ModelConfig's (and qeval's config.json's) name of a field.

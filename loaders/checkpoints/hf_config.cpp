@@ -86,6 +86,13 @@ double layer_real(const json& j, ConfigSource& src, ConfigField field, const cha
   return src.real(field, j, key).value_or(fallback);
 }
 
+// A mixture-of-experts or state-space switch: true or false, null refused (not read as the default).
+bool layer_bool(const json& j, const char* key, bool fallback, const std::string& file) {
+  QEVAL_CHECK(!(j.contains(key) && j[key].is_null()), "{}: \"{}\" is null: expected true or false (leave the key out for "
+              "the default, {})", file, key, fallback);
+  return optional<bool>(j, key, fallback, file);
+}
+
 // bos/eos ids may be an int, a list (the first is used) or null.
 std::optional<std::int64_t> token_id(const json& j, const char* key, ConfigField field, ConfigSource& src, json& notes) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
@@ -499,14 +506,18 @@ void qwen_moe_layers(const json& j, ConfigSource& src, ModelConfig& c, json& not
   c.moe_experts = layer_integer(j, src, F::moe_experts, "num_experts", 60);
   c.moe_top_k = layer_integer(j, src, F::moe_top_k, "num_experts_per_tok", 4);
   c.moe_d_ff = layer_integer(j, src, F::moe_d_ff, "moe_intermediate_size", 1408);
-  const bool renorm = optional<bool>(j, "norm_topk_prob", norm_default, file);
+  const bool renorm = layer_bool(j, "norm_topk_prob", norm_default, file);
   c.moe_router_norm = renorm ? RouterNorm::topk_renormalized : RouterNorm::topk;
   const std::int64_t step = layer_integer(j, src, F::moe_layer_step, "decoder_sparse_step", 1);
   std::vector<std::int64_t> dense_only;
   if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
     QEVAL_CHECK(j["mlp_only_layers"].is_array(), "{}: \"mlp_only_layers\" should be a list, found {}", file,
                 j["mlp_only_layers"].dump());
-    for (const auto& v : j["mlp_only_layers"]) dense_only.push_back(json_integer(v, file + ": mlp_only_layers"));
+    for (const auto& v : j["mlp_only_layers"]) {
+      dense_only.push_back(json_integer(v, file + ": \"mlp_only_layers\""));
+      QEVAL_CHECK(dense_only.back() >= 0 && dense_only.back() < c.n_layers, "{}: \"mlp_only_layers\" names layer {}, but "
+                  "the model has layers 0..{}", file, dense_only.back(), c.n_layers - 1);
+    }
   }
   for (std::int64_t i = 0; i < c.n_layers; ++i) {
     const bool moe = c.moe_experts > 0 && (i + 1) % step == 0 &&
@@ -548,13 +559,17 @@ ModelConfig qwen3_moe_config(const json& j, ConfigSource& src, json& notes) {
   return c;
 }
 
-// "auto" (ceil(hidden_size / 16)) or an integer.
-std::int64_t time_step_rank(const json& j, const char* key, std::int64_t hidden, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null() || (j[key].is_string() && j[key] == "auto")) return (hidden + 15) / 16;
-  QEVAL_CHECK(!j[key].is_string(), "{}: {} \"{}\" is not supported; expected \"auto\" or an integer", file, key,
-              j[key].get<std::string>());
-  return required<std::int64_t>(j, key, file);
+// "auto" (ceil(hidden_size / 16)) or an integer >= 1; null is refused, not read as "auto" (HF's code
+// cannot take it either).
+std::int64_t time_step_rank(const json& j, ConfigSource& src, const char* key, std::int64_t hidden) {
+  const std::int64_t automatic = (hidden + 15) / 16;
+  QEVAL_CHECK(!(j.contains(key) && j[key].is_null()), "{}: \"{}\" is null: expected \"auto\" or an integer (leave the key "
+              "out for \"auto\")", src.file(), key);
+  if (!j.contains(key) || (j[key].is_string() && j[key] == "auto")) return automatic;
+  QEVAL_CHECK(!j[key].is_string(), "{}: \"{}\" is {}: expected \"auto\" or an integer", src.file(), key, json_text(j[key]));
+  return layer_integer(j, src, F::ssm_dt_rank, key, automatic);
 }
+
 
 // What Mamba, Mamba-2 and Jamba's Mamba layers share: no positions, RMSNorm, SiLU.
 ModelConfig ssm_base_config(const json& j, ConfigSource& src, const char* eps_key, const char* act_key) {
@@ -564,8 +579,7 @@ ModelConfig ssm_base_config(const json& j, ConfigSource& src, const char* eps_ke
   c.d_model = src.required_integer(F::d_model, j, "hidden_size");
   c.n_layers = src.required_integer(F::n_layers, j, "num_hidden_layers");
   c.norm = NormKind::rmsnorm;
-  src.name(F::norm_eps, eps_key);
-  c.norm_eps = src.real(F::norm_eps, j, eps_key).value_or(1e-5);
+  c.norm_eps = layer_real(j, src, F::norm_eps, eps_key, 1e-5);
   c.position = PositionKind::none;
   c.mlp = MlpKind::swiglu;
   require_activation(j, act_key, "silu", file);
@@ -582,9 +596,14 @@ ModelConfig mamba_config(const json& j, ConfigSource& src, json& notes) {
   c.ssm_d_inner = layer_integer(j, src, F::ssm_d_inner, "intermediate_size", static_cast<std::int64_t>(expand) * c.d_model);
   c.ssm_d_state = layer_integer(j, src, F::ssm_d_state, "state_size", 16);
   c.ssm_d_conv = layer_integer(j, src, F::ssm_d_conv, "conv_kernel", 4);
-  c.ssm_dt_rank = time_step_rank(j, "time_step_rank", c.d_model, file);
-  c.ssm_conv_bias = optional<bool>(j, "use_conv_bias", true, file);
-  c.ssm_proj_bias = optional<bool>(j, "use_bias", false, file);
+  // HF's Mamba: intermediate_size is expand × hidden_size; a file whose two disagree describes no
+  // model HF builds (its in_proj is 2 × expand × hidden_size wide).
+  QEVAL_CHECK(c.ssm_d_inner == static_cast<std::int64_t>(expand) * c.d_model, "{}: \"intermediate_size\" is {} but "
+              "\"expand\" × \"hidden_size\" is {} × {} = {}: Mamba's inner width is expand × hidden_size", file,
+              c.ssm_d_inner, expand, c.d_model, static_cast<std::int64_t>(expand) * c.d_model);
+  c.ssm_dt_rank = time_step_rank(j, src, "time_step_rank", c.d_model);
+  c.ssm_conv_bias = layer_bool(j, "use_conv_bias", true, file);
+  c.ssm_proj_bias = layer_bool(j, "use_bias", false, file);
   c.tied_embeddings = optional<bool>(j, "tie_word_embeddings", true, file);
   c.layer_mixers.assign(static_cast<std::size_t>(c.n_layers), MixerKind::mamba);
   c.layer_ffns.assign(static_cast<std::size_t>(c.n_layers), FfnKind::none);
@@ -611,10 +630,13 @@ ModelConfig mamba2_config(const json& j, ConfigSource& src, json& notes) {
               "supported", file, c.ssm_heads, head_dim, c.ssm_heads * head_dim, c.ssm_d_inner);
   c.ssm_groups = layer_integer(j, src, F::ssm_groups, "n_groups", 8);
   c.ssm_chunk = layer_integer(j, src, F::ssm_chunk, "chunk_size", 256);
-  c.ssm_conv_bias = optional<bool>(j, "use_conv_bias", true, file);
-  c.ssm_proj_bias = optional<bool>(j, "use_bias", false, file);
-  QEVAL_CHECK(optional<bool>(j, "rms_norm", true, file), "{}: rms_norm false is not supported (the gated RMSNorm is "
+  c.ssm_conv_bias = layer_bool(j, "use_conv_bias", true, file);
+  c.ssm_proj_bias = layer_bool(j, "use_bias", false, file);
+  QEVAL_CHECK(layer_bool(j, "rms_norm", true, file), "{}: \"rms_norm\" false is not supported (the gated RMSNorm is "
               "always applied)", file);
+  // HF's Mamba2 gates before its RMSNorm (norm_before_gate false); the other order is another model.
+  QEVAL_CHECK(!layer_bool(j, "norm_before_gate", false, file), "{}: \"norm_before_gate\" true is not supported (qeval's "
+              "Mamba-2 gates, then normalises, as Hugging Face's Mamba2 does)", file);
   if (j.contains("time_step_limit") && !j["time_step_limit"].is_null()) {
     const json& limit = j["time_step_limit"];
     QEVAL_CHECK(limit.is_array() && limit.size() == 2, "{}: \"time_step_limit\" is {}: expected [min, max]", file,
@@ -681,9 +703,9 @@ ModelConfig jamba_config(const json& j, ConfigSource& src, json& notes) {
   src.name(F::ssm_d_inner, "mamba_expand");
   c.ssm_d_state = layer_integer(j, src, F::ssm_d_state, "mamba_d_state", 16);
   c.ssm_d_conv = layer_integer(j, src, F::ssm_d_conv, "mamba_d_conv", 4);
-  c.ssm_dt_rank = time_step_rank(j, "mamba_dt_rank", c.d_model, file);
-  c.ssm_conv_bias = optional<bool>(j, "mamba_conv_bias", true, file);
-  c.ssm_proj_bias = optional<bool>(j, "mamba_proj_bias", false, file);
+  c.ssm_dt_rank = time_step_rank(j, src, "mamba_dt_rank", c.d_model);
+  c.ssm_conv_bias = layer_bool(j, "mamba_conv_bias", true, file);
+  c.ssm_proj_bias = layer_bool(j, "mamba_proj_bias", false, file);
   c.ssm_bcdt_norm = true;
   c.bos_id = token_id(j, "bos_token_id", F::bos_id, src, notes);
   c.eos_id = token_id(j, "eos_token_id", F::eos_id, src, notes);

@@ -340,6 +340,20 @@ std::vector<BadInput> corpus() {
                   {"\"time_step_limit\" maximum is \"NaN\"", "or Infinity (no limit)"}));
   add(config_case("mamba2_time_step_limit_reversed", "tiny-mamba2-hf", set("time_step_limit", json::array({0.5, 0.1})),
                   {"\"time_step_limit\" maximum is 0.1", ">= the minimum 0.5"}));
+  // The issue-51 probe's finds on the newer families (results/hardening/probe.md).
+  add(config_case("qwen2_moe_norm_topk_null", "tiny-qwen2-moe-hf", set("norm_topk_prob", nullptr),
+                  {"\"norm_topk_prob\" is null", "true or false"}));
+  add(config_case("qwen3_moe_dense_layer_beyond", "tiny-qwen3-moe-hf", set("mlp_only_layers", json::array({99})),
+                  {"\"mlp_only_layers\" names layer 99", "layers 0..1"}));
+  add(config_case("mamba_time_step_rank_null", "tiny-mamba-hf", set("time_step_rank", nullptr),
+                  {"\"time_step_rank\" is null", "\"auto\" or an integer"}));
+  add(config_case("mamba_time_step_rank_zero", "tiny-mamba-hf", set("time_step_rank", 0), {"\"time_step_rank\" is 0"}));
+  add(config_case("jamba_dt_rank_null", "tiny-jamba-hf", set("mamba_dt_rank", nullptr), {"\"mamba_dt_rank\" is null"}));
+  add(config_case("mamba_eps_null", "tiny-mamba-hf", set("layer_norm_epsilon", nullptr), {"\"layer_norm_epsilon\" is null"}));
+  add(config_case("mamba_inner_width_disagrees", "tiny-mamba-hf", set("intermediate_size", 31),
+                  {"\"intermediate_size\" is 31", "expand\" × \"hidden_size\" is 2 × 16 = 32"}));
+  add(config_case("mamba2_norm_before_gate", "tiny-mamba2-hf", set("norm_before_gate", true),
+                  {"\"norm_before_gate\" true is not supported"}));
   add({"config_not_json", [](Inputs& in) {
          const std::string dir = in.family("tiny-llama-hf");
          test::write_bytes(fs::path(dir) / "config.json", "{\"vocab_size\": 12,");
@@ -523,6 +537,8 @@ std::vector<BadInput> corpus() {
   option_case("watch_timeout_inf", "--watch --watch-timeout inf", {"--watch-timeout", "\"inf\" is outside the range"});
   option_case("watch_poll_zero", "--watch --watch-poll 0", {"--watch-poll", "\"0\" is outside the range"});
   option_case("rounding_band_too_many", "--rounding-band 65", {"--rounding-band", "65 is outside the range"});
+  option_case("max_memory_below_a_byte", "--max-memory 0.5B", {"--max-memory '0.5B'", "at least one byte"});
+  option_case("chunk_windows_negative", "--chunk-windows -1", {"--chunk-windows", "-1 is outside the range"});
   option_case("rounding_eps_nan", "--rounding-band 2 --rounding-band-eps nan", {"--rounding-band-eps", "\"nan\" is outside"});
   add({"data_is_a_device", [](Inputs& in) { return kTiny + " --data /dev/zero --out " + in.path("out.json"); }, 2,
        {"/dev/zero", "not a regular file (a device)"}});
