@@ -76,19 +76,23 @@ std::size_t section_layers(const json& section, std::size_t all, const std::stri
 }
 
 void verify_attention(const json& a, std::size_t layers, const std::string& where) {
-  const json& pl = member(a, "per_layer", where);
-  headline_is_mean(member(a, "first_attn_pct", where),
-                   per_layer(member(pl, "first_attn_pct", where), layers, kPercent, where + ".per_layer.first_attn_pct"),
-                   where + ".first_attn_pct");
-  headline_is_mean(member(a, "first_token_share", where),
-                   per_layer(member(pl, "first_token_share", where), layers, kShare, where + ".per_layer.first_token_share"),
-                   where + ".first_token_share");
-  headline_is_mean(member(a, "sink_rate_pct", where),
-                   per_layer(member(pl, "sink_rate_pct", where), layers, kPercent, where + ".per_layer.sink_rate_pct"),
-                   where + ".sink_rate_pct");
-  headline_is_mean(member(a, "entropy", where),
-                   per_layer(member(a, "entropy_per_layer", where), layers, kEntropy, where + ".entropy_per_layer"),
-                   where + ".entropy");
+  // Each headline with where its per-layer values are (per_layer.<key>, or entropy_per_layer) and its domain.
+  struct Statistic {
+    const char* headline;
+    const char* per_layer;  // inside "per_layer", or a key of its own
+    bool nested;
+    Domain domain;
+  };
+  for (const Statistic& st : {Statistic{"first_attn_pct", "first_attn_pct", true, kPercent},
+                              Statistic{"first_token_share", "first_token_share", true, kShare},
+                              Statistic{"sink_rate_pct", "sink_rate_pct", true, kPercent},
+                              Statistic{"entropy", "entropy_per_layer", false, kEntropy}}) {
+    const json& list = st.nested ? member(member(a, "per_layer", where), st.per_layer, where + ".per_layer")
+                                 : member(a, st.per_layer, where);
+    const std::string list_name = where + (st.nested ? ".per_layer." : ".") + st.per_layer;
+    headline_is_mean(member(a, st.headline, where), per_layer(list, layers, st.domain, list_name),
+                     where + "." + st.headline);
+  }
 }
 
 }  // namespace

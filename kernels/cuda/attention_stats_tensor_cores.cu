@@ -7,8 +7,9 @@
 // Then two lanes own each query row, 32 keys each: a first sweep scales, caps and masks the logits
 // (written back) and finds the pair's maximum and how many keys hold it; a second sweep adds
 // exp(s − m) and exp(s − m)(s − m). The pair combines by one shuffle, so both lanes carry the same
-// online state (m, ℓ, E, S, key 1's logit, the largest logit and its tie count) — the state and
-// the final formulas of fused_attention_kernel in fused_attention_stats.cu.
+// online state (m, ℓ, E, S, key 1's logit, the largest logit and its tie count) — the state of
+// fused_attention_kernel in fused_attention_stats.cu, finished by the same write_query_stats
+// (attention_query_stats.cuh).
 //
 // Shared-memory banks: rows of the 16-bit tiles are padded by 8 elements (WMMA's leading dimension
 // must be a multiple of 8; the pad moves successive rows by 4 banks). Score rows are 68 floats
@@ -23,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/absmax.cuh"
+#include "kernels/cuda/attention_query_stats.cuh"
 #include "kernels/cuda/attention_stats_tensor_cores.h"
 #include "kernels/cuda/check.cuh"
 
@@ -193,22 +195,9 @@ __global__ void __launch_bounds__(kThreads) attention_stats_kernel(const Params 
     s_sum += tile_s;
   }
 
-  if (i < L && half == 0) {
-    const float p1 = expf(first - m) / l;  // 0 when key 1 is hidden
-    const float p_top = expf(top - m) / l;
-    float credit = 0.0f;
-    if (p_top == 0.0f)
-      credit = 1.0f / static_cast<float>(i + 1);  // all weights underflow: the i + 1 causal keys tie
-    else if (first == top)
-      credit = 1.0f / static_cast<float>(tied);
-    else if (p1 >= p_top)
-      credit = 1.0f / static_cast<float>(tied + 1);
-    const float entropy = logf(l) * (e_sum / l) - s_sum / l;
-    const std::int64_t BHL = p.batch * p.heads * L, at = (b * p.heads + h) * L + i;
-    p.query_stats[at] = p1;
-    p.query_stats[BHL + at] = credit;
-    p.query_stats[2 * BHL + at] = entropy;
-  }
+  if (i < L && half == 0)
+    detail::write_query_stats({m, l, e_sum, s_sum, first, top, tied}, i, p.batch * p.heads * L, (b * p.heads + h) * L + i,
+                              p.query_stats);
 #endif
 }
 

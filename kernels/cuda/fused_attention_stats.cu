@@ -29,6 +29,7 @@
 #include <string>
 
 #include "kernels/cuda/absmax.cuh"
+#include "kernels/cuda/attention_query_stats.cuh"
 #include "kernels/cuda/attention_stats_tensor_cores.h"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/fused_attention_stats.h"
@@ -214,22 +215,9 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const Attenti
         if (d < hd) o[d] = from_float<T>(acc[r][t] * inv);
       }
     }
-    if (p.query_stats != nullptr && lane == 0) {
-      const float p1 = expf(first[r] - m[r]) / l[r];  // 0 when key 1 is hidden
-      const float p_top = expf(top[r] - m[r]) / l[r];
-      float credit = 0.0f;
-      if (p_top == 0.0f)
-        credit = 1.0f / static_cast<float>(i + 1);  // all weights underflow: the i + 1 causal keys tie
-      else if (first[r] == top[r])
-        credit = 1.0f / static_cast<float>(tied[r]);
-      else if (p1 >= p_top)
-        credit = 1.0f / static_cast<float>(tied[r] + 1);
-      const float entropy = logf(l[r]) * (e_sum[r] / l[r]) - s_sum[r] / l[r];
-      const std::int64_t BHL = p.batch * p.heads * L, at = (b * p.heads + h) * L + i;
-      p.query_stats[at] = p1;
-      p.query_stats[BHL + at] = credit;
-      p.query_stats[2 * BHL + at] = entropy;
-    }
+    if (p.query_stats != nullptr && lane == 0)
+      write_query_stats({m[r], l[r], e_sum[r], s_sum[r], first[r], top[r], tied[r]}, i, p.batch * p.heads * L,
+                        (b * p.heads + h) * L + i, p.query_stats);
   }
 }
 
