@@ -113,6 +113,8 @@ void run_eval(const EvalArgs& a) {
   if (wants_series(a.series, a.data.model)) {  // each checkpoint evaluated by this function, as if alone
     QEVAL_CHECK(a.shard.empty() && a.plots.empty() && a.state_file.empty(),
                 "--model {} is a series of checkpoints: --shard, --plots and --state-file take one checkpoint", a.data.model);
+    // S.json and its folder S/ go beside the series, never inside it (a watched trainer writes there).
+    check_output_is_not_an_input(a.out, "--out", {{"series", a.data.model}});
     return run_series(a.series, a.data.model, a.out, [&a](const SeriesJob& job) {
       EvalArgs one = a;
       one.series.mode = "off";

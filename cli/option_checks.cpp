@@ -34,6 +34,15 @@ bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
   return std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec);
 }
 
+// Whether `path` lies inside the folder `folder` (links resolved as far as they exist).
+bool inside_folder(const std::filesystem::path& path, const std::filesystem::path& folder) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) return false;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec), f = std::filesystem::weakly_canonical(folder, ec);
+  const auto [f_end, p_at] = std::mismatch(f.begin(), f.end(), p.begin(), p.end());
+  return f_end == f.end() && p_at != p.end();
+}
+
 }  // namespace
 
 CLI::Validator output_path() {
@@ -52,6 +61,9 @@ void check_output_is_not_an_input(const std::string& output, const std::string& 
     if (path.empty()) continue;
     QEVAL_CHECK(!same_file(output, path), "{} {}: is the {} ({}); writing it would overwrite an input; choose another path",
                 option, printable(output), what, printable(path));
+    // A folder input (an HF checkpoint, a series of checkpoints): nothing is written inside it.
+    QEVAL_CHECK(!inside_folder(output, path), "{} {}: is inside the {} folder {}; writing there could overwrite or add to "
+                "an input; choose a path outside it", option, printable(output), what, printable(path));
   }
 }
 

@@ -27,9 +27,9 @@ CLI::Validator positive_number();
 // exited 0; issue 51).
 CLI::Validator output_path();
 
-// Refuses an output that is one of the inputs (the same file, through links too): `--out` naming
-// the data, the baseline or a shard overwrote it (issue 51). `inputs`: (what, path) pairs; empty
-// paths are skipped.
+// Refuses an output that is one of the inputs (the same file, through links too), or lies inside
+// an input that is a folder (an HF checkpoint, a series): `--out` naming the data, the baseline or
+// a shard overwrote it (issue 51). `inputs`: (what, path) pairs; empty paths are skipped.
 void check_output_is_not_an_input(const std::string& output, const std::string& option,
                                   const std::vector<std::pair<std::string, std::string>>& inputs);
 

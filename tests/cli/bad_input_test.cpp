@@ -537,6 +537,12 @@ std::vector<BadInput> corpus() {
   option_case("watch_timeout_inf", "--watch --watch-timeout inf", {"--watch-timeout", "\"inf\" is outside the range"});
   option_case("watch_poll_zero", "--watch --watch-poll 0", {"--watch-poll", "\"0\" is outside the range"});
   option_case("rounding_band_too_many", "--rounding-band 65", {"--rounding-band", "65 is outside the range"});
+  add({"out_inside_model_folder", [](Inputs& in) {
+         const std::string dir = in.family("tiny-llama-hf");
+         return "eval -q --model " + dir + " --data-dir " + test::data_dir().string() + " --tokenizer " +
+                test::kStoriesTokenizer + " --data text/tinystories/validation-head.txt --seq-len 16 --max-windows 1 --out " +
+                dir + "/config.json";
+       }, 2, {"--out", "is inside the model folder"}});
   option_case("max_memory_below_a_byte", "--max-memory 0.5B", {"--max-memory '0.5B'", "at least one byte"});
   option_case("chunk_windows_negative", "--chunk-windows -1", {"--chunk-windows", "-1 is outside the range"});
   option_case("rounding_eps_nan", "--rounding-band 2 --rounding-band-eps nan", {"--rounding-band-eps", "\"nan\" is outside"});
