@@ -299,13 +299,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_flag("--no-attention-stats", args->no_attention_stats, "skip attention statistics (hidden-state ones only)");
   cmd->add_option("--sink-T", args->sink_T, "Sink₁^ε: first T queries")->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd->add_option("--sink-eps", args->sink_eps, "Sink₁^ε: threshold ε on the mean attention to key 1, in (0, 1)")->capture_default_str()->check(number_in(0, 1, true, true));
-  cmd->add_option("--rounding-band", args->rounding_band,
-                  "the rounding band: this many extra evaluations of each quantised scheme whose quantised linears' inputs "
-                  "move by a few float32 ulps (docs/rounding-band.md); 0: none")
-      ->capture_default_str()->check(integer_in(0, 64));
-  cmd->add_option("--rounding-band-eps", args->rounding_band_eps,
-                  "--rounding-band: the relative size of the input jitter (default 2^-22, two ulps of 1.0)")
-      ->check(number_in(0, 1e-3, true, true));
+  add_rounding_band_options(cmd, args->rounding_band, args->rounding_band_eps, "each quantised scheme");
   cmd->add_option("--rounding-seed", args->rounding_seed,
                   "evaluate every quantised scheme as its rounding variant of this seed (another valid implementation; "
                   "docs/rounding-band.md); 0: the default implementation")

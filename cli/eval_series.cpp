@@ -109,8 +109,8 @@ struct Done {
 
 // A step record left by an earlier run is reused only for the weights it measured (issue 51): a
 // checkpoint retrained or replaced in place has another weights hash, and is evaluated again.
-bool still_measures(const fs::path& record_path, const SeriesCheckpoint& c) {
-  const nlohmann::json recorded = read_record(record_path).at("model").value("weights_hash", nlohmann::json(nullptr));
+bool still_measures(const nlohmann::json& record, const fs::path& record_path, const SeriesCheckpoint& c) {
+  const nlohmann::json recorded = record.at("model").value("weights_hash", nlohmann::json(nullptr));
   const std::string now = open_checkpoint(c.path)->weights_hash();
   if (recorded.is_string() && recorded.get<std::string>() == now) return true;
   fmt::print(stderr, "series: {} measured other weights (weights hash {}; {} now has {}): evaluating step {} again\n",
@@ -191,10 +191,13 @@ void run_series(const SeriesArgs& args, const std::string& model, const std::str
       if (done.count(c.step)) continue;
       const std::string name = fmt::format("step-{}.json", c.step);
       const fs::path record_path = folder / name;
-      if (fs::exists(record_path) && still_measures(record_path, c)) {
+      std::optional<nlohmann::json> kept;  // an earlier run's record of this step, read once
+      if (fs::exists(record_path)) kept = read_record(record_path);
+      if (kept && still_measures(*kept, record_path, c)) {
         fmt::print(stderr, "series: {} (step {}) already evaluated, same weights: {}\n", c.name, c.step,
                    record_path.string());
       } else {
+        kept.reset();
         fmt::print(stderr, "series: evaluating {} (step {}{})\n", c.name, c.step,
                    c.tokens ? fmt::format(", {} tokens", *c.tokens) : std::string());
         const SeriesJob job{c.path.string(), record_path.string(), record_path.string() + ".state.json"};
@@ -204,7 +207,7 @@ void run_series(const SeriesArgs& args, const std::string& model, const std::str
           return;
         }
       }
-      const nlohmann::json record = read_record(record_path);
+      const nlohmann::json record = kept ? std::move(*kept) : read_record(record_path);
       const std::string recorded_model = record.at("model").value("path", "");
       QEVAL_CHECK(recorded_model == c.path.string(), "{}: is the record of {}, but step {} of series {} is {}; remove it "
                   "or choose another --out", record_path.string(), recorded_model, c.step, model, c.path.string());

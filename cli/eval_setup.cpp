@@ -109,6 +109,16 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
       ->capture_default_str()->check(integer_in(0));
 }
 
+void add_rounding_band_options(CLI::App* cmd, std::int64_t& band, double& eps, const std::string& what) {
+  cmd->add_option("--rounding-band", band,
+                  "the rounding band: this many extra evaluations of " + what + " whose quantised linears' inputs move "
+                  "by a few float32 ulps (docs/rounding-band.md); 0: none")
+      ->capture_default_str()->check(integer_in(0, 64));
+  cmd->add_option("--rounding-band-eps", eps,
+                  "--rounding-band: the relative size of the input jitter (default 2^-22, two ulps of 1.0)")
+      ->check(number_in(0, 1e-3, true, true));
+}
+
 std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
   return open_window_source(data_path, tokenizer.get(), protocol, source_options);
 }

@@ -57,6 +57,9 @@ struct EvalDataArgs {
 
 // Registers the options above on `cmd` (same names, help and checks for every command).
 void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args);
+// --rounding-band K and --rounding-band-eps (docs/rounding-band.md), for eval (K variants of each
+// quantised scheme) and sensitivity (of each unit): `what` names the thing that gets variants.
+void add_rounding_band_options(CLI::App* cmd, std::int64_t& band, double& eps, const std::string& what);
 
 struct EvalInputs {
   std::filesystem::path model_path, tokenizer_path, data_path;

@@ -123,13 +123,7 @@ void add_sensitivity_command(CLI::App& app) {
   cmd->add_option("--top", args->top, "rows in the printed table (0: all)")->capture_default_str()->check(integer_in(0));
   cmd->add_option("--out,-o", args->out, "write the result record (JSON, with a \"sensitivity\" section) here, atomically")->check(output_path());
   cmd->add_option("--plot", args->plot, "also draw a bar chart of ΔNLL per unit with the input max |x| (gnuplot) to this .png");
-  cmd->add_option("--rounding-band", args->rounding_band,
-                  "each unit's rounding band: this many extra evaluations of each unit whose quantised inputs move by a few "
-                  "float32 ulps (docs/rounding-band.md); 0: none")
-      ->capture_default_str()->check(integer_in(0, 64));
-  cmd->add_option("--rounding-band-eps", args->rounding_band_eps,
-                  "--rounding-band: the relative size of the input jitter (default 2^-22, two ulps of 1.0)")
-      ->check(number_in(0, 1e-3, true, true));
+  add_rounding_band_options(cmd, args->rounding_band, args->rounding_band_eps, "each unit");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   cmd->callback([args] {
     args->argv = command_line;
