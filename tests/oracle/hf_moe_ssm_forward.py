@@ -127,7 +127,9 @@ def causal_conv(x, w, bias):
     return y + bias if bias is not None else y
 
 
-def mamba_mixer(x, p, m, cfg, jamba=False):
+def mamba_mixer(x, p, m, cfg, jamba=False, tap=None):
+    """tap, when given, is called with the scan's operands (ssm_statistics_oracle.py): delta [B, L, E] after
+    softplus, A [E, N], B and C [B, L, N] as the scan uses them, u [B, L, E], D [E] and y [B, L, E] (scan + D u)."""
     E = cfg["E"]
     N, R = cfg["N"], cfg["R"]
     proj = linear(x, p, m + "in_proj")
@@ -150,6 +152,8 @@ def mamba_mixer(x, p, m, cfg, jamba=False):
         state = dA * state + dBu
         ys.append(state @ Cm[:, t, :, None])
     y = np.concatenate(ys, -1).transpose(0, 2, 1) + u * p[m + "D"]
+    if tap:
+        tap(delta=delta, A=A, B=Bm, C=Cm, u=u, D=p[m + "D"], y=y)
     return linear(y * silu(z), p, m + "out_proj")
 
 
@@ -195,7 +199,9 @@ def ssd_recurrence(x, dt, A, Bm, Cm):
     return np.stack(ys, 1)
 
 
-def mamba2_mixer(x, p, m, cfg):
+def mamba2_mixer(x, p, m, cfg, tap=None):
+    """tap as mamba_mixer's: delta [B, L, H] after softplus and the clamp, A [H], B and C [B, L, H, N] (each head
+    its group's), u [B, L, H, P], D [H] and y [B, L, H, P] (SSD + D u, before the gated norm)."""
     E, N, H, G = cfg["E"], cfg["N"], cfg["H"], cfg["G"]
     P, conv = E // H, E + 2 * G * N
     proj = linear(x, p, m + "in_proj")
@@ -204,36 +210,44 @@ def mamba2_mixer(x, p, m, cfg):
     u = xbc[..., :E].reshape(x.shape[0], x.shape[1], H, P)
     Bm = np.repeat(xbc[..., E:E + G * N].reshape(x.shape[0], x.shape[1], G, N), H // G, 2)
     Cm = np.repeat(xbc[..., E + G * N:].reshape(x.shape[0], x.shape[1], G, N), H // G, 2)
-    dt = softplus(dt + p[m + "dt_bias"])  # time_step_limit (0, inf): no clamp
+    dt = np.clip(softplus(dt + p[m + "dt_bias"]), *cfg.get("dt_limit", (0.0, math.inf)))  # HF default (0, inf)
     A = -np.exp(p[m + "A_log"])
     y = ssd_chunked(u, dt, A, Bm, Cm, cfg["chunk"])
     assert np.abs(y - ssd_recurrence(u, dt, A, Bm, Cm)).max() < 1e-10, "chunked SSD disagrees with the recurrence"
-    y = (y + u * p[m + "D"][:, None]).reshape(x.shape[0], x.shape[1], E)
+    y = y + u * p[m + "D"][:, None]
+    if tap:
+        tap(delta=dt, A=A, B=Bm, C=Cm, u=u, D=p[m + "D"], y=y)
+    y = y.reshape(x.shape[0], x.shape[1], E)
     g = y * silu(z)
     g = g / np.sqrt((g * g).mean(-1, keepdims=True) + cfg["eps"]) * p[m + "norm.weight"]
     return linear(g, p, m + "out_proj")
 
 
-def mamba_family(cfg, p, ids, kind):
+def mamba_family(cfg, p, ids, kind, tap=None):
+    """tap(layer, **operands): each mixer's scan operands (mamba_mixer, mamba2_mixer)."""
     D, eps = cfg["hidden_size"], cfg["layer_norm_epsilon"]
     sizes = {"E": int(cfg["expand"] * D), "N": cfg["state_size"], "eps": eps}
     if kind == "mamba":
         sizes["R"] = math.ceil(D / 16) if cfg["time_step_rank"] == "auto" else cfg["time_step_rank"]
     else:
-        sizes.update(H=cfg["num_heads"], G=cfg["n_groups"], chunk=cfg["chunk_size"])
+        sizes.update(H=cfg["num_heads"], G=cfg["n_groups"], chunk=cfg["chunk_size"],
+                     dt_limit=tuple(cfg.get("time_step_limit", (0.0, math.inf))))
     h = p["backbone.embeddings.weight"][ids]
     hidden = []
     for i in range(cfg["num_hidden_layers"]):
         b = f"backbone.layers.{i}."
         x = rms_norm(h, p[b + "norm.weight"], eps)
-        h = h + (mamba_mixer(x, p, b + "mixer.", sizes) if kind == "mamba" else mamba2_mixer(x, p, b + "mixer.", sizes))
+        t = (lambda i=i, **a: tap(i, **a)) if tap else None
+        h = h + (mamba_mixer(x, p, b + "mixer.", sizes, tap=t) if kind == "mamba" else
+                 mamba2_mixer(x, p, b + "mixer.", sizes, tap=t))
         hidden.append(h)
     h = rms_norm(h, p["backbone.norm_f.weight"], eps)
     head = p["backbone.embeddings.weight"] if tied(cfg) else p["lm_head.weight"]
     return h @ head.T, hidden
 
 
-def jamba(cfg, p, ids, routes):
+def jamba(cfg, p, ids, routes, tap=None):
+    """tap as mamba_family's, for the Mamba layers."""
     D, H, Hkv, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
     hd = D // H
     sizes = {"E": cfg["mamba_expand"] * D, "N": cfg["mamba_d_state"], "R": cfg["mamba_dt_rank"], "eps": eps}
@@ -247,7 +261,8 @@ def jamba(cfg, p, ids, routes):
             h = h + linear(attention(heads(q, H, hd), heads(k, Hkv, hd), heads(v, Hkv, hd), hd ** -0.5), p,
                            b + "self_attn.o_proj")
         else:
-            h = h + mamba_mixer(x, p, b + "mamba.", sizes, jamba=True)
+            h = h + mamba_mixer(x, p, b + "mamba.", sizes, jamba=True,
+                                tap=(lambda i=i, **a: tap(i, **a)) if tap else None)
         x = rms_norm(h, p[b + "pre_ff_layernorm.weight"], eps)
         f = b + "feed_forward."
         if i % cfg["expert_layer_period"] == cfg["expert_layer_offset"]:
