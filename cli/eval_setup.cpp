@@ -252,9 +252,9 @@ PlanEstimate plan_evaluation(EvalInputs& in, const EvalDataArgs& a, const std::v
   p.process_rss = read_host_memory().rss;
   for (std::size_t i = 0; i < schemes.size(); ++i) {
     p.schemes.push_back(i < rewrites.size() && rewrites[i] ? std::optional<SchemeSpec>(rewrites[i]->spec()) : std::nullopt);
-    bool wants = false;  // attention (or Mamba-2's implicit attention) in any layer
+    bool wants = false;  // attention (or a state-space layer's implicit attention) in any layer
     for (std::int64_t l = 0; l < p.config.n_layers && schemes[i].observer; ++l)
-      wants = wants || schemes[i].observer->wants_attention(l) || schemes[i].observer->wants_implicit_attention(l);
+      wants = wants || schemes[i].observer->wants_attention(l) || schemes[i].observer->wants_ssm_selection(l);
     p.attention_statistics.push_back(wants);
   }
   p.batch_size = a.batch_size;

@@ -47,8 +47,8 @@ Batch make_batch(const std::vector<Window>& windows) {
   return batch;
 }
 
-// A scheme's observer with every callback charged to that scheme's statistics phase (the work the
-// model does only for an observer, such as Mamba-2's implicit attention, charges itself there too).
+// A scheme's observer with every callback charged to that scheme's statistics phase (a state-space
+// layer's implicit attention is computed inside its callback, so it is charged there too).
 class StatisticsTimer final : public ForwardObserver {
  public:
   StatisticsTimer(ForwardObserver& inner, int scheme) : inner_(inner), scheme_(scheme) {}
@@ -73,10 +73,10 @@ class StatisticsTimer final : public ForwardObserver {
     PhaseScope p(Phase::statistics, scheme_);
     inner_.on_router(layer, probs, selected);
   }
-  bool wants_implicit_attention(std::int64_t layer) const override { return inner_.wants_implicit_attention(layer); }
-  void on_implicit_attention(std::int64_t layer, const at::Tensor& weights) override {
+  bool wants_ssm_selection(std::int64_t layer) const override { return inner_.wants_ssm_selection(layer); }
+  void on_ssm_selection(std::int64_t layer, const SsmSelection& selection) override {
     PhaseScope p(Phase::statistics, scheme_);
-    inner_.on_implicit_attention(layer, weights);
+    inner_.on_ssm_selection(layer, selection);
   }
 
  private:

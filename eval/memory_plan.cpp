@@ -171,14 +171,18 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   // block of its rows as read, the logits of one span of positions per scheme and full
   // precision's with their exponentials; a rewritten head is built once from the whole float one).
   const bool any_attention = std::any_of(in.attention_statistics.begin(), in.attention_statistics.end(), [](bool b) { return b; });
-  std::int64_t per_token = 0, prob_heads = 0;  // of attention, or of a Mamba-2 layer's implicit attention
+  std::int64_t per_token = 0, prob_heads = 0;  // of attention
+  bool state_space = false;
   for (std::int64_t layer = 0; layer < c.n_layers; ++layer) {
     per_token = std::max(per_token, working_per_token(c, layer, L));
     if (c.mixer(layer) == MixerKind::attention) prob_heads = std::max(prob_heads, c.n_heads);
-    if (c.mixer(layer) == MixerKind::mamba2) prob_heads = std::max(prob_heads, c.ssm_heads);
+    state_space = state_space || c.mixer(layer) != MixerKind::attention;
   }
   const std::int64_t working = B * L * per_token * dsize * 3 / 2;
-  const std::int64_t probs = any_attention ? 2 * B * prob_heads * L * L * 4 : 0;
+  // A state-space layer's implicit attention is reduced in blocks (stats/implicit_attention.h): a
+  // handful of float64 temporaries of at most 2^22 elements, whatever L.
+  const std::int64_t implicit_blocks = state_space ? 6 * (std::int64_t{1} << 22) * 8 : 0;
+  const std::int64_t probs = any_attention ? std::max(2 * B * prob_heads * L * L * 4, implicit_blocks) : 0;
   const std::int64_t stats = B * L * D * 8;
   const std::int64_t read_layer = keep_full && !gpu ? 0 : largest_block + conversion;
   const std::int64_t layer_host = read_layer + (keep_schemes ? 0 : schemes_layer) + transient + (gpu ? stats : working + probs + stats);

@@ -204,7 +204,7 @@ void residual_add(at::Tensor& x, const at::Tensor& y) {
 at::Tensor Block::mix(const at::Tensor& h, const ForwardContext& context, ForwardObserver* observer) const {
   switch (config_->mixer(layer_)) {
     case MixerKind::attention: return attention(h, context, observer);
-    case MixerKind::mamba: return mamba(h);
+    case MixerKind::mamba: return mamba(h, observer);
     case MixerKind::mamba2: return mamba2(h, observer);
   }
   fail("Block: unknown mixer kind");

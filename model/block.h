@@ -94,7 +94,7 @@ class Block {
   // model/attention.cpp
   at::Tensor attention(const at::Tensor& h, const ForwardContext& context, ForwardObserver* observer) const;
   // model/mamba_mixer.cpp
-  at::Tensor mamba(const at::Tensor& h) const;
+  at::Tensor mamba(const at::Tensor& h, ForwardObserver* observer) const;
   // model/mamba2_mixer.cpp
   at::Tensor mamba2(const at::Tensor& h, ForwardObserver* observer) const;
   // model/dense_mlp.cpp

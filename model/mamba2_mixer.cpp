@@ -5,8 +5,7 @@
 //   out_proj(gated RMSNorm(y, z)),  gated RMSNorm(y, z) = RMSNorm(y · silu(z)) · w
 // The gated norm normalises over the whole d_inner (HF) or over each of ssm_norm_groups groups
 // (mamba_ssm, llama.cpp). in_proj and out_proj are Linears; conv, dt_bias, A, D and the norm stay
-// full precision. An observer may ask for the layer's implicit attention (model/ssm_scan.h).
-#include "common/phases.h"
+// full precision. An observer may ask for what the scan selects with (model/observer.h SsmSelection).
 #include "model/block.h"
 #include "model/norms.h"
 #include "model/ssm_scan.h"
@@ -31,14 +30,8 @@ at::Tensor Block::mamba2(const at::Tensor& h, ForwardObserver* observer) const {
   at::Tensor Bm = xbc.narrow(-1, E, G * N).reshape({Bn, L, G, N}).to(st);
   at::Tensor Cm = xbc.narrow(-1, E + G * N, G * N).reshape({Bn, L, G, N}).to(st);
   const at::Tensor A = w.A.to(st);
-  if (observer && observer->wants_implicit_attention(layer_)) {
-    at::Tensor weights;
-    {
-      PhaseScope statistics(Phase::statistics);  // computed only for the observer
-      weights = ssd_implicit_attention(dt, A, Bm, Cm, H);
-    }
-    observer->on_implicit_attention(layer_, weights);
-  }
+  if (observer && observer->wants_ssm_selection(layer_))
+    observer->on_ssm_selection(layer_, {SsmSelection::Kind::mamba2, dt, A, Bm, Cm});
   at::Tensor y = ssd_chunked(x, dt, A, Bm, Cm, w.D.to(st), c.ssm_chunk).reshape({Bn, L, E}).to(h.scalar_type());
   // In float32 whatever the compute dtype, as HF's MambaRMSNormGated.
   at::Tensor g = (y.to(at::kFloat) * at::silu(z.to(at::kFloat))).reshape({Bn, L, c.ssm_norm_groups, E / c.ssm_norm_groups});

@@ -4,14 +4,15 @@
 //   (Jamba: RMSNorm of Δ, B and C);  Δ = softplus(dt_proj(Δ));  y = scan(x, Δ, A, B, C) + D x
 //   out_proj(y · silu(z))
 // in_proj, x_proj, dt_proj and out_proj are Linears (quantisable; x_proj and dt_proj only when a
-// scheme asks, quant/scheme.h); the convolution, A, D and the norms stay full precision.
+// scheme asks, quant/scheme.h); the convolution, A, D and the norms stay full precision. An observer
+// may ask for what the scan selects with (model/observer.h SsmSelection).
 #include "model/block.h"
 #include "model/norms.h"
 #include "model/ssm_scan.h"
 
 namespace qeval {
 
-at::Tensor Block::mamba(const at::Tensor& h) const {
+at::Tensor Block::mamba(const at::Tensor& h, ForwardObserver* observer) const {
   const ModelConfig& c = *config_;
   const SsmWeights& w = weights_.ssm;
   const std::int64_t E = c.ssm_d_inner, N = c.ssm_d_state, R = c.ssm_dt_rank;
@@ -29,7 +30,10 @@ at::Tensor Block::mamba(const at::Tensor& h) const {
   // The scan in float32 at least (half precision on a GPU), as HF discretises in float32.
   const at::ScalarType scan_type = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   auto f = [&](const at::Tensor& t) { return t.to(scan_type); };
-  at::Tensor y = selective_scan(f(x), f(delta), f(w.A), f(Bm), f(Cm), f(w.D)).to(x.scalar_type());
+  const at::Tensor delta_s = f(delta), A = f(w.A), Bs = f(Bm), Cs = f(Cm);
+  if (observer && observer->wants_ssm_selection(layer_))
+    observer->on_ssm_selection(layer_, {SsmSelection::Kind::mamba, delta_s, A, Bs, Cs});
+  at::Tensor y = selective_scan(f(x), delta_s, A, Bs, Cs, f(w.D)).to(x.scalar_type());
   return linear(slots_.out_proj).forward(y * at::silu(z));
 }
 

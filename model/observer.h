@@ -28,6 +28,17 @@ struct AttentionSumsRequest {
   std::int64_t window = 0;
 };
 
+// What a state-space layer's scan selects with, in the scan's dtype (float32 or float64; half on a GPU),
+// on its device (model/ssm_scan.h):
+//   Mamba (S6):  delta [B, L, E] (after softplus), A [E, N], Bm and Cm [B, L, N]
+//   Mamba-2:     delta [B, L, H] (after softplus and the time-step clamp), A [H], Bm and Cm [B, L, G, N]
+// Views of the layer's live tensors: reduce them during the call.
+struct SsmSelection {
+  enum class Kind { mamba, mamba2 };
+  Kind kind = Kind::mamba;
+  at::Tensor delta, A, Bm, Cm;
+};
+
 class ForwardObserver {
  public:
   virtual ~ForwardObserver() = default;
@@ -56,11 +67,11 @@ class ForwardObserver {
   virtual bool wants_router(std::int64_t layer) const { return false; }
   virtual void on_router(std::int64_t layer, const at::Tensor& probs, const at::Tensor& selected) {}
 
-  // Mamba-2 layers: asked before each SSD; when true, the layer's implicit attention (the state-space
-  // duality's M = L ∘ (C Bᵀ), normalised as model/ssm_scan.h ssd_implicit_attention says):
-  // [B, H, L(query), L(key)], causal, rows of non-negative weights summing to 1.
-  virtual bool wants_implicit_attention(std::int64_t layer) const { return false; }
-  virtual void on_implicit_attention(std::int64_t layer, const at::Tensor& weights) {}
+  // State-space layers (Mamba and Mamba-2): asked before each scan; when true, what the scan selects
+  // with (SsmSelection), from which an observer computes the layer's implicit attention and selection
+  // statistics (stats/implicit_attention.h) without the [B, heads, L, L] matrix.
+  virtual bool wants_ssm_selection(std::int64_t layer) const { return false; }
+  virtual void on_ssm_selection(std::int64_t layer, const SsmSelection& selection) {}
 };
 
 }  // namespace qeval

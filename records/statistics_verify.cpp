@@ -124,6 +124,18 @@ void verify_statistics_summary(const json& st, std::int64_t model_layers, const 
   if (st.contains("implicit_attention") && st["implicit_attention"].is_object())
     verify_attention(st["implicit_attention"], section_layers(st["implicit_attention"], M, at + ".implicit_attention"),
                      at + ".implicit_attention");
+  if (st.contains("selection") && st["selection"].is_object()) {
+    // A selection entropy lies in [0, log L]: S is a distribution over the window's L positions.
+    const json& sel = st["selection"];
+    const std::string sat = at + ".selection";
+    const double most = value_of(member(sel, "entropy_max", sat), sat + ".entropy_max");
+    QEVAL_CHECK(most >= 0, "{}.entropy_max is {}, but it is log L of a window of L ≥ 1 positions", sat, most);
+    const Domain selection{-kSlack, most + kSlack * std::max(1.0, most), "a selection entropy lies in [0, entropy_max = log L]"};
+    headline_is_mean(member(sel, "entropy", sat),
+                     per_layer(member(sel, "entropy_per_layer", sat), section_layers(sel, M, sat), selection,
+                               sat + ".entropy_per_layer"),
+                     sat + ".entropy");
+  }
 }
 
 }  // namespace qeval

@@ -110,15 +110,15 @@ void FanOutObserver::on_router(std::int64_t layer, const at::Tensor& probs, cons
     if (o->wants_router(layer)) o->on_router(layer, probs, selected);
 }
 
-bool FanOutObserver::wants_implicit_attention(std::int64_t layer) const {
+bool FanOutObserver::wants_ssm_selection(std::int64_t layer) const {
   for (const auto& o : observers_)
-    if (o->wants_implicit_attention(layer)) return true;
+    if (o->wants_ssm_selection(layer)) return true;
   return false;
 }
 
-void FanOutObserver::on_implicit_attention(std::int64_t layer, const at::Tensor& weights) {
+void FanOutObserver::on_ssm_selection(std::int64_t layer, const SsmSelection& selection) {
   for (auto& o : observers_)
-    if (o->wants_implicit_attention(layer)) o->on_implicit_attention(layer, weights);
+    if (o->wants_ssm_selection(layer)) o->on_ssm_selection(layer, selection);
 }
 
 

@@ -60,8 +60,8 @@ class FanOutObserver : public ForwardObserver {
   void on_attention(std::int64_t layer, const at::Tensor& probs) override;
   bool wants_router(std::int64_t layer) const override;
   void on_router(std::int64_t layer, const at::Tensor& probs, const at::Tensor& selected) override;
-  bool wants_implicit_attention(std::int64_t layer) const override;
-  void on_implicit_attention(std::int64_t layer, const at::Tensor& weights) override;
+  bool wants_ssm_selection(std::int64_t layer) const override;
+  void on_ssm_selection(std::int64_t layer, const SsmSelection& selection) override;
 
  private:
   std::vector<std::shared_ptr<ForwardObserver>> observers_;

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/json_integer.h"
 #include "kernels/attention_statistics.h"
+#include "stats/implicit_attention.h"
 
 namespace qeval {
 namespace {
@@ -96,7 +97,9 @@ void StatisticsCollector::on_block_output(std::int64_t layer, const at::Tensor& 
 namespace {
 
 bool is_attention(const StatisticsOptions& o, std::int64_t layer) { return o.mixer(layer) == MixerKind::attention; }
-bool is_mamba2(const StatisticsOptions& o, std::int64_t layer) { return o.mixer(layer) == MixerKind::mamba2; }
+bool is_ssm(const StatisticsOptions& o, std::int64_t layer) {
+  return o.mixer(layer) == MixerKind::mamba || o.mixer(layer) == MixerKind::mamba2;
+}
 bool is_moe(const StatisticsOptions& o, std::int64_t layer) { return o.ffn(layer) == FfnKind::moe; }
 
 // How many layers before `layer` are of the kind.
@@ -181,10 +184,28 @@ void StatisticsCollector::on_attention_sums(std::int64_t layer, const AttentionS
   paths_.attention_fused += static_cast<std::int64_t>(batch_.size());
 }
 
-void StatisticsCollector::on_implicit_attention(std::int64_t layer, const at::Tensor& weights) {
-  QEVAL_CHECK(is_mamba2(options_, layer),
-              "StatisticsCollector: implicit attention handed over for layer {}, which is not a Mamba-2 layer", layer);
-  add_attention(&WindowRecord::implicit, layer, ordinal(options_, is_mamba2, layer), weights, "implicit attention");
+void StatisticsCollector::on_ssm_selection(std::int64_t layer, const SsmSelection& selection) {
+  QEVAL_CHECK(is_ssm(options_, layer),
+              "StatisticsCollector: a state-space selection handed over for layer {}, which is a {} layer", layer,
+              to_string(options_.mixer(layer)));
+  const MixerKind kind = selection.kind == SsmSelection::Kind::mamba2 ? MixerKind::mamba2 : MixerKind::mamba;
+  QEVAL_CHECK(kind == options_.mixer(layer), "StatisticsCollector: layer {} is a {} layer, its selection says {}", layer,
+              to_string(options_.mixer(layer)), to_string(kind));
+  QEVAL_CHECK(selection.delta.dim() == 3 && selection.delta.size(0) == static_cast<std::int64_t>(batch_.size()),
+              "StatisticsCollector: the time steps of layer {} must be [B, L, C] with B = {} (begin_batch)", layer,
+              batch_.size());
+  const std::int64_t index = ordinal(options_, is_ssm, layer), length = selection.delta.size(1);
+  if (options_.attention)
+    store_attention(&WindowRecord::implicit, layer, index, length,
+                    implicit_attention_stats(selection, options_.sink_T, options_.sink_eps), "implicit attention");
+  const std::vector<double> entropy = selection_entropy(selection.delta);
+  for (std::size_t row = 0; row < batch_.size(); ++row) {
+    WindowRecord& rec = batch_row(row);
+    QEVAL_CHECK(index == static_cast<std::int64_t>(rec.selection.size()),
+                "StatisticsCollector: window {} expected the selection of state-space ordinal {} next, got layer {}",
+                batch_[row], rec.selection.size(), layer);
+    rec.selection.push_back(entropy[row]);
+  }
 }
 
 void StatisticsCollector::on_router(std::int64_t layer, const at::Tensor& probs, const at::Tensor& selected) {
@@ -257,7 +278,7 @@ json StatisticsCollector::summary() const {
   QEVAL_CHECK(M > 0, "StatisticsCollector::summary: window {} has no hidden states", windows_.begin()->first);
   const auto Ms = static_cast<std::int64_t>(M);
   const std::vector<std::int64_t> attention_layers = layers_where(is_attention, Ms);
-  const std::vector<std::int64_t> implicit_layers = layers_where(is_mamba2, Ms);
+  const std::vector<std::int64_t> ssm_layers = layers_where(is_ssm, Ms);
   const std::vector<std::int64_t> moe_layers = layers_where(is_moe, Ms);
   std::size_t n_rest = 0;
   std::int64_t min_length = std::numeric_limits<std::int64_t>::max();
@@ -266,10 +287,12 @@ json StatisticsCollector::summary() const {
                 "StatisticsCollector::summary: window {} has {} layers of hidden states, window {} has {}", index,
                 rec.hidden.size(), windows_.begin()->first, M);
     QEVAL_CHECK(rec.attention.size() == (options_.attention ? attention_layers.size() : 0) &&
-                    rec.implicit.size() == (options_.attention ? implicit_layers.size() : 0),
-                "StatisticsCollector::summary: window {} has attention for {} of {} attention layers and implicit "
-                "attention for {} of {} Mamba-2 layers",
-                index, rec.attention.size(), attention_layers.size(), rec.implicit.size(), implicit_layers.size());
+                    rec.implicit.size() == (options_.attention ? ssm_layers.size() : 0) &&
+                    rec.selection.size() == ssm_layers.size(),
+                "StatisticsCollector::summary: window {} has attention for {} of {} attention layers, implicit "
+                "attention for {} and selection for {} of {} state-space layers",
+                index, rec.attention.size(), attention_layers.size(), rec.implicit.size(), rec.selection.size(),
+                ssm_layers.size());
     QEVAL_CHECK(rec.router.size() == moe_layers.size(),
                 "StatisticsCollector::summary: window {} has router statistics for {} of {} mixture-of-experts layers",
                 index, rec.router.size(), moe_layers.size());
@@ -338,7 +361,7 @@ json StatisticsCollector::summary() const {
            {"layers", M},
            {"hidden", hidden},
            {"hidden_statistics", path(paths_.hidden_fused, paths_.hidden_unfused)}};
-  // The attention statistics of one list of layers (real attention, or Mamba-2's implicit one).
+  // The attention statistics of one list of layers (real attention, or state-space layers' implicit one).
   auto attention_section = [&](std::vector<AttentionLayerStats> WindowRecord::*field, std::size_t K) {
     auto stat = [&](double AttentionLayerStats::*member) {
       return [field, member](const WindowRecord& r, std::size_t m) { return (r.*field)[m].*member; };
@@ -376,14 +399,29 @@ json StatisticsCollector::summary() const {
           "whose window contains key 1 (positions 1..min(L, w)); its sink T' is min(T, L, w)";
     }
   }
-  if (options_.attention && !implicit_layers.empty()) {
-    json implicit = attention_section(&WindowRecord::implicit, implicit_layers.size());
-    implicit["layers"] = implicit_layers;
+  if (options_.attention && !ssm_layers.empty()) {
+    json implicit = attention_section(&WindowRecord::implicit, ssm_layers.size());
+    implicit["layers"] = ssm_layers;
     implicit["weights"] =
-        "Mamba-2's implicit attention: W[h, i, j] = |M[h, i, j]| / sum_j' |M[h, i, j']| with M[h, i, j] = (C_i . B_j) "
-        "exp(sum_{k=j+1..i} dt_k A_h) dt_j (the SSD duality's M = L o (C B^T), the D skip term left out); heads are "
-        "the SSM heads";
+        "state-space layers' implicit attention, W[h, i, j] = |a[h, i, j]| / sum_j' |a[h, i, j']| (the D skip term "
+        "left out): Mamba (Ali et al. 2024), heads the d_inner channels c, a_c[i, j] = sum_n C_i[n] "
+        "exp(sum_{k=j+1..i} dt_k[c] A[c, n]) dt_j[c] B_j[n]; Mamba-2, heads the SSM heads, a_h[i, j] = (C_i . B_j) "
+        "exp(sum_{k=j+1..i} dt_k[h] A_h) dt_j[h] (the SSD duality's M = L o (C B^T))";
     out["implicit_attention"] = implicit;
+  }
+  if (!ssm_layers.empty()) {
+    Averaged selection = average_over(ssm_layers.size(), false,
+                                      [](const WindowRecord& r, std::size_t m) { return r.selection[m]; }, 1.0);
+    out["selection"] = {
+        {"layers", ssm_layers},
+        {"entropy", selection.overall},
+        {"entropy_per_layer", selection.per_layer},
+        {"entropy_max", std::log(static_cast<double>(min_length))},
+        {"definition",
+         "SAMBA's selection entropy (Ren et al. 2024, appendix C): per channel c (Mamba: d_inner channels; Mamba-2: "
+         "heads), the time steps dt (after softplus) normalised over the window's positions, S[i, c] = dt[i, c] / "
+         "sum_i' dt[i', c], entropy -sum_i S log S (nats), averaged over channels; entropy_max = log L (dt constant "
+         "in time)"}};
   }
   if (!moe_layers.empty()) {
     const std::size_t E = static_cast<std::size_t>(options_.experts);
@@ -450,6 +488,11 @@ json StatisticsCollector::state_to_json() const {
       router.push_back({{"counts", r.counts}, {"entropy_sum", number_to_json(r.entropy_sum)}, {"tokens", r.tokens}});
     json w{{"index", index}, {"length", rec.length}, {"hidden", hidden}, {"attention", attention}};
     if (!implicit.empty()) w["implicit_attention"] = implicit;
+    if (!rec.selection.empty()) {
+      json selection = json::array();
+      for (double e : rec.selection) selection.push_back(number_to_json(e));
+      w["selection"] = selection;
+    }
     if (!router.empty()) w["router"] = router;
     windows.push_back(std::move(w));
   }
@@ -513,6 +556,8 @@ StatisticsCollector StatisticsCollector::state_from_json(const json& state, cons
           rec.implicit.push_back(
               {number_from_json(a[0]), number_from_json(a[1]), number_from_json(a[2]), number_from_json(a[3])});
         }
+      if (w.contains("selection"))
+        for (const json& e : w.at("selection")) rec.selection.push_back(number_from_json(e));
       if (w.contains("router"))
         for (const json& r : w.at("router")) {
           RouterLayerStats stats;
@@ -521,6 +566,13 @@ StatisticsCollector StatisticsCollector::state_from_json(const json& state, cons
           stats.tokens = json_integer(r.at("tokens"), "router tokens");
           rec.router.push_back(std::move(stats));
         }
+      // States written before issue 54 lack what state-space layers now record.
+      bool has_ssm = false;
+      for (std::size_t l = 0; l < rec.hidden.size(); ++l) has_ssm = has_ssm || is_ssm(options, static_cast<std::int64_t>(l));
+      QEVAL_CHECK(!has_ssm || !rec.selection.empty(),
+                  "window {} has no selection entropies of its state-space layers: the state was written by a qeval "
+                  "that did not measure them; evaluate again without resuming from it",
+                  index);
       c.windows_.emplace(index, std::move(rec));
     }
     if (state.contains("paths")) {  // absent in states written before issue 43

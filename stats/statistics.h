@@ -62,10 +62,15 @@
 // dense models, whose summaries are unchanged):
 //   "attention" covers the attention layers only, and then says which: "layers": [indices]; its
 //              per_layer arrays run over those layers.
-//   "implicit_attention"  Mamba-2 layers: the same statistics of the SSD's implicit attention
-//              W = |M| / Σ_j |M| with M = L ∘ (C Bᵀ) (model/ssm_scan.h ssd_implicit_attention), heads
-//              being the SSM heads, so a hybrid's sink can be compared across mixer kinds; absent
-//              without Mamba-2 layers. Mamba (S6) layers have no such statistic here.
+//   "implicit_attention"  state-space layers (Mamba and Mamba-2): the same statistics of the scan's
+//              implicit attention W = |α| / Σ_j |α| (stats/implicit_attention.h: Ali et al.'s hidden
+//              attention for Mamba, heads being the d_inner channels; the SSD duality's M = L ∘ (C Bᵀ)
+//              for Mamba-2, heads being the SSM heads), computed in blocks, so a hybrid's sink can be
+//              compared across mixer kinds; absent without state-space layers or attention statistics.
+//   "selection" state-space layers: {"layers": [indices], "entropy": mean over them, "entropy_per_layer",
+//              "entropy_max": log L of the shortest window (Δ constant in time), "definition"}: SAMBA's
+//              selection entropy of the time steps Δ (stats/implicit_attention.h), collected whenever
+//              statistics are (it costs O(L · channels)).
 //   "router"   mixture-of-experts layers: {"layers": [indices], "experts": E, "top_k": k,
 //              "tokens_per_expert": [per layer: [E] counts of (token, choice) pairs over all windows],
 //              "load": [per layer: [E] fractions of the choices], "load_entropy": [per layer: −Σ_e load
@@ -104,7 +109,7 @@ struct StatisticsOptions {
   bool fused = true;
   // The model's layer pattern (ModelConfig::layer_mixers / layer_ffns; empty: attention and a
   // dense MLP everywhere): attention statistics come from attention layers, implicit attention
-  // from Mamba-2 layers, router statistics from mixture-of-experts layers (`experts` each).
+  // and selection from state-space (Mamba, Mamba-2) layers, router statistics from mixture-of-experts layers (`experts` each).
   std::vector<MixerKind> layer_mixers;
   std::vector<FfnKind> layer_ffns;
   std::int64_t experts = 0;
@@ -135,10 +140,10 @@ class StatisticsCollector : public ForwardObserver {
   void on_attention(std::int64_t layer, const at::Tensor& probs) override;  // [B, H, L, L]
   bool wants_attention_sums(std::int64_t layer, AttentionSumsRequest* request) const override;
   void on_attention_sums(std::int64_t layer, const AttentionSums& sums) override;
-  bool wants_implicit_attention(std::int64_t layer) const override {
-    return options_.attention && options_.mixer(layer) == MixerKind::mamba2;
+  bool wants_ssm_selection(std::int64_t layer) const override {
+    return options_.mixer(layer) == MixerKind::mamba || options_.mixer(layer) == MixerKind::mamba2;
   }
-  void on_implicit_attention(std::int64_t layer, const at::Tensor& weights) override;  // [B, H, L, L]
+  void on_ssm_selection(std::int64_t layer, const SsmSelection& selection) override;
   bool wants_router(std::int64_t layer) const override { return options_.ffn(layer) == FfnKind::moe; }
   void on_router(std::int64_t layer, const at::Tensor& probs, const at::Tensor& selected) override;
 
@@ -174,7 +179,8 @@ class StatisticsCollector : public ForwardObserver {
     std::int64_t length = 0;                     // L; 0 until the first layer arrives
     std::vector<HiddenLayerStats> hidden;        // [layer]
     std::vector<AttentionLayerStats> attention;  // [attention layer], empty when attention is off
-    std::vector<AttentionLayerStats> implicit;   // [Mamba-2 layer], empty when attention is off
+    std::vector<AttentionLayerStats> implicit;   // [state-space layer], empty when attention is off
+    std::vector<double> selection;               // [state-space layer]: selection entropy
     std::vector<RouterLayerStats> router;        // [mixture-of-experts layer]
   };
   // The layers of a kind, in order, and the position of `layer` among them.

@@ -56,7 +56,13 @@ TEST(MoeSsmEval, StatisticsByLayerKindAndExpertTokenCounts) {
   const nlohmann::json& st = run.statistics[0];
   EXPECT_EQ(st.at("attention").at("layers"), nlohmann::json({1, 3}));  // attn_layer_period 2, offset 1
   EXPECT_EQ(st.at("attention").at("entropy_per_layer").size(), 2u);
-  EXPECT_FALSE(st.contains("implicit_attention"));
+  // Its Mamba layers (0, 2) have the implicit attention of their scan and a selection entropy.
+  EXPECT_EQ(st.at("implicit_attention").at("layers"), nlohmann::json({0, 2}));
+  EXPECT_EQ(st.at("selection").at("layers"), nlohmann::json({0, 2}));
+  for (const auto& h : st.at("selection").at("entropy_per_layer")) {
+    EXPECT_GT(h.get<double>(), 0.0);
+    EXPECT_LE(h.get<double>(), st.at("selection").at("entropy_max").get<double>() + 1e-12);
+  }
   const nlohmann::json& router = st.at("router");
   EXPECT_EQ(router.at("layers"), nlohmann::json({0, 3}));  // expert_layer_period 3, offset 0
   const std::int64_t tokens = run.result.processed_tokens;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <functional>
 #include <memory>
 
@@ -119,7 +121,22 @@ TEST(RecordVerify, StatisticsSummariesAgreeWithTheirPerLayerValuesAndDomains) {
       {"short list", [](json& st) { st["hidden"]["max_abs"]["per_layer"]["rest"].erase(0); }, "lists 1 layers, the model has 2"},
       {"depth", [](json& st) { st["layers"] = 3; }, "statistics.layers is 3, but the model has 2 layers"},
       {"not a number", [](json& st) { st["attention"]["per_layer"]["first_attn_pct"][1] = "12"; }, "expected a number or null"},
+      // Issue 54: a state-space layer's selection entropy lies in [0, log L], its headline the mean.
+      {"selection above log L",
+       [](json& st) {
+         st["selection"] = {{"layers", {0, 1}}, {"entropy", 2.0}, {"entropy_per_layer", {3.0, 1.0}}, {"entropy_max", std::log(16.0)}};
+       },
+       "a selection entropy lies in [0, entropy_max = log L]"},
+      {"selection headline",
+       [](json& st) {
+         st["selection"] = {{"layers", {0, 1}}, {"entropy", 2.0}, {"entropy_per_layer", {1.0, 2.0}}, {"entropy_max", std::log(16.0)}};
+       },
+       "selection.entropy is 2"},
   };
+  json with_selection = record;
+  with_selection["schemes"][0]["statistics"]["selection"] = {
+      {"layers", {0, 1}}, {"entropy", 1.5}, {"entropy_per_layer", {1.0, 2.0}}, {"entropy_max", std::log(16.0)}};
+  EXPECT_NO_THROW(verify_record(with_selection, "r.json"));
   for (const Edit& e : edits) {
     SCOPED_TRACE(e.name);
     json r = record;
