@@ -1,7 +1,9 @@
 // `qeval compare A.json B.json ...`: several result records side by side in the paper's Table 2
-// (outliers, attention) and Table 3 (quantisation penalty) layouts, as Markdown, CSV or JSON.
+// (outliers, attention) and Table 3 (quantisation penalty) layouts, as Markdown, CSV or JSON; in
+// Markdown also the entropy by layer (SAMBA Fig. 5, reports/layer_entropy.h).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -27,6 +29,7 @@ struct CompareArgs {
   bool allow_protocol_mismatch = false;
   bool allow_partial = false;
   bool timings = false;
+  std::string scheme = "full";  // whose per-layer entropies the entropy table shows
   std::string out;
 };
 
@@ -78,7 +81,15 @@ void run_compare(const CompareArgs& a) {
   }
   label_records(records);
   if (!a.allow_protocol_mismatch) require_same_protocol(records);
-  std::string text = format_comparison(records, format, a.allow_protocol_mismatch);
+  if (a.scheme != "full")  // "full" falls back to each record's first scheme, its reference
+    QEVAL_CHECK(std::any_of(records.begin(), records.end(),
+                            [&](const LabeledRecord& r) {
+                              for (const auto& s : r.record.at("schemes"))
+                                if (s.at("name") == a.scheme) return true;
+                              return false;
+                            }),
+                "--scheme: no record has a scheme {}", in_quotes(a.scheme));
+  std::string text = format_comparison(records, format, a.allow_protocol_mismatch, a.scheme);
   if (a.timings) text = format == CompareFormat::markdown ? text + format_timings(records, format) : format_timings(records, format);
   if (a.out.empty()) {
     fmt::print("{}", text);
@@ -104,6 +115,9 @@ void add_compare_command(CLI::App& app) {
   cmd->add_flag("--timings", args->timings,
                 "where each record's time went, by phase (read, convert, quantize, forward, statistics, head, ...): "
                 "after the tables in Markdown, instead of them in CSV and JSON");
+  cmd->add_option("--scheme", args->scheme,
+                  "Markdown: the scheme whose per-layer entropies the \"Entropy by layer\" table shows")
+      ->capture_default_str();
   cmd->add_option("--out,-o", args->out, "write the tables here instead of stdout")->check(output_path());
   cmd->callback([args] { run_compare(*args); });
 }

@@ -1,7 +1,7 @@
 // `qeval plot RECORD... --out DIR`: per-layer curves from a record's statistics (several records:
-// on shared axes), the penalties with their rounding bands (records evaluated with
-// --rounding-band), and the attention and hidden-state maps from figure data written by
-// `qeval eval --plots` (--figure-data, one record).
+// on shared axes), the entropy by layer (SAMBA Fig. 5; by scheme for one record), the penalties
+// with their rounding bands (records evaluated with --rounding-band), and the attention and
+// hidden-state maps from figure data written by `qeval eval --plots` (--figure-data, one record).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -80,6 +80,11 @@ void run_plot(const PlotArgs& a) {
     images = plot_layer_curves(records, a.out, a.scheme);
   else
     fmt::print(stderr, "note: scheme '{}' has no statistics in every record: per-layer curves not drawn\n", a.scheme);
+  // Per-layer entropies (SAMBA Fig. 5): attention / implicit attention and selection by layer.
+  if (has_layer_entropies(records, a.scheme)) {
+    auto entropies = plot_layer_entropies(records, a.out, a.scheme);
+    images.insert(images.end(), entropies.begin(), entropies.end());
+  }
   if (bands) images.push_back(plot_penalties(records, a.out));
   if (!a.figure_data.empty()) {
     nlohmann::json fd;

@@ -12,6 +12,7 @@
 #include "common/json_diff.h"
 #include "records/record_verify.h"
 #include "records/rounding_band.h"
+#include "reports/layer_entropy.h"
 #include "reports/table.h"
 
 namespace qeval {
@@ -222,7 +223,7 @@ std::string rounding_band_table(const std::vector<LabeledRecord>& records) {
 }
 
 std::string format_comparison(const std::vector<LabeledRecord>& records, CompareFormat format,
-                              bool protocol_mismatch_allowed) {
+                              bool protocol_mismatch_allowed, const std::string& entropy_scheme) {
   QEVAL_CHECK(!records.empty(), "compare: no records given");
   const nlohmann::json rows = comparison_rows(records);
   const bool mismatch = protocols_differ(records);
@@ -279,6 +280,7 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
     out += "\n";
   }
   out += rounding_band_table(records);
+  out += entropy_tables_markdown(records, entropy_scheme);
   std::vector<std::string> notes;
   bool unknown_recipe = false;
   for (const auto& r : rows) unknown_recipe |= r["orthoadam"].is_null();

@@ -7,7 +7,9 @@
 //   model.path, model.config.attention_softmax, model.config.optimizer (optional),
 //   protocol, data.hash (+ data.text_split, data.json_field when present),
 //   schemes[i].name, schemes[i].perplexity.ppl, schemes[i].vs_full.dppl,
-//   schemes[i].statistics (null, or the StatisticsCollector summary: hidden.kurtosis.first, ...)
+//   schemes[i].statistics (null, or the StatisticsCollector summary: hidden.kurtosis.first, ...;
+//   the entropy tables read layers and attention / implicit_attention / selection's layers and
+//   entropy_per_layer, reports/layer_entropy.h)
 // Table 2's statistics come from the scheme named "full" (else the first scheme).
 // "4-bit Δ" is w4-zeropoint (per-channel 4-bit weights), as in `qeval eval`'s penalty table.
 #pragma once
@@ -64,11 +66,13 @@ const std::vector<PenaltyColumn>& penalty_columns();
 enum class CompareFormat { markdown, csv, json };
 CompareFormat parse_compare_format(const std::string& s);  // md | csv | json; throws otherwise
 
-// Markdown: a Table 2 and a Table 3 under headings, then notes (unknown recipe, protocol, partial
-// records: their rows are marked "(partial)").
+// Markdown: a Table 2 and a Table 3 under headings, the rounding band (records with one), the
+// entropy tables (reports/layer_entropy.h: entropy by layer of `entropy_scheme`, and for a single
+// record how each scheme moves it), then notes (unknown recipe, protocol, partial records: their
+// rows are marked "(partial)").
 // CSV: one header line and one line per record, both tables' columns (RFC 4180 quoting).
 // JSON: {"protocol": first record's comparison_identity, "protocol_mismatch": bool, "rows": [...]}.
 std::string format_comparison(const std::vector<LabeledRecord>& records, CompareFormat format,
-                              bool protocol_mismatch_allowed = false);
+                              bool protocol_mismatch_allowed = false, const std::string& entropy_scheme = "full");
 
 }  // namespace qeval

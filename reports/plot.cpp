@@ -156,7 +156,8 @@ std::string cell(const std::vector<double>& v, std::size_t m) {
   return m < v.size() && std::isfinite(v[m]) ? num(v[m]) : std::string("NaN");
 }
 
-// Record names as titles: the model's name, made unique by a suffix when two records share it.
+}  // namespace
+
 std::vector<std::string> unique_labels(const std::vector<nlohmann::json>& records) {
   std::vector<std::string> names, labels;
   for (const auto& r : records) names.push_back(record_model_name(r));
@@ -165,8 +166,6 @@ std::vector<std::string> unique_labels(const std::vector<nlohmann::json>& record
                                                                           : names[i]);
   return labels;
 }
-
-}  // namespace
 
 std::vector<fs::path> plot_layer_curves(const std::vector<nlohmann::json>& records, const fs::path& dir,
                                         const std::string& scheme) {

@@ -6,6 +6,14 @@
 //                                first/other tokens, %first-attn and Sink₁^ε rate — from a
 //                                record's statistics (`qeval plot RECORD --out DIR`), or from
 //                                several records on shared axes (`qeval plot A.json B.json ...`)
+//   entropy_by_layer.{dat,gp,png}  SAMBA's Figure 5 (Ren et al. 2024) per layer (1..M), one colour
+//                                per record: (a) attention entropy, attention layers solid with filled
+//                                points and SSM layers' implicit-attention entropy dashed with open
+//                                points on one x axis, (b) SSM layers' selection entropy — drawn by
+//                                `qeval plot` when a record's scheme has per-layer entropies
+//                                (reports/layer_entropy.h)
+//   entropy_by_scheme.{dat,gp,png} the same two panels for one record, one colour per scheme with
+//                                statistics — drawn when a single record has several
 //   penalties.{dat,gp,png}       paired ΔNLL of every quantised scheme, ± se (sampling) and, where
 //                                the record has rounding variants, ± band (rounding), one group of
 //                                bars per record — drawn by `qeval plot` when a record has a band
@@ -47,6 +55,18 @@ std::vector<std::filesystem::path> plot_layer_curves(const nlohmann::json& recor
 std::vector<std::filesystem::path> plot_layer_curves(const std::vector<nlohmann::json>& records,
                                                      const std::filesystem::path& dir, const std::string& scheme = "full");
 
+// Whether any record's `scheme` ("full": else its first scheme) has per-layer entropies: attention,
+// implicit attention or selection (reports/layer_entropy.h).
+bool has_layer_entropies(const std::vector<nlohmann::json>& records, const std::string& scheme = "full");
+// entropy_by_layer.png: each record's per-layer entropies of `scheme` (records without them are left
+// out), and, for a single record with several schemes that have them, entropy_by_scheme.png; returns
+// the PNGs written. A layer without its value is a gap; a layer of the other kind is passed over
+// (the .dat writes '-': the curve goes on to the next layer of its kind). Throws when no record has
+// per-layer entropies.
+std::vector<std::filesystem::path> plot_layer_entropies(const std::vector<nlohmann::json>& records,
+                                                        const std::filesystem::path& dir,
+                                                        const std::string& scheme = "full");
+
 // Whether any scheme of the record has rounding variants (eval --rounding-band).
 bool has_rounding_band(const nlohmann::json& record);
 // penalties.png: each record's quantised schemes (rounding variants folded into their scheme),
@@ -73,5 +93,8 @@ std::vector<std::filesystem::path> render_eval_plots(const nlohmann::json& recor
 // for a shard or a partial merge, and the record's "plot_mark" (set by `qeval plot` on a record of
 // another protocol) after it.
 std::string record_model_name(const nlohmann::json& record);
+// Records' names as picture titles: record_model_name, with " [i]" (1-based position) added when
+// two records share a name.
+std::vector<std::string> unique_labels(const std::vector<nlohmann::json>& records);
 
 }  // namespace qeval
