@@ -143,9 +143,25 @@ LayerCurves read_layer_curves(const nlohmann::json& record, const std::string& s
   c.max_first = column(h.at("max_abs").at("per_layer").at("first"));
   c.max_rest = column(h.at("max_abs").at("per_layer").at("rest"));
   if (st.contains("attention") && st["attention"].is_object()) {
-    c.first_attn = column(st["attention"].at("per_layer").at("first_attn_pct"));
-    c.sink_rate = column(st["attention"].at("per_layer").at("sink_rate_pct"));
-    c.sink_eps = st["attention"].value("sink_eps", nlohmann::json(0.3));
+    const nlohmann::json& a = st["attention"];
+    // A hybrid's attention lists its layers: each value goes to its layer, the other layers are gaps.
+    auto at_layers = [&](std::vector<double> values) {
+      if (!a.contains("layers")) return values;
+      const nlohmann::json& layers = a["layers"];
+      QEVAL_CHECK(layers.is_array() && layers.size() == values.size(),
+                  "plot: {}: statistics.attention.layers should list the {} attention layers", label, values.size());
+      std::vector<double> out(c.kurtosis_first.size(), NAN);
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const std::int64_t m = json_integer(layers[i], fmt::format("plot: {}: statistics.attention.layers[{}]", label, i));
+        QEVAL_CHECK(m >= 0 && static_cast<std::size_t>(m) < out.size(),
+                    "plot: {}: statistics.attention.layers[{}] is {}, but the model has {} layers", label, i, m, out.size());
+        out[static_cast<std::size_t>(m)] = values[i];
+      }
+      return out;
+    };
+    c.first_attn = at_layers(column(a.at("per_layer").at("first_attn_pct")));
+    c.sink_rate = at_layers(column(a.at("per_layer").at("sink_rate_pct")));
+    c.sink_eps = a.value("sink_eps", nlohmann::json(0.3));
   }
   c.windows = st.value("windows", nlohmann::json(0)).dump();  // as written: no cast of what a file says
   return c;

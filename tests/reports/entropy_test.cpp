@@ -206,6 +206,20 @@ TEST(PlotEntropy, DataRowsHoldEachRecordsLayersAndGaps) {
   EXPECT_THROW(plot_layer_entropies({plain}, dir / "none"), Error);
 }
 
+// The per-layer curves of a hybrid: its attention statistics at its attention layers (2 and 4),
+// gaps at the SSM layers, not packed into the first two.
+TEST(PlotEntropy, LayerCurvesPutAHybridsAttentionAtItsLayers) {
+  std::string why;
+  if (!have_gnuplot(why)) GTEST_SKIP() << "gnuplot not available: " << why;
+  test::TempDir dir;
+  plot_layer_curves(hybrid_record(), dir / "curves");
+  const std::string dat = read_file(dir / "curves" / "layer_curves.dat");
+  EXPECT_TRUE(contains(dat, "\n1 4 3 20 5 NaN NaN\n2 4 3 20 5 10 20\n3 4 3 20 5 NaN NaN\n4 4 3 20 5 10 20\n")) << dat;
+  nlohmann::json forged = hybrid_record();
+  forged["schemes"][0]["statistics"]["attention"]["layers"] = {1, 9};
+  EXPECT_THROW(plot_layer_curves(forged, dir / "forged"), Error);
+}
+
 // A model name or a scheme name holding a quote, a newline and a gnuplot command stays inside its
 // literal: the picture is drawn and nothing runs (issue 51).
 TEST(PlotEntropy, NoNameRunsACommand) {
