@@ -13,7 +13,8 @@ constexpr std::int64_t kDefaultBlockElements = std::int64_t{1} << 22;
 constexpr std::int64_t kQueryBlock = 64;
 
 // The running reductions over keys of |α| for every (head, query) of a query block, key block by
-// key block; a row's W is never formed.
+// key block; a row's W is never formed. Sums go in through add_sums (from a block of |α|, or from
+// the factorised products of Mamba-2), maxima through add_maximum.
 class RowReductions {
  public:
   RowReductions(std::int64_t heads, std::int64_t queries, const at::TensorOptions& working) {
@@ -23,19 +24,42 @@ class RowReductions {
     at_max_ = at::zeros({heads, queries}, d);
     max_ = at::full({heads, queries}, -1.0, working);  // below every |α|: the first block sets it
     first_ = at::zeros({heads, queries}, working);
+    tiny_ = working.dtype() == at::kDouble ? std::numeric_limits<double>::min()
+                                           : static_cast<double>(std::numeric_limits<float>::min());
   }
 
-  // m = |α| of keys [j0, j0 + k) for these queries, [heads, queries, k], zero where masked.
+  // Σ_j |α| and Σ_j |α| log |α| of a block's keys, [heads, queries] float64.
+  void add_sums(const at::Tensor& total, const at::Tensor& xlogx) {
+    total_ += total;
+    xlogx_ += xlogx;
+  }
+
+  // m = |α| of a block of keys, [heads, queries, keys], zero where masked: sums and maximum. The
+  // sums run in the block's dtype along the keys (pairwise), ample for rows of a few thousand
+  // terms; clamping at the smallest normal number keeps 0 · log 0 at 0.
   void add(const at::Tensor& m, bool holds_key_one) {
-    total_ += m.sum(-1, /*keepdim=*/false, at::kDouble);
-    xlogx_ += at::xlogy(m, m).sum(-1, /*keepdim=*/false, at::kDouble);  // 0 · log 0 = 0
-    const at::Tensor block_max = m.amax(-1);
-    const at::Tensor new_max = at::maximum(max_, block_max);
-    const at::Tensor in_block = (m == block_max.unsqueeze(-1)).sum(-1, /*keepdim=*/false, at::kDouble);
-    at_max_ = at::where(max_ == new_max, at_max_, at::zeros_like(at_max_)) +
-              at::where(block_max == new_max, in_block, at::zeros_like(in_block));
+    at::Tensor mlogm = m.clamp_min(tiny_);
+    mlogm.log_().mul_(m);
+    add_sums(m.sum(-1).to(at::kDouble), mlogm.sum(-1).to(at::kDouble));
+    add_maximum(m, at::Tensor(), holds_key_one);
+  }
+
+  // The block's |α| is scale[h, i] · v[h, i, j] (scale > 0; undefined: 1). Keys tie where v is equal.
+  // The number of keys at a row's maximum matters only where key 1 is among them, so ties are
+  // counted on those rows alone.
+  void add_maximum(const at::Tensor& v, const at::Tensor& scale, bool holds_key_one) {
+    at::Tensor block_max = v.amax(-1);
+    if (holds_key_one) first_ = scale.defined() ? v.select(-1, 0) * scale : v.select(-1, 0).clone();
+    const at::Tensor scaled_max = scale.defined() ? block_max * scale : block_max;
+    const at::Tensor new_max = at::maximum(max_, scaled_max);
+    at_max_.masked_fill_(max_ != new_max, 0.0);
+    const at::Tensor rows = ((scaled_max == new_max) & (first_ == new_max)).nonzero();  // [R, 2]
+    if (rows.size(0) > 0) {
+      const at::Tensor h = rows.select(1, 0), i = rows.select(1, 1);
+      const at::Tensor ties = (v.index({h, i}) == block_max.index({h, i}).unsqueeze(-1)).sum(-1).to(at::kDouble);
+      at_max_.index_put_({h, i}, ties, /*accumulate=*/true);
+    }
     max_ = new_max;
-    if (holds_key_one) first_ = m.select(-1, 0).clone();
   }
 
   // values [3, heads, L] float64: W[i, 1], first-attn credit and entropy of queries q0 .. q0 + queries.
@@ -56,6 +80,7 @@ class RowReductions {
 
  private:
   at::Tensor total_, xlogx_, at_max_, max_, first_;
+  double tiny_;
 };
 
 // The largest exponent the factorised decay of a diagonal block may span in `dtype` before a factor
@@ -63,29 +88,52 @@ class RowReductions {
 double factorised_span_limit(at::ScalarType dtype) { return dtype == at::kDouble ? 300.0 : 40.0; }
 
 // Mamba-2, one sequence: dt [L, H], A [H], Bm, Cm [L, G, N] → values [3, H, L].
+//
+// For the keys before a query block, |α_h[i, j]| = ĉ_h[i] · |s[i, j]| · b̂_h[j] with s = C Bᵀ of the
+// head's group, ĉ_h[i] = exp(cum_i − cum_{i₀}) and b̂_h[j] = exp(cum_{i₀} − cum_j) Δ_j, so a row's sums
+// over keys are matrix products of the group's |s| (and |s| log |s|) with the heads' b̂ (and b̂ log b̂),
+// log |α| = log |s| + log ĉ + log b̂ with the last two known in closed form: a logarithm per (i, j)
+// and group, not per head. Only the maximum is taken per head, over ĉ-free products |s| · b̂.
 void mamba2_sequence(const at::Tensor& dt, const at::Tensor& A, const at::Tensor& Bm, const at::Tensor& Cm,
                      std::int64_t block_elements, at::Tensor& values) {
-  const std::int64_t L = dt.size(0), H = dt.size(1), G = Bm.size(1);
+  const std::int64_t L = dt.size(0), H = dt.size(1), G = Bm.size(1), Hg = H / G;
+  const at::ScalarType st = dt.scalar_type();
   const at::TensorOptions working = dt.options();
   // Cumulative log-decays in float64, [H, L]: exp(cum_i − cum_j) = Π_{k=j+1..i} exp(Δ_k A).
   const at::Tensor cum = (dt.to(at::kDouble) * A.to(at::kDouble)).cumsum(0).t().contiguous();
   const at::Tensor dt_t = dt.t().to(at::kDouble);                                 // [H, L]
+  const at::Tensor log_dt = dt_t.log();
   const at::Tensor C = Cm.permute({1, 0, 2}).contiguous(), B = Bm.permute({1, 0, 2}).contiguous();  // [G, L, N]
-  const at::Tensor group_of_head = at::arange(H, working.dtype(at::kLong)).div(H / G, "floor");
+  const double tiny = std::numeric_limits<double>::min();
   const std::int64_t key_block = std::max(kQueryBlock, block_elements / (H * kQueryBlock));
+  // [H, x] → [G, x, Hg] (heads of a group side by side), and back.
+  auto by_group = [&](const at::Tensor& t) { return t.view({G, Hg, t.size(1)}).transpose(1, 2); };
+  auto by_head = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({H, t.size(1)}); };
   for (std::int64_t q0 = 0; q0 < L; q0 += kQueryBlock) {
     const std::int64_t nq = std::min(kQueryBlock, L - q0);
     const at::Tensor Cq = C.narrow(1, q0, nq);
     const at::Tensor cum_q = cum.narrow(1, q0, nq);
     const at::Tensor ref = cum.narrow(1, q0, 1);                                  // cum at the block's first query
-    const at::Tensor c_hat = (cum_q - ref).exp().to(dt.scalar_type()).unsqueeze(-1);  // [H, nq, 1], ≤ 1
+    const at::Tensor log_c_hat = cum_q - ref;                                     // [H, nq], ≤ 0
+    const at::Tensor c_hat = log_c_hat.exp();
     RowReductions rows(H, nq, working);
     for (std::int64_t k0 = 0; k0 < q0; k0 += key_block) {  // keys before the block
       const std::int64_t nk = std::min(key_block, q0 - k0);
       const at::Tensor s = at::bmm(Cq, B.narrow(1, k0, nk).transpose(1, 2)).abs_();  // [G, nq, nk]
-      const at::Tensor b_hat = ((ref - cum.narrow(1, k0, nk)).exp() * dt_t.narrow(1, k0, nk))
-                                   .to(dt.scalar_type()).unsqueeze(1);            // [H, 1, nk], ≤ Δ
-      rows.add(s.index_select(0, group_of_head).mul_(c_hat).mul_(b_hat), k0 == 0);
+      const at::Tensor s64 = s.to(at::kDouble);
+      at::Tensor slogs = s64.clamp_min(tiny);
+      slogs.log_().mul_(s64);
+      const at::Tensor log_b_hat = (ref - cum.narrow(1, k0, nk)) + log_dt.narrow(1, k0, nk);  // [H, nk]
+      const at::Tensor b_hat = log_b_hat.exp();
+      // Σ_j |s| b̂, Σ_j |s| b̂ log b̂ and Σ_j |s| log|s| b̂ per (head, query).
+      const at::Tensor s_b = by_head(at::bmm(s64, by_group(b_hat)));
+      // b̂ log b̂ with 0 · log 0 = 0 (a time step that underflowed to 0 has log Δ = −∞).
+      const at::Tensor blogb = at::where(b_hat > 0, b_hat * log_b_hat, at::zeros_like(b_hat));
+      const at::Tensor s_blogb = by_head(at::bmm(s64, by_group(blogb)));
+      const at::Tensor slogs_b = by_head(at::bmm(slogs, by_group(b_hat)));
+      rows.add_sums(c_hat * s_b, c_hat * (slogs_b + s_blogb + log_c_hat * s_b));
+      const at::Tensor v = (s.view({G, 1, nq, nk}) * b_hat.to(st).view({G, Hg, 1, nk})).view({H, nq, nk});
+      rows.add_maximum(v, c_hat.to(st), k0 == 0);
     }
     // The block's own keys j ≤ i: decays computed directly (an [H, nq, nq] exp, small).
     const at::Tensor s = at::bmm(Cq, B.narrow(1, q0, nq).transpose(1, 2)).abs_();  // [G, nq, nq]
@@ -94,8 +142,8 @@ void mamba2_sequence(const at::Tensor& dt, const at::Tensor& A, const at::Tensor
                                  .masked_fill_(above, -std::numeric_limits<double>::infinity())
                                  .exp_()
                                  .mul_(dt_t.narrow(1, q0, nq).unsqueeze(1))
-                                 .to(dt.scalar_type());                            // [H, nq, nq]
-    rows.add(s.index_select(0, group_of_head).mul_(decay), q0 == 0);
+                                 .to(st);                                         // [H, nq, nq]
+    rows.add((s.view({G, 1, nq, nq}) * decay.view({G, Hg, nq, nq})).view({H, nq, nq}), q0 == 0);
     rows.finish(values, q0);
   }
 }
