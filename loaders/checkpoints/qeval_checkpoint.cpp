@@ -36,28 +36,70 @@ void visit_block(const ModelConfig& c, std::int64_t i, BlockWeights& b, Visit&& 
     if (bias) visit(name + ".bias", l.bias, std::vector<std::int64_t>{out});
   };
   const std::string p = fmt::format("layers.{}.", i);
+  const MixerKind mixer = c.mixer(i);
+  const FfnKind ffn = c.ffn(i);
+  // Experts are not written yet: refuse rather than write a checkpoint without them.
+  QEVAL_CHECK(ffn != FfnKind::moe, "qeval checkpoint: layer {} has a mixture-of-experts feed-forward, which qeval's "
+              "own checkpoint format does not hold", i);
   norm(p + "attn_norm", b.attn_norm);
-  if (c.fused_qkv) {
-    linear(p + "attn.qkv", b.qkv, (c.n_heads + 2 * c.n_kv_heads) * hd, D, c.has_qkv_bias());
+  if (mixer == MixerKind::attention) {
+    if (c.fused_qkv) {
+      linear(p + "attn.qkv", b.qkv, (c.n_heads + 2 * c.n_kv_heads) * hd, D, c.has_qkv_bias());
+    } else {
+      linear(p + "attn.q", b.q, c.n_heads * hd, D, c.has_qkv_bias());
+      linear(p + "attn.k", b.k, c.n_kv_heads * hd, D, c.has_qkv_bias());
+      linear(p + "attn.v", b.v, c.n_kv_heads * hd, D, c.has_qkv_bias());
+    }
+    linear(p + "attn.o", b.o, D, c.n_heads * hd, c.attention_bias);
+    if (c.qk_norm) {
+      visit(p + "attn.q_norm.weight", b.q_norm.weight, std::vector<std::int64_t>{hd});
+      visit(p + "attn.k_norm.weight", b.k_norm.weight, std::vector<std::int64_t>{hd});
+    }
   } else {
-    linear(p + "attn.q", b.q, c.n_heads * hd, D, c.has_qkv_bias());
-    linear(p + "attn.k", b.k, c.n_kv_heads * hd, D, c.has_qkv_bias());
-    linear(p + "attn.v", b.v, c.n_kv_heads * hd, D, c.has_qkv_bias());
-  }
-  linear(p + "attn.o", b.o, D, c.n_heads * hd, c.attention_bias);
-  if (c.qk_norm) {
-    visit(p + "attn.q_norm.weight", b.q_norm.weight, std::vector<std::int64_t>{hd});
-    visit(p + "attn.k_norm.weight", b.k_norm.weight, std::vector<std::int64_t>{hd});
+    // A state-space mixer under the canonical names of model/weights.h (block_tensor_slots).
+    SsmWeights& s = b.ssm;
+    const std::int64_t E = c.ssm_d_inner, N = c.ssm_d_state, conv = c.ssm_conv_dim(mixer);
+    const std::string m = p + "mamba.";
+    auto gains = [&](const std::string& name, NormWeights& n, std::int64_t width) {
+      visit(m + name + ".weight", n.weight, std::vector<std::int64_t>{width});
+    };
+    if (mixer == MixerKind::mamba) {
+      const std::int64_t R = c.ssm_dt_rank;
+      linear(m + "in_proj", s.in_proj, 2 * E, D, c.ssm_proj_bias);
+      visit(m + "conv.weight", s.conv_weight, std::vector<std::int64_t>{conv, c.ssm_d_conv});
+      if (c.ssm_conv_bias) visit(m + "conv.bias", s.conv_bias, std::vector<std::int64_t>{conv});
+      linear(m + "x_proj", s.x_proj, R + 2 * N, E, false);
+      if (c.ssm_bcdt_norm) {
+        gains("dt_norm", s.dt_norm, R);
+        gains("b_norm", s.b_norm, N);
+        gains("c_norm", s.c_norm, N);
+      }
+      linear(m + "dt_proj", s.dt_proj, E, R, true);
+      visit(m + "A", s.A, std::vector<std::int64_t>{E, N});
+      visit(m + "D", s.D, std::vector<std::int64_t>{E});
+    } else {
+      const std::int64_t H = c.ssm_heads;
+      linear(m + "in_proj", s.in_proj, E + conv + H, D, c.ssm_proj_bias);
+      visit(m + "conv.weight", s.conv_weight, std::vector<std::int64_t>{conv, c.ssm_d_conv});
+      if (c.ssm_conv_bias) visit(m + "conv.bias", s.conv_bias, std::vector<std::int64_t>{conv});
+      visit(m + "dt_bias", s.dt_bias, std::vector<std::int64_t>{H});
+      visit(m + "A", s.A, std::vector<std::int64_t>{H});
+      visit(m + "D", s.D, std::vector<std::int64_t>{H});
+      gains("norm", s.norm, E);
+    }
+    linear(m + "out_proj", s.out_proj, D, E, c.ssm_proj_bias);
   }
   if (c.sandwich_norms) norm(p + "post_attn_norm", b.post_attn_norm);
-  norm(p + "mlp_norm", b.mlp_norm);
-  if (c.fused_gate_up) {
-    linear(p + "mlp.gate_up", b.gate_up, 2 * F, D, c.mlp_bias);
-  } else {
-    linear(p + "mlp.up", b.up, F, D, c.mlp_bias);
-    if (c.gated_mlp()) linear(p + "mlp.gate", b.gate, F, D, c.mlp_bias);
+  if (ffn == FfnKind::dense) {
+    norm(p + "mlp_norm", b.mlp_norm);
+    if (c.fused_gate_up) {
+      linear(p + "mlp.gate_up", b.gate_up, 2 * F, D, c.mlp_bias);
+    } else {
+      linear(p + "mlp.up", b.up, F, D, c.mlp_bias);
+      if (c.gated_mlp()) linear(p + "mlp.gate", b.gate, F, D, c.mlp_bias);
+    }
+    linear(p + "mlp.down", b.down, D, F, c.mlp_bias);
   }
-  linear(p + "mlp.down", b.down, D, F, c.mlp_bias);
   if (c.sandwich_norms) norm(p + "post_mlp_norm", b.post_mlp_norm);
 }
 

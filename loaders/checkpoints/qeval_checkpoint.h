@@ -18,6 +18,19 @@
 //   layers.{i}.mlp.gate.weight              [F, D]                 swiglu only
 //   layers.{i}.mlp.down.weight              [D, F]
 //   <linear>.bias                           [out]                  attention_bias / mlp_bias
+// A layer pattern (config layer_mixers / layer_ffns): a Mamba layer has, instead of attn.*,
+// E = ssm_d_inner, N = ssm_d_state, R = ssm_dt_rank, K = ssm_d_conv, C = conv channels:
+//   layers.{i}.mamba.in_proj.weight         [2E, D] (Mamba-2: [E + C + H_ssm, D])
+//   layers.{i}.mamba.conv.{weight,bias}     [C, K], [C]            bias when ssm_conv_bias
+//   layers.{i}.mamba.x_proj.weight          [R + 2N, E]            Mamba
+//   layers.{i}.mamba.{dt,b,c}_norm.weight   [R], [N], [N]          ssm_bcdt_norm (Jamba)
+//   layers.{i}.mamba.dt_proj.{weight,bias}  [E, R], [E]            Mamba
+//   layers.{i}.mamba.dt_bias                [H_ssm]                Mamba-2
+//   layers.{i}.mamba.A, layers.{i}.mamba.D  [E, N] and [E] (Mamba-2: [H_ssm] each); A itself (negative)
+//   layers.{i}.mamba.norm.weight            [E]                    Mamba-2's gated norm
+//   layers.{i}.mamba.out_proj.weight        [D, E]
+// and a layer whose feed-forward is "none" has no mlp_norm and no mlp.*. Mixture-of-experts
+// layers are refused.
 //   final_norm.{weight,bias}                as attn_norm
 //   lm_head.weight                          [V, D]                 absent when tied_embeddings
 // Loading is strict: every expected tensor present with its shape, no tensor left over.
