@@ -36,6 +36,7 @@ struct EvalArgs {
   std::string stats_for = "full";
   bool no_attention_stats = false;
   std::int64_t sink_T = 64;
+  std::int64_t mamba_channels = 0;
   double sink_eps = 0.3;
   bool quantize_lm_head = false;
   bool quantize_ssm_inner = false;
@@ -149,6 +150,7 @@ void run_eval(const EvalArgs& a) {
   scheme_options.statistics.attention = !a.no_attention_stats;
   scheme_options.statistics.sink_T = a.sink_T;
   scheme_options.statistics.sink_eps = a.sink_eps;
+  scheme_options.statistics.mamba_channels = a.mamba_channels;
   scheme_options.quantize_lm_head = a.quantize_lm_head;
   scheme_options.quantize_ssm_inner = a.quantize_ssm_inner;
   scheme_options.placement = inputs.placement;
@@ -298,6 +300,10 @@ void add_eval_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"none", "full", "all"}));
   cmd->add_flag("--no-attention-stats", args->no_attention_stats, "skip attention statistics (hidden-state ones only)");
   cmd->add_option("--sink-T", args->sink_T, "Sink₁^ε: first T queries")->capture_default_str()->check(integer_in(1, 1 << 20));
+  cmd->add_option("--mamba-channels", args->mamba_channels,
+                  "Mamba (S6) layers: measure the implicit attention on this many evenly spaced d_inner channels (0: all; "
+                  "each channel is a head of L x L, so all of mamba-130m's 1,536 cost about 100 times the forward at 2,048 tokens)")
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--sink-eps", args->sink_eps, "Sink₁^ε: threshold ε on the mean attention to key 1, in (0, 1)")->capture_default_str()->check(number_in(0, 1, true, true));
   add_rounding_band_options(cmd, args->rounding_band, args->rounding_band_eps, "each quantised scheme");
   cmd->add_option("--rounding-seed", args->rounding_seed,

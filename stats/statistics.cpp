@@ -7,6 +7,8 @@
 #include <limits>
 #include <set>
 
+#include <fmt/core.h>
+
 #include "common/error.h"
 #include "common/json_integer.h"
 #include "kernels/attention_statistics.h"
@@ -184,6 +186,14 @@ void StatisticsCollector::on_attention_sums(std::int64_t layer, const AttentionS
   paths_.attention_fused += static_cast<std::int64_t>(batch_.size());
 }
 
+SsmSelection StatisticsCollector::measured_channels(const SsmSelection& s) const {
+  const std::int64_t E = s.delta.size(2), K = options_.mamba_channels;
+  if (s.kind != SsmSelection::Kind::mamba || K <= 0 || K >= E) return s;
+  const at::Tensor picked =
+      at::arange(K, s.delta.options().dtype(at::kLong)).mul_(E).div_(K, "floor");  // ⌊k E / K⌋, k < K
+  return {s.kind, s.delta.index_select(2, picked), s.A.index_select(0, picked), s.Bm, s.Cm};
+}
+
 void StatisticsCollector::on_ssm_selection(std::int64_t layer, const SsmSelection& selection) {
   QEVAL_CHECK(is_ssm(options_, layer),
               "StatisticsCollector: a state-space selection handed over for layer {}, which is a {} layer", layer,
@@ -197,7 +207,8 @@ void StatisticsCollector::on_ssm_selection(std::int64_t layer, const SsmSelectio
   const std::int64_t index = ordinal(options_, is_ssm, layer), length = selection.delta.size(1);
   if (options_.attention)
     store_attention(&WindowRecord::implicit, layer, index, length,
-                    implicit_attention_stats(selection, options_.sink_T, options_.sink_eps), "implicit attention");
+                    implicit_attention_stats(measured_channels(selection), options_.sink_T, options_.sink_eps),
+                    "implicit attention");
   const std::vector<double> entropy = selection_entropy(selection.delta);
   for (std::size_t row = 0; row < batch_.size(); ++row) {
     WindowRecord& rec = batch_row(row);
@@ -238,6 +249,7 @@ void StatisticsCollector::on_router(std::int64_t layer, const at::Tensor& probs,
 
 void StatisticsCollector::merge(const StatisticsCollector& other) {
   QEVAL_CHECK(options_.attention == other.options_.attention && options_.sink_T == other.options_.sink_T &&
+                  options_.mamba_channels == other.options_.mamba_channels &&
                   options_.sink_eps == other.options_.sink_eps &&
                   options_.attention_windows == other.options_.attention_windows &&
                   options_.same_layers(other.options_),
@@ -258,6 +270,7 @@ void StatisticsCollector::merge(const StatisticsCollector& other) {
 json StatisticsCollector::options_json() const {
   json o = {{"attention", options_.attention}, {"sink_T", options_.sink_T}, {"sink_eps", options_.sink_eps}};
   if (!options_.attention_windows.empty()) o["attention_windows"] = options_.attention_windows;  // absent: all global
+  if (options_.mamba_channels > 0) o["mamba_channels"] = options_.mamba_channels;
   if (!options_.layer_mixers.empty()) {
     std::vector<std::string> names;
     for (MixerKind k : options_.layer_mixers) names.push_back(to_string(k));
@@ -402,6 +415,10 @@ json StatisticsCollector::summary() const {
   if (options_.attention && !ssm_layers.empty()) {
     json implicit = attention_section(&WindowRecord::implicit, ssm_layers.size());
     implicit["layers"] = ssm_layers;
+    if (options_.mamba_channels > 0)
+      implicit["mamba_channels"] = fmt::format(
+          "Mamba (S6) layers measured on {} evenly spaced d_inner channels c_k = floor(k E / {}) (all when E is at most {})",
+          options_.mamba_channels, options_.mamba_channels, options_.mamba_channels);
     implicit["weights"] =
         "state-space layers' implicit attention, W[h, i, j] = |a[h, i, j]| / sum_j' |a[h, i, j']| (the D skip term "
         "left out): Mamba (Ali et al. 2024), heads the d_inner channels c, a_c[i, j] = sum_n C_i[n] "
@@ -530,6 +547,7 @@ StatisticsCollector StatisticsCollector::state_from_json(const json& state, cons
     if (o.contains("layer_ffns"))
       for (const json& k : o.at("layer_ffns")) options.layer_ffns.push_back(parse_ffn(k.get<std::string>()));
     if (o.contains("experts")) options.experts = json_integer(o.at("experts"), "experts");
+    if (o.contains("mamba_channels")) options.mamba_channels = json_integer(o.at("mamba_channels"), "mamba_channels");
     StatisticsCollector c(options);
     for (const json& w : state.at("windows")) {
       const std::int64_t index = json_integer(w.at("index"), "window index");

@@ -113,6 +113,9 @@ struct StatisticsOptions {
   std::vector<MixerKind> layer_mixers;
   std::vector<FfnKind> layer_ffns;
   std::int64_t experts = 0;
+  // Mamba (S6) layers' implicit attention on this many evenly spaced d_inner channels, c_k = ⌊k E / K⌋
+  // (0, or K ≥ E: all). Each channel is a head of [L, L]: all of them cost O(E L² N).
+  std::int64_t mamba_channels = 0;
   MixerKind mixer(std::int64_t layer) const {
     return layer_mixers.empty() ? MixerKind::attention : layer_mixers[static_cast<std::size_t>(layer)];
   }
@@ -188,6 +191,7 @@ class StatisticsCollector : public ForwardObserver {
   void add_attention(std::vector<AttentionLayerStats> WindowRecord::*field, std::int64_t layer, std::int64_t ordinal,
                      const at::Tensor& probs, const char* what);
   WindowRecord& batch_row(std::size_t row);
+  SsmSelection measured_channels(const SsmSelection& selection) const;  // StatisticsOptions::mamba_channels
   nlohmann::json options_json() const;
 
   StatisticsOptions options_;

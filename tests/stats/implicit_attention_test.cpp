@@ -165,6 +165,30 @@ TEST(SelectionEntropy, ConstantTimeStepsGiveLogLAndOneSpikeGivesLess) {
   EXPECT_NEAR(selection_entropy(halves)[0], -2 * hi * std::log(hi) - 2 * lo * std::log(lo), 1e-12);
 }
 
+// --mamba-channels K: a Mamba layer's implicit attention on channels ⌊k E / K⌋ only, as if the layer
+// had those channels; the selection entropy still over all of them.
+TEST(ImplicitAttention, MambaChannelSubsetMeasuresThoseChannels) {
+  const MambaInputs in = mamba_inputs(1, 40, 12, 4, at::kDouble, 21);
+  StatisticsOptions options;
+  options.sink_T = 4;
+  options.layer_mixers = {MixerKind::mamba};
+  options.mamba_channels = 5;
+  StatisticsCollector collector(options);
+  collector.begin_batch({0});
+  collector.on_ssm_selection(0, {SsmSelection::Kind::mamba, in.delta, in.A, in.B, in.C});
+  collector.on_block_output(0, at::randn({1, 40, 8}, at::kDouble));
+  const nlohmann::json summary = collector.summary();
+  const at::Tensor picked = at::tensor(std::vector<std::int64_t>{0, 2, 4, 7, 9});  // ⌊k · 12 / 5⌋
+  const std::vector<AttentionLayerStats> want = implicit_attention_stats(
+      {SsmSelection::Kind::mamba, in.delta.index_select(2, picked), in.A.index_select(0, picked), in.B, in.C}, 4, 0.3);
+  const nlohmann::json& implicit = summary.at("implicit_attention");
+  EXPECT_NEAR(implicit.at("entropy").get<double>(), want[0].entropy, 1e-12);
+  EXPECT_NEAR(implicit.at("first_token_share").get<double>(), want[0].first_share, 1e-12);
+  EXPECT_NEAR(implicit.at("sink_rate_pct").get<double>(), 100 * want[0].sink_fraction, 1e-12);
+  EXPECT_TRUE(implicit.contains("mamba_channels"));
+  EXPECT_NEAR(summary.at("selection").at("entropy").get<double>(), selection_entropy(in.delta)[0], 1e-12);
+}
+
 // The numpy float64 oracle's values, from its own forward of each fixture, against qeval's forward
 // in float64 with the statistics collector (sink T 4, ε 0.3, as the oracle).
 class SsmStatisticsOracle : public ::testing::TestWithParam<const char*> {};
