@@ -124,18 +124,21 @@ TEST(RecordVerify, StatisticsSummariesAgreeWithTheirPerLayerValuesAndDomains) {
       // Issue 54: a state-space layer's selection entropy lies in [0, log L], its headline the mean.
       {"selection above log L",
        [](json& st) {
-         st["selection"] = {{"layers", {0, 1}}, {"entropy", 2.0}, {"entropy_per_layer", {3.0, 1.0}}, {"entropy_max", std::log(16.0)}};
+         st["selection"] = json::parse(R"({"layers": [0, 1], "entropy": 2.0, "entropy_per_layer": [3.0, 1.0]})");
+         st["selection"]["entropy_max"] = std::log(16.0);
        },
        "a selection entropy lies in [0, entropy_max = log L]"},
       {"selection headline",
        [](json& st) {
-         st["selection"] = {{"layers", {0, 1}}, {"entropy", 2.0}, {"entropy_per_layer", {1.0, 2.0}}, {"entropy_max", std::log(16.0)}};
+         st["selection"] = json::parse(R"({"layers": [0, 1], "entropy": 2.0, "entropy_per_layer": [1.0, 2.0]})");
+         st["selection"]["entropy_max"] = std::log(16.0);
        },
        "selection.entropy is 2"},
   };
   json with_selection = record;
-  with_selection["schemes"][0]["statistics"]["selection"] = {
-      {"layers", {0, 1}}, {"entropy", 1.5}, {"entropy_per_layer", {1.0, 2.0}}, {"entropy_max", std::log(16.0)}};
+  with_selection["schemes"][0]["statistics"]["selection"] =
+      json::parse(R"({"layers": [0, 1], "entropy": 1.5, "entropy_per_layer": [1.0, 2.0]})");
+  with_selection["schemes"][0]["statistics"]["selection"]["entropy_max"] = std::log(16.0);
   EXPECT_NO_THROW(verify_record(with_selection, "r.json"));
   for (const Edit& e : edits) {
     SCOPED_TRACE(e.name);
