@@ -1,10 +1,16 @@
 // `qeval train`: small-scale training of GPT-2- and Llama-style models with the paper's
 // switches (softmax / softmax-1, layernorm / rmsnorm / rmsnorm_single, biases, positions) and
 // Adam, AdamW, OrthoAdam or SGD, producing checkpoints `qeval eval` loads (train/trainer.h).
+// A layer pattern (--layer-pattern, --attention-window, --ssm-*) trains hybrids of attention,
+// Mamba (S6) and Mamba-2 mixers with dense MLPs or none (docs/usage.md "Training a layer pattern").
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/json_config.h"
@@ -54,6 +60,11 @@ struct TrainArgs {
   std::string norm, bias, position, mlp, tied;  // empty: the arch's choice
   std::int64_t d_model = 128, n_layers = 4, n_heads = 4, n_kv_heads = 0, d_ff = 0;
   double norm_eps = 1e-5;
+  // The layer pattern (docs/usage.md "Training a layer pattern"): empty = attention + dense MLP everywhere.
+  std::string layer_pattern;
+  std::int64_t attention_window = 0;  // 0: global causal attention
+  std::int64_t ssm_state = 16, ssm_expand = 2, ssm_conv = 4, ssm_dt_rank = 0, ssm_head_dim = 64;
+  std::set<std::string> given;  // which of the pattern's options the command line (or --config) set
 
   std::int64_t seq_len = 128, batch_size = 16, steps = 1000, warmup = 100;
   bool bos_per_window = false;
@@ -74,6 +85,45 @@ struct TrainArgs {
   bool quiet = false;
 };
 
+// --layer-pattern "MIXER:FFN,...": one entry per layer, repeated cyclically over --n-layers;
+// MIXER and FFN as ModelConfig's names (model/config.h). A pattern of attention:dense only is no
+// pattern: the config stays the one it always was.
+void apply_layer_pattern(const std::string& spec, ModelConfig& c) {
+  if (spec.empty()) return;
+  std::vector<std::pair<MixerKind, FfnKind>> entries;
+  std::size_t start = 0;
+  for (int index = 1;; ++index) {
+    const std::size_t comma = spec.find(',', start);
+    const std::string entry = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    auto bad = [&](const std::string& why) {
+      fail("--layer-pattern '{}': entry {} '{}' {}; expected MIXER:FFN entries separated by commas, MIXER attention, "
+           "mamba or mamba2, FFN dense or none (e.g. mamba:dense,attention:dense)",
+           spec, index, entry, why);
+    };
+    const std::size_t colon = entry.find(':');
+    if (colon == std::string::npos) bad("has no ':' between the mixer and the feed-forward");
+    const std::string mixer = entry.substr(0, colon), ffn = entry.substr(colon + 1);
+    if (mixer != "attention" && mixer != "mamba" && mixer != "mamba2") bad(fmt::format("has an unknown mixer '{}'", mixer));
+    if (ffn == "moe") bad("asks for mixture-of-experts, which qeval train does not make (it has no router or expert options)");
+    if (ffn != "dense" && ffn != "none") bad(fmt::format("has an unknown feed-forward '{}'", ffn));
+    entries.emplace_back(parse_mixer(mixer), parse_ffn(ffn));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  QEVAL_CHECK(static_cast<std::int64_t>(entries.size()) <= c.n_layers,
+              "--layer-pattern '{}': {} entries for --n-layers {}: the last ones would never be used", spec,
+              entries.size(), c.n_layers);
+  const bool plain = std::all_of(entries.begin(), entries.end(), [](const auto& e) {
+    return e.first == MixerKind::attention && e.second == FfnKind::dense;
+  });
+  if (plain) return;
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    const auto& [mixer, ffn] = entries[static_cast<std::size_t>(i) % entries.size()];
+    c.layer_mixers.push_back(mixer);
+    c.layer_ffns.push_back(ffn);
+  }
+}
+
 bool on_off(const std::string& v, const std::string& flag) {
   QEVAL_CHECK(v == "on" || v == "off", "{} must be on or off, got '{}'", flag, v);
   return v == "on";
@@ -90,9 +140,16 @@ ModelConfig model_config(const TrainArgs& a) {
   c.n_layers = a.n_layers;
   c.n_heads = a.n_heads;
   c.n_kv_heads = a.n_kv_heads > 0 ? a.n_kv_heads : a.n_heads;
+  apply_layer_pattern(a.layer_pattern, c);
+  const bool attention = c.has_mixer(MixerKind::attention);
   c.norm = parse_norm(a.norm.empty() ? (gpt2 ? "layernorm" : "rmsnorm") : a.norm);
   c.norm_eps = a.norm_eps;
-  c.position = parse_position(a.position.empty() ? (gpt2 ? "learned" : "rope") : a.position);
+  // Rotary positions belong to attention: a pattern without attention layers has no positions
+  // unless --position learned asks for a table.
+  c.position = parse_position(a.position.empty() ? (!attention ? "none" : gpt2 ? "learned" : "rope") : a.position);
+  QEVAL_CHECK(attention || c.position != PositionKind::rope,
+              "--position rope: --layer-pattern '{}' has no attention layer to rotate (use none or learned)",
+              a.layer_pattern);
   c.rope_pairing = RopePairing::interleaved;
   c.attention_softmax = parse_softmax(a.softmax);
   c.mlp = parse_mlp(a.mlp.empty() ? (gpt2 ? "gelu" : "swiglu") : a.mlp);
@@ -108,11 +165,49 @@ ModelConfig model_config(const TrainArgs& a) {
     c.d_ff = 16 * static_cast<std::int64_t>(std::ceil(8.0 * static_cast<double>(a.d_model) / 3.0 / 16.0));
   }
   c.max_seq_len = a.seq_len;
+
+  // Sliding-window attention (Mistral's): every attention layer sees the last W positions.
+  if (a.given.count("--attention-window")) {
+    QEVAL_CHECK(attention, "--attention-window {}: --layer-pattern '{}' has no attention layer", a.attention_window,
+                a.layer_pattern);
+    if (a.attention_window > 0)
+      for (std::int64_t i = 0; i < c.n_layers; ++i)
+        c.attention_windows.push_back(c.mixer(i) == MixerKind::attention ? a.attention_window : 0);
+  }
+  // State-space layers: Mamba's sizes (mamba_ssm's and HF's defaults), no in/out projection biases,
+  // a convolution bias; Mamba-2 with one B/C group, heads of --ssm-head-dim channels.
+  const bool mamba = c.has_mixer(MixerKind::mamba), mamba2 = c.has_mixer(MixerKind::mamba2);
+  const std::string pattern = a.layer_pattern.empty() ? std::string("the model (no --layer-pattern: attention everywhere)")
+                                                      : "--layer-pattern '" + a.layer_pattern + "'";
+  for (const char* option : {"--ssm-state", "--ssm-expand", "--ssm-conv"})
+    QEVAL_CHECK(mamba || mamba2 || !a.given.count(option), "{}: {} has no mamba or mamba2 layer", option, pattern);
+  QEVAL_CHECK(mamba || !a.given.count("--ssm-dt-rank"), "--ssm-dt-rank: {} has no mamba layer", pattern);
+  QEVAL_CHECK(mamba2 || !a.given.count("--ssm-head-dim"), "--ssm-head-dim: {} has no mamba2 layer", pattern);
+  if (mamba || mamba2) {
+    QEVAL_CHECK(c.norm == NormKind::rmsnorm,
+                "--layer-pattern '{}' has state-space layers, which need --norm rmsnorm (--arch llama has it), got {}",
+                a.layer_pattern, to_string(c.norm));
+    c.ssm_d_inner = a.ssm_expand * a.d_model;
+    c.ssm_d_state = a.ssm_state;
+    c.ssm_d_conv = a.ssm_conv;
+    c.ssm_conv_bias = true;
+    c.ssm_proj_bias = false;
+  }
+  if (mamba) c.ssm_dt_rank = a.ssm_dt_rank > 0 ? a.ssm_dt_rank : (a.d_model + 15) / 16;
+  if (mamba2) {
+    QEVAL_CHECK(c.ssm_d_inner % a.ssm_head_dim == 0,
+                "--ssm-head-dim {}: the inner width --ssm-expand × --d-model = {} is not a multiple of it", a.ssm_head_dim,
+                c.ssm_d_inner);
+    c.ssm_heads = c.ssm_d_inner / a.ssm_head_dim;
+    c.ssm_groups = 1;
+    c.ssm_norm_groups = 1;
+  }
   return c;
 }
 
 void run_train(const TrainArgs& a) {
   // Everything that can be refused is refused before a step is taken.
+  ModelConfig model = model_config(a);
   QEVAL_CHECK(a.warmup <= a.steps, "--warmup {} is beyond --steps {}: the learning rate would never reach its peak",
               a.warmup, a.steps);
   QEVAL_CHECK(a.resume.empty() || std::filesystem::is_directory(a.resume), "--resume {}: not a checkpoint folder",
@@ -127,7 +222,7 @@ void run_train(const TrainArgs& a) {
   if (a.threads > 0) kernels::set_compute_threads(cap_threads(a.threads));
   const std::optional<std::string> data_dir = a.data_dir.empty() ? std::nullopt : std::optional<std::string>(a.data_dir);
   train::TrainOptions o;
-  o.model = model_config(a);
+  o.model = std::move(model);
   o.data = resolve_input_path(a.data, data_dir);
   o.tokenizer = resolve_input_path(a.tokenizer, data_dir);
   o.documents.text_split = parse_text_split(a.text_split);
@@ -202,6 +297,20 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--n-kv-heads", a->n_kv_heads, "key/value heads (0: = heads)")->capture_default_str()->check(integer_in(0, 4096));
   cmd->add_option("--d-ff", a->d_ff, "MLP width (0: 4·D for gelu, ~8/3·D rounded up to 16 for swiglu)")->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--norm-eps", a->norm_eps, "norm epsilon")->capture_default_str()->check(number_in(0, 1, true));
+  cmd->add_option("--layer-pattern", a->layer_pattern,
+                  "per layer MIXER:FFN, comma-separated, repeated over --n-layers; MIXER attention, mamba or mamba2, "
+                  "FFN dense or none (e.g. mamba:dense,attention:dense; default: attention:dense everywhere); "
+                  "state-space layers need --norm rmsnorm");
+  cmd->add_option("--attention-window", a->attention_window,
+                  "sliding window of the attention layers: query i sees keys i-W+1..i (0: global causal)")
+      ->capture_default_str()->check(integer_in(0, std::int64_t{1} << 30));
+  cmd->add_option("--ssm-state", a->ssm_state, "state-space layers: state size N")->capture_default_str()->check(integer_in(1, 4096));
+  cmd->add_option("--ssm-expand", a->ssm_expand, "state-space layers: inner width = this × --d-model")
+      ->capture_default_str()->check(integer_in(1, 64));
+  cmd->add_option("--ssm-conv", a->ssm_conv, "state-space layers: causal convolution width")->capture_default_str()->check(integer_in(1, 256));
+  cmd->add_option("--ssm-dt-rank", a->ssm_dt_rank, "mamba layers: time-step rank (0: ceil(d_model / 16))")
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
+  cmd->add_option("--ssm-head-dim", a->ssm_head_dim, "mamba2 layers: channels per head")->capture_default_str()->check(integer_in(1, 1 << 20));
 
   cmd->add_option("--seq-len", a->seq_len, "window length in tokens")->capture_default_str()->check(integer_in(2, 1 << 16));
   cmd->add_flag("--bos-per-window", a->bos_per_window,
@@ -241,7 +350,11 @@ void add_train_command(CLI::App& app) {
                   "are reproducible per thread count")
       ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_flag("--quiet,-q", a->quiet, "no progress on stderr");
-  cmd->callback([a] { run_train(*a); });
+  cmd->callback([a, cmd] {
+    for (const char* option : {"--attention-window", "--ssm-state", "--ssm-expand", "--ssm-conv", "--ssm-dt-rank", "--ssm-head-dim"})
+      if (cmd->count(option) > 0) a->given.insert(option);
+    run_train(*a);
+  });
 }
 
 }  // namespace qeval::cli

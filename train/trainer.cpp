@@ -166,6 +166,14 @@ ConfigSource training_config_source() {
   return src;
 }
 
+// A state-space layer's A stays at its S4D-real initialisation (model/init.h): it is stored as A
+// itself (negative), and a plain gradient step on it could make a decay positive (a state that
+// grows without bound); Mamba trains log(−A) instead, which this weight layout does not hold.
+bool is_frozen(const std::string& name) {
+  static const std::string suffix = ".mamba.A";
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::string format_duration(double seconds) {
   const auto s = static_cast<std::int64_t>(std::max(0.0, seconds));
   return fmt::format("{}:{:02d}", s / 60, s % 60);
@@ -196,6 +204,11 @@ nlohmann::json TrainOptions::to_json() const {
           {"seed", seed},
           {"threads", at::get_num_threads()}};
   if (keep.enabled()) j["keep_checkpoints"] = keep.to_string();
+  // Written only for a layer pattern with state-space layers: every other record stays as it was.
+  if (model.has_mixer(MixerKind::mamba) || model.has_mixer(MixerKind::mamba2)) {
+    j["init"] = "GPT-2 style (model/init.h); state-space layers: S4D-real A, D 1, time step log-uniform in [0.001, 0.1]";
+    j["frozen"] = "every state-space layer's A (kept at its S4D-real initialisation)";
+  }
   return j;
 }
 
@@ -268,6 +281,7 @@ TrainResult run_training(TrainOptions o) {
 
   std::vector<NamedParameter> params;
   for (auto& [name, tensor] : qeval_named_tensors(o.model, weights)) {
+    if (is_frozen(name)) continue;
     tensor.requires_grad_(true);
     params.push_back({name, tensor});
   }
