@@ -4,6 +4,9 @@
 // decay, global gradient-norm clipping, periodic validation loss, checkpoints that
 // `qeval eval` loads, and resume.
 //
+// A layer pattern (config layer_mixers / layer_ffns; docs/usage.md "Training a layer pattern")
+// trains every tensor but the state-space layers' A, which stays at its S4D-real initialisation.
+//
 // Determinism: weights come from init_weights(config, seed); batches from BatchOrder(seed);
 // there is no dropout, so nothing else draws random numbers. For a given seed and thread
 // count, a run is bit-reproducible, and a run resumed from a checkpoint of step k (weights,
