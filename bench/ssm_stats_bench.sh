@@ -7,20 +7,24 @@
 # statistics phase, and peak RSS (/usr/bin/time -v). Not a test: it measures.
 #
 #   bench/ssm_stats_bench.sh BEFORE_QEVAL AFTER_QEVAL DIR [SEQ_LEN] [WINDOWS] [REPEATS]
+# MODELS="mamba2-shaped-hf" limits the models; EXTRA="--mamba-channels 64" is added to the after binary's
+# statistics runs (an option the before binary may not have).
 set -euo pipefail
 before="$1"; after="$2"; dir="$3"; seq_len="${4:-2048}"; windows="${5:-2}"; repeats="${6:-2}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 [[ -f "$dir/tokens.bin" ]] || python3 "$root/bench/make_ssm_shaped.py" "$dir"
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)); flags: $(grep -m1 -o -w -E 'avx512f|avx512_vnni|avx2|amx_int8' /proc/cpuinfo | sort -u | xargs)"
 echo "# seq_len $seq_len x $windows windows; each line: model, binary, --stats-for, tok/s of the full row, phases, peak RSS MB, load"
-for model in mamba2-shaped-hf mamba-shaped-hf; do
+for model in ${MODELS:-mamba2-shaped-hf mamba-shaped-hf}; do
   for r in $(seq "$repeats"); do
     for which in before after; do
-      bin=$before; [[ $which == after ]] && bin=$after
+      bin=$before; extra=()
+      [[ $which == after ]] && { bin=$after; read -r -a extra <<< "${EXTRA:-}"; }
       for stats in none full; do
+        [[ $stats == none ]] && extra=()
         out="$dir/$model.$which.$stats.json"
         /usr/bin/time -v "$bin" eval -q --model "$dir/$model" --data "$dir/tokens.bin" --token-dtype uint16 \
-          --seq-len "$seq_len" --max-windows "$windows" --schemes full --stats-for "$stats" --out "$out" \
+          --seq-len "$seq_len" --max-windows "$windows" --schemes full --stats-for "$stats" "${extra[@]}" --out "$out" \
           >/dev/null 2>"$dir/time.txt"
         rss=$(awk -F: '/Maximum resident/ {printf "%.0f", $2/1024}' "$dir/time.txt")
         python3 - "$out" "$model" "$which" "$stats" "$rss" "$(cut -d' ' -f1 /proc/loadavg)" <<'EOF'

@@ -62,6 +62,14 @@ class RowReductions {
     max_ = new_max;
   }
 
+  // When the caller reduces the maxima itself: |α[i, 1]|, the row maximum and the number of keys at it
+  // (needed only where key 1 holds the maximum).
+  void set_maximum(const at::Tensor& first, const at::Tensor& max, const at::Tensor& at_max) {
+    first_ = first;
+    max_ = max;
+    at_max_ = at_max;
+  }
+
   // values [3, heads, L] float64: W[i, 1], first-attn credit and entropy of queries q0 .. q0 + queries.
   void finish(at::Tensor& values, std::int64_t q0) const {
     const std::int64_t queries = total_.size(1);
@@ -117,6 +125,7 @@ void mamba2_sequence(const at::Tensor& dt, const at::Tensor& A, const at::Tensor
     const at::Tensor log_c_hat = cum_q - ref;                                     // [H, nq], ≤ 0
     const at::Tensor c_hat = log_c_hat.exp();
     RowReductions rows(H, nq, working);
+    std::vector<at::Tensor> s_blocks, b_blocks;  // per block of earlier keys: |s| [G, nq, nk] and b̂ [H, nk]
     for (std::int64_t k0 = 0; k0 < q0; k0 += key_block) {  // keys before the block
       const std::int64_t nk = std::min(key_block, q0 - k0);
       const at::Tensor s = at::bmm(Cq, B.narrow(1, k0, nk).transpose(1, 2)).abs_();  // [G, nq, nk]
@@ -132,8 +141,8 @@ void mamba2_sequence(const at::Tensor& dt, const at::Tensor& A, const at::Tensor
       const at::Tensor s_blogb = by_head(at::bmm(s64, by_group(blogb)));
       const at::Tensor slogs_b = by_head(at::bmm(slogs, by_group(b_hat)));
       rows.add_sums(c_hat * s_b, c_hat * (slogs_b + s_blogb + log_c_hat * s_b));
-      const at::Tensor v = (s.view({G, 1, nq, nk}) * b_hat.to(st).view({G, Hg, 1, nk})).view({H, nq, nk});
-      rows.add_maximum(v, c_hat.to(st), k0 == 0);
+      s_blocks.push_back(s);
+      b_blocks.push_back(b_hat.to(st));
     }
     // The block's own keys j ≤ i: decays computed directly (an [H, nq, nq] exp, small).
     const at::Tensor s = at::bmm(Cq, B.narrow(1, q0, nq).transpose(1, 2)).abs_();  // [G, nq, nq]
@@ -143,7 +152,41 @@ void mamba2_sequence(const at::Tensor& dt, const at::Tensor& A, const at::Tensor
                                  .exp_()
                                  .mul_(dt_t.narrow(1, q0, nq).unsqueeze(1))
                                  .to(st);                                         // [H, nq, nq]
-    rows.add((s.view({G, 1, nq, nq}) * decay.view({G, Hg, nq, nq})).view({H, nq, nq}), q0 == 0);
+    const at::Tensor m_diag = (s.view({G, 1, nq, nq}) * decay.view({G, Hg, nq, nq})).view({H, nq, nq});
+    at::Tensor mlogm = m_diag.clamp_min(static_cast<double>(st == at::kDouble ? tiny : std::numeric_limits<float>::min()));
+    mlogm.log_().mul_(m_diag);
+    rows.add_sums(m_diag.sum(-1).to(at::kDouble), mlogm.sum(-1).to(at::kDouble));
+
+    // Maxima. |α[i, 1]| (from the products the earlier keys' maxima use, so equal values compare
+    // equal), then the maximum over the block's own keys; key 1 can hold the row's maximum only
+    // where it is at least that, and only those rows (few, unless key 1 is a sink) are reduced over
+    // the earlier keys, |α| = ĉ · |s| · b̂ formed for them alone.
+    const at::Tensor scale = c_hat.to(st);
+    const at::Tensor first =
+        q0 == 0 ? m_diag.select(-1, 0).clone()
+                : (s_blocks[0].select(-1, 0).view({G, 1, nq}) * b_blocks[0].select(1, 0).view({G, Hg, 1})).view({H, nq}) *
+                      scale;
+    at::Tensor max = m_diag.amax(-1);
+    at::Tensor at_max = at::zeros({H, nq}, working.dtype(at::kDouble));
+    const at::Tensor open = (first >= max).nonzero();  // [R, 2]: (head, query)
+    if (open.size(0) > 0) {
+      const at::Tensor h = open.select(1, 0), i = open.select(1, 1);
+      const at::Tensor s_row = h.div(Hg, "floor").mul_(nq).add_(i);  // row of [G · nq, keys]
+      const at::Tensor scale_rows = scale.index({h, i}).unsqueeze(1);
+      std::vector<at::Tensor> v_rows;
+      at::Tensor row_max = max.index({h, i});
+      for (std::size_t k = 0; k < s_blocks.size(); ++k) {
+        const at::Tensor& sb = s_blocks[k];
+        v_rows.push_back(sb.view({G * nq, sb.size(2)}).index_select(0, s_row) * b_blocks[k].index_select(0, h) *
+                         scale_rows);                                            // [R, nk], |α|
+        row_max = at::maximum(row_max, v_rows.back().amax(-1));
+      }
+      at::Tensor ties = (m_diag.index({h, i}) == row_max.unsqueeze(-1)).sum(-1);
+      for (const at::Tensor& v : v_rows) ties += (v == row_max.unsqueeze(-1)).sum(-1);
+      max.index_put_({h, i}, row_max);
+      at_max.index_put_({h, i}, ties.to(at::kDouble));
+    }
+    rows.set_maximum(first, max, at_max);
     rows.finish(values, q0);
   }
 }

@@ -110,6 +110,24 @@ MambaInputs mamba_inputs(std::int64_t Bn, std::int64_t L, std::int64_t E, std::i
   return {at::softplus(at::randn({Bn, L, E}, o) - 2.0), A, at::randn({Bn, L, N}, o), at::randn({Bn, L, N}, o)};
 }
 
+// A sink (key 1's B fifty times the others: key 1 holds most rows' maximum, so every row's maximum
+// runs over the earlier keys) and rows of zeros (C_i = 0: every key ties at 0).
+TEST(ImplicitAttention, Mamba2SinksAndZeroRowsEqualTheMaterialisedDuality) {
+  for (at::ScalarType dtype : {at::kDouble, at::kFloat}) {
+    Mamba2Inputs in = mamba2_inputs(2, 150, 4, 2, 8, dtype, 99);
+    in.B.select(1, 0).mul_(50.0);
+    in.A.fill_(-0.01);  // slow decay: key 1 stays within reach
+    in.C.select(1, 5).zero_();
+    in.C.select(1, 100).zero_();
+    const SsmSelection s{SsmSelection::Kind::mamba2, in.dt, in.A, in.B, in.C};
+    const std::vector<AttentionLayerStats> want = attention_layer_stats(mamba2_weights_float64(in, 4), 8, 0.3);
+    EXPECT_GT(want[0].first_attn, 0.5);  // the sink is there
+    for (std::int64_t block : {0, 4096})  // 4096: the earlier keys in pieces of 64
+      expect_same_stats(implicit_attention_stats(s, 8, 0.3, block), want, dtype == at::kDouble ? 1e-12 : 2e-6,
+                        std::string("sink, ") + c10::toString(dtype) + ", block " + std::to_string(block));
+  }
+}
+
 TEST(ImplicitAttention, MambaBlockedEqualsTheMaterialisedHiddenAttention) {
   for (at::ScalarType dtype : {at::kDouble, at::kFloat})
     for (std::int64_t L : {1, 9, 64, 150})
