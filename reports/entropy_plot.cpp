@@ -114,7 +114,9 @@ fs::path draw_entropies(const std::vector<EntropyCurve>& curves, const fs::path&
     if (bounds.size() == 1 && !unbounded)
       items.push_back(fmt::format("{:.9g} with lines lc rgb '#7f8c8d' dt 3 lw 1.5 title {}", *bounds.begin(),
                                   gnuplot_quote(fmt::format("uniform selection: log(window) = {:.3f}", *bounds.begin()))));
-    gp += "set title '(b) selection entropy of the SSM layers'\nplot ";
+    // Selection entropies sit close below log L (Δ varies little along a window): the axis zooms on
+    // them rather than starting at 0, where every curve would be one flat line.
+    gp += "set yrange [*:*]\nset title '(b) selection entropy of the SSM layers (axis not from 0)'\nplot ";
     for (std::size_t k = 0; k < items.size(); ++k) gp += (k ? ", " : "") + items[k];
     gp += "\n";
   }
