@@ -126,19 +126,17 @@ void scan_chunk_cpu(const at::Tensor& a /*[B, T, E, N]*/, const at::Tensor& b /*
   });
 }
 
-}  // namespace
-
-at::Tensor selective_scan_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& Bm,
-                              const at::Tensor& Cm, const at::Tensor& D, std::int64_t chunk) {
-  check_scan_shapes(u, delta, A, Bm, Cm, D);
-  QEVAL_CHECK(u.is_cpu() && (u.scalar_type() == at::kFloat || u.scalar_type() == at::kDouble),
-              "selective_scan_cpu: needs float32 or float64 tensors on the CPU");
+// The chunked CPU scan without the D skip: per chunk, exp(ΔA) and ΔuB by LibTorch's vectorised ops,
+// then the recurrence; returns y [B, L, E]. When `entries` is given it receives the state entering
+// each chunk (the trainable scan's checkpoints for its backward).
+at::Tensor scan_chunks_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& Bm,
+                           const at::Tensor& Cm, std::int64_t chunk, std::vector<at::Tensor>* entries) {
   const std::int64_t Bn = u.size(0), L = u.size(1), E = u.size(2), N = A.size(1);
-  if (chunk <= 0) chunk = default_chunk(u, N);
   at::Tensor h = at::zeros({Bn, E, N}, u.options());
   at::Tensor y = at::empty({Bn, L, E}, u.options());
   for (std::int64_t t0 = 0; t0 < L; t0 += chunk) {
     const std::int64_t T = std::min(chunk, L - t0);
+    if (entries) entries->push_back(h.clone());
     at::Tensor d = delta.narrow(1, t0, T).unsqueeze(-1);
     at::Tensor a = at::exp(d * A).contiguous();
     at::Tensor b = ((d * u.narrow(1, t0, T).unsqueeze(-1)) * Bm.narrow(1, t0, T).unsqueeze(2)).contiguous();
@@ -150,7 +148,18 @@ at::Tensor selective_scan_cpu(const at::Tensor& u, const at::Tensor& delta, cons
       scan_chunk_cpu<double>(a, b, c, h, yc);
     y.narrow(1, t0, T).copy_(yc);
   }
-  return y + u * D;
+  return y;
+}
+
+}  // namespace
+
+at::Tensor selective_scan_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& Bm,
+                              const at::Tensor& Cm, const at::Tensor& D, std::int64_t chunk) {
+  check_scan_shapes(u, delta, A, Bm, Cm, D);
+  QEVAL_CHECK(u.is_cpu() && (u.scalar_type() == at::kFloat || u.scalar_type() == at::kDouble),
+              "selective_scan_cpu: needs float32 or float64 tensors on the CPU");
+  if (chunk <= 0) chunk = default_chunk(u, A.size(1));
+  return scan_chunks_cpu(u, delta, A, Bm, Cm, chunk, nullptr) + u * D;
 }
 
 namespace {
@@ -233,24 +242,8 @@ struct SelectiveScanCpuFunction : public torch::autograd::Function<SelectiveScan
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& u, const at::Tensor& delta,
                             const at::Tensor& A, const at::Tensor& Bm, const at::Tensor& Cm, const at::Tensor& D,
                             std::int64_t chunk) {
-    const std::int64_t Bn = u.size(0), L = u.size(1), E = u.size(2), N = A.size(1);
-    at::Tensor h = at::zeros({Bn, E, N}, u.options());
-    at::Tensor y = at::empty({Bn, L, E}, u.options());
     std::vector<at::Tensor> entries;
-    for (std::int64_t t0 = 0; t0 < L; t0 += chunk) {
-      const std::int64_t T = std::min(chunk, L - t0);
-      entries.push_back(h.clone());
-      at::Tensor d = delta.narrow(1, t0, T).unsqueeze(-1);
-      at::Tensor a = at::exp(d * A).contiguous();
-      at::Tensor b = ((d * u.narrow(1, t0, T).unsqueeze(-1)) * Bm.narrow(1, t0, T).unsqueeze(2)).contiguous();
-      at::Tensor c = Cm.narrow(1, t0, T).contiguous();
-      at::Tensor yc = at::empty({Bn, T, E}, u.options());
-      if (u.scalar_type() == at::kFloat)
-        scan_chunk_cpu<float>(a, b, c, h, yc);
-      else
-        scan_chunk_cpu<double>(a, b, c, h, yc);
-      y.narrow(1, t0, T).copy_(yc);
-    }
+    const at::Tensor y = scan_chunks_cpu(u, delta, A, Bm, Cm, chunk, &entries);
     ctx->save_for_backward({u, delta, A, Bm, Cm, D, at::stack(entries)});
     ctx->saved_data["chunk"] = chunk;
     return y + u * D;
