@@ -158,6 +158,9 @@ void run_eval(const EvalArgs& a) {
   scheme_options.rounding_eps = a.rounding_band_eps;
   scheme_options.rounding_seed = a.rounding_seed;
   PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
+  if (a.mamba_channels > 0 && !inputs.model->config().has_mixer(MixerKind::mamba))
+    fmt::print(stderr, "note: --mamba-channels {} has nothing to choose from: {} has no Mamba (S6) layer\n",
+               a.mamba_channels, inputs.model_path.string());
   if (a.rounding_band > 0 && !a.quiet) {
     const std::size_t variants = prepared.schemes.size() - parse_scheme_list(a.schemes).size();
     fmt::print(stderr,
