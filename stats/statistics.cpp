@@ -415,7 +415,9 @@ json StatisticsCollector::summary() const {
   if (options_.attention && !ssm_layers.empty()) {
     json implicit = attention_section(&WindowRecord::implicit, ssm_layers.size());
     implicit["layers"] = ssm_layers;
-    if (options_.mamba_channels > 0)
+    bool has_mamba = false;
+    for (std::int64_t l : ssm_layers) has_mamba = has_mamba || options_.mixer(l) == MixerKind::mamba;
+    if (options_.mamba_channels > 0 && has_mamba)
       implicit["mamba_channels"] = fmt::format(
           "Mamba (S6) layers measured on {} evenly spaced d_inner channels c_k = floor(k E / {}) (all when E is at most {})",
           options_.mamba_channels, options_.mamba_channels, options_.mamba_channels);

@@ -13,7 +13,7 @@ mkdir -p "$HERE"
 for domain in austen c4 tinyshakespeare tinystories; do
   for name in attn-swa mamba-mlp samba; do
     "$QEVAL" eval -q --model "$OUT/$name" --data "$MIX/heldout-$domain.txt" --seq-len 256 --max-windows 48 \
-      --schemes full --out "$HERE/$domain.$name.json" > /dev/null 2> "$HERE/$domain.$name.log"
+      --schemes full --mamba-channels 0 --out "$HERE/$domain.$name.json" > /dev/null 2> "$HERE/$domain.$name.log"
   done
 done
 python3 - "$HERE" > "$HERE/summary.md" <<'PY'

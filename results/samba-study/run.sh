@@ -18,7 +18,7 @@ for name in attn-swa mamba-mlp samba; do
 done
 for name in attn-swa mamba-mlp samba; do
   "$QEVAL" eval --model "$OUT/$name" --data "$MIX/mix-heldout.txt" --seq-len 256 --max-windows "$WINDOWS" \
-    --schemes full,int8-coarse,int8-fine,w4-zeropoint --stats-for all --out "$HERE/$name.eval.json" \
+    --schemes full,int8-coarse,int8-fine,w4-zeropoint --stats-for all --mamba-channels 0 --out "$HERE/$name.eval.json" \
     > "$HERE/$name.eval.md" 2> "$HERE/$name.eval.log"
 done
 records=("$HERE/attn-swa.eval.json" "$HERE/mamba-mlp.eval.json" "$HERE/samba.eval.json")
