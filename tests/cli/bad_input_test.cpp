@@ -514,6 +514,8 @@ std::vector<BadInput> corpus() {
   option_case("sink_eps_inf", "--sink-eps inf", {"--sink-eps", "\"inf\" is outside the range"});
   option_case("sink_eps_above_one", "--sink-eps 1.5", {"--sink-eps", "\"1.5\" is outside the range"});
   option_case("sink_t_zero", "--sink-T 0", {"--sink-T", "0 is outside the range: expected an integer in 1..1048576"});
+  option_case("mamba_channels_negative", "--mamba-channels -1",
+              {"--mamba-channels", "-1 is outside the range: expected an integer in 0..1048576"});
   option_case("stride_negative", "--stride -1", {"--stride", "-1 is outside the range"});
   option_case("checkpoint_seconds_nan", "--checkpoint-seconds nan", {"--checkpoint-seconds", "\"nan\" is outside the range"});
   option_case("seed_negative", "--seed -7", {"--seed", "-7 is outside the range: expected an integer >= -1"});
@@ -856,6 +858,12 @@ std::vector<BadInput> corpus() {
   train_case("d_model_not_dividing", "--d-model 18 --n-heads 4", {"--d-model 18 is not a multiple of --n-heads 4"});
   train_case("init_std_zero", "--init-std 0", {"--init-std", "outside the range"});
   train_case("weight_decay_negative", "--weight-decay -0.1", {"--weight-decay", "outside the range"});
+  // Issue 54: layer patterns, each entry named.
+  train_case("layer_pattern_empty_entry", "--arch llama --layer-pattern mamba:dense,,attention:dense",
+             {"--layer-pattern", "entry 2 '' has no ':'"});
+  train_case("layer_pattern_trailing_space", "--arch llama --layer-pattern 'mamba:dense '",
+             {"--layer-pattern", "unknown feed-forward 'dense '"});
+  train_case("layer_pattern_capitals", "--arch llama --layer-pattern MAMBA:dense", {"unknown mixer 'MAMBA'"});
   add({"train_out_is_a_file", [](Inputs& in) { return kTrain + " --out " + in.file("ck", "x"); }, 2,
        {"--out", "ck: exists and is not a folder"}, ""});
   add({"train_binary_data", [](Inputs& in) {
