@@ -38,10 +38,15 @@ class RowReductions {
   // sums run in the block's dtype along the keys (pairwise), ample for rows of a few thousand
   // terms; clamping at the smallest normal number keeps 0 · log 0 at 0.
   void add(const at::Tensor& m, bool holds_key_one) {
+    add_sums_of(m);
+    add_maximum(m, at::Tensor(), holds_key_one);
+  }
+
+  // The sums alone of a block of |α| (when the caller reduces the maxima itself).
+  void add_sums_of(const at::Tensor& m) {
     at::Tensor mlogm = m.clamp_min(tiny_);
     mlogm.log_().mul_(m);
     add_sums(m.sum(-1).to(at::kDouble), mlogm.sum(-1).to(at::kDouble));
-    add_maximum(m, at::Tensor(), holds_key_one);
   }
 
   // The block's |α| is scale[h, i] · v[h, i, j] (scale > 0; undefined: 1). Keys tie where v is equal.
@@ -153,9 +158,7 @@ void mamba2_sequence(const at::Tensor& dt, const at::Tensor& A, const at::Tensor
                                  .mul_(dt_t.narrow(1, q0, nq).unsqueeze(1))
                                  .to(st);                                         // [H, nq, nq]
     const at::Tensor m_diag = (s.view({G, 1, nq, nq}) * decay.view({G, Hg, nq, nq})).view({H, nq, nq});
-    at::Tensor mlogm = m_diag.clamp_min(static_cast<double>(st == at::kDouble ? tiny : std::numeric_limits<float>::min()));
-    mlogm.log_().mul_(m_diag);
-    rows.add_sums(m_diag.sum(-1).to(at::kDouble), mlogm.sum(-1).to(at::kDouble));
+    rows.add_sums_of(m_diag);
 
     // Maxima. |α[i, 1]| (from the products the earlier keys' maxima use, so equal values compare
     // equal), then the maximum over the block's own keys; key 1 can hold the row's maximum only
