@@ -256,8 +256,11 @@ void run_eval(const EvalArgs& a) {
     if (nlohmann::json kept = prepared.kept_positions_report(i); !kept.is_null()) record["schemes"][i]["kept_positions"] = kept;
     // LLM.int8()-style schemes: how many input features ran in float, per layer.
     // On a GPU: which int8 GEMM / 4-bit path the dispatch chose for the shapes this run saw.
-    if (nlohmann::json engines = prepared.engines_used_report(i); !engines.is_null())
+    if (nlohmann::json engines = prepared.engines_used_report(i); !engines.is_null()) {
       record["schemes"][i]["kernels_used"] = engines;
+      // --dtype fp64: every quantised linear ran QuantizedLinear's float64 reference maths.
+      if (inputs.placement.dtype == at::kDouble) record["schemes"][i]["description"]["execution"] = "fp64 reference";
+    }
     if (nlohmann::json outliers = prepared.outlier_features_report(i); !outliers.is_null())
       record["schemes"][i]["outlier_features"] = outliers;
   }

@@ -93,8 +93,8 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
                   "where the models run: cpu, cuda or cuda:N (loading, transforms and weight quantisation run on the "
                   "CPU in fp32 first)")
       ->capture_default_str();
-  cmd->add_option("--dtype", args.dtype, "full-precision dtype: fp32, fp16, bf16, or auto (fp32 on the CPU, fp16 on a GPU)")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
+  cmd->add_option("--dtype", args.dtype, "full-precision dtype: fp32, fp16, bf16, fp64 (the CPU only: every float rounding in float64, the reference for rounding bands), or auto (fp32 on the CPU, fp16 on a GPU)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16", "fp64"}));
   cmd->add_option("--max-memory", args.max_memory,
                   "host memory the evaluation may use, e.g. 300M or 6G (default: what the machine, its cgroup and "
                   "ulimit -v leave); the plan is chosen to fit, or the run refuses before reading weights");

@@ -38,12 +38,18 @@ at::ScalarType parse_dtype(const std::string& text, const at::Device& device) {
     dtype = at::kHalf;
   else if (text == "bf16")
     dtype = at::kBFloat16;
+  else if (text == "fp64")
+    dtype = at::kDouble;
   else
-    fail("--dtype '{}': expected fp32, fp16, bf16 or auto", text);
-  QEVAL_CHECK(!device.is_cpu() || dtype == at::kFloat,
+    fail("--dtype '{}': expected fp32, fp16, bf16, fp64 or auto", text);
+  QEVAL_CHECK(!device.is_cpu() || dtype == at::kFloat || dtype == at::kDouble,
               "--dtype {} on the CPU: full precision on the CPU is fp32 (LibTorch has no fast half-precision CPU "
               "matmul); use --device cuda for fp16 or bf16",
               text);
+  QEVAL_CHECK(device.is_cpu() || dtype != at::kDouble,
+              "--dtype fp64 on {}: float64 is the CPU's reference arithmetic (rounding bands, "
+              "docs/rounding-band.md); use --device cpu",
+              device.str());
   return dtype;
 }
 

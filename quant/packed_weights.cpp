@@ -68,9 +68,10 @@ at::Tensor expand_groups(const at::Tensor& per_group, std::int64_t K, std::int64
 
 }  // namespace
 
-at::Tensor Int8Weight::dequantize() const {
-  if (group_size > 0) return int8_dequantize(q, expand_groups(scales, q.size(1), group_size));
-  return int8_dequantize(q, scales.numel() == 1 ? scales : scales.unsqueeze(1));
+at::Tensor Int8Weight::dequantize(at::ScalarType dtype) const {
+  const at::Tensor s = scales.to(dtype);
+  if (group_size > 0) return int8_dequantize(q, expand_groups(s, q.size(1), group_size));
+  return int8_dequantize(q, s.numel() == 1 ? s : s.unsqueeze(1));
 }
 
 std::int64_t Int8Weight::bytes() const { return q.numel() + scales.numel() * 4; }

@@ -19,8 +19,9 @@ struct Int8Weight {
 
   std::int64_t out_features() const { return q.size(0); }
   std::int64_t in_features() const { return q.size(1); }
-  at::Tensor dequantize() const;  // [N, K] float32, q · s
-  std::int64_t bytes() const;     // codes + scales
+  // [N, K] q · s: float32 (the reference path's weights), or float64 (exact: `--dtype fp64`).
+  at::Tensor dequantize(at::ScalarType dtype = at::kFloat) const;
+  std::int64_t bytes() const;  // codes + scales
 };
 
 // 4-bit zero-point weight, in the layout of kernels/w4_gemm.h.

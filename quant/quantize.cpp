@@ -12,10 +12,16 @@ namespace {
 // codes are the CPU's bit for bit (tests/gpu/device_quantize_test.cpp).
 at::Tensor divisor(float value, const at::Tensor& like) { return at::scalar_tensor(value, like.options()); }
 
+// float32 is the product's arithmetic; float64 is `--dtype fp64`'s, the rounding-free reference.
+void check_float_or_double(const at::Tensor& x, const char* what) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble, what, ": expected float32 or float64, got ",
+              x.scalar_type());
+}
+
 }  // namespace
 
 at::Tensor int8_absmax_scale(const at::Tensor& x, at::IntArrayRef reduce_dims) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat, "int8_absmax_scale: expected float32, got ", x.scalar_type());
+  check_float_or_double(x, "int8_absmax_scale");
   at::Tensor amax = x.abs().amax(reduce_dims, /*keepdim=*/true);
   return at::where(amax == 0, at::ones_like(amax), amax / divisor(127.0f, amax));
 }
@@ -24,17 +30,17 @@ at::Tensor int8_quantize(const at::Tensor& x, const at::Tensor& scale) {
   return at::round(x / scale).clamp_(-127, 127).to(at::kChar);
 }
 
-at::Tensor int8_dequantize(const at::Tensor& q, const at::Tensor& scale) { return q.to(at::kFloat) * scale; }
+at::Tensor int8_dequantize(const at::Tensor& q, const at::Tensor& scale) { return q.to(scale.scalar_type()) * scale; }
 
 ZeroPointParams zeropoint4_params(const at::Tensor& x, at::IntArrayRef reduce_dims) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat, "zeropoint4_params: expected float32, got ", x.scalar_type());
+  check_float_or_double(x, "zeropoint4_params");
   at::Tensor mn = x.amin(reduce_dims, /*keepdim=*/true), mx = x.amax(reduce_dims, /*keepdim=*/true);
   at::Tensor constant = mx == mn;
   at::Tensor s = (mx - mn) / divisor(15.0f, mn);
   // Constant groups: s = |c| (1 for c = 0), z = 1 for c < 0 else 0, so x̂ = c exactly.
   at::Tensor c_scale = at::where(mn == 0, at::ones_like(mn), mn.abs());
   s = at::where(constant, c_scale, s);
-  at::Tensor z = at::where(constant, (mn < 0).to(at::kFloat), at::round(-mn / s));
+  at::Tensor z = at::where(constant, (mn < 0).to(mn.scalar_type()), at::round(-mn / s));
   return {s, z + 0.0f};  // + 0 turns a −0 zero point (from min = 0) into +0
 }
 
@@ -43,7 +49,7 @@ at::Tensor zeropoint4_quantize(const at::Tensor& x, const ZeroPointParams& p) {
 }
 
 at::Tensor zeropoint4_dequantize(const at::Tensor& q, const ZeroPointParams& p) {
-  return (q.to(at::kFloat) - p.zero) * p.scale;
+  return (q.to(p.scale.scalar_type()) - p.zero) * p.scale;
 }
 
 at::Tensor fake_quantize_activations(const at::Tensor& x, const QuantSpec& spec) {

@@ -176,8 +176,10 @@ at::Tensor QuantizedLinear::dequantized_weight() const {
 }
 
 at::Tensor QuantizedLinear::forward(const at::Tensor& x) const {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == in_ && (x.scalar_type() == at::kFloat || !x.device().is_cpu()),
-              "QuantizedLinear ", name_, ": expected float32 [B, L, ", in_, "] (any float dtype on a GPU), got ",
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == in_ &&
+                  (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble || !x.device().is_cpu()),
+              "QuantizedLinear ", name_, ": expected float32 or float64 [B, L, ", in_,
+              "] (any float dtype on a GPU), got ",
               x.scalar_type(), " ", x.sizes(), " on ", x.device());
   const std::int64_t B = x.size(0);
   {
@@ -343,6 +345,7 @@ at::Tensor QuantizedLinear::forward_quantized_device(const at::Tensor& x) const 
 
 at::Tensor QuantizedLinear::forward_quantized(const at::Tensor& x) const {
   if (!x.device().is_cpu()) return forward_quantized_device(x);
+  if (x.scalar_type() == at::kDouble) return forward_float64(x);
   const std::int64_t B = x.size(0);
   at::Tensor y;  // [B, L, out]
   if (path_ == ExecutionPath::kernel && int8_) {
@@ -370,6 +373,19 @@ at::Tensor QuantizedLinear::forward_quantized(const at::Tensor& x) const {
     kernels::fake_quantize_int8_rows_(rows_view, rows_per_scale(outputs_, L));
     return y;
   }
+  return fake_quantize_activations(y, outputs_);
+}
+
+at::Tensor QuantizedLinear::forward_float64(const at::Tensor& x) const {
+  {
+    std::lock_guard<std::mutex> lock(log_->mutex);
+    log_->engines_used.insert("float64 reference on cpu");
+  }
+  // Integer codes times float32 scales are exact in float64, so the weights are exactly the
+  // scheme's; every rounding left is float64's.
+  const at::Tensor w = int8_ ? int8_->dequantize(at::kDouble) : dequantized_weight().to(at::kDouble);
+  const at::Tensor b = bias_.defined() ? bias_.to(at::kDouble) : at::Tensor();
+  at::Tensor y = at::linear(fake_quantize_activations(x, inputs_), w, b);
   return fake_quantize_activations(y, outputs_);
 }
 

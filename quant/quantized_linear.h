@@ -140,6 +140,8 @@ class QuantizedLinear final : public Linear {
   at::Tensor forward_reference(const at::Tensor& x, const at::Tensor& w /*dequantised [out, in]*/) const;
   at::Tensor forward_w4_kernel(const at::Tensor& x) const;
   at::Tensor forward_int8_kernel(const at::Tensor& x) const;
+  // `--dtype fp64` on the CPU: the scheme's maths with float64 arithmetic (docs/rounding-band.md).
+  at::Tensor forward_float64(const at::Tensor& x) const;
 
   std::string name_;
   QuantSpec weights_, inputs_, outputs_;

@@ -98,6 +98,40 @@ TEST(RoundingBandCli, VariantsAreRecordedFoldedAndTheSameForAnyBatchOrShard) {
   EXPECT_FALSE(contains(c.output, "int8-moderate~r1")) << c.output;
 }
 
+// `--dtype fp64`: the schemes' maths with every float rounding in float64 (the CPU only), the
+// reference another implementation's penalty is measured against. Full precision hardly moves;
+// a 4-bit weight-only scheme rounds nothing at run time, so neither does its penalty; the int8
+// penalties move by rounding decisions taken the other way, and stay within a few of the float32
+// evaluation's bands (measured on this test's 16 × 256 tokens: 0.3 to 1.4 bands).
+TEST(RoundingBandCli, Float64EvaluationIsAnImplementationInsideTheBand) {
+  Runs runs;
+  const json fp32 = runs.eval("fp32.json", "--rounding-band 4");
+  const json fp64 = runs.eval("fp64.json", "--dtype fp64");
+  EXPECT_EQ(fp64.at("precision").at("dtype"), "fp64");
+  const double nll32 = scheme(fp32, "full").at("perplexity").at("nll_mean").get<double>();
+  const double nll64 = scheme(fp64, "full").at("perplexity").at("nll_mean").get<double>();
+  EXPECT_LT(std::abs(nll64 - nll32), 1e-6 * nll32);
+  auto penalty = [](const json& record, const char* name) {
+    return scheme(record, name).at("vs_full").at("paired_dnll_mean").get<double>();
+  };
+  for (const char* name : {"int8-coarse", "int8-moderate", "w4-zeropoint"}) {
+    SCOPED_TRACE(name);
+    const json& s = scheme(fp64, name);
+    EXPECT_EQ(s.at("description").at("execution"), "fp64 reference");
+    EXPECT_EQ(s.at("kernels_used").dump().find("float64 reference on cpu") != std::string::npos, true) << s.at("kernels_used");
+  }
+  EXPECT_LT(std::abs(penalty(fp64, "w4-zeropoint") - penalty(fp32, "w4-zeropoint")), 1e-6);
+  double largest_move = 0;
+  for (const char* name : {"int8-coarse", "int8-moderate"}) {
+    SCOPED_TRACE(name);
+    const double move = std::abs(penalty(fp64, name) - penalty(fp32, name));
+    const double band = scheme(fp32, name).at("rounding_band").at("delta_nll_sd").get<double>();
+    EXPECT_LT(move, 4 * band);
+    largest_move = std::max(largest_move, move);
+  }
+  EXPECT_GT(largest_move, 1e-5) << "float64 should decide some activation roundings the other way";
+}
+
 bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0 || std::getenv("QEVAL_GNUPLOT"); }
 
 // `plot` of a record with a band: penalties.png, and its data rows carry each scheme's paired ΔNLL,

@@ -207,3 +207,55 @@ TEST(QuantizedLinear, EveryCombinationOfKindsAndGranularitiesRuns) {
 
 }  // namespace
 }  // namespace qeval
+
+namespace qeval {
+namespace {
+
+// `--dtype fp64`: a float64 input runs the scheme's maths in float64 on either path. Checked
+// against the maths written out here: activation codes round(x / s) with s = max|x| / 127 over
+// the scheme's axes, the weight codes times their float32 scales (exact in float64), one float64
+// product, output codes the same way.
+at::Tensor absmax_round_trip(const at::Tensor& x, const QuantSpec& spec) {
+  if (!spec.enabled()) return x;
+  std::vector<std::int64_t> axes = spec.granularity == Granularity::tensor ? std::vector<std::int64_t>{1, 2}
+                                   : spec.granularity == Granularity::token ? std::vector<std::int64_t>{2}
+                                                                            : std::vector<std::int64_t>{1};
+  at::Tensor amax = x.abs().amax(axes, true);
+  at::Tensor s = at::where(amax == 0, at::ones_like(amax), amax / 127.0);
+  return at::round(x / s).clamp(-127, 127) * s;
+}
+
+TEST(QuantizedLinear, Float64InputsRunTheSchemesMathsInFloat64) {
+  at::manual_seed(9);
+  const std::int64_t K = 72, N = 20;
+  at::Tensor w = at::randn({N, K}) * 0.2, bias = at::randn({N});
+  at::Tensor x = at::randn({3, 6, K}, at::kDouble);
+  x.select(2, 5).mul_(30);
+  std::vector<SchemeSpec> schemes = kernel_schemes();
+  schemes.push_back(preset_scheme("int8-fine"));
+  int checked = 0;
+  for (const SchemeSpec& spec : schemes) {
+    for (ExecutionPath path : {ExecutionPath::reference, ExecutionPath::kernel}) {
+      if (path == ExecutionPath::kernel && !kernel_path_unavailable_reason(spec).empty()) continue;
+      SCOPED_TRACE(spec.name + " " + to_string(path));
+      QuantizedLinear layer("layer", w, bias, spec, path);
+      const at::Tensor y = layer.forward(x);
+      ASSERT_EQ(y.scalar_type(), at::kDouble);
+      ASSERT_TRUE(!spec.input_activations.enabled() || spec.input_activations.kind == QuantKind::int8_absmax);
+      const auto& i8 = layer.int8_weight();
+      ASSERT_TRUE(!i8 || i8->group_size == 0);  // no preset groups int8 weights
+      const at::Tensor weight =
+          i8 ? i8->q.to(at::kDouble) * (i8->scales.numel() == 1 ? i8->scales : i8->scales.unsqueeze(1)).to(at::kDouble)
+             : layer.dequantized_weight().to(at::kDouble);
+      const at::Tensor expected = absmax_round_trip(
+          at::linear(absmax_round_trip(x, spec.input_activations), weight, bias.to(at::kDouble)), spec.output_activations);
+      EXPECT_TRUE(test::tensors_close(y, expected, 1e-12, 1e-12));
+      ++checked;
+      EXPECT_EQ(layer.engines_used(), std::set<std::string>{"float64 reference on cpu"});
+    }
+  }
+  EXPECT_EQ(checked, 15);  // 7 schemes with a kernel path on both paths, int8-fine on the reference
+}
+
+}  // namespace
+}  // namespace qeval
