@@ -116,6 +116,17 @@ void jitter_quantised_inputs(EvalScheme& scheme, std::uint64_t seed, double eps)
         wrapped.replace_linear(named.name, std::make_shared<RoundingJitter>(named.linear, eps, key_of(named.name), windows));
     return wrapped;
   };
+  if (scheme.rewrite_head) {
+    // A quantised LM head (--quantize-lm-head) rounds its input like any other quantised linear.
+    // Its input is the batch's final-norm output, computed after the last layer's begin_batch, so
+    // the tables are the batch's.
+    auto inner_head = scheme.rewrite_head;
+    scheme.rewrite_head = [eps, windows, inner_head](const std::shared_ptr<const Linear>& full) {
+      std::shared_ptr<const Linear> head = inner_head(full);
+      if (!dynamic_cast<const QuantizedLinear*>(head.get())) return head;
+      return std::shared_ptr<const Linear>(std::make_shared<RoundingJitter>(head, eps, key_of("lm_head"), windows));
+    };
+  }
   auto inner_begin = scheme.begin_batch;
   scheme.begin_batch = [seed, windows, inner_begin](const std::vector<std::int64_t>& indices) {
     // Called before each layer for the same batch: the tables are drawn once per batch.

@@ -1,13 +1,15 @@
 // The rounding band (issue 53): how far a scheme's penalty moves when only the rounding of its
 // float arithmetic changes. `eval --rounding-band K` adds, for each quantised scheme, K variants
-// that differ from it in one thing: every input of a quantised linear is multiplied element-wise
-// by (1 + ε·u), u uniform in [−1, 1] from a generator seeded by (variant seed, window, linear),
-// with ε a few float32 ulps (default 2⁻²²). Any float32 implementation of the layers upstream
-// (another summation order, a fused kernel, another BLAS) moves these inputs by as much, so each
-// variant is as valid an implementation of the scheme as the default; the spread of the variants'
-// penalties is the band. The quantisers then see scales and values that moved by ulps, and every
-// value within that distance of a rounding boundary may round the other way: the noise that a
-// change of summation order shows (docs/rounding-band.md has the measurements).
+// that differ from it in one thing: every input of a quantised linear (the LM head's too, when
+// --quantize-lm-head quantises it) is multiplied element-wise by (1 + ε·u), u uniform in [−1, 1]
+// from a generator seeded by (variant seed, window, linear), with ε a few float32 ulps (default
+// 2⁻²²). Any float32 implementation of the layers upstream (another summation order, a fused
+// kernel, another BLAS) moves these inputs by as much, so each variant is as valid an
+// implementation of the scheme as the default; the spread of the variants' penalties is the band.
+// The quantisers then see scales and values that moved by ulps, and every value within that
+// distance of a rounding boundary may round the other way: the noise that a change of summation
+// order shows (docs/rounding-band.md has the measurements, and qeval's own float64 evaluation as
+// the other implementation they are checked against).
 //
 // The variants run in the same pass as everything else, as ordinary schemes named
 // "<scheme>~r<seed>" whose description says "rounding_band_of" (so shards, --resume and merge

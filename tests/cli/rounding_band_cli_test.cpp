@@ -132,6 +132,28 @@ TEST(RoundingBandCli, Float64EvaluationIsAnImplementationInsideTheBand) {
   EXPECT_GT(largest_move, 1e-5) << "float64 should decide some activation roundings the other way";
 }
 
+// A quantised LM head is an input like any other: a scheme that quantises only the head has a
+// band (its variants' head inputs move by ulps), where before issue 53's follow-up its variants
+// were the scheme itself, bit for bit.
+TEST(RoundingBandCli, AQuantisedLmHeadIsJitteredToo) {
+  Runs runs;
+  test::write_bytes(runs.dir / "head.json", R"({"name": "head-int8", "weights": {"kind": "int8_absmax", "granularity": "tensor"},
+    "input_activations": {"kind": "int8_absmax", "granularity": "tensor"}, "include": ["lm_head"], "quantize_lm_head": true})");
+  const CommandResult r = test::run_qeval(test::kEval + " --data-dir " + test::data_dir().string() +
+                                          " --model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt"
+                                          " --seq-len 256 --max-windows 8 --stats-for none --rounding-band 3 --schemes full," +
+                                          runs.path("head.json") + " --out " + runs.path("head-band.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json record = read_json(runs.path("head-band.json"));
+  const json& band = scheme(record, "head-int8").at("rounding_band");
+  const json& dnll = band.at("delta_nll");
+  ASSERT_EQ(dnll.size(), 4u);
+  int moved = 0;
+  for (std::size_t i = 1; i < dnll.size(); ++i) moved += dnll[i] != dnll[0];
+  EXPECT_GE(moved, 1) << dnll;
+  EXPECT_GT(band.at("delta_nll_sd").get<double>(), 0.0);
+}
+
 bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0 || std::getenv("QEVAL_GNUPLOT"); }
 
 // `plot` of a record with a band: penalties.png, and its data rows carry each scheme's paired ΔNLL,
