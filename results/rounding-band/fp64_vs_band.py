@@ -40,6 +40,8 @@ for pair in sys.argv[1:]:
 ratios.sort()
 n = len(ratios)
 print()
-print(f"{n} schemes: |move| / band median {ratios[n // 2]:.2f}, mean {sum(ratios) / n:.2f}, largest {ratios[-1]:.2f}; "
-      f"{sum(r <= 2 for r in ratios)} of {n} within 2 bands, {sum(r <= 3 for r in ratios)} within 3. "
-      "If fp32 and fp64 were two independent draws with the band's spread, |move| / band would have mean 1.13.")
+rms = (sum(r * r for r in ratios) / n) ** 0.5
+print(f"{n} schemes: |move| / band median {ratios[n // 2]:.2f}, mean {sum(ratios) / n:.2f}, root mean square {rms:.2f}, "
+      f"largest {ratios[-1]:.2f}; {sum(r <= 2 for r in ratios)} of {n} within 2 bands, {sum(r <= 3 for r in ratios)} within 3. "
+      "Were float32 and float64 two independent draws with the band's spread, |move| / band would have mean 1.13 "
+      "(2/√π) and root mean square 1.41 (√2).")
