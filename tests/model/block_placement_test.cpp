@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "common/error.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "model/block.h"
 #include "model/placement.h"
@@ -39,6 +40,31 @@ TEST(BlockPlacement, WithoutLinearSourcesOnlyTheLinearsHoldTheirWeights) {
     const at::Tensor in = at::randn({1, 5, block.linears()[i].linear->in_features()});
     EXPECT_TRUE(dropped.linears()[i].linear->forward(in).equal(block.linears()[i].linear->forward(in)));
   }
+}
+
+// --dtype: fp64 is the CPU's reference arithmetic (rounding bands); half precision is the GPU's.
+// Each refusal names the option, the dtype and the way out.
+TEST(Placement, DtypesEachDeviceTakes) {
+  const at::Device cpu(at::kCPU), gpu(at::kCUDA, 0);
+  EXPECT_EQ(parse_dtype("auto", cpu), at::kFloat);
+  EXPECT_EQ(parse_dtype("fp64", cpu), at::kDouble);
+  EXPECT_EQ(parse_dtype("auto", gpu), at::kHalf);
+  EXPECT_EQ(parse_dtype("bf16", gpu), at::kBFloat16);
+  EXPECT_EQ(dtype_name(at::kDouble), "fp64");
+  auto refusal = [](const std::string& dtype, const at::Device& device) {
+    try {
+      parse_dtype(dtype, device);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::string fp64_on_gpu = refusal("fp64", gpu);
+  EXPECT_NE(fp64_on_gpu.find("--dtype fp64 on cuda:0"), std::string::npos) << fp64_on_gpu;
+  EXPECT_NE(fp64_on_gpu.find("--device cpu"), std::string::npos) << fp64_on_gpu;
+  const std::string fp16_on_cpu = refusal("fp16", cpu);
+  EXPECT_NE(fp16_on_cpu.find("--dtype fp16 on the CPU"), std::string::npos) << fp16_on_cpu;
+  EXPECT_NE(refusal("fp8", cpu).find("expected fp32, fp16, bf16, fp64 or auto"), std::string::npos);
 }
 
 }  // namespace
