@@ -120,7 +120,10 @@ QuantizedLinear::QuantizedLinear(const QuantizedLinear& source, PlacementCache& 
   device_bias_ = cache.move(source.bias_);
   const bool float_gemm = path_ == ExecutionPath::reference ||
                           (w4_ && !kernels::w4_linear_supports(cache.placement().device, compute));
-  if (float_gemm) device_weight_ = cache.move(source.dequantized_weight());
+  if (compute == at::kDouble)
+    device_weight_ = source.float64_weight();  // once per placement, not per forward_float64 call
+  else if (float_gemm)
+    device_weight_ = cache.move(source.dequantized_weight());
   if (source.float_op_) float_op_.emplace(cache.move(source.float_op_->weight()), cache.move(source.float_op_->bias()));
   const std::string dtype = dtype_name(compute);
   if (path_ == ExecutionPath::kernel && int8_)
@@ -376,15 +379,22 @@ at::Tensor QuantizedLinear::forward_quantized(const at::Tensor& x) const {
   return fake_quantize_activations(y, outputs_);
 }
 
+at::Tensor QuantizedLinear::float64_weight() const {
+  // Integer codes times float32 scales are exact in float64, so the weights are exactly the
+  // scheme's; every rounding left is float64's.
+  return int8_ ? int8_->dequantize(at::kDouble) : dequantized_weight().to(at::kDouble);
+}
+
 at::Tensor QuantizedLinear::forward_float64(const at::Tensor& x) const {
   {
     std::lock_guard<std::mutex> lock(log_->mutex);
     log_->engines_used.insert("float64 reference on cpu");
   }
-  // Integer codes times float32 scales are exact in float64, so the weights are exactly the
-  // scheme's; every rounding left is float64's.
-  const at::Tensor w = int8_ ? int8_->dequantize(at::kDouble) : dequantized_weight().to(at::kDouble);
-  const at::Tensor b = bias_.defined() ? bias_.to(at::kDouble) : at::Tensor();
+  // A layer placed for --dtype fp64 made its weight and bias float64 once; one used as built
+  // (tests) makes them here.
+  const bool placed = device_weight_.defined() && device_weight_.scalar_type() == at::kDouble;
+  const at::Tensor w = placed ? device_weight_ : float64_weight();
+  const at::Tensor b = placed ? device_bias_ : bias_.defined() ? bias_.to(at::kDouble) : at::Tensor();
   at::Tensor y = at::linear(fake_quantize_activations(x, inputs_), w, b);
   return fake_quantize_activations(y, outputs_);
 }

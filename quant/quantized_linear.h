@@ -142,6 +142,7 @@ class QuantizedLinear final : public Linear {
   at::Tensor forward_int8_kernel(const at::Tensor& x) const;
   // `--dtype fp64` on the CPU: the scheme's maths with float64 arithmetic (docs/rounding-band.md).
   at::Tensor forward_float64(const at::Tensor& x) const;
+  at::Tensor float64_weight() const;  // [out, in], exact
 
   std::string name_;
   QuantSpec weights_, inputs_, outputs_;
