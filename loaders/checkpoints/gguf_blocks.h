@@ -31,7 +31,9 @@ enum class GgmlType : std::uint32_t {
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  IQ4_NL = 20,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 using ggml_half = std::uint16_t;  // IEEE binary16 bits
@@ -41,6 +43,8 @@ constexpr int QK4_1 = 32;
 constexpr int QK5_0 = 32;
 constexpr int QK5_1 = 32;
 constexpr int QK8_0 = 32;
+constexpr int QK4_NL = 32;
+constexpr int QK_MXFP4 = 32;
 constexpr int QK_K = 256;         // the K-quants' super-block
 constexpr int K_SCALE_SIZE = 12;  // Q4_K/Q5_K: 8 six-bit scales + 8 six-bit mins
 
@@ -91,6 +95,32 @@ struct block_q8_0 {
   std::int8_t qs[QK8_0];
 };
 static_assert(sizeof(block_q8_0) == sizeof(ggml_half) + QK8_0, "wrong q8_0 block size/padding");
+
+// IQ4_NL: 18 bytes. x[j] = d * kvalues_iq4nl[nibble], a fixed non-uniform 16-value grid;
+// nibbles as Q4_0 (low = x[0..15], high = x[16..31]).
+//   | d fp16 | qs[16] |
+struct block_iq4_nl {
+  ggml_half d;
+  std::uint8_t qs[QK4_NL / 2];
+};
+static_assert(sizeof(block_iq4_nl) == sizeof(ggml_half) + QK4_NL / 2, "wrong iq4_nl block size/padding");
+
+// The IQ4_NL grid (ggml-common.h kvalues_iq4nl).
+inline constexpr std::int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                  1,    13,   25,  38,  53,  69,  89,  113};
+
+// MXFP4: 17 bytes. x[j] = e8m0_to_fp32_half(e) * kvalues_mxfp4[nibble]: the FP4 (E2M1) values
+// doubled (so that they are integers) times half the E8M0 scale 2^(e - 127); nibbles as Q4_0.
+// Every e (0..255) is a power of two here: ggml gives 0xFF no NaN meaning.
+//   | e uint8 (E8M0) | qs[16] |
+struct block_mxfp4 {
+  std::uint8_t e;
+  std::uint8_t qs[QK_MXFP4 / 2];
+};
+static_assert(sizeof(block_mxfp4) == 1 + QK_MXFP4 / 2, "wrong mxfp4 block size/padding");
+
+// E2M1 values times two, sign in bit 3 (ggml-common.h kvalues_mxfp4).
+inline constexpr std::int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // ---- 256-element super-blocks (K-quants): 16 sub-blocks of 16 or 8 of 32, each with its own
 // integer scale (and min) that multiplies the fp16 super-block scale d (and dmin) ----
@@ -163,6 +193,10 @@ static_assert(sizeof(block_q6_K) == sizeof(ggml_half) + QK_K / 16 + 3 * QK_K / 4
 // kept as they are, signalling ones included, as numpy's software conversion does.
 float fp16_to_fp32(ggml_half h);
 
+// 2^(e - 128), exact: half the E8M0 scale (ggml-impl.h ggml_e8m0_to_fp32_half); e < 2 give
+// the float32 subnormals 2^-128 and 2^-127.
+float e8m0_to_fp32_half(std::uint8_t e);
+
 // Q4_K/Q5_K: sub-block j's 6-bit scale and min (ggml-quants.c get_scale_min_k4).
 //   bytes 0-3: sc 0-3 (bits 0-5), top 2 bits of sc 4-7     bytes 8-11: sc 4-7 (lo nibble),
 //   bytes 4-7: m 0-3 (bits 0-5),  top 2 bits of m 4-7                  m 4-7 (hi nibble)
@@ -174,6 +208,8 @@ void dequantize_block(const block_q4_1& x, float* y);
 void dequantize_block(const block_q5_0& x, float* y);
 void dequantize_block(const block_q5_1& x, float* y);
 void dequantize_block(const block_q8_0& x, float* y);
+void dequantize_block(const block_iq4_nl& x, float* y);
+void dequantize_block(const block_mxfp4& x, float* y);
 void dequantize_block(const block_q2_K& x, float* y);
 void dequantize_block(const block_q3_K& x, float* y);
 void dequantize_block(const block_q4_K& x, float* y);
@@ -190,7 +226,7 @@ struct GgmlBlockSize {
 };
 
 // Whether qeval turns this type into float32: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4.
 bool ggml_type_dequantizable(std::uint32_t type);
 GgmlBlockSize ggml_block_size(std::uint32_t type);  // throws for a type that is not dequantisable
 // The list above, for error messages.

@@ -5,6 +5,7 @@
 //
 // Float operations, in the order both ggml and gguf-py (numpy float32) perform them:
 //   * fp16 scales are widened exactly; the integers become float32 exactly;
+//   * IQ4_NL: d * grid value; MXFP4: grid value * 2^(e - 128);
 //   * Q4_1/Q5_1: (d * q) + m; K-quants: d1 = d * sc and m1 = dmin * m once per sub-block, then
 //     (d1 * q) - m1; Q6_K: (d * sc) * q, left to right.
 // Every product here is exact in float32: d has at most 11 significant bits and the integers
@@ -124,6 +125,29 @@ void dequantize_block(const block_q5_1& x, float* y) {
 void dequantize_block(const block_q8_0& x, float* y) {
   const float d = fp16_to_fp32(x.d);
   for (int j = 0; j < QK8_0; ++j) y[j] = static_cast<float>(x.qs[j]) * d;
+}
+
+void dequantize_block(const block_iq4_nl& x, float* y) {
+  const float d = fp16_to_fp32(x.d);
+  for (int j = 0; j < QK4_NL / 2; ++j) {
+    y[j] = d * static_cast<float>(kvalues_iq4nl[x.qs[j] & 0x0F]);
+    y[j + QK4_NL / 2] = d * static_cast<float>(kvalues_iq4nl[x.qs[j] >> 4]);
+  }
+}
+
+float e8m0_to_fp32_half(std::uint8_t e) {
+  const std::uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<std::uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+void dequantize_block(const block_mxfp4& x, float* y) {
+  const float d = e8m0_to_fp32_half(x.e);
+  for (int j = 0; j < QK_MXFP4 / 2; ++j) {
+    y[j] = static_cast<float>(kvalues_mxfp4[x.qs[j] & 0x0F]) * d;
+    y[j + QK_MXFP4 / 2] = static_cast<float>(kvalues_mxfp4[x.qs[j] >> 4]) * d;
+  }
 }
 
 // ---- K-quants ----
@@ -280,6 +304,8 @@ bool block_size(std::uint32_t type, GgmlBlockSize* out) {
     case GgmlType::Q4_K: *out = block_size_of<block_q4_K>(QK_K); return true;
     case GgmlType::Q5_K: *out = block_size_of<block_q5_K>(QK_K); return true;
     case GgmlType::Q6_K: *out = block_size_of<block_q6_K>(QK_K); return true;
+    case GgmlType::IQ4_NL: *out = block_size_of<block_iq4_nl>(QK4_NL); return true;
+    case GgmlType::MXFP4: *out = block_size_of<block_mxfp4>(QK_MXFP4); return true;
   }
   return false;
 }
@@ -292,7 +318,7 @@ bool ggml_type_dequantizable(std::uint32_t type) {
 }
 
 const char* ggml_dequantizable_types() {
-  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
+  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4";
 }
 
 GgmlBlockSize ggml_block_size(std::uint32_t type) {
@@ -344,6 +370,8 @@ void dequantize_ggml(std::uint32_t type, const void* bytes, std::uint64_t n_byte
     case GgmlType::Q4_K: return dequantize_blocks<block_q4_K>(src, n_blocks, s.elements, out);
     case GgmlType::Q5_K: return dequantize_blocks<block_q5_K>(src, n_blocks, s.elements, out);
     case GgmlType::Q6_K: return dequantize_blocks<block_q6_K>(src, n_blocks, s.elements, out);
+    case GgmlType::IQ4_NL: return dequantize_blocks<block_iq4_nl>(src, n_blocks, s.elements, out);
+    case GgmlType::MXFP4: return dequantize_blocks<block_mxfp4>(src, n_blocks, s.elements, out);
   }
 }
 

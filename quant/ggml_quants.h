@@ -1,0 +1,68 @@
+// llama.cpp's quantisers (the rules: quant/ggml_types.h) and their dequantisers, one row at a time.
+//
+// quantize_row_<type>(x, blocks, n): x[0..n) float32, n a multiple of the type's block (32 for
+// Q4_0..Q8_0, IQ4_NL and MXFP4; 256 for the K-quants); writes n / block ggml blocks, the exact
+// bytes llama.cpp's ggml_quantize_chunk writes for that row without an importance matrix.
+// dequantize_row_<type>(blocks, y, n): the inverse, y[0..n) (the GGUF reader's dequantisers).
+// `blocks` needs no alignment. Plain C++ without ATen, so that other code can quantise single
+// 32-value blocks (Q8_0, Q4_0: n = 32). Blocks never depend on each other, so splitting rows
+// across threads or calls cannot change a byte.
+//
+// MXFP4 here is llama.cpp's MXFP4, not OCP's. Both take the block scale 2^(floor(log2 amax) - 2)
+// and saturate at 6; they differ on exact ties between two FP4 values (in units of the scale):
+// llama.cpp takes the first of the two in ggml's table order, i.e. the one nearer zero
+// (0.75 -> 0.5, 1.75 -> 1.5, 3.5 -> 3), where the OCP Microscaling spec rounds to nearest even
+// (0.75 -> 1, 1.75 -> 2, 3.5 -> 4); on the other ties (0.25, 1.25, 2.5, 5) they agree. A scheme
+// that means OCP's MXFP4 must not use these functions.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "quant/ggml_types.h"
+
+namespace qeval {
+
+void quantize_row_q4_0(const float* x, void* blocks, std::int64_t n);
+void quantize_row_q4_1(const float* x, void* blocks, std::int64_t n);
+void quantize_row_q5_0(const float* x, void* blocks, std::int64_t n);
+void quantize_row_q5_1(const float* x, void* blocks, std::int64_t n);
+void quantize_row_q8_0(const float* x, void* blocks, std::int64_t n);
+void quantize_row_q2_K(const float* x, void* blocks, std::int64_t n);
+void quantize_row_q3_K(const float* x, void* blocks, std::int64_t n);
+void quantize_row_q4_K(const float* x, void* blocks, std::int64_t n);
+void quantize_row_q5_K(const float* x, void* blocks, std::int64_t n);
+void quantize_row_q6_K(const float* x, void* blocks, std::int64_t n);
+void quantize_row_iq4_nl(const float* x, void* blocks, std::int64_t n);
+void quantize_row_mxfp4(const float* x, void* blocks, std::int64_t n);
+
+void dequantize_row_q4_0(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_q4_1(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_q5_0(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_q5_1(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_q8_0(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_q2_K(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_q3_K(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_q4_K(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_q5_K(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_q6_K(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_iq4_nl(const void* blocks, float* y, std::int64_t n);
+void dequantize_row_mxfp4(const void* blocks, float* y, std::int64_t n);
+
+// By type: rows × row_length values (row-major) into rows × row_length / block blocks,
+// threaded over rows (at::parallel_for). Throws naming the type when row_length is not a
+// multiple of its block or the type is not one qeval quantises to.
+void quantize_rows_ggml(GgmlType type, const float* x, void* blocks, std::int64_t rows, std::int64_t row_length);
+void dequantize_rows_ggml(GgmlType type, const void* blocks, float* y, std::int64_t rows, std::int64_t row_length);
+
+// w: [N, K] float32 (contiguous or not, CPU) -> the [N, K] float32 that a GGUF of type t holds
+// for it: each row quantised as llama.cpp does, then dequantised. K must be a multiple of t's
+// block (32 or 256); the error names the type, K and the block.
+at::Tensor quantize_dequantize_ggml(const at::Tensor& w, GgmlType t);
+
+// w: [N, K] float32 -> [N, K / block * block_bytes] uint8, the type's blocks row by row (the
+// bytes of a GGUF tensor of that type).
+at::Tensor quantize_ggml(const at::Tensor& w, GgmlType t);
+
+}  // namespace qeval

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Makes tests/quant/fixtures/ggml_quants_llamacpp.json: rows quantised by llama.cpp itself.
+
+Calls libggml's ggml_quantize_chunk(type, src, dst, 0, rows, row_length, imatrix = NULL) through
+ctypes, from llama-cpp-python 0.3.36 (which vendors llama.cpp 0c1e57098), for every type qeval
+writes; tests/quant/ggml_quants_test.cpp (GgmlQuantFixtures) compares qeval's bytes to these.
+
+The rows are not stored: both sides make them from (kind, seed, count, scale_exp) with the same
+integer generator (splitmix64; three 20-bit fields summed, times 2^(scale_exp - 20), times 8 for
+one value in 16), exact in float32, so only the quantised bytes (hex) are committed.
+
+  python3 -m venv /work/cache/llamacpp-venv
+  /work/cache/llamacpp-venv/bin/pip install llama-cpp-python==0.3.36 numpy
+  /work/cache/llamacpp-venv/bin/python tests/oracle/make_ggml_quant_fixtures.py [OUT.json]
+
+llama.cpp on x86-64 compiles ggml-quants.c without FMA; fixtures made on another architecture
+could differ in the last bit of a sum, and so in a chosen scale (quant/ggml_types.h).
+"""
+import ctypes
+import glob
+import json
+import os
+import platform
+import sys
+
+import numpy as np
+
+GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12,
+              "Q5_K": 13, "Q6_K": 14, "IQ4_NL": 20, "MXFP4": 39}
+BLOCK = {name: (256 if name.endswith("_K") else 32) for name in GGML_TYPES}
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(state):
+    while True:
+        state = (state + 0x9E3779B97F4A7C15) & MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        yield z ^ (z >> 31)
+
+
+def value(u, scale_exp):
+    m = sum(((u >> (20 * k)) & 0xFFFFF) - 0x80000 for k in range(3))
+    x = np.float32(np.ldexp(np.float64(m), scale_exp - 20))  # |m| < 2^21: exact
+    if (u >> 60) == 0:
+        x = np.float32(x * np.float32(8))
+    return x
+
+
+def rows_of(kind, seed, n, scale_exp):
+    rng = splitmix64(seed)
+    out = np.zeros(n, dtype=np.float32)
+    for i in range(n):
+        u = next(rng)
+        if kind == "gauss":
+            out[i] = value(u, scale_exp)
+        elif kind == "sparse":
+            out[i] = value(u, scale_exp) if (u >> 60) == 0 else 0.0
+        elif kind == "zeros":
+            out[i] = 0.0
+        elif kind == "const":
+            out[i] = np.float32(np.ldexp(-0.75 if seed % 2 else 0.75, scale_exp))
+        else:
+            raise SystemExit(f"unknown kind {kind}")
+    return out
+
+
+def cases():
+    seed = 1
+    out = []
+    for name in GGML_TYPES:
+        b = BLOCK[name]
+        shapes = [("gauss", 1, b, 0), ("gauss", 2, 2 * b, -6), ("gauss", 1, b, 14), ("gauss", 3, b, -20),
+                  ("sparse", 1, 2 * b, -3), ("zeros", 1, b, 0), ("const", 1, b, -2), ("const", 1, b, 5)]
+        if b == 32:  # rows of 32·k that are not multiples of 256
+            shapes += [("gauss", 2, 96, -1), ("gauss", 1, 160, 3)]
+        for kind, rows, row_length, scale_exp in shapes:
+            out.append({"type": name, "kind": kind, "seed": seed, "rows": rows, "row_length": row_length,
+                        "scale_exp": scale_exp})
+            seed += 1
+    return out
+
+
+def find_libggml_base():
+    import llama_cpp  # noqa: F401  (the installed package's folder holds the libraries)
+    folder = os.path.dirname(llama_cpp.__file__)
+    for pattern in ("lib/libggml-base.so*", "lib/libggml-base.dylib", "**/libggml-base.so*"):
+        found = sorted(glob.glob(os.path.join(folder, pattern), recursive=True))
+        if found:
+            return found[0]
+    raise SystemExit(f"libggml-base not found under {folder}")
+
+
+def main(argv):
+    out_path = argv[0] if argv else os.path.join(os.path.dirname(__file__), "..", "quant", "fixtures",
+                                                 "ggml_quants_llamacpp.json")
+    import importlib.metadata
+    version = importlib.metadata.version("llama_cpp_python")
+    if version != "0.3.36":
+        raise SystemExit(f"llama-cpp-python {version} is installed; the fixtures pin 0.3.36 (llama.cpp 0c1e57098)")
+    lib = ctypes.CDLL(find_libggml_base())
+    quantize_chunk = lib.ggml_quantize_chunk
+    quantize_chunk.restype = ctypes.c_size_t
+    quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.c_int64, ctypes.c_void_p]
+    row_size = lib.ggml_row_size
+    row_size.restype = ctypes.c_size_t
+    row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
+    result = []
+    for c in cases():
+        t = GGML_TYPES[c["type"]]
+        x = rows_of(c["kind"], c["seed"], c["rows"] * c["row_length"], c["scale_exp"])
+        n_bytes = c["rows"] * row_size(t, c["row_length"])
+        dst = np.zeros(n_bytes, dtype=np.uint8)
+        written = quantize_chunk(t, x.ctypes.data, dst.ctypes.data, 0, c["rows"], c["row_length"], None)
+        if written != n_bytes:
+            raise SystemExit(f"{c}: ggml_quantize_chunk wrote {written} bytes, expected {n_bytes}")
+        result.append(dict(c, bytes=dst.tobytes().hex()))
+    doc = {
+        "what": "rows quantised by llama.cpp's ggml_quantize_chunk (imatrix NULL); see the generating script",
+        "generator": "tests/oracle/make_ggml_quant_fixtures.py",
+        "llama_cpp_python": version,
+        "llama_cpp_commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+        "machine": platform.machine(),
+        "cases": result,
+    }
+    with open(out_path, "w") as f:
+        json.dump(doc, f, indent=0)
+        f.write("\n")
+    print(f"{out_path}: {len(result)} cases, {sum(len(c['bytes']) // 2 for c in result)} bytes")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
