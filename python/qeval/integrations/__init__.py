@@ -1,0 +1,1 @@
+"""Integrations of qeval with training libraries (transformers)."""

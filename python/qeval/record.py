@@ -1,0 +1,332 @@
+"""Result records as pandas DataFrames.
+
+A record is verified by the qeval binary before anything here reads it: ``Record.load`` runs
+``qeval compare PATH --format json`` (series records: the same command gives their trajectory), and
+a record the binary refuses raises QevalError with the binary's words. The binary's own tables are
+used wherever it offers them (``compare --format json``: headline statistics and the Table 3
+ΔPPL columns; ``compare --timings --format json``; a series' trajectory; the rounding band of
+``compare``'s Markdown). What the binary prints only for a terminal (the per-scheme table of
+``eval``) is read as stored in the verified record: values are taken as they are, none is
+recomputed and no check of the binary is repeated here.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from ._binary import PathLike, QevalError, run
+
+__all__ = ["Record", "compare"]
+
+
+def _pandas():
+    try:
+        import pandas as pd  # type: ignore
+    except ImportError as e:  # pragma: no cover - pandas is a dependency
+        raise ImportError("qeval's DataFrames need pandas: pip install pandas") from e
+    return pd
+
+
+def _number(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+
+def _get(j: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(j, dict) or key not in j:
+            return None
+        j = j[key]
+    return j
+
+
+_BAND_ROW = re.compile(r"^\| (?P<label>.*?) \| (?P<scheme>[^|]+?) \| (?P<dnll>\S+) ± (?P<se>\S+) ± (?P<band>\S+) \| "
+                       r"(?P<range>\S+) \| (?P<variants>\d+) \| (?P<eps>\S+) \|")
+
+
+def _statistic_name(path: Sequence[str]) -> str:
+    """hidden.kurtosis.per_layer.first → kurtosis_first; attention.entropy_per_layer → entropy (the
+    names `qeval compare --format json` gives the headline statistics)."""
+    parts = [p for p in path[1:] if p != "per_layer"]
+    if parts and parts[-1].endswith("_per_layer"):
+        parts[-1] = parts[-1][: -len("_per_layer")]
+    return "_".join(parts)
+
+
+class Record:
+    """One result record (``qeval eval --out``, a series record, a sensitivity record), verified by
+    the binary on load."""
+
+    def __init__(self, path: PathLike, summary: Dict[str, Any], data: Dict[str, Any], binary: Optional[str] = None,
+                 stdout: str = ""):
+        self.path = Path(path)
+        self.binary = binary
+        self.summary = summary  # what `qeval compare --format json` printed for it
+        self._data = data
+        self.stdout = stdout  # what the run that made it printed (qeval.evaluate), else ""
+        self._timings = None
+        self._band = None
+        self._figures: Optional[List[Path]] = None
+
+    # -- loading -------------------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: PathLike, binary: Optional[PathLike] = None, allow_partial: bool = False) -> "Record":
+        """Reads and verifies a record through the binary; QevalError when it refuses it."""
+        args = ["compare", os.fspath(path), "--format", "json"]
+        if allow_partial:
+            args.append("--allow-partial")
+        summary = json.loads(run(args, binary).stdout)
+        # The binary has read and verified this file; its fields are now read as stored.
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return cls(path, summary, data, None if binary is None else os.fspath(binary))
+
+    @property
+    def kind(self) -> str:
+        """"series", "sensitivity" or "eval"."""
+        if "runs" in self.summary:
+            return "series"
+        return "sensitivity" if "sensitivity" in self._data else "eval"
+
+    @property
+    def label(self) -> str:
+        if self.kind == "series":
+            return self.summary["runs"][0]["label"]
+        return self.summary["rows"][0]["model"]
+
+    @property
+    def raw(self) -> Dict[str, Any]:
+        """The verified record as parsed JSON (read-only by convention)."""
+        return self._data
+
+    def _run(self, args: Iterable[PathLike]):
+        return run(list(args), self.binary)
+
+    def _eval_only(self, what: str) -> None:
+        if self.kind == "series":
+            raise ValueError(f"{self.path}: a series record has no {what} of its own; use series(), or "
+                             "Record.load() on one of its checkpoints' records")
+
+    def _schemes(self) -> List[Dict[str, Any]]:
+        return [s for s in self._data.get("schemes", [])
+                if not (isinstance(s.get("description"), dict) and "rounding_band_of" in s["description"])]
+
+    # -- tables --------------------------------------------------------------------------------------------------
+    def headline(self) -> Dict[str, Any]:
+        """The binary's comparison row for this record (`qeval compare --format json`): PPL of full
+        precision, the headline statistics, ΔPPL of the Table 3 presets."""
+        self._eval_only("comparison row")
+        return self.summary["rows"][0]
+
+    def _bands(self) -> Dict[str, float]:
+        """Each scheme's rounding band (σ of its paired ΔNLL over its rounding variants) as the
+        binary prints it in `compare`'s Markdown; empty when the record has none."""
+        if self._band is None:
+            self._band = {}
+            if any(isinstance(s.get("description"), dict) and "rounding_band_of" in s["description"]
+                   for s in self._data.get("schemes", [])):
+                text = self._run(["compare", self.path, "--allow-partial"]).stdout
+                section = text.split("Rounding band", 1)[1] if "Rounding band" in text else ""
+                for line in section.splitlines():
+                    m = _BAND_ROW.match(line)
+                    if m:
+                        self._band[m.group("scheme").strip()] = float(m.group("band"))
+        return self._band
+
+    def penalties(self):
+        """One row per scheme: PPL ± (95 % half-width) and se of the NLL, ΔPPL and ΔPPL %, the paired
+        ΔNLL ± se (± rounding band where the record has one), KL(full‖q), top-1 agreement,
+        Δp(correct), tokens/s."""
+        self._eval_only("penalties")
+        pd = _pandas()
+        bands = self._bands()
+        rows = []
+        for s in self._schemes():
+            p, v = s.get("perplexity") or {}, s.get("vs_full") or {}
+            rows.append({
+                "scheme": s["name"],
+                "execution": _get(s, "description", "execution"),
+                "ppl": _number(p.get("ppl")),
+                "ppl_pm": _number(p.get("ppl_pm")),
+                "nll_mean": _number(p.get("nll_mean")),
+                "nll_se": _number(p.get("nll_se")),
+                "dppl": _number(v.get("dppl")),
+                "dppl_pct": 100 * _number(v.get("dppl_rel")),
+                "paired_dnll_mean": _number(v.get("paired_dnll_mean")),
+                "paired_dnll_se": _number(v.get("paired_dnll_se")),
+                "rounding_band": bands.get(s["name"], math.nan),
+                "kl_mean": _number(v.get("kl_mean")),
+                "top1_agreement": _number(v.get("top1_agreement")),
+                "dp_correct_mean": _number(v.get("dp_correct_mean")),
+                "tokens": p.get("tokens"),
+                "tokens_per_second": _number(_get(s, "timing", "tokens_per_second")),
+            })
+        return pd.DataFrame(rows).set_index("scheme")
+
+    def statistics(self, per_layer: bool = False):
+        """The outlier and attention statistics of each scheme that collected them. per_layer=False:
+        one row per scheme, the headline values (named as `qeval compare --format json` names them:
+        kurtosis_first, max_abs_rest, first_attn_pct, sink_rate_pct, entropy, ...). per_layer=True:
+        one row per (scheme, layer), a column per per-layer statistic."""
+        self._eval_only("statistics")
+        pd = _pandas()
+        rows = []
+        for s in self._schemes():
+            st = s.get("statistics")
+            if not isinstance(st, dict):
+                continue
+            values: Dict[str, Any] = {}
+
+            def walk(j: Any, path: List[str]) -> None:
+                if isinstance(j, dict):
+                    for k, v in j.items():
+                        walk(v, path + [k])
+                elif per_layer and isinstance(j, list) and j and all(isinstance(x, (int, float)) for x in j) and \
+                        ("per_layer" in path or path[-1].endswith("_per_layer")):
+                    values[_statistic_name(path)] = j
+                elif not per_layer and isinstance(j, (int, float)) and not isinstance(j, bool) and len(path) > 1:
+                    values[_statistic_name(path)] = j
+
+            for group in ("hidden", "attention", "ssm", "selection"):
+                if group in st:
+                    walk(st[group], [group])
+            for k, v in st.items():  # groups this package does not know by name are shown too
+                if k not in ("hidden", "attention", "ssm", "selection") and isinstance(v, dict):
+                    walk(v, [k])
+            if per_layer:
+                n = max((len(v) for v in values.values()), default=0)
+                for layer in range(n):
+                    row = {"scheme": s["name"], "layer": layer}
+                    row.update({k: (_number(v[layer]) if layer < len(v) else math.nan) for k, v in values.items()})
+                    rows.append(row)
+            else:
+                rows.append({"scheme": s["name"], **values})
+        df = pd.DataFrame(rows)
+        if df.empty:
+            return df
+        return df.set_index(["scheme", "layer"] if per_layer else "scheme")
+
+    def timings(self):
+        """Where the run's time went by phase, in seconds (`qeval compare --timings --format json`)."""
+        self._eval_only("timings")
+        pd = _pandas()
+        if self._timings is None:
+            self._timings = json.loads(self._run(["compare", self.path, "--timings", "--format", "json",
+                                                  "--allow-partial"]).stdout)["timings"]
+        rows = []
+        for r in self._timings:
+            t = r.get("timings") or {}
+            row = {"model": r["model"], "total": _number(t.get("total_s"))}
+            row.update({k: _number(v) for k, v in (t.get("phases") or {}).items()})
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("model")
+
+    def series(self):
+        """A series record's trajectory, one row per (step, scheme), as `qeval compare` gives it:
+        tokens, lr, val_loss, PPL of full precision, each scheme's ΔPPL and paired ΔNLL ± se, and
+        the headline statistics of the step."""
+        if self.kind != "series":
+            raise ValueError(f"{self.path}: not a series record (qeval eval --model FOLDER-OF-CHECKPOINTS)")
+        pd = _pandas()
+        rows = []
+        for run_ in self.summary["runs"]:
+            for r in run_["rows"]:
+                common = {k: v for k, v in r.items() if k != "penalties"}
+                for scheme, p in (r.get("penalties") or {}).items():
+                    rows.append({"run": run_["label"], **common, "scheme": scheme,
+                                 **{k: _number(v) for k, v in p.items()}})
+        df = pd.DataFrame(rows)
+        return df.set_index(["step", "scheme"]) if not df.empty else df
+
+    def sensitivity(self):
+        """A sensitivity record's units (`qeval sensitivity --out`), sorted by harm as the binary
+        ranked them: ΔNLL ± se, ΔPPL %, the first-token share, input kurtosis."""
+        if "sensitivity" not in self._data:
+            raise ValueError(f"{self.path}: not a sensitivity record (qeval sensitivity --out)")
+        pd = _pandas()
+        rows = []
+        for u in self._data["sensitivity"].get("units", []):
+            row: Dict[str, Any] = {}
+
+            def flat(j: Any, prefix: str) -> None:
+                for k, v in j.items():
+                    if isinstance(v, dict):
+                        flat(v, f"{prefix}{k}_")
+                    elif not isinstance(v, list):
+                        row[prefix + k] = v
+
+            flat(u, "")
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        return df.set_index("rank") if "rank" in df else df
+
+    # -- figures and notebooks -----------------------------------------------------------------------------------
+    def figures(self, out: Optional[PathLike] = None) -> List[Path]:
+        """Draws the record's figures with `qeval plot` (gnuplot) into ``out`` (a temporary folder by
+        default) and returns the PNGs; empty when the binary cannot draw (no gnuplot)."""
+        if self._figures is not None and out is None:
+            return self._figures
+        folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="qeval-plot-"))
+        try:
+            self._run(["plot", self.path, "--out", folder])
+        except QevalError:
+            return []
+        pngs = sorted(folder.rglob("*.png"))
+        if out is None:
+            self._figures = pngs
+        return pngs
+
+    def _repr_html_(self) -> str:
+        import base64
+
+        title = f"<h4>qeval {html.escape(self.kind)} record: {html.escape(str(self.path))}</h4>"
+        if self.kind == "series":
+            body = self.series().to_html(float_format=lambda x: f"{x:.4g}")
+        else:
+            body = self.penalties().drop(columns=["nll_mean", "tokens"]).to_html(float_format=lambda x: f"{x:.5g}")
+        images = ""
+        for png in self.figures()[:6]:
+            data = base64.b64encode(png.read_bytes()).decode("ascii")
+            images += (f'<figure style="display:inline-block;margin:4px"><img src="data:image/png;base64,{data}" '
+                       f'style="max-width:480px"/><figcaption>{html.escape(png.name)}</figcaption></figure>')
+        return title + body + images
+
+    def __repr__(self) -> str:
+        return f"Record({str(self.path)!r}, kind={self.kind!r}, label={self.label!r})"
+
+
+def compare(records: Sequence, binary: Optional[PathLike] = None, allow_protocol_mismatch: bool = False,
+            allow_partial: bool = False, labels: Optional[Sequence[str]] = None):
+    """Several records side by side, the binary's comparison (`qeval compare --format json`): one
+    row per record with the full-precision PPL, the headline statistics and each Table 3 preset's
+    ΔPPL (columns dppl_<scheme>). Records may be paths or Record objects. The binary refuses
+    records measured under different protocols unless allow_protocol_mismatch."""
+    pd = _pandas()
+    paths = [os.fspath(r.path) if isinstance(r, Record) else os.fspath(r) for r in records]
+    args = ["compare", *paths, "--format", "json"]
+    if allow_protocol_mismatch:
+        args.append("--allow-protocol-mismatch")
+    if allow_partial:
+        args.append("--allow-partial")
+    if labels:
+        args += ["--labels", ",".join(labels)]
+    out = json.loads(run(args, binary).stdout)
+    if "runs" in out:  # series records: their trajectories
+        rows = [{"run": r["label"], **{k: v for k, v in row.items() if k != "penalties"},
+                 **{f"{key}_{s}": _number(val) for s, p in (row.get("penalties") or {}).items() for key, val in p.items()}}
+                for r in out["runs"] for row in r["rows"]]
+        return pd.DataFrame(rows).set_index(["run", "step"])
+    rows = []
+    for r in out["rows"]:
+        row = {k: v for k, v in r.items() if k != "dppl"}
+        row.update({f"dppl_{k}": _number(v) for k, v in r["dppl"].items()})
+        rows.append(row)
+    df = pd.DataFrame(rows).set_index("model")
+    df.attrs["protocol_mismatch"] = out.get("protocol_mismatch", False)
+    df.attrs["partial_records"] = out.get("partial_records", False)
+    return df

@@ -1,0 +1,162 @@
+"""The DataFrames equal the binary's own tables, on records committed under results/."""
+import json
+import math
+import subprocess
+
+import pandas as pd
+import pytest
+
+import qeval
+
+STORIES = ["results/posthoc/stories260k/none.json", "results/posthoc/stories260k/rotate.json",
+           "results/posthoc/stories260k/smooth.json"]
+BAND = "results/rounding-band/gemma3-270m-wikitext2-w4.json"
+SERIES = "results/train/trajectory/A128-lr2.5e-3.json"
+SENSITIVITY = "results/posthoc/gemma3-270m/sensitivity-moderate-none.json"
+
+
+def binary_json(binary, *args):
+    done = subprocess.run([binary, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def same(a, b):
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return b is None or (isinstance(b, float) and math.isnan(b))
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def stories(repo, binary):
+    return [qeval.Record.load(repo / p) for p in STORIES]
+
+
+def test_penalties_equal_the_binary_check_table(stories, binary, tmp_path):
+    """PPL and ΔPPL of every scheme as `qeval check --format json` reports them (a record checked
+    against itself with limits that pass everything)."""
+    tolerances = tmp_path / "all.json"
+    tolerances.write_text(json.dumps({"schemes": {"*": {"ppl_abs": 1e9, "dppl_abs": 1e9}}}))
+    for r in stories:
+        report = binary_json(binary, "check", "--baseline", r.path, "--tolerances", tolerances, r.path, "--format", "json")
+        pen = r.penalties()
+        checked = {(i["scheme"], i["quantity"]): i["new"] for i in report["items"]}
+        assert {s for s, _ in checked} == set(pen.index)
+        for scheme, row in pen.iterrows():
+            assert row["ppl"] == checked[(scheme, "PPL")]
+            assert same(row["dppl"], checked.get((scheme, "ΔPPL")))
+
+
+def test_compare_and_headline_statistics_equal_the_binary(stories, binary, repo):
+    table = qeval.compare(stories)
+    out = binary_json(binary, "compare", *[repo / p for p in STORIES], "--format", "json")
+    assert list(table.index) == [row["model"] for row in out["rows"]]
+    for r, row in zip(stories, out["rows"]):
+        pen, st = r.penalties(), r.statistics()
+        assert pen.loc["full", "ppl"] == row["ppl_full"] == table.loc[row["model"], "ppl_full"]
+        for scheme, dppl in row["dppl"].items():
+            assert same(pen["dppl"].get(scheme), dppl)
+            assert same(table.loc[row["model"], f"dppl_{scheme}"], dppl)
+        for key in ("kurtosis_first", "kurtosis_rest", "max_abs_first", "max_abs_rest", "first_attn_pct",
+                    "sink_rate_pct"):
+            assert st.loc["full", key] == row[key], key
+
+
+def test_per_layer_statistics_equal_the_binary_plot_data(stories, binary, has_gnuplot, tmp_path):
+    """Per layer: `qeval plot`'s layer_curves.dat (9 significant digits, layers counted from 1)."""
+    if not has_gnuplot:
+        pytest.skip("no gnuplot: qeval plot writes no data files")
+    for i, r in enumerate(stories):
+        out = tmp_path / str(i)
+        subprocess.run([binary, "plot", r.path, "--out", out], check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        lines = (out / "layer_curves.dat").read_text().splitlines()
+        names = next(l for l in lines if l.startswith("# layer ")).split()[2:]
+        rows = [l.split() for l in lines if l and not l.startswith("#")]
+        st = r.statistics(per_layer=True).loc["full"]
+        assert len(rows) == len(st) > 0
+        for row in rows:
+            layer = int(row[0]) - 1
+            for name, text in zip(names, row[1:]):
+                assert st.loc[layer, name] == pytest.approx(float(text), rel=1e-8, abs=1e-300), (layer, name)
+
+
+def test_timings_equal_the_binary_csv(stories, binary, repo):
+    with_timings = 0
+    for r in stories + [qeval.Record.load(repo / BAND)]:
+        done = subprocess.run([binary, "compare", r.path, "--timings", "--format", "csv"], stdout=subprocess.PIPE,
+                              text=True, check=True)
+        header, *rows = done.stdout.strip().splitlines()
+        names, values = header.split(","), rows[0].split(",")
+        t = r.timings()
+        for name, text in zip(names[1:], values[1:]):
+            column = name[:-2]  # "forward_s" → "forward"
+            if text == "":
+                assert column not in t.columns or math.isnan(t.iloc[0][column])
+            else:  # the CSV rounds to 2 decimals
+                with_timings += 1
+                assert f"{t.iloc[0][column]:.2f}" == text, column
+    assert with_timings > 0
+
+
+def test_series_equals_the_binary_csv(repo, binary):
+    r = qeval.Record.load(repo / SERIES)
+    assert r.kind == "series"
+    s = r.series()
+    done = subprocess.run([binary, "compare", repo / SERIES, "--format", "csv"], stdout=subprocess.PIPE, text=True,
+                          check=True)
+    import io
+    csv = pd.read_csv(io.StringIO(done.stdout))
+    schemes = sorted({c[len("dppl_"):] for c in csv.columns if c.startswith("dppl_")})
+    assert sorted(s.index.get_level_values("scheme").unique()) == schemes
+    checked = 0
+    for _, row in csv.iterrows():
+        for scheme in schemes:
+            ours = s.loc[(row["step"], scheme)]
+            for column, key in (("dppl", "dppl"), ("dnll", "paired_dnll_mean"), ("dnll_se", "paired_dnll_se")):
+                theirs = row[f"{column}_{scheme}"]  # the CSV keeps 15 significant digits
+                assert math.isnan(ours[key]) if pd.isna(theirs) else ours[key] == pytest.approx(theirs, rel=1e-13)
+            assert ours["ppl"] == pytest.approx(row["ppl"], rel=1e-13)
+            checked += 1
+    assert checked == len(s) > 0
+
+
+def test_rounding_band_equals_the_binary_plot_data(repo, binary, has_gnuplot, tmp_path):
+    r = qeval.Record.load(repo / BAND)
+    pen = r.penalties()
+    banded = pen["rounding_band"].dropna()
+    assert len(banded) > 0
+    if not has_gnuplot:
+        pytest.skip("no gnuplot: qeval plot cannot write penalties.dat")
+    subprocess.run([binary, "plot", repo / BAND, "--out", tmp_path], check=True, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE)
+    rows = [l.split() for l in (tmp_path / "penalties.dat").read_text().splitlines() if l and not l.startswith("#")]
+    for _, scheme, mean, se, band, _record in rows:
+        assert float(mean) == pytest.approx(pen.loc[scheme, "paired_dnll_mean"], rel=1e-8)
+        assert float(se) == pytest.approx(pen.loc[scheme, "paired_dnll_se"], rel=1e-8)
+        if band != "NaN":  # the Markdown rounds the band to 5 decimals, the data file keeps 9 digits
+            assert pen.loc[scheme, "rounding_band"] == pytest.approx(float(band), abs=5e-6)
+
+
+def test_sensitivity(repo):
+    r = qeval.Record.load(repo / SENSITIVITY)
+    s = r.sensitivity()
+    assert len(s) > 0 and s.index.name == "rank"
+    assert list(s.index) == sorted(s.index)
+
+
+def test_a_record_the_binary_refuses_raises_its_message(repo, tmp_path):
+    bad = json.loads((repo / STORIES[0]).read_text())
+    bad["schemes"][1]["perplexity"]["ppl"] *= 1.01  # no longer what its per-window rows say
+    path = tmp_path / "tampered.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(qeval.QevalError) as e:
+        qeval.Record.load(path)
+    assert e.value.returncode == 2
+    assert "tampered.json" in e.value.message
+
+
+def test_html_view(stories, has_gnuplot):
+    html = stories[0]._repr_html_()
+    assert "<table" in html and "int8-coarse" in html
+    if has_gnuplot:
+        assert "data:image/png;base64," in html
