@@ -125,17 +125,29 @@ class Record:
 
     def _bands(self) -> Dict[str, float]:
         """Each scheme's rounding band (σ of its paired ΔNLL over its rounding variants) as the
-        binary prints it in `compare`'s Markdown; empty when the record has none."""
+        binary gives it: `qeval plot`'s penalties.dat (9 significant digits) where gnuplot is
+        installed, else `qeval compare`'s Markdown (5 decimals). Empty when the record has none."""
         if self._band is None:
             self._band = {}
             if any(isinstance(s.get("description"), dict) and "rounding_band_of" in s["description"]
                    for s in self._data.get("schemes", [])):
-                text = self._run(["compare", self.path, "--allow-partial"]).stdout
-                section = text.split("Rounding band", 1)[1] if "Rounding band" in text else ""
-                for line in section.splitlines():
-                    m = _BAND_ROW.match(line)
-                    if m:
-                        self._band[m.group("scheme").strip()] = float(m.group("band"))
+                with tempfile.TemporaryDirectory(prefix="qeval-band-") as folder:
+                    try:
+                        self._run(["plot", self.path, "--out", folder])
+                        rows = (Path(folder) / "penalties.dat").read_text().splitlines()
+                    except (QevalError, OSError):
+                        rows = []
+                for line in rows:
+                    words = line.split()
+                    if len(words) == 6 and not line.startswith("#") and words[4] != "NaN":
+                        self._band[words[1]] = float(words[4])
+                if not self._band:
+                    text = self._run(["compare", self.path, "--allow-partial"]).stdout
+                    section = text.split("Rounding band", 1)[1] if "Rounding band" in text else ""
+                    for line in section.splitlines():
+                        m = _BAND_ROW.match(line)
+                        if m:
+                            self._band[m.group("scheme").strip()] = float(m.group("band"))
         return self._band
 
     def penalties(self):
@@ -206,10 +218,8 @@ class Record:
                     rows.append(row)
             else:
                 rows.append({"scheme": s["name"], **values})
-        df = pd.DataFrame(rows)
-        if df.empty:
-            return df
-        return df.set_index(["scheme", "layer"] if per_layer else "scheme")
+        keys = ["scheme", "layer"] if per_layer else ["scheme"]
+        return pd.DataFrame(rows, columns=None if rows else keys).set_index(keys if per_layer else "scheme")
 
     def timings(self):
         """Where the run's time went by phase, in seconds (`qeval compare --timings --format json`)."""
@@ -327,6 +337,12 @@ def compare(records: Sequence, binary: Optional[PathLike] = None, allow_protocol
         row.update({f"dppl_{k}": _number(v) for k, v in r["dppl"].items()})
         rows.append(row)
     df = pd.DataFrame(rows).set_index("model")
+    # The binary's CSV order (JSON objects come sorted); a preset no record evaluated is left out, as there.
+    first = [c for c in ("record", "partial", "softmax1", "orthoadam", "optimizer", "ppl_full", "kurtosis_first",
+                         "kurtosis_rest", "max_abs_first", "max_abs_rest", "first_attn_pct", "sink_rate_pct") if c in df]
+    dppl = [f"dppl_{k}" for k in out["rows"][0]["dppl"]] if out["rows"] else []
+    dppl = [c for c in dppl if df[c].notna().any()]
+    df = df[first + dppl + [c for c in df.columns if c not in first and not c.startswith("dppl_")]]
     df.attrs["protocol_mismatch"] = out.get("protocol_mismatch", False)
     df.attrs["partial_records"] = out.get("partial_records", False)
     return df

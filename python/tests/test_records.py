@@ -10,7 +10,7 @@ import qeval
 
 STORIES = ["results/posthoc/stories260k/none.json", "results/posthoc/stories260k/rotate.json",
            "results/posthoc/stories260k/smooth.json"]
-BAND = "results/rounding-band/gemma3-270m-wikitext2-w4.json"
+BAND = "results/rounding-band/gemma3-270m-wikitext2.json"
 SERIES = "results/train/trajectory/A128-lr2.5e-3.json"
 SENSITIVITY = "results/posthoc/gemma3-270m/sensitivity-moderate-none.json"
 
@@ -120,11 +120,22 @@ def test_series_equals_the_binary_csv(repo, binary):
     assert checked == len(s) > 0
 
 
-def test_rounding_band_equals_the_binary_plot_data(repo, binary, has_gnuplot, tmp_path):
+def test_rounding_band_equals_the_binary_tables(repo, binary, has_gnuplot, tmp_path):
+    """The band of every banded scheme: `qeval compare`'s Markdown (5 decimals) and `qeval plot`'s
+    penalties.dat (9 significant digits), with the paired ΔNLL and its se."""
     r = qeval.Record.load(repo / BAND)
     pen = r.penalties()
-    banded = pen["rounding_band"].dropna()
-    assert len(banded) > 0
+    markdown = subprocess.run([binary, "compare", repo / BAND], stdout=subprocess.PIPE, text=True, check=True).stdout
+    banded = 0
+    for line in markdown.split("Rounding band", 1)[1].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 6 and " ± " in cells[2] and cells[2][:1] in "+-":
+            dnll, se, band = cells[2].split(" ± ")
+            p = pen.loc[cells[1]]
+            assert (f"{p['paired_dnll_mean']:+.5f}", f"{p['paired_dnll_se']:.5f}", f"{p['rounding_band']:.5f}") == \
+                (dnll, se, band)
+            banded += 1
+    assert banded == pen["rounding_band"].notna().sum() > 0
     if not has_gnuplot:
         pytest.skip("no gnuplot: qeval plot cannot write penalties.dat")
     subprocess.run([binary, "plot", repo / BAND, "--out", tmp_path], check=True, stdout=subprocess.PIPE,
@@ -133,8 +144,7 @@ def test_rounding_band_equals_the_binary_plot_data(repo, binary, has_gnuplot, tm
     for _, scheme, mean, se, band, _record in rows:
         assert float(mean) == pytest.approx(pen.loc[scheme, "paired_dnll_mean"], rel=1e-8)
         assert float(se) == pytest.approx(pen.loc[scheme, "paired_dnll_se"], rel=1e-8)
-        if band != "NaN":  # the Markdown rounds the band to 5 decimals, the data file keeps 9 digits
-            assert pen.loc[scheme, "rounding_band"] == pytest.approx(float(band), abs=5e-6)
+        assert pen.loc[scheme, "rounding_band"] == pytest.approx(float(band), rel=1e-8)
 
 
 def test_sensitivity(repo):
