@@ -5,8 +5,8 @@
 #   QEVAL_WITH_CUTLASS  auto (default) | ON | OFF
 #   QEVAL_CUTLASS_DIR   a folder holding include/cutlass/cutlass.h and
 #                       tools/util/include/cutlass/util/packed_stride.hpp (a CUTLASS checkout, the
-#                       pip wheel's cutlass_library/source, or .carry/cutlass); empty: look in
-#                       .carry/cutlass, then in python3's nvidia-cutlass wheel (scripts/setup
+#                       pip wheel's cutlass_library/source, or .gpu-bundle/cutlass); empty: look in
+#                       .gpu-bundle/cutlass, then in python3's nvidia-cutlass wheel (scripts/setup
 #                       installs it: `pip install --no-deps nvidia-cutlass==4.2.0.0`).
 #
 # wgmma (Hopper's warpgroup MMA) exists only in the sm_90a target, so these files get
@@ -29,9 +29,9 @@ endfunction()
 if(NOT QEVAL_WITH_CUTLASS STREQUAL "OFF")
   set(cutlass_dir "${QEVAL_CUTLASS_DIR}")
   if(NOT cutlass_dir)
-    qeval_cutlass_usable("${CMAKE_SOURCE_DIR}/.carry/cutlass" carried)
-    if(carried)
-      set(cutlass_dir "${CMAKE_SOURCE_DIR}/.carry/cutlass")
+    qeval_cutlass_usable("${CMAKE_SOURCE_DIR}/.gpu-bundle/cutlass" bundled)
+    if(bundled)
+      set(cutlass_dir "${CMAKE_SOURCE_DIR}/.gpu-bundle/cutlass")
     else()
       # find_spec locates the wheel without importing it (its __init__ wants its Python deps).
       find_package(Python3 COMPONENTS Interpreter QUIET)

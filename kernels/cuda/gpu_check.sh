@@ -6,8 +6,8 @@
 #
 # Needs: nvcc with cuBLASLt; g++; python3 with torch (only for the c10 Half/BFloat16 headers the
 # tests use); GoogleTest headers and static libraries, and the header-only fmt and CLI11, found on
-# the system or under $QEVAL_CARRY (default .carry/) as include/ and lib/. CUTLASS headers for the
-# fused sm90 int8 GEMM (kernels/cuda/sm90/), from $QEVAL_CUTLASS_DIR or $QEVAL_CARRY/cutlass
+# the system or under $QEVAL_GPU_BUNDLE (default .gpu-bundle/) as include/ and lib/. CUTLASS headers for the
+# fused sm90 int8 GEMM (kernels/cuda/sm90/), from $QEVAL_CUTLASS_DIR or $QEVAL_GPU_BUNDLE/cutlass
 # (include/ and tools/util/include/ below it) or python3's nvidia-cutlass wheel; without them the
 # int8 linear builds with its cuBLASLt fallback only, and the script says so.
 #
@@ -20,7 +20,7 @@ set -euo pipefail
 shopt -s nullglob
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:-${OUT:-/tmp/qeval-gpu-check}}"
-carry="${QEVAL_CARRY:-$root/.carry}"
+bundle="${QEVAL_GPU_BUNDLE:-$root/.gpu-bundle}"
 arch="${QEVAL_CUDA_ARCH:-90}"
 jobs="${QEVAL_JOBS:-$(nproc)}"
 build="$(mktemp -d /tmp/qeval-gpu-build.XXXXXX)"
@@ -36,18 +36,18 @@ fi
 torch_include="${QEVAL_TORCH_INCLUDE:-$torch_dir/include}"
 torch_lib="${QEVAL_TORCH_LIB:-$torch_dir/lib}"
 
-# CUTLASS: explicit folder, then the carried copy, then the pip wheel (located without importing it).
+# CUTLASS: explicit folder, then the copy in .gpu-bundle/, then the pip wheel (located without importing it).
 cutlass_usable() { [[ -n $1 && -f $1/include/cutlass/cutlass.h && -f $1/tools/util/include/cutlass/util/packed_stride.hpp ]]; }
 cutlass="${QEVAL_CUTLASS_DIR:-}"
 if [[ ${QEVAL_NO_CUTLASS:-0} == 1 ]]; then
   cutlass=""
 else
-  cutlass_usable "$cutlass" || cutlass="$carry/cutlass"
+  cutlass_usable "$cutlass" || cutlass="$bundle/cutlass"
   cutlass_usable "$cutlass" || cutlass="$(python3 -c "import importlib.util, os; s = importlib.util.find_spec('cutlass_library'); print(os.path.join(os.path.dirname(s.origin), 'source') if s else '')" 2>/dev/null || true)"
   cutlass_usable "$cutlass" || cutlass=""
 fi
 
-includes=(-I"$root" -I"$carry/include" -isystem "$torch_include")
+includes=(-I"$root" -I"$bundle/include" -isystem "$torch_include")
 flags=(-O3 -std=c++17 "--generate-code=arch=compute_$arch,code=[compute_$arch,sm_$arch]" -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter
        -DFMT_HEADER_ONLY)
 # The sm90 files: wgmma needs the sm_90a target (and only it: sm_90a code runs on 9.0 only, the
@@ -102,7 +102,7 @@ done >"$out/gpu_check_ptxas.txt"
 
 kernel_objs=("$build"/*.cu.o "$build"/limits.cpp.o)
 test_objs=("$build"/cuda_*_test.cpp.o)
-libs=(-L"$carry/lib" -L"$torch_lib" -lc10 -Xlinker -rpath,"$torch_lib" -lcublasLt -lpthread -ldl -lrt)
+libs=(-L"$bundle/lib" -L"$torch_lib" -lc10 -Xlinker -rpath,"$torch_lib" -lcublasLt -lpthread -ldl -lrt)
 "$nvcc" "${flags[@]}" "${kernel_objs[@]}" "${test_objs[@]}" "${libs[@]}" -lgtest_main -lgtest -o "$build/cuda_tests"
 "$nvcc" "${flags[@]}" "${kernel_objs[@]}" "$build/cuda_gemm_bench.cpp.o" "${libs[@]}" -o "$build/cuda_gemm_bench"
 echo "build: $((SECONDS - started)) s" | tee -a "$out/gpu_check_build.txt"
