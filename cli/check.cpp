@@ -34,6 +34,11 @@ void report_and_exit(const CheckArgs& a, const CheckReport& report) {
 }
 
 void run_check(const CheckArgs& a) {
+  // The report replaces no input, whether the records are series or single runs.
+  if (!a.report.empty()) check_output_file(a.report, "--report");
+  std::vector<std::pair<std::string, std::string>> read = {{"baseline", a.baseline}, {"tolerance file", a.tolerances}};
+  for (const auto& r : a.records) read.push_back({"record", r});
+  check_output_is_not_an_input(a.report, "--report", read);
   if (a.records.size() == 1 && is_series_record_file(a.records.front())) {  // a trajectory (reports/series_check.h)
     QEVAL_CHECK(!a.tolerances.empty(), "check: --tolerances T.json is required (rules, or a tolerance file with --baseline)");
     QEVAL_CHECK(a.format == "md" || a.format == "json", "check: --format should be md or json, found '{}'", a.format);
@@ -50,9 +55,6 @@ void run_check(const CheckArgs& a) {
   QEVAL_CHECK(!a.tolerances.empty(), "check: --tolerances T.json is required (see configs/ci/tolerances.json)");
   QEVAL_CHECK(a.records.size() == 1, "check: give exactly one record to check, found {}", a.records.size());
   QEVAL_CHECK(a.format == "md" || a.format == "json", "check: --format should be md or json, found '{}'", a.format);
-  if (!a.report.empty()) check_output_file(a.report, "--report");
-  check_output_is_not_an_input(a.report, "--report",
-                               {{"baseline", a.baseline}, {"tolerance file", a.tolerances}, {"record", a.records.front()}});
   const Tolerances tolerances = load_tolerances(a.tolerances);
   const nlohmann::json baseline = read_record(a.baseline);
   const nlohmann::json record = read_record(a.records.front());

@@ -116,7 +116,8 @@ void run_eval(const EvalArgs& a) {
     QEVAL_CHECK(a.shard.empty() && a.plots.empty() && a.state_file.empty(),
                 "--model {} is a series of checkpoints: --shard, --plots and --state-file take one checkpoint", a.data.model);
     // S.json and its folder S/ go beside the series, never inside it (a watched trainer writes there).
-    check_output_is_not_an_input(a.out, "--out", {{"series", a.data.model}});
+    check_output_is_not_an_input(a.out, "--out", {{"series", a.data.model}, {"--protocol file", a.data.protocol},
+                                                  {"data file", a.data.data}, {"--tokenizer", a.data.tokenizer}});
     return run_series(a.series, a.data.model, a.out, [&a](const SeriesJob& job) {
       EvalArgs one = a;
       one.series.mode = "off";
@@ -140,12 +141,16 @@ void run_eval(const EvalArgs& a) {
   if (!state_path.empty() && (a.resume || a.stop_after > 0)) check_output_file(state_path, "--state-file");
   if (!a.plots.empty()) check_output_folder(a.plots, "--plots");
   EvalInputs inputs = prepare_eval_inputs(a.data);
-  const std::vector<std::pair<std::string, std::string>> input_files = {
-      {"data file", inputs.data_path.string()}, {"model", inputs.model_path.string()},
-      {"tokenizer", inputs.tokenizer_path.string()}};
-  check_output_is_not_an_input(a.out, "--out", input_files);
-  check_output_is_not_an_input(state_path, "--state-file", input_files);
-  check_output_is_not_an_input(a.out, "--out", {{"state file", state_path}});
+  // Every file this run writes, by its real name, apart from every file and folder it reads.
+  std::vector<RolePath> outputs = {{"--out", a.out}};
+  if (a.resume || a.stop_after > 0) outputs.push_back({"--state-file", state_path});
+  if (!a.plots.empty()) {
+    check_not_in_checkpoint(a.plots, "--plots", inputs.model_path);
+    outputs.push_back({"--plots", std::filesystem::path(a.plots) / "figure_data.json"});
+    for (const RolePath& f : figure_files(a.plots, {"attention_map", "hidden_abs", "layer_curves"}, "--plots"))
+      outputs.push_back(f);
+  }
+  check_outputs_apart(outputs, eval_read_paths(a.data, inputs, a.schemes));
   SchemeOptions scheme_options;
   scheme_options.stats_for = parse_stats_for(a.stats_for);
   scheme_options.statistics.attention = !a.no_attention_stats;

@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <optional>
+#include <sstream>
 
 #include "cli/json_config.h"
 #include "cli/option_checks.h"
@@ -286,6 +287,22 @@ void finish_context(EvalInputs& in) {
   in.context.data["documents_read"] = in.windows->documents_read();
   in.context.data["stream_tokens_read"] = in.windows->stream_tokens();
   in.context.protocol["facts"] = in.windows->facts();  // complete now that the stream is consumed
+}
+
+std::vector<RolePath> eval_read_paths(const EvalDataArgs& a, const EvalInputs& in, const std::string& schemes) {
+  std::vector<RolePath> read = {{"model", in.model_path}, {"tokenizer", in.tokenizer_path}, {"data file", in.data_path}};
+  std::error_code ec;
+  const auto file_named = [&](const std::string& text) { return !text.empty() && std::filesystem::is_regular_file(text, ec); };
+  if (file_named(a.protocol)) read.push_back({"--protocol file", a.protocol});
+  std::stringstream list(schemes);
+  for (std::string name; std::getline(list, name, ',');)
+    if (file_named(name)) read.push_back({"scheme file", name});
+  for (const std::string& t : a.transforms)  // calib=FILE inside a --transform spec
+    for (std::size_t at = t.find("calib="); at != std::string::npos; at = t.find("calib=", at + 6)) {
+      const std::string file = t.substr(at + 6, t.find(',', at) == std::string::npos ? std::string::npos : t.find(',', at) - at - 6);
+      if (!file.empty()) read.push_back({"--transform calibration file", resolve_input_path(file, opt(a.data_dir))});
+    }
+  return read;
 }
 
 }  // namespace qeval::cli

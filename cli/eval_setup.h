@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/output_paths.h"
 #include "eval/evaluator.h"
 #include "eval/memory_plan.h"
 #include "records/record.h"
@@ -102,5 +103,9 @@ void finish_weights_hash(EvalInputs& inputs);
 // After the evaluation has consumed `inputs.windows`: the facts only known then (documents read,
 // stream tokens, the protocol's facts) go into the context.
 void finish_context(EvalInputs& inputs);
+
+// Every file and folder an evaluation reads, by role, for common/output_paths.h: model, tokenizer,
+// data, a protocol file, scheme files among `schemes` (comma-separated) and --transform calib=FILE.
+std::vector<RolePath> eval_read_paths(const EvalDataArgs& args, const EvalInputs& inputs, const std::string& schemes);
 
 }  // namespace qeval::cli

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/output_paths.h"
 #include "common/printable.h"
 #include "common/strict_json.h"
 
@@ -25,6 +26,7 @@ std::vector<std::string> expand_json_config(const std::vector<std::string>& args
       if (insert_at == std::string::npos && i >= 1 && args[i].rfind("-", 0) != 0) insert_at = out.size();
       continue;
     }
+    note_command_input("--config file", path);  // no output of the command may replace it
     // A key given twice would silently take one value: refused (common/strict_json.h).
     const nlohmann::json j = parse_json_strict(read_file(path), "--config " + path);
     QEVAL_CHECK(j.is_object(), "--config {}: expected a JSON object of option names to values, found {}", path,

@@ -27,22 +27,6 @@ std::string number_range_text(double lo, double hi, bool lo_open, bool hi_open) 
   return fmt::format("a finite number in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
 }
 
-// The same file, or the same path once resolved (the output may not exist yet).
-bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
-  std::error_code ec;
-  if (std::filesystem::exists(a, ec) && std::filesystem::exists(b, ec)) return std::filesystem::equivalent(a, b, ec);
-  return std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec);
-}
-
-// Whether `path` lies inside the folder `folder` (links resolved as far as they exist).
-bool inside_folder(const std::filesystem::path& path, const std::filesystem::path& folder) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(folder, ec)) return false;
-  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec), f = std::filesystem::weakly_canonical(folder, ec);
-  const auto [f_end, p_at] = std::mismatch(f.begin(), f.end(), p.begin(), p.end());
-  return f_end == f.end() && p_at != p.end();
-}
-
 }  // namespace
 
 CLI::Validator output_path() {
@@ -52,19 +36,6 @@ CLI::Validator output_path() {
         return "";
       },
       "PATH");
-}
-
-void check_output_is_not_an_input(const std::string& output, const std::string& option,
-                                  const std::vector<std::pair<std::string, std::string>>& inputs) {
-  if (output.empty()) return;
-  for (const auto& [what, path] : inputs) {
-    if (path.empty()) continue;
-    QEVAL_CHECK(!same_file(output, path), "{} {}: is the {} ({}); writing it would overwrite an input; choose another path",
-                option, printable(output), what, printable(path));
-    // A folder input (an HF checkpoint, a series of checkpoints): nothing is written inside it.
-    QEVAL_CHECK(!inside_folder(output, path), "{} {}: is inside the {} folder {}; writing there could overwrite or add to "
-                "an input; choose a path outside it", option, printable(output), what, printable(path));
-  }
 }
 
 CLI::Validator integer_in(std::int64_t lo, std::int64_t hi) {

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/output_paths.h"
+
 namespace qeval::cli {
 
 // An integer in [lo, hi]; hi at its default reads "an integer >= lo".
@@ -27,11 +29,8 @@ CLI::Validator positive_number();
 // exited 0; issue 51).
 CLI::Validator output_path();
 
-// Refuses an output that is one of the inputs (the same file, through links too), or lies inside
-// an input that is a folder (an HF checkpoint, a series): `--out` naming the data, the baseline or
-// a shard overwrote it (issue 51). `inputs`: (what, path) pairs; empty paths are skipped.
-void check_output_is_not_an_input(const std::string& output, const std::string& option,
-                                  const std::vector<std::pair<std::string, std::string>>& inputs);
+// check_output_is_not_an_input (an output that is an input, or lies inside an input folder, is
+// refused) is common/output_paths.h's, shared by every subcommand.
 
 // --threads: `requested` when the hardware has that many threads; above that, the hardware's count
 // with a note on stderr (more threads than the hardware runs only adds scheduling and memory: 10000

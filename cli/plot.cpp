@@ -11,6 +11,7 @@
 #include "cli/json_config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/output_paths.h"
 #include "reports/compare.h"
 #include "reports/plot.h"
 #include "records/record.h"
@@ -36,6 +37,14 @@ void run_plot(const PlotArgs& a) {
   QEVAL_CHECK(!a.records.empty(), "plot: give one result record, or several to draw on shared axes");
   QEVAL_CHECK(!a.out.empty(), "plot: --out DIR is required");
   check_output_folder(a.out, "--out");
+  // Every .dat, .gp, .png (and gnuplot's .log) plot may write, by its real name, apart from its inputs.
+  std::vector<RolePath> read = {{"--figure-data file", a.figure_data}};
+  for (const auto& r : a.records) read.push_back({"record", r});
+  check_outputs_apart(figure_files(a.out,
+                                   {"layer_curves", "entropy_by_layer", "entropy_by_scheme", "penalties", "attention_map",
+                                    "hidden_abs", "trajectory"},
+                                   "--out"),
+                      read);
   QEVAL_CHECK(a.figure_data.empty() || a.records.size() == 1,
               "plot: --figure-data draws one model's maps; give one record with it, found {}", a.records.size());
   if (is_series_record_file(a.records.front())) find_gnuplot();  // before any file is written
@@ -55,6 +64,9 @@ void run_plot(const PlotArgs& a) {
     for (const auto& note : require_verified_record(records.back(), path, a.allow_partial))
       fmt::print(stderr, "WARNING: {}\n", note);
     labeled.push_back({path, records.back(), "", {}});
+    // Pictures never go into the checkpoint folder the record was evaluated from.
+    const nlohmann::json& model = records.back().at("model");
+    if (model.contains("path") && model["path"].is_string()) check_not_in_checkpoint(a.out, "--out", model["path"].get<std::string>());
   }
   // Curves on shared axes must measure the same thing, as compare and check require.
   if (!a.allow_protocol_mismatch) require_same_protocol(labeled);

@@ -52,9 +52,14 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   if (a.quantize_lm_head) base.quantize_lm_head = true;
 
   EvalInputs inputs = prepare_eval_inputs(a.data);
-  check_output_is_not_an_input(a.out, "--out",
-                               {{"data file", inputs.data_path.string()}, {"model", inputs.model_path.string()},
-                                {"tokenizer", inputs.tokenizer_path.string()}});
+  // The record, and the picture with its .dat, .gp and gnuplot's .log beside it, apart from every input.
+  std::vector<RolePath> outputs = {{"--out", a.out}};
+  if (!a.plot.empty()) {
+    const std::filesystem::path png(a.plot);
+    for (const RolePath& f : figure_files(png.parent_path(), {png.stem().string()}, "--plot")) outputs.push_back(f);
+    check_not_in_checkpoint(png.has_parent_path() ? png.parent_path() : ".", "--plot", inputs.model_path);
+  }
+  check_outputs_apart(outputs, eval_read_paths(a.data, inputs, a.scheme));
   const std::size_t unit_count = sensitivity_units(inputs.model->config(), base, by).size();  // must select something
   if (a.rounding_band > 0 && !a.quiet)
     fmt::print(stderr,

@@ -225,6 +225,8 @@ void run_train(const TrainArgs& a) {
   o.model = std::move(model);
   o.data = resolve_input_path(a.data, data_dir);
   o.tokenizer = resolve_input_path(a.tokenizer, data_dir);
+  // The checkpoint folder replaces no input and holds none (its files would be written over them).
+  check_output_folder_apart(a.out, "--out", {{"--data file", o.data}, {"--tokenizer", o.tokenizer}});
   o.documents.text_split = parse_text_split(a.text_split);
   o.documents.json_field = a.json_field;
   o.val_fraction = a.val_fraction;
