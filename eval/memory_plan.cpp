@@ -110,7 +110,10 @@ struct Terms {
 Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   const ModelConfig& c = in.config;
   const bool gpu = !in.placement.on_cpu();
-  const std::int64_t dsize = gpu ? at::elementSize(in.placement.dtype) : 4;
+  // --dtype fp64 on the CPU: activations are float64, and every scheme's placed layer holds its
+  // linears' exact float64 weights beside the float32 source (quant/quantized_linear.cpp).
+  const bool fp64 = !gpu && in.placement.dtype == at::kDouble;
+  const std::int64_t dsize = gpu || fp64 ? at::elementSize(in.placement.dtype) : 4;
   const std::int64_t D = c.d_model, V = c.vocab_size, L = std::max<std::int64_t>(in.seq_len, 2);
   const std::int64_t B = in.batch_size, S = static_cast<std::int64_t>(in.schemes.size());
   const std::int64_t Vb = std::min(kVocabBlock, V);
@@ -161,6 +164,9 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
     add("weights_held", 0, keep_full ? kept_device + head_device : 0);
   } else {
     add("weights_held", full_kept + schemes_kept, 0);
+    // float64 copies, for every scheme: of all its layers and heads when `resident` keeps them, else of
+    // the head only (a layer's copies are in the layer phase below).
+    if (fp64) add("float64_weights", (keep_schemes ? S * blocks_fp32 * 2 : 0) + S * head_fp32 * 2, 0);
   }
   if (heads > 0) add("quantised_heads", heads, gpu ? heads : 0);
 
@@ -185,14 +191,16 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   const std::int64_t probs = any_attention ? std::max(2 * B * prob_heads * L * L * 4, implicit_blocks) : 0;
   const std::int64_t stats = B * L * D * 8;
   const std::int64_t read_layer = keep_full && !gpu ? 0 : largest_block + conversion;
-  const std::int64_t layer_host = read_layer + (keep_schemes ? 0 : schemes_layer) + transient + (gpu ? stats : working + probs + stats);
+  const std::int64_t layer_fp64 = fp64 && !keep_schemes ? 2 * largest_block * 2 : 0;  // a layer's float64 copies, two schemes at a time
+  const std::int64_t layer_host =
+      read_layer + (keep_schemes ? 0 : schemes_layer) + transient + layer_fp64 + (gpu ? stats : working + probs + stats);
   // On the device, a layer being built: its float32 block and the next one's (read ahead), their
   // copy in the compute dtype, and one scheme's rewritten layer at a time.
   const std::int64_t read_device = keep_full && !keep_schemes ? 0 : 2 * largest_block;
   const std::int64_t layer_device =
       gpu ? read_device + largest_block / 4 * dsize + (keep_schemes ? 0 : 2 * schemes_layer) + working + probs : 0;
   const std::int64_t head_rows = Vb * D * 4 + static_cast<std::int64_t>(static_cast<double>(Vb * D * 4) * std::min(stored_ratio, 1.0));
-  const std::int64_t logits = 6 * B * std::min(kScoreRows, L - 1) * Vb * 4;
+  const std::int64_t logits = 6 * B * std::min(kScoreRows, L - 1) * Vb * (fp64 ? 8 : 4);
   const std::int64_t head_host = (keep_full && !gpu ? 0 : head_rows) + (gpu ? 0 : logits) + (heads > 0 ? head_fp32 : 0);
   const std::int64_t head_device = gpu ? Vb * D * dsize + logits : 0;
   t.breakdown["layer_phase"] = gpu ? nlohmann::json{{"host", layer_host}, {"device", layer_device}} : nlohmann::json(layer_host);

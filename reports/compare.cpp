@@ -10,6 +10,7 @@
 #include "common/printable.h"
 #include "common/error.h"
 #include "common/json_diff.h"
+#include "records/record.h"
 #include "records/record_verify.h"
 #include "records/rounding_band.h"
 #include "reports/layer_entropy.h"
@@ -78,7 +79,9 @@ nlohmann::json comparison_identity(const nlohmann::json& record) {
     return {{"protocol", protocol},
             {"data", {{"hash", data.at("hash")},
                       {"text_split", data.value("text_split", "")},
-                      {"json_field", data.value("json_field", "")}}}};
+                      {"json_field", data.value("json_field", "")}}},
+            // fp32 and fp64 (or CPU and GPU) numbers are not side by side without a word, as in check
+            {"precision", precision_identity(record.value("precision", nlohmann::json(nullptr)))}};
   } catch (const nlohmann::json::exception& e) {
     fail("record lacks its protocol or data description: {}", e.what());
   }
@@ -95,7 +98,7 @@ void require_same_protocol(const std::vector<LabeledRecord>& records) {
            "anyway",
            records.front().source, records[i].source, fmt::join(differ, "; "));
     if (other == first) continue;
-    fail("{} and {} were evaluated under different protocols or data ({}); pass --allow-protocol-mismatch to "
+    fail("{} and {} were evaluated under different protocols, data or precision ({}); pass --allow-protocol-mismatch to "
          "compare them anyway",
          records.front().source, records[i].source, fmt::join(json_differences(first, other), "; "));
   }
@@ -282,13 +285,20 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
   out += rounding_band_table(records);
   out += entropy_tables_markdown(records, entropy_scheme);
   std::vector<std::string> notes;
-  bool unknown_recipe = false;
+  bool unknown_recipe = false, mismatch_precision = false;
   for (const auto& r : rows) unknown_recipe |= r["orthoadam"].is_null();
   if (unknown_recipe) notes.push_back("OrthoAdam \"?\": the checkpoint does not say how it was trained.");
   notes.push_back("4-bit Δ is w4-zeropoint (per-channel 4-bit weights); \"—\": not evaluated or not collected.");
   if (mismatch)
     notes.push_back("WARNING: the records were evaluated under different protocols, data or scheme definitions "
                     "(--allow-protocol-mismatch); their numbers are not comparable.");
+  std::string precisions;  // named per record when they differ (--allow-protocol-mismatch)
+  for (const auto& r : records) {
+    const nlohmann::json p = precision_identity(r.record.value("precision", nlohmann::json(nullptr)));
+    precisions += fmt::format("{}{}: {}", precisions.empty() ? "" : ", ", r.label, json_text(p));
+    if (p != precision_identity(records.front().record.value("precision", nlohmann::json(nullptr)))) mismatch_precision = true;
+  }
+  if (mismatch_precision) notes.push_back("WARNING: the records' precisions differ: " + precisions + ".");
   for (const auto& r : records)
     for (const auto& p : r.partial)
       notes.push_back("WARNING: " + p + ": the row does not cover the protocol's windows (--allow-partial).");
