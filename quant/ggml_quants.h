@@ -12,8 +12,10 @@
 // and saturate at 6; they differ on exact ties between two FP4 values (in units of the scale):
 // llama.cpp takes the first of the two in ggml's table order, i.e. the one nearer zero
 // (0.75 -> 0.5, 1.75 -> 1.5, 3.5 -> 3), where the OCP Microscaling spec rounds to nearest even
-// (0.75 -> 1, 1.75 -> 2, 3.5 -> 4); on the other ties (0.25, 1.25, 2.5, 5) they agree. A scheme
-// that means OCP's MXFP4 must not use these functions.
+// (0.75 -> 1, 1.75 -> 2, 3.5 -> 4); on the other ties (0.25, 1.25, 2.5, 5) they agree. qeval's
+// OCP MXFP4 is the `mx` scheme with element e2m1 (presets mxfp4, mxfp4-weights; quant/minifloat.h,
+// docs/formats.md); these functions are llama.cpp's, for GGUF's MXFP4 type only
+// (GgmlQuants.Mxfp4TiesDifferFromOcp shows the two side by side).
 #pragma once
 
 #include <ATen/ATen.h>

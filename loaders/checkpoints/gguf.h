@@ -56,10 +56,10 @@ class GgufFile {
   const GgufTensorInfo& tensor(const std::string& name) const;  // throws naming the file when missing
 
   // The tensor as an owned float32 tensor of shape(): F32 as stored, F16/BF16 widened, and
-  // the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K dequantised
-  // (gguf_blocks.h; bit-identical to llama.cpp's gguf.quants.dequantize). Any other type
-  // (IQ*, TQ*, Q8_1, Q8_K, integers, F64, ...) is refused with an error naming the file, the
-  // tensor and its type.
+  // the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4
+  // dequantised (gguf_blocks.h; bit-identical to llama.cpp's gguf.quants.dequantize; every type
+  // quant/ggml_quants.h writes). Any other type (IQ4_XS and the other IQ*, TQ*, Q8_1, Q8_K,
+  // integers, F64, ...) is refused with an error naming the file, the tensor and its type.
   at::Tensor read_float32(const std::string& name) const;
   // Rows [begin, begin + count) of shape()'s first axis, read by offset and dequantised the same
   // way (a row is a whole number of blocks, so the values are those of read_float32).

@@ -7,7 +7,9 @@ writes; tests/quant/ggml_quants_test.cpp (GgmlQuantFixtures) compares qeval's by
 
 The rows are not stored: both sides make them from (kind, seed, count, scale_exp) with the same
 integer generator (splitmix64; three 20-bit fields summed, times 2^(scale_exp - 20), times 8 for
-one value in 16), exact in float32, so only the quantised bytes (hex) are committed.
+one value in 16; or, kind "grid", one byte minus 128 times 2^(scale_exp - 7)), exact in float32,
+so only the quantised bytes (hex) are committed, and for the large cases (256 rows of 4096 or
+2048 values per type) their FNV-1a 64-bit digest.
 
   python3 -m venv /work/cache/llamacpp-venv
   /work/cache/llamacpp-venv/bin/pip install llama-cpp-python==0.3.36 numpy
@@ -31,39 +33,49 @@ BLOCK = {name: (256 if name.endswith("_K") else 32) for name in GGML_TYPES}
 MASK64 = (1 << 64) - 1
 
 
-def splitmix64(state):
-    while True:
-        state = (state + 0x9E3779B97F4A7C15) & MASK64
-        z = state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-        yield z ^ (z >> 31)
+def splitmix64(seed, n):
+    """The first n outputs of splitmix64 seeded with `seed` (state i is seed + (i + 1)·γ)."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + (np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
 
 
-def value(u, scale_exp):
-    m = sum(((u >> (20 * k)) & 0xFFFFF) - 0x80000 for k in range(3))
-    x = np.float32(np.ldexp(np.float64(m), scale_exp - 20))  # |m| < 2^21: exact
-    if (u >> 60) == 0:
-        x = np.float32(x * np.float32(8))
+def values(u, scale_exp):
+    m = sum(((u >> np.uint64(20 * k)) & np.uint64(0xFFFFF)).astype(np.int64) - 0x80000 for k in range(3))
+    x = np.ldexp(m.astype(np.float64), scale_exp - 20).astype(np.float32)  # |m| < 2^21: exact
+    outlier = (u >> np.uint64(60)) == 0
+    x[outlier] = x[outlier] * np.float32(8)
     return x
 
 
 def rows_of(kind, seed, n, scale_exp):
-    rng = splitmix64(seed)
-    out = np.zeros(n, dtype=np.float32)
-    for i in range(n):
-        u = next(rng)
-        if kind == "gauss":
-            out[i] = value(u, scale_exp)
-        elif kind == "sparse":
-            out[i] = value(u, scale_exp) if (u >> 60) == 0 else 0.0
-        elif kind == "zeros":
-            out[i] = 0.0
-        elif kind == "const":
-            out[i] = np.float32(np.ldexp(-0.75 if seed % 2 else 0.75, scale_exp))
-        else:
-            raise SystemExit(f"unknown kind {kind}")
-    return out
+    u = splitmix64(seed, n)
+    if kind == "gauss":
+        return values(u, scale_exp)
+    if kind == "sparse":
+        return np.where((u >> np.uint64(60)) == 0, values(u, scale_exp), np.float32(0)).astype(np.float32)
+    if kind == "grid":  # small integers times a power of two: exact products, many exact ties
+        m = (u & np.uint64(0xFF)).astype(np.int64) - 128
+        return np.ldexp(m.astype(np.float64), scale_exp - 7).astype(np.float32)
+    if kind == "zeros":
+        return np.zeros(n, dtype=np.float32)
+    if kind == "const":
+        return np.full(n, np.ldexp(-0.75 if seed % 2 else 0.75, scale_exp), dtype=np.float32)
+    raise SystemExit(f"unknown kind {kind}")
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & MASK64
+    return f"{h:016x}"
+
+
+# Cases stored as their bytes (a differing block can be shown) and, larger, as a digest of their
+# bytes (FNV-1a 64): a rule that changes one value in a million still shows.
+DIGEST_ROWS = 256
 
 
 def cases():
@@ -71,13 +83,18 @@ def cases():
     out = []
     for name in GGML_TYPES:
         b = BLOCK[name]
-        shapes = [("gauss", 1, b, 0), ("gauss", 2, 2 * b, -6), ("gauss", 1, b, 14), ("gauss", 3, b, -20),
-                  ("sparse", 1, 2 * b, -3), ("zeros", 1, b, 0), ("const", 1, b, -2), ("const", 1, b, 5)]
+        shapes = [("gauss", 1, b, 0), ("gauss", 2, 2 * b, -6), ("gauss", 1, b, 14), ("gauss", 1, b, -20),
+                  ("sparse", 1, 2 * b, -3), ("grid", 1, b, 0), ("zeros", 1, b, 0), ("const", 1, b, -2),
+                  ("const", 1, b, 5)]
         if b == 32:  # rows of 32·k that are not multiples of 256
             shapes += [("gauss", 2, 96, -1), ("gauss", 1, 160, 3)]
         for kind, rows, row_length, scale_exp in shapes:
             out.append({"type": name, "kind": kind, "seed": seed, "rows": rows, "row_length": row_length,
-                        "scale_exp": scale_exp})
+                        "scale_exp": scale_exp, "store": "bytes"})
+            seed += 1
+        for kind, scale_exp in (("gauss", -5), ("grid", -3)):
+            out.append({"type": name, "kind": kind, "seed": seed, "rows": DIGEST_ROWS, "row_length": 4096 if b == 256 else 2048,
+                        "scale_exp": scale_exp, "store": "fnv1a64"})
             seed += 1
     return out
 
@@ -116,7 +133,11 @@ def main(argv):
         written = quantize_chunk(t, x.ctypes.data, dst.ctypes.data, 0, c["rows"], c["row_length"], None)
         if written != n_bytes:
             raise SystemExit(f"{c}: ggml_quantize_chunk wrote {written} bytes, expected {n_bytes}")
-        result.append(dict(c, bytes=dst.tobytes().hex()))
+        store = c.pop("store")
+        if store == "bytes":
+            result.append(dict(c, bytes=dst.tobytes().hex()))
+        else:
+            result.append(dict(c, fnv1a64=fnv1a64(dst.tobytes()), n_bytes=int(n_bytes)))
     doc = {
         "what": "rows quantised by llama.cpp's ggml_quantize_chunk (imatrix NULL); see the generating script",
         "generator": "tests/oracle/make_ggml_quant_fixtures.py",
@@ -128,7 +149,9 @@ def main(argv):
     with open(out_path, "w") as f:
         json.dump(doc, f, indent=0)
         f.write("\n")
-    print(f"{out_path}: {len(result)} cases, {sum(len(c['bytes']) // 2 for c in result)} bytes")
+    stored = sum(len(c["bytes"]) // 2 for c in result if "bytes" in c)
+    hashed = sum(c["n_bytes"] for c in result if "n_bytes" in c)
+    print(f"{out_path}: {len(result)} cases, {stored} bytes stored, {hashed} more as digests")
 
 
 if __name__ == "__main__":

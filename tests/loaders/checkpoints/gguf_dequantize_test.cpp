@@ -8,6 +8,7 @@
 
 #include <c10/util/Half.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -167,11 +168,40 @@ TEST(GgufDequantize, HandWorkedBlocks) {
   }
 }
 
+TEST(GgufDequantize, HandWorkedIq4NlAndMxfp4Blocks) {
+  {  // IQ4_NL: x = d * kvalues_iq4nl[nibble], nibbles as Q4_0
+    block_iq4_nl b{};
+    b.d = half_bits(0.5f);
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(j | ((15 - j) << 4));
+    const auto y = dequantize(GgmlType::IQ4_NL, bytes_of(b));
+    const int grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(y[j], 0.5f * static_cast<float>(grid[j])) << j;
+      EXPECT_EQ(y[j + 16], 0.5f * static_cast<float>(grid[15 - j])) << j;
+    }
+  }
+  {  // MXFP4: x = 2^(e - 128) * doubled E2M1 value; e = 0 and 1 are float32 subnormals
+    const float grid[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    for (int e : {0, 1, 2, 127, 130, 254, 255}) {
+      block_mxfp4 b{};
+      b.e = static_cast<std::uint8_t>(e);
+      for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(j | ((15 - j) << 4));
+      const auto y = dequantize(GgmlType::MXFP4, bytes_of(b));
+      for (int j = 0; j < 16; ++j) {
+        EXPECT_EQ(y[j], std::ldexp(grid[j], e - 128)) << e << " " << j;
+        EXPECT_EQ(y[j + 16], std::ldexp(grid[15 - j], e - 128)) << e << " " << j;
+      }
+    }
+    EXPECT_EQ(e8m0_to_fp32_half(0), std::ldexp(1.0f, -128));
+    EXPECT_EQ(e8m0_to_fp32_half(255), std::ldexp(1.0f, 127));
+  }
+}
+
 TEST(GgufDequantize, RefusesOtherTypesAndWrongSizes) {
   float out[256];
   const std::string bytes(1024, '\0');
   for (auto [type, name] : {std::pair{9u, "Q8_1"}, std::pair{15u, "Q8_K"}, std::pair{16u, "IQ2_XXS"},
-                            std::pair{20u, "IQ4_NL"}, std::pair{23u, "IQ4_XS"}, std::pair{34u, "TQ1_0"},
+                            std::pair{23u, "IQ4_XS"}, std::pair{34u, "TQ1_0"},
                             std::pair{35u, "TQ2_0"}, std::pair{24u, "I8"}, std::pair{28u, "F64"},
                             std::pair{77u, "type 77"}}) {
     const unsigned ggml_type = type;  // clang 14 cannot capture a structured binding
@@ -229,6 +259,8 @@ const std::vector<TypeCase>& type_cases() {
       {GgmlType::Q4_K, "Q4_K", {offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)}},
       {GgmlType::Q5_K, "Q5_K", {offsetof(block_q5_K, d), offsetof(block_q5_K, dmin)}},
       {GgmlType::Q6_K, "Q6_K", {offsetof(block_q6_K, d)}},
+      {GgmlType::IQ4_NL, "IQ4_NL", {offsetof(block_iq4_nl, d)}},
+      {GgmlType::MXFP4, "MXFP4", {}},  // an E8M0 byte, not an fp16 scale: random bytes cover all 256
   };
   return cases;
 }
@@ -260,7 +292,7 @@ std::string random_blocks(const TypeCase& c, std::uint32_t seed, std::size_t n_r
     return b;
   };
   auto put_half = [](std::string& b, std::size_t at, ggml_half h) { std::memcpy(b.data() + at, &h, 2); };
-  if (c.scale_offsets.empty()) {
+  if (s.elements == 1) {
     std::string values = random_bytes(n_random * 64 * s.bytes);
     for (std::size_t i = 0; i < kSpecialHalves.size(); ++i) {
       const ggml_half h = kSpecialHalves[i];
@@ -282,7 +314,9 @@ std::string random_blocks(const TypeCase& c, std::uint32_t seed, std::size_t n_r
     return values;
   }
   const std::size_t n_scales = c.scale_offsets.size();
-  const std::size_t n_special = n_scales == 1 ? kSpecialHalves.size() : kSpecialHalves.size() * kSpecialHalves.size();
+  const std::size_t n_special = n_scales == 0   ? 0
+                                : n_scales == 1 ? kSpecialHalves.size()
+                                                : kSpecialHalves.size() * kSpecialHalves.size();
   for (std::size_t i = 0; i < n_special; ++i) {
     std::string b = random_bytes(s.bytes);
     put_half(b, c.scale_offsets[0], kSpecialHalves[i % kSpecialHalves.size()]);
