@@ -40,6 +40,11 @@ fi
 # The package as a user installs it (pure Python; --no-build-isolation: setuptools from the venv).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall \
   "$root/python" >&2 || { echo "pip install ./python failed"; exit 1; }
+# A copy of the binary: a build relinking build/qeval while the tests run cannot pull it away.
+bin_dir="$(mktemp -d /tmp/qeval-python-tests.XXXXXX)"
+trap 'rm -rf "$bin_dir"' EXIT
+cp "$QEVAL_BINARY" "$bin_dir/qeval" || exit 1
+export QEVAL_BINARY="$bin_dir/qeval"
 cd "$root/python/tests" || exit 1
 # -p no:cacheprovider, no:hypothesispytest: nothing written into the source tree; -rs: say why a test skipped.
-exec "$venv/bin/python" -m pytest -p no:cacheprovider -p no:hypothesispytest -rs -v "${@:2}" .
+"$venv/bin/python" -m pytest -p no:cacheprovider -p no:hypothesispytest -rs -v "${@:2}" .

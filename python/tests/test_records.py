@@ -56,7 +56,8 @@ def test_compare_and_headline_statistics_equal_the_binary(stories, binary, repo)
         assert pen.loc["full", "ppl"] == row["ppl_full"] == table.loc[row["model"], "ppl_full"]
         for scheme, dppl in row["dppl"].items():
             assert same(pen["dppl"].get(scheme), dppl)
-            assert same(table.loc[row["model"], f"dppl_{scheme}"], dppl)
+            column = f"dppl_{scheme}"  # left out, as in the binary's CSV, when no record has the preset
+            assert same(table.loc[row["model"], column] if column in table else None, dppl)
         for key in ("kurtosis_first", "kurtosis_rest", "max_abs_first", "max_abs_rest", "first_attn_pct",
                     "sink_rate_pct"):
             assert st.loc["full", key] == row[key], key
