@@ -6,10 +6,11 @@
 # pandas, pytest and transformers from PyPI into it when they are missing, installs this package
 # (pip install ./python) and runs pytest against the qeval binary in $QEVAL_BINARY (default:
 # build/qeval). Exits 77 (ctest: skipped) with "SKIPPED: why" when the environment cannot be had
-# (no python3-venv, no network for PyPI); a failing test fails.
+# (no python3-venv, pandas and pytest not installable); without transformers or torch the Trainer
+# test alone reports skipped (pytest -rs says so). A failing test fails.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-venv="${1:-${QEVAL_PYTHON_VENV:-$root/build/python-venv}}"
+venv="$(realpath -m "${1:-${QEVAL_PYTHON_VENV:-$root/build/python-venv}}")"
 export QEVAL_BINARY="${QEVAL_BINARY:-$root/build/qeval}"
 skip() { echo "SKIPPED: $*"; exit 77; }
 [[ -x "$QEVAL_BINARY" ]] || { echo "no qeval binary at $QEVAL_BINARY (scripts/build)"; exit 1; }
@@ -28,14 +29,18 @@ if [[ ! -x "$venv/bin/python" ]]; then
   rm -rf "$venv"
   "$python" -m venv --system-site-packages "$venv" >&2 || { rm -rf "$venv"; skip "could not create a virtual environment in $venv"; }
 fi
-# transformers 4.46.3 is the newest that runs on Debian's torch 1.13 (bench/moe_ssm_hf_eager.py);
-# numpy < 2 keeps the numpy that torch 1.13 was built against.
-requirements=("transformers==4.46.3" "accelerate==1.0.1" "pandas>=1.5,<2.3" "numpy<2" "pytest")
-if ! "$venv/bin/python" -c "import pandas, pytest, transformers, accelerate" 2>/dev/null; then
-  echo "python/run_tests.sh: pip install ${requirements[*]}" >&2
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${requirements[@]}" >&2 ||
-    skip "could not install ${requirements[*]} from PyPI"
-fi
+# pandas and pytest are needed; transformers (4.46.3: the newest that runs on Debian's torch 1.13,
+# bench/moe_ssm_hf_eager.py) and accelerate only by the Trainer tests, which pytest then reports
+# skipped. numpy < 2 keeps the numpy that torch 1.13 was built against.
+install() {  # install REQUIREMENT... unless IMPORTS import; 1 when they cannot be had
+  local imports="$1"; shift
+  "$venv/bin/python" -c "import $imports" 2>/dev/null && return 0
+  echo "python/run_tests.sh: pip install $*" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$@" >&2
+}
+install "pandas, pytest" "pandas>=1.5,<2.3" "numpy<2" "pytest" || skip "could not install pandas and pytest from PyPI"
+install "transformers, accelerate" "transformers==4.46.3" "accelerate==1.0.1" "numpy<2" ||
+  echo "python/run_tests.sh: could not install transformers from PyPI: the Trainer tests will be skipped" >&2
 "$venv/bin/python" -c "import torch" 2>/dev/null || echo "python/run_tests.sh: no torch (python3-torch): the callback test will be skipped" >&2
 # The package as a user installs it (pure Python; --no-build-isolation: setuptools from the venv).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall \
