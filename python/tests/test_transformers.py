@@ -92,7 +92,7 @@ def test_callback_logs_the_records_values(binary, eval_data, tmp_path):
             self.logs.append((state.global_step, dict(logs or {})))
 
         def on_step_end(self, args, state, control, **kwargs):
-            time.sleep(0.5)  # a slower trainer, so that evaluations can finish while it trains
+            time.sleep(0.6)  # a slower trainer, so that evaluations can finish while it trains
 
     # The binary behind a wrapper whose evaluations take at least 1.5 s and say when they ran.
     spans = tmp_path / "spans.txt"
@@ -118,23 +118,23 @@ exec "{binary}" "$@"
     backend = Backend()
     callback = Timed(data=eval_data, schemes=SCHEMES, binary=slow, **OPTIONS)
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "run"), max_steps=6, save_steps=2, per_device_train_batch_size=8, learning_rate=3e-3,
+        output_dir=str(tmp_path / "run"), max_steps=12, save_steps=4, per_device_train_batch_size=8, learning_rate=3e-3,
         logging_steps=1, report_to=[], use_cpu=True, disable_tqdm=True, seed=0, save_safetensors=True)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=Windows(), callbacks=[callback, backend])
     trainer.train()
 
     assert callback.errors == []
     assert callback.trainer is trainer
-    assert sorted(callback.records) == [2, 4, 6]
+    assert sorted(callback.records) == [4, 8, 12]
     # Training never waited for an evaluation (each takes ≥ 1.5 s), except at the last save, where
     # the callback waits for the queue; and the evaluations ran one at a time.
     saves = dict(callback.saves)
     print(f"\non_save kept the Trainer waiting: {saves} s")
-    assert saves[2] < 1.0 and saves[4] < 1.0 and saves[6] >= 1.5
+    assert saves[4] < 1.0 and saves[8] < 1.0 and saves[12] >= 1.5
     runs = sorted(tuple(map(float, line.split())) for line in spans.read_text().splitlines())
     assert len(runs) == 3 and all(a[1] <= b[0] for a, b in zip(runs, runs[1:]))
     logged = [(step, logs) for step, logs in backend.logs if "qeval/checkpoint_step" in logs]
-    assert [int(l["qeval/checkpoint_step"]) for _, l in logged] == [2, 4, 6]
+    assert [int(l["qeval/checkpoint_step"]) for _, l in logged] == [4, 8, 12]
     # Every logged value is its checkpoint's record's value, read back through the binary.
     folder = tmp_path / "run" / "qeval-series"
     series = callback.series_record.series()
@@ -160,4 +160,4 @@ exec "{binary}" "$@"
     assert len(history) == 3
     # The series record covers the checkpoints evaluated, with the trainer's step and learning rate.
     assert Path(callback.series_record.path) == tmp_path / "run" / "qeval-series.json"
-    assert sorted(series.index.get_level_values("step").unique()) == [2, 4, 6]
+    assert sorted(series.index.get_level_values("step").unique()) == [4, 8, 12]
