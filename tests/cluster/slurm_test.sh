@@ -79,20 +79,20 @@ ours() {
 }
 pid_of() { [[ -s $1 ]] && cat "$1"; return 0; }
 stop_pid() {  # pid: TERM, up to 10 s, then KILL
-  local pid=$1 k
+  local pid=$1
   [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
   kill -TERM "$pid" 2>/dev/null
-  for k in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
   kill -KILL "$pid" 2>/dev/null
   return 0
 }
 cleanup() {
-  local rc=$? k p
+  local rc=$? p
   set +e
   trap - EXIT INT TERM
   if [[ -s $tmp/slurmctld.pid ]]; then
     scancel --quiet --user root >/dev/null 2>&1
-    for k in $(seq 20); do [[ -z $(squeue -h 2>/dev/null) ]] && break; sleep 0.5; done
+    for _ in $(seq 20); do [[ -z $(squeue -h 2>/dev/null) ]] && break; sleep 0.5; done
   fi
   stop_pid "$(pid_of "$tmp/slurmd.pid")"
   stop_pid "$(pid_of "$tmp/slurmctld.pid")"
