@@ -67,6 +67,9 @@ tmp="$(mktemp -d /tmp/qeval-slurm.XXXXXX)"
 chmod 0755 "$tmp"
 conf="$tmp/slurm.conf"
 export SLURM_CONF="$conf"
+# A copy of the binary: a build relinking it while the jobs run cannot pull it away.
+cp "$qeval" "$tmp/qeval"
+qeval="$tmp/qeval"
 # Everything this cluster started carries SLURM_CONF=$conf in its environment (the daemons, the
 # job steps, the jobs): cleanup ends exactly those processes, by id.
 ours() {
