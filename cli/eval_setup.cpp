@@ -124,6 +124,16 @@ std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
   return open_window_source(data_path, tokenizer.get(), protocol, source_options);
 }
 
+CalibrationWindows EvalInputs::calibration_windows_from_data(std::int64_t n) const {
+  CalibrationWindows c = calibration_windows(
+      [&] { return open_windows(); },
+      [&](const ProtocolSpec& spec) { return open_window_source(data_path, tokenizer.get(), spec, source_options); },
+      protocol, /*same_data=*/true, n);
+  c.description["path"] = data_path.string();
+  c.description["hash"] = hash_file(data_path);
+  return c;
+}
+
 EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   // One pool of --threads threads (default: the cores this process may use): LibTorch's. OpenBLAS
   // runs on one thread and its GEMMs are cut into pieces over LibTorch's pool, the same pieces for

@@ -15,6 +15,7 @@
 
 #include "common/output_paths.h"
 #include "eval/evaluator.h"
+#include "eval/model_transforms.h"
 #include "eval/memory_plan.h"
 #include "records/record.h"
 #include "loaders/checkpoints/model_reader.h"
@@ -82,6 +83,9 @@ struct EvalInputs {
 
   // A fresh source of the evaluation windows (the first one is consumed by the evaluation).
   std::unique_ptr<WindowSource> open_windows() const;
+  // The first n windows of the evaluation data that the evaluation does not use (static
+  // activation scales' calibration, eval/static_scales.h; the rule of eval/model_transforms.h).
+  CalibrationWindows calibration_windows_from_data(std::int64_t n) const;
 };
 
 // Opens everything, failing (naming the file) before any evaluation work; reads the model's

@@ -18,6 +18,9 @@
 #include "eval/schemes.h"
 #include "eval/rounding_band.h"
 #include "eval/sensitivity.h"
+#include "eval/static_scales.h"
+#include "common/phases.h"
+#include "model/block.h"
 #include "reports/sensitivity_report.h"
 #include "quant/scheme.h"
 
@@ -52,6 +55,13 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   if (a.quantize_lm_head) base.quantize_lm_head = true;
 
   EvalInputs inputs = prepare_eval_inputs(a.data);
+  if (base.needs_calibration()) {  // a static input scale, calibrated once for every unit
+    PhaseScope calibration(Phase::transform, kNoScheme);
+    StaticScaleCalibrator calibrator(
+        *inputs.model, [&inputs](std::int64_t n) { return inputs.calibration_windows_from_data(n); }, inputs.placement,
+        a.data.batch_size);
+    base.calibrated = calibrator.scales_for(base);
+  }
   // The record, and the picture with its .dat, .gp and gnuplot's .log beside it, apart from every input.
   std::vector<RolePath> outputs = {{"--out", a.out}};
   if (!a.plot.empty()) {
@@ -86,6 +96,9 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   context.command = a.argv;
   context.options.update({{"quantize_lm_head", a.quantize_lm_head},
                           {"sensitivity", {{"scheme", a.scheme}, {"by", to_string(by)}}}});
+  if (base.needs_calibration())
+    context.options["sensitivity"]["static_scales"] =
+        static_scales_description(base, model_linear_names(inputs.model->config()));
   if (a.rounding_band > 0) {
     context.options["sensitivity"]["rounding_band"] = a.rounding_band;
     context.options["sensitivity"]["rounding_band_eps"] = a.rounding_band_eps > 0 ? a.rounding_band_eps : kDefaultRoundingEps;

@@ -173,8 +173,9 @@ CalibrationWindows calibration_windows(const std::function<std::unique_ptr<Windo
   std::set<std::int64_t> evaluated;
   if (same_data) {
     QEVAL_CHECK(evaluation.name == "windows",
-                "smooth: calibrating on the evaluation data needs the windows protocol (to know which windows are "
-                "evaluated); the protocol is {}: give a separate file with calib=FILE",
+                "calibration (--transform smooth, or a scheme's static input scale): calibrating on the evaluation "
+                "data needs the windows protocol (to know which windows are evaluated); the protocol is {}: for "
+                "smooth give a separate file with calib=FILE",
                 evaluation.name);
     auto source = open_evaluation();
     while (auto w = source->next()) evaluated.insert(w->index);
@@ -196,8 +197,9 @@ CalibrationWindows calibration_windows(const std::function<std::unique_ptr<Windo
     out.windows.push_back(std::move(*w));
   }
   QEVAL_CHECK(static_cast<std::int64_t>(out.windows.size()) == n,
-              "smooth: {} calibration windows of {} tokens asked, {} left after the {} evaluated ones; "
-              "evaluate fewer windows (--max-windows), ask fewer (calib_windows=N) or give calib=FILE",
+              "calibration (--transform smooth, or a scheme's static input scale): {} calibration windows of {} tokens "
+              "asked, {} left after the {} evaluated ones; evaluate fewer windows (--max-windows), ask fewer "
+              "(smooth's calib_windows=N, a scheme's calibration.windows) or, for smooth, give calib=FILE",
               n, spec.seq_len, out.windows.size(), evaluated.size());
   out.description = {{"protocol", spec.to_json()},
                      {"windows", indices},

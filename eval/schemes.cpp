@@ -1,6 +1,7 @@
 #include "eval/schemes.h"
 
 #include "eval/rounding_band.h"
+#include "eval/static_scales.h"
 
 #include <algorithm>
 #include <set>
@@ -135,8 +136,15 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       SchemeSpec spec = resolve_scheme(name);
       if (options.quantize_lm_head) spec.quantize_lm_head = true;
       if (options.quantize_ssm_inner) spec.quantize_ssm_inner = true;
+      if (spec.needs_calibration()) {
+        QEVAL_CHECK(options.calibrate != nullptr,
+                    "scheme {}: its static input scale needs calibration windows, which this command does not provide",
+                    spec.name);
+        spec.calibrated = options.calibrate(spec);
+      }
       rewrite = std::make_shared<SchemeRewrite>(spec, linears);
       scheme.description = description_before_run(*rewrite);
+      if (spec.needs_calibration()) scheme.description["static_scales"] = static_scales_description(spec, linears);
       use_rewrite(scheme, rewrite, config);
       // A scheme file is shown by its "name" (its stem when it has none); the path is recorded.
       if (spec.name != name) {

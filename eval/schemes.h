@@ -4,6 +4,7 @@
 // scheme's whole model needs to exist at once (DESIGN.md §11).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ struct SchemeOptions {
   // > 0: every quantised scheme itself runs with the input jitter of this seed (its name kept,
   // its description saying "rounding_seed"): another valid implementation of the same schemes.
   std::int64_t rounding_seed = 0;
+  // Static activation scales (eval/static_scales.h): called for each scheme whose input
+  // activations are calibrated; a scheme that needs it fails naming the scheme when it is empty.
+  std::function<std::shared_ptr<const CalibratedScales>(const SchemeSpec&)> calibrate;
 };
 
 // Splits "full,int8-fine,my.json" into names; "full" is put first when missing.

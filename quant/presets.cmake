@@ -3,7 +3,9 @@
 # definition (quant/scheme.h). The list fixes the order `qeval` shows them in; a JSON file in
 # configs/schemes/ that is missing from it is an error, so no preset is silently left out.
 set(QEVAL_SCHEME_PRESETS full int8-fine int8-moderate int8-coarse int8-vectorwise w4-zeropoint w4-zeropoint-g128
-    int8-moderate-keep1 int8-coarse-keep1 int8-mixed)
+    int8-moderate-keep1 int8-coarse-keep1 int8-mixed
+    fp8-e4m3 fp8-e4m3-tensor fp8-e4m3-static fp8-e5m2 mxfp8 mxfp6 mxfp4 mxfp4-weights nvfp4 nvfp4-weights
+    int8-moderate-static fp8-e4m3-static-keep1 mxfp4-keep1)
 
 file(GLOB _qeval_preset_files CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/configs/schemes/*.json)
 foreach(_file ${_qeval_preset_files})

@@ -1,6 +1,7 @@
 #include "quant/quantize.h"
 
 #include "common/error.h"
+#include "quant/float_formats.h"
 
 namespace qeval {
 
@@ -55,6 +56,8 @@ at::Tensor zeropoint4_dequantize(const at::Tensor& q, const ZeroPointParams& p) 
 at::Tensor fake_quantize_activations(const at::Tensor& x, const QuantSpec& spec) {
   if (!spec.enabled()) return x;
   TORCH_CHECK(x.dim() == 3, "fake_quantize_activations: expected [B, L, K], got ", x.dim(), " dims");
+  QEVAL_CHECK(!spec.is_static(), "fake_quantize_activations: a static (calibrated) scale is the layer's, not the spec's");
+  if (spec.is_float_format()) return fake_quantize_float_activations(x, spec);
   std::vector<std::int64_t> dims;
   switch (spec.granularity) {
     case Granularity::tensor: dims = {1, 2}; break;   // one scale per sequence

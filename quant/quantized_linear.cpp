@@ -14,6 +14,7 @@
 #include "kernels/w4_gemm.h"
 #include "kernels/w4_linear.h"
 #include "model/placement.h"
+#include "quant/float_formats.h"
 #include "quant/quantize.h"
 
 namespace qeval {
@@ -36,6 +37,11 @@ std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
     case QuantKind::none: return "the weights are not quantised, so there is no integer or packed GEMM to run";
     case QuantKind::int4_zeropoint: return "";  // w4_gemm takes float (or fake-quantised) activations
     case QuantKind::int8_absmax: break;
+    case QuantKind::fp8:
+    case QuantKind::mx:
+    case QuantKind::nvfp4:
+      return "the CPU has no FP8/FP6/FP4 arithmetic: the weights are dequantised once and the exact product of the "
+             "dequantised values runs as a float32 GEMM";
   }
   if (w.granularity == Granularity::group)
     return "per-group int8 weight scales along the input dimension cannot be factored out of an integer GEMM";
@@ -43,6 +49,9 @@ std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
     case QuantKind::none: return "int8 weights with unquantised activations have no integer GEMM";
     case QuantKind::int4_zeropoint: return "4-bit zero-point activations have no integer GEMM here";
     case QuantKind::int8_absmax: break;
+    case QuantKind::fp8:
+    case QuantKind::mx:
+    case QuantKind::nvfp4: return "int8 weights with floating-point-format activations have no integer GEMM";
   }
   if (a.granularity == Granularity::feature)
     return "per-feature activation scales cannot be factored out of an integer GEMM";
@@ -76,6 +85,19 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
     case QuantKind::int8_absmax: int8_ = quantize_int8_weight(weight.contiguous(), weights_, name); break;
     case QuantKind::int4_zeropoint: w4_ = quantize_w4_weight(weight.contiguous(), weights_, name); break;
     case QuantKind::none: float_weight_ = weight; break;
+    case QuantKind::fp8:
+    case QuantKind::mx:
+    case QuantKind::nvfp4:
+      // Dequantised once: the CPU's exact path is the float32 product of the dequantised values.
+      float_weight_ = fake_quantize_float_weight(weight, weights_);
+      break;
+  }
+  if (inputs_.is_static()) {
+    QEVAL_CHECK(spec.calibrated && spec.calibrated->amax.count(name),
+                "QuantizedLinear {}: scheme {} has a static input scale (calibration) but none was calibrated for "
+                "this linear",
+                name, spec.name);
+    static_input_scale_ = static_activation_scale(inputs_, spec.calibrated->amax.at(name));
   }
   QEVAL_CHECK(keep_.count >= 0, "QuantizedLinear {}: keep_tokens count must be non-negative, got {}", name,
               keep_.count);
@@ -101,6 +123,7 @@ QuantizedLinear::QuantizedLinear(const QuantizedLinear& source, PlacementCache& 
       out_(source.out_),
       keep_(source.keep_),
       outlier_threshold_(source.outlier_threshold_),
+      static_input_scale_(source.static_input_scale_),
       log_(source.log_) {
   const at::ScalarType compute = cache.placement().dtype;
   // Packed codes as they are; their scales, zeros and the epilogue's bias stay float32.
@@ -118,7 +141,9 @@ QuantizedLinear::QuantizedLinear(const QuantizedLinear& source, PlacementCache& 
   float_weight_ = cache.move(source.float_weight_, at::kFloat);
   bias_ = cache.move(source.bias_, at::kFloat);
   device_bias_ = cache.move(source.bias_);
-  const bool float_gemm = path_ == ExecutionPath::reference ||
+  // A static input scale has no fused int8_linear on the device yet: its int8 layers run the
+  // float GEMM on the dequantised weight there.
+  const bool float_gemm = path_ == ExecutionPath::reference || (int8_ && static_input_scale_) ||
                           (w4_ && !kernels::w4_linear_supports(cache.placement().device, compute));
   if (compute == at::kDouble)
     device_weight_ = source.float64_weight();  // once per placement, not per forward_float64 call
@@ -126,7 +151,7 @@ QuantizedLinear::QuantizedLinear(const QuantizedLinear& source, PlacementCache& 
     device_weight_ = cache.move(source.dequantized_weight());
   if (source.float_op_) float_op_.emplace(cache.move(source.float_op_->weight()), cache.move(source.float_op_->bias()));
   const std::string dtype = dtype_name(compute);
-  if (path_ == ExecutionPath::kernel && int8_)
+  if (path_ == ExecutionPath::kernel && int8_ && !static_input_scale_)
     engine_ = "int8_linear on " + cache.placement().device.str() + ", " + dtype + " out";
   else if (device_weight_.defined())
     engine_ = "dequantise + " + dtype + " GEMM on " + cache.placement().device.str();
@@ -145,12 +170,18 @@ std::int64_t QuantizedLinear::weight_bytes() const {
   if (float_op_) bytes += float_op_->weight().numel() * 4;
   if (int8_) return bytes + int8_->bytes();
   if (w4_) return bytes + w4_->bytes();
+  if (weights_.is_float_format()) return bytes + float_format_weight_bytes(weights_, out_, in_);
   return bytes + float_weight_.numel() * static_cast<std::int64_t>(float_weight_.element_size());
 }
 
 std::string QuantizedLinear::describe() const {
-  auto part = [](const char* what, const QuantSpec& q) {
-    return q.enabled() ? fmt::format(" {}:{}/{}", what, to_string(q.kind), q.granularity_name()) : std::string();
+  auto part = [this](const char* what, const QuantSpec& q) {
+    if (!q.enabled()) return std::string();
+    std::string kind = to_string(q.kind);
+    if (q.is_float_format()) kind += "-" + to_string(q.element);
+    if (q.kind == QuantKind::mx && q.scale_round_up) kind += " scale up";
+    if (q.is_static() && static_input_scale_) kind += fmt::format(" static scale {}", *static_input_scale_);
+    return fmt::format(" {}:{}/{}", what, kind, q.granularity_name());
   };
   std::string engine = engine_;
   if (engine.empty() && path_ == ExecutionPath::kernel)
@@ -163,8 +194,9 @@ std::string QuantizedLinear::describe() const {
   const std::string outliers =
       outlier_threshold_ ? fmt::format(", outliers |x|>={} in fp32 (fp32 weight held too)", *outlier_threshold_)
                          : std::string();
-  return fmt::format("quantised{}{}{}{}{}, {} path ({})", part("w", weights_), part("in", inputs_),
-                     part("out", outputs_), keep, outliers, to_string(path_), engine);
+  const std::string dequantised = weights_.is_float_format() ? ", weight dequantised once to fp32" : "";
+  return fmt::format("quantised{}{}{}{}{}{}, {} path ({})", part("w", weights_), part("in", inputs_),
+                     part("out", outputs_), keep, outliers, dequantised, to_string(path_), engine);
 }
 
 std::set<std::string> QuantizedLinear::engines_used() const {
@@ -324,14 +356,14 @@ at::Tensor QuantizedLinear::forward_quantized_device(const at::Tensor& x) const 
     std::lock_guard<std::mutex> lock(log_->mutex);
     log_->engines_used.insert(engine);
   };
-  if (path_ == ExecutionPath::kernel && int8_) {
+  if (path_ == ExecutionPath::kernel && int8_ && !static_input_scale_) {
     // One op over all B·L rows: exact integer sums, per-row or per-sequence scales.
     const std::int64_t out_rows = outputs_.kind == QuantKind::int8_absmax ? rows_per_scale(outputs_, L) : 0;
     log_engine(kernels::int8_linear_path(x.device(), B * L, out_, in_));
     return kernels::int8_linear(x.reshape({B * L, in_}), rows_per_scale(inputs_, L), int8_->q, int8_->scales, bias_, out_rows)
         .reshape({B, L, out_});
   }
-  at::Tensor xq = inputs_.enabled() ? fake_quantize_activations(x.to(at::kFloat), inputs_).to(dtype) : x;
+  at::Tensor xq = inputs_.enabled() ? quantize_inputs(x.to(at::kFloat)).to(dtype) : x;
   at::Tensor y;
   if (!device_weight_.defined()) {  // 4-bit weights with a packed kernel for this dtype
     std::string chosen;
@@ -395,24 +427,35 @@ at::Tensor QuantizedLinear::forward_float64(const at::Tensor& x) const {
   const bool placed = device_weight_.defined() && device_weight_.scalar_type() == at::kDouble;
   const at::Tensor w = placed ? device_weight_ : float64_weight();
   const at::Tensor b = placed ? device_bias_ : bias_.defined() ? bias_.to(at::kDouble) : at::Tensor();
-  at::Tensor y = at::linear(fake_quantize_activations(x, inputs_), w, b);
+  at::Tensor y = at::linear(quantize_inputs(x), w, b);
   return fake_quantize_activations(y, outputs_);
 }
 
+at::Tensor QuantizedLinear::quantize_inputs(const at::Tensor& x) const {
+  if (static_input_scale_) return fake_quantize_static(x, inputs_, *static_input_scale_);
+  return fake_quantize_activations(x, inputs_);
+}
+
 at::Tensor QuantizedLinear::forward_reference(const at::Tensor& x, const at::Tensor& w) const {
-  at::Tensor xq = fake_quantize_activations(x, inputs_);
+  at::Tensor xq = quantize_inputs(x);
   return kernels::fp32_linear_rows(xq, w, bias_);
 }
 
 at::Tensor QuantizedLinear::forward_w4_kernel(const at::Tensor& x) const {
   const std::int64_t B = x.size(0), L = x.size(1);
-  at::Tensor xq = fake_quantize_activations(x, inputs_).reshape({B * L, in_});
+  at::Tensor xq = quantize_inputs(x).reshape({B * L, in_});
   at::Tensor y = kernels::w4_gemm(xq, w4_->qweight, w4_->scales, w4_->zeros, w4_->group_size, bias_);
   return y.reshape({B, L, out_});
 }
 
 at::Tensor QuantizedLinear::forward_int8_kernel(const at::Tensor& x) const {
   const std::int64_t B = x.size(0), L = x.size(1);
+  if (static_input_scale_) {
+    // One calibrated scale for every row: the reference maths' codes, then the same GEMM.
+    const at::Tensor s = at::full({1}, *static_input_scale_, x.options());
+    const at::Tensor q = int8_quantize(x.reshape({B * L, in_}), s);
+    return kernels::int8_gemm(q, int8_->q, s, int8_->scales, bias_).reshape({B, L, out_});
+  }
   // Per-token scales, or one scale per sequence of L rows.
   const std::int64_t rows = rows_per_scale(inputs_, L);
   kernels::Int8Rows a = kernels::quantize_int8_rows(x.reshape({B * L, in_}), rows);

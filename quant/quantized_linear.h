@@ -138,6 +138,8 @@ class QuantizedLinear final : public Linear {
   at::Tensor forward_keeping(const at::Tensor& x) const;    // kept rows full precision, the rest quantised
   at::Tensor forward_mixed(const at::Tensor& x) const;      // outlier features in fp32, the rest int8
   at::Tensor forward_reference(const at::Tensor& x, const at::Tensor& w /*dequantised [out, in]*/) const;
+  // The input activations as the scheme rounds them (dynamic scales, or the static one), x̂.
+  at::Tensor quantize_inputs(const at::Tensor& x) const;
   at::Tensor forward_w4_kernel(const at::Tensor& x) const;
   at::Tensor forward_int8_kernel(const at::Tensor& x) const;
   // `--dtype fp64` on the CPU: the scheme's maths with float64 arithmetic (docs/rounding-band.md).
@@ -150,7 +152,8 @@ class QuantizedLinear final : public Linear {
   std::int64_t in_ = 0, out_ = 0;
   std::optional<Int8Weight> int8_;  // exactly one of int8_, w4_, float_weight_ holds the weight
   std::optional<W4Weight> w4_;
-  at::Tensor float_weight_;         // weights not quantised (activation-only schemes)
+  at::Tensor float_weight_;         // weights not quantised (activation-only schemes), or dequantised
+                                    // once (fp8, mx, nvfp4: no CPU arithmetic for those elements)
   at::Tensor bias_;                 // [out] float32 or undefined, kept in full precision
   // Placed on a GPU only: the dequantised weight [out, in] and the bias in the compute dtype, for
   // the float GEMMs (reference path; 4-bit weights in fp32).
@@ -159,6 +162,7 @@ class QuantizedLinear final : public Linear {
   KeepTokens keep_;
   std::optional<FloatLinear> float_op_;  // the full-precision layer, when keep_ or outlier_threshold_ is set
   std::optional<double> outlier_threshold_;
+  std::optional<float> static_input_scale_;  // a calibrated input scale (spec.calibrated), if static
   std::shared_ptr<QuantizedLinearLog> log_;
 };
 

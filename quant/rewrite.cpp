@@ -31,6 +31,9 @@ nlohmann::json kernel_backends(const SchemeSpec& spec) {
   if (spec.weights.kind == QuantKind::int4_zeropoint)
     return {{"w4_gemm", fmt::format("vectorized ({}) for small row counts, dequantise + fp32 GEMM for large",
                                     kernels::w4_gemm_variant())}};
+  if (spec.weights.is_float_format() || spec.input_activations.is_float_format())
+    return {{"element_rounding", "quant/minifloat.h, one branch-free loop dispatched by CPUID (AVX-512, AVX2, baseline)"},
+            {"gemm", "dequantised weight (once per layer) + fp32 GEMM"}};
   return nlohmann::json::object();
 }
 

@@ -17,7 +17,8 @@
 namespace qeval {
 namespace {
 
-constexpr QuantKind kKinds[] = {QuantKind::none, QuantKind::int8_absmax, QuantKind::int4_zeropoint};
+constexpr QuantKind kKinds[] = {QuantKind::none, QuantKind::int8_absmax, QuantKind::int4_zeropoint,
+                                QuantKind::fp8,  QuantKind::mx,          QuantKind::nvfp4};
 constexpr ExecutionPreference kExecutions[] = {ExecutionPreference::automatic, ExecutionPreference::reference,
                                                ExecutionPreference::kernel};
 
@@ -32,8 +33,12 @@ const char* role_name(Role r) {
   return "?";
 }
 
-// Valid granularities per role, as written in JSON.
-std::vector<std::string> granularity_choices(Role r) {
+// Valid granularities per role and kind, as written in JSON.
+std::vector<std::string> granularity_choices(Role r, QuantKind kind = QuantKind::int8_absmax) {
+  if (kind == QuantKind::mx) return {"block:32"};
+  if (kind == QuantKind::nvfp4) return {"block:16"};
+  if (kind == QuantKind::fp8) return r == Role::weights ? std::vector<std::string>{"tensor", "channel"}
+                                                        : std::vector<std::string>{"tensor", "token"};
   switch (r) {
     case Role::weights: return {"tensor", "channel", "group:<g>"};
     case Role::input_activations: return {"tensor", "token", "feature"};
@@ -42,7 +47,15 @@ std::vector<std::string> granularity_choices(Role r) {
   return {};
 }
 
-bool granularity_allowed(Role r, Granularity g) {
+// The block size each block format defines (OCP MX: 32; NVFP4: 16).
+std::int64_t defined_block(QuantKind kind) { return kind == QuantKind::nvfp4 ? 16 : 32; }
+
+bool granularity_allowed(Role r, Granularity g, QuantKind kind = QuantKind::int8_absmax) {
+  if (kind == QuantKind::mx || kind == QuantKind::nvfp4) return g == Granularity::block && r != Role::output_activations;
+  if (g == Granularity::block) return false;
+  if (kind == QuantKind::fp8)
+    return r == Role::weights ? (g == Granularity::tensor || g == Granularity::channel)
+                              : r == Role::input_activations && (g == Granularity::tensor || g == Granularity::token);
   switch (r) {
     case Role::weights: return g == Granularity::tensor || g == Granularity::channel || g == Granularity::group;
     case Role::input_activations:
@@ -52,44 +65,131 @@ bool granularity_allowed(Role r, Granularity g) {
   return false;
 }
 
+// "group:128" / "block:32": the size after the colon, positive.
+std::int64_t sized_granularity(const std::string& g, std::size_t prefix, const std::string& where,
+                               const std::vector<std::string>& choices, const char* example) {
+  const std::string digits = g.substr(prefix);
+  const bool number =
+      !digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos;
+  QEVAL_CHECK(number && std::stoll(digits) > 0, "{}: granularity '{}' needs a positive size, e.g. {} (valid: {})", where,
+              g, example, fmt::join(choices, ", "));
+  return std::stoll(digits);
+}
+
+ActivationCalibration calibration_from_json(const nlohmann::json& j, const std::string& where) {
+  QEVAL_CHECK(j.is_object(),
+              "{}: calibration: expected an object like {{\"windows\": 16, \"statistic\": \"max\"}}, got {}", where,
+              j.dump());
+  for (auto it = j.begin(); it != j.end(); ++it)
+    QEVAL_CHECK(it.key() == "windows" || it.key() == "statistic",
+                "{}: calibration: unknown key '{}'; valid keys: windows, statistic", where, it.key());
+  QEVAL_CHECK(j.contains("windows"), "{}: calibration needs \"windows\" (calibration windows, at least 1)", where);
+  ActivationCalibration c;
+  c.windows = json_integer(j.at("windows"), where + ": calibration.windows");
+  QEVAL_CHECK(c.windows >= 1, "{}: calibration.windows should be at least 1 (full-precision windows that set the static "
+              "scale), found {}", where, c.windows);
+  const std::string statistic = j.contains("statistic") ? j.at("statistic").get<std::string>() : "max";
+  if (statistic != "max") {
+    const std::string prefix = "percentile:";
+    QEVAL_CHECK(statistic.rfind(prefix, 0) == 0 && statistic.size() > prefix.size(),
+                "{}: calibration.statistic '{}' is not valid; valid: max, percentile:P with P in (0, 100]", where,
+                statistic);
+    std::size_t used = 0;
+    double p = 0;
+    try {
+      p = std::stod(statistic.substr(prefix.size()), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    QEVAL_CHECK(used == statistic.size() - prefix.size() && std::isfinite(p) && p > 0 && p <= 100,
+                "{}: calibration.statistic '{}': the percentile must be a number in (0, 100] (100 is the maximum)",
+                where, statistic);
+    c.percentile = p;
+  }
+  return c;
+}
+
 QuantKind parse_kind(const std::string& s, const std::string& where) {
   for (auto k : kKinds)
     if (to_string(k) == s) return k;
-  fail("{}: unknown kind '{}'; valid: none, int8_absmax, int4_zeropoint", where, s);
+  fail("{}: unknown kind '{}'; valid: none, int8_absmax, int4_zeropoint, fp8, mx, nvfp4", where, s);
 }
 
 QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string& source) {
   const std::string where = fmt::format("{}: {}", source, role_name(role));
   QEVAL_CHECK(j.is_object(), "{}: expected an object like {{\"kind\": \"int8_absmax\", \"granularity\": \"{}\"}}, got {}",
               where, granularity_choices(role)[0], j.dump());
-  for (auto it = j.begin(); it != j.end(); ++it)
-    QEVAL_CHECK(it.key() == "kind" || it.key() == "granularity" || it.key() == "bits",
-                "{}: unknown key '{}'; valid keys: kind, granularity, bits", where, it.key());
-  QEVAL_CHECK(j.contains("kind"), "{}: missing \"kind\"; valid kinds: none, int8_absmax, int4_zeropoint", where);
+  QEVAL_CHECK(j.contains("kind"), "{}: missing \"kind\"; valid kinds: none, int8_absmax, int4_zeropoint, fp8, mx, nvfp4",
+              where);
   QuantSpec q;
   try {
     q.kind = parse_kind(j.at("kind").get<std::string>(), where);
+    // The keys each kind reads; any other is an error (typos never pass silently).
+    std::vector<std::string> valid = {"kind", "granularity", "bits"};
+    if (q.is_float_format()) valid.push_back("element");
+    if (q.kind == QuantKind::mx) valid.push_back("scale_rounding");
+    if (role == Role::input_activations && (q.kind == QuantKind::int8_absmax || q.kind == QuantKind::fp8))
+      valid.push_back("calibration");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (std::find(valid.begin(), valid.end(), it.key()) != valid.end()) continue;
+      if (it.key() == "calibration")
+        fail("{}: calibration (a static scale) applies to input_activations of kind int8_absmax or fp8 with "
+             "granularity tensor; here the kind is {}", where, to_string(q.kind));
+      fail("{}: unknown key '{}' for kind {}; valid keys: {}", where, it.key(), to_string(q.kind), fmt::join(valid, ", "));
+    }
+    QEVAL_CHECK(!q.is_float_format() || role != Role::output_activations,
+                "{}: kind {} is not offered for output activations; valid kinds there: none, int8_absmax, int4_zeropoint",
+                where, to_string(q.kind));
     if (q.enabled()) {
+      const std::vector<std::string> choices = granularity_choices(role, q.kind);
       QEVAL_CHECK(j.contains("granularity"), "{}: kind {} needs a granularity; valid: {}", where, to_string(q.kind),
-                  fmt::join(granularity_choices(role), ", "));
+                  fmt::join(choices, ", "));
       const std::string g = j.at("granularity").get<std::string>();
       bool found = false;
       for (auto cand : {Granularity::tensor, Granularity::channel, Granularity::token, Granularity::feature}) {
         if (g == to_string(cand)) q.granularity = cand, found = true;
       }
       if (!found && g.rfind("group:", 0) == 0) {
-        const std::string digits = g.substr(6);
-        const bool number =
-            !digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos;
-        QEVAL_CHECK(number && std::stoll(digits) > 0,
-                    "{}: granularity '{}' needs a positive group size, e.g. group:128 (valid: {})", where, g,
-                    fmt::join(granularity_choices(role), ", "));
         q.granularity = Granularity::group;
-        q.group_size = std::stoll(digits);
+        q.group_size = sized_granularity(g, 6, where, choices, "group:128");
         found = true;
       }
-      QEVAL_CHECK(found && granularity_allowed(role, q.granularity), "{}: granularity '{}' is not valid here; valid: {}",
-                  where, g, fmt::join(granularity_choices(role), ", "));
+      if (!found && g.rfind("block:", 0) == 0) {
+        q.granularity = Granularity::block;
+        q.group_size = sized_granularity(g, 6, where, choices, "block:32");
+        found = true;
+        QEVAL_CHECK(!granularity_allowed(role, q.granularity, q.kind) || q.group_size == defined_block(q.kind),
+                    "{}: granularity '{}': {} defines blocks of {} elements only; valid: {}", where, g,
+                    to_string(q.kind), defined_block(q.kind), fmt::join(choices, ", "));
+      }
+      QEVAL_CHECK(found && granularity_allowed(role, q.granularity, q.kind),
+                  "{}: granularity '{}' is not valid for kind {}; valid: {}", where, g, to_string(q.kind),
+                  fmt::join(choices, ", "));
+    }
+    if (q.is_float_format()) {
+      const char* elements = q.kind == QuantKind::fp8 ? "e4m3, e5m2"
+                             : q.kind == QuantKind::mx ? "e4m3, e5m2, e2m3, e3m2, e2m1"
+                                                       : "e2m1";
+      QEVAL_CHECK(q.kind == QuantKind::nvfp4 || j.contains("element"), "{}: kind {} needs an \"element\"; valid: {}",
+                  where, to_string(q.kind), elements);
+      const std::string name = j.contains("element") ? j.at("element").get<std::string>() : "e2m1";
+      const std::optional<ElementType> element = parse_element_type(name);
+      QEVAL_CHECK(element && std::string(elements).find(name) != std::string::npos,
+                  "{}: element '{}' is not valid for kind {}; valid: {}", where, name, to_string(q.kind), elements);
+      q.element = *element;
+    }
+    if (j.contains("scale_rounding")) {
+      const std::string r = j.at("scale_rounding").get<std::string>();
+      QEVAL_CHECK(r == "floor" || r == "up",
+                  "{}: scale_rounding '{}' is not valid; valid: floor (OCP MX v1.0), up (Transformer Engine)", where, r);
+      q.scale_round_up = r == "up";
+    }
+    if (j.contains("calibration")) {
+      QEVAL_CHECK(q.granularity == Granularity::tensor,
+                  "{}: calibration (a static scale) needs granularity tensor, found '{}'; a per-token, per-feature or "
+                  "block scale is computed from each input and cannot be calibrated",
+                  where, q.granularity_name());
+      q.calibration = calibration_from_json(j.at("calibration"), where);
     }
     if (j.contains("bits"))
       QEVAL_CHECK(json_integer(j.at("bits"), where + ": bits") == q.bits(), "{}: bits {} disagrees with kind {} ({} bits)",
@@ -102,7 +202,13 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
 
 nlohmann::json quant_to_json(const QuantSpec& q) {
   if (!q.enabled()) return {{"kind", "none"}, {"bits", 32}};
-  return {{"kind", to_string(q.kind)}, {"bits", q.bits()}, {"granularity", q.granularity_name()}};
+  nlohmann::json j = {{"kind", to_string(q.kind)}, {"bits", q.bits()}, {"granularity", q.granularity_name()}};
+  // Written only for the kinds that have them, so records of the int8 and 4-bit schemes keep
+  // their form.
+  if (q.is_float_format()) j["element"] = to_string(q.element);
+  if (q.kind == QuantKind::mx) j["scale_rounding"] = q.scale_round_up ? "up" : "floor";
+  if (q.calibration) j["calibration"] = {{"windows", q.calibration->windows}, {"statistic", q.calibration->statistic_name()}};
+  return j;
 }
 
 // k of "keep_first_tokens" or of a "keep_tokens" rule: a non-negative JSON integer.
@@ -160,12 +266,20 @@ int QuantSpec::bits() const {
     case QuantKind::none: return 32;
     case QuantKind::int8_absmax: return 8;
     case QuantKind::int4_zeropoint: return 4;
+    case QuantKind::fp8:
+    case QuantKind::mx:
+    case QuantKind::nvfp4: return element_format(element).bits();
   }
   return 32;
 }
 
+std::string ActivationCalibration::statistic_name() const {
+  return percentile == 100 ? std::string("max") : fmt::format("percentile:{}", percentile);
+}
+
 std::string QuantSpec::granularity_name() const {
   if (granularity == Granularity::group) return fmt::format("group:{}", group_size);
+  if (granularity == Granularity::block) return fmt::format("block:{}", group_size);
   return to_string(granularity);
 }
 
@@ -197,6 +311,9 @@ std::string to_string(QuantKind v) {
     case QuantKind::none: return "none";
     case QuantKind::int8_absmax: return "int8_absmax";
     case QuantKind::int4_zeropoint: return "int4_zeropoint";
+    case QuantKind::fp8: return "fp8";
+    case QuantKind::mx: return "mx";
+    case QuantKind::nvfp4: return "nvfp4";
   }
   return "?";
 }
@@ -208,6 +325,7 @@ std::string to_string(Granularity v) {
     case Granularity::group: return "group";
     case Granularity::token: return "token";
     case Granularity::feature: return "feature";
+    case Granularity::block: return "block";
   }
   return "?";
 }
@@ -240,11 +358,36 @@ void validate_scheme(const SchemeSpec& s, const std::string& source) {
                                                      {&s.output_activations, Role::output_activations}};
   for (const auto& [q, role] : roles) {
     if (!q->enabled()) continue;
-    QEVAL_CHECK(granularity_allowed(role, q->granularity), "{}: {} granularity '{}' is not valid; valid: {}", source,
-                role_name(role), q->granularity_name(), fmt::join(granularity_choices(role), ", "));
+    QEVAL_CHECK(granularity_allowed(role, q->granularity, q->kind), "{}: {} granularity '{}' is not valid for kind {}; valid: {}",
+                source, role_name(role), q->granularity_name(), to_string(q->kind),
+                fmt::join(granularity_choices(role, q->kind), ", "));
     QEVAL_CHECK(q->granularity != Granularity::group || q->group_size >= 1, "{}: {} group size must be positive, got {}",
                 source, role_name(role), q->group_size);
+    QEVAL_CHECK(q->granularity != Granularity::block || q->group_size == defined_block(q->kind),
+                "{}: {} granularity '{}': {} defines blocks of {} elements only", source, role_name(role),
+                q->granularity_name(), to_string(q->kind), defined_block(q->kind));
+    QEVAL_CHECK(q->kind != QuantKind::nvfp4 || q->element == ElementType::e2m1,
+                "{}: {} element '{}' is not valid for kind nvfp4; valid: e2m1", source, role_name(role),
+                to_string(q->element));
+    QEVAL_CHECK(q->kind != QuantKind::fp8 || q->element == ElementType::e4m3 || q->element == ElementType::e5m2,
+                "{}: {} element '{}' is not valid for kind fp8; valid: e4m3, e5m2", source, role_name(role),
+                to_string(q->element));
+    if (q->calibration) {
+      QEVAL_CHECK(role == Role::input_activations && q->granularity == Granularity::tensor &&
+                      (q->kind == QuantKind::int8_absmax || q->kind == QuantKind::fp8),
+                  "{}: {} calibration (a static scale) needs input_activations of kind int8_absmax or fp8 with "
+                  "granularity tensor; found {}/{}", source, role_name(role), to_string(q->kind), q->granularity_name());
+      QEVAL_CHECK(q->calibration->windows >= 1, "{}: calibration.windows should be at least 1, found {}", source,
+                  q->calibration->windows);
+      const double p = q->calibration->percentile;
+      QEVAL_CHECK(std::isfinite(p) && p > 0 && p <= 100,
+                  "{}: calibration.statistic percentile must be in (0, 100], found {}", source, p);
+    }
   }
+  QEVAL_CHECK(!s.input_activations.is_static() || s.keep_tokens.rule == KeepRule::first || !s.keep_tokens.enabled(),
+              "{}: a static activation scale (calibration) leaves out the kept positions of its calibration windows, "
+              "which needs keep_tokens {{\"first\": k}}; top_norm positions are chosen per linear at run time",
+              source);
   for (const auto* list : {&s.include, &s.exclude})
     for (const auto& p : *list) QEVAL_CHECK(!p.empty(), "{}: empty name pattern in include/exclude", source);
   QEVAL_CHECK(s.keep_tokens.count >= 0, "{}: keep_tokens.{} should be a non-negative integer, found {}", source,

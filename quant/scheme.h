@@ -17,10 +17,26 @@
 //     "keep_first_tokens": 1,                      or "keep_tokens": {"first": 1} | {"top_norm": 1}
 //     "outlier_threshold": 6.0                     null (default): no outlier decomposition
 //   }
-// kind: none | int8_absmax | int4_zeropoint ("bits" may be given too and must agree).
-// granularity: weights tensor | channel | group:<g>; input activations tensor | token | feature;
-// output activations tensor | token. Activation scales are dynamic and per sequence: "tensor"
-// means one scale per sequence, "token" one per position, "feature" one per channel of a sequence.
+// kind: none | int8_absmax | int4_zeropoint | fp8 | mx | nvfp4 ("bits" may be given too and must
+// agree). granularity: weights tensor | channel | group:<g>; input activations tensor | token |
+// feature; output activations tensor | token. Activation scales are dynamic and per sequence:
+// "tensor" means one scale per sequence, "token" one per position, "feature" one per channel of a
+// sequence.
+//
+// The floating-point formats (issue 61; exact definitions in quant/minifloat.h, quant/mx.h,
+// quant/nvfp4.h and docs/formats.md), for weights and input activations:
+//   {"kind": "fp8", "element": "e4m3" | "e5m2", "granularity": ...}
+//        scale = amax / largest finite (1 where amax = 0) per tensor or channel (weights), per
+//        tensor (sequence) or token (activations)
+//   {"kind": "mx", "element": "e4m3" | "e5m2" | "e2m3" | "e3m2" | "e2m1", "granularity": "block:32",
+//    "scale_rounding": "floor" | "up"}                 OCP MX v1.0 (default floor)
+//   {"kind": "nvfp4", "granularity": "block:16"}       E2M1 with E4M3 block scales and a tensor scale
+//                                                      (a sequence's, for activations)
+// Static activation scales: an input_activations spec of kind int8_absmax or fp8 and granularity
+// "tensor" may say "calibration": {"windows": N, "statistic": "max" | "percentile:P"}: each
+// linear's input scale is fixed from a full-precision pass over N calibration windows (never
+// evaluated; the rule of --transform smooth), then held for the whole evaluation. Positions the
+// scheme keeps (keep_tokens first) are left out of the statistic too.
 //
 // Kept tokens (issue 19, the post-hoc counterpart of softmax-1): activation quantisation leaves
 // k positions of each sequence in full precision, in every quantised linear. Those rows run the
@@ -60,28 +76,58 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "quant/minifloat.h"
+
 namespace qeval {
 
-enum class QuantKind { none, int8_absmax, int4_zeropoint };
-enum class Granularity { tensor, channel, group, token, feature };
+enum class QuantKind { none, int8_absmax, int4_zeropoint, fp8, mx, nvfp4 };
+enum class Granularity { tensor, channel, group, token, feature, block };
+
+// A static activation scale's calibration (see above): N windows, and the statistic of |x| over
+// every element of a linear's input in them: the maximum (percentile 100) or the P-th
+// percentile with linear interpolation.
+struct ActivationCalibration {
+  std::int64_t windows = 0;
+  double percentile = 100;
+  std::string statistic_name() const;  // "max" or "percentile:P"
+  bool operator==(const ActivationCalibration& o) const { return windows == o.windows && percentile == o.percentile; }
+};
 enum class ExecutionPreference { automatic, reference, kernel };
 
 struct QuantSpec {
   QuantKind kind = QuantKind::none;
   Granularity granularity = Granularity::tensor;
-  std::int64_t group_size = 0;  // > 0 only for Granularity::group
+  std::int64_t group_size = 0;  // > 0 only for Granularity::group and block (the block size)
+  ElementType element = ElementType::e4m3;  // fp8, mx (nvfp4: e2m1)
+  bool scale_round_up = false;              // mx: "scale_rounding": "up"
+  std::optional<ActivationCalibration> calibration;  // input activations per tensor: a static scale
 
   bool enabled() const { return kind != QuantKind::none; }
-  int bits() const;  // 8, 4, or 32 for none
-  std::string granularity_name() const;  // "tensor", "channel", "group:128", ...
+  // fp8, mx or nvfp4: elements of a floating-point type (quant/minifloat.h).
+  bool is_float_format() const { return kind == QuantKind::fp8 || kind == QuantKind::mx || kind == QuantKind::nvfp4; }
+  bool is_static() const { return calibration.has_value(); }
+  int bits() const;  // 8, 6, 4, or 32 for none
+  std::string granularity_name() const;  // "tensor", "channel", "group:128", "block:32", ...
   bool operator==(const QuantSpec& o) const {
-    return kind == o.kind && granularity == o.granularity && group_size == o.group_size;
+    return kind == o.kind && granularity == o.granularity && group_size == o.group_size &&
+           (!is_float_format() || (element == o.element && scale_round_up == o.scale_round_up)) &&
+           calibration == o.calibration;
   }
+};
+
+// Static activation scales measured for one scheme (eval/static_scales.h fills them in before the
+// evaluation): each selected linear's calibrated amax of its input, and the record's account of
+// how (windows, their hashes, the statistic, each layer's scale).
+struct CalibratedScales {
+  std::map<std::string, double> amax;  // by canonical linear name
+  nlohmann::json description;
 };
 
 // Which positions activation quantisation leaves in full precision (see above).
@@ -109,7 +155,11 @@ struct SchemeSpec {
   KeepTokens keep_tokens;
   // LLM.int8() outlier threshold T (see above); nullopt: no decomposition. +infinity is allowed.
   std::optional<double> outlier_threshold;
+  // Filled in by the calibration when input_activations is static; shared by every copy of the
+  // spec (rounding-band variants, sensitivity's one-layer schemes), never written to JSON.
+  std::shared_ptr<const CalibratedScales> calibrated;
 
+  bool needs_calibration() const { return input_activations.is_static(); }
   bool decomposes_outliers() const { return outlier_threshold.has_value(); }
   // False for the full-precision scheme: nothing to rewrite.
   bool quantizes_anything() const;

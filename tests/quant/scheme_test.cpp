@@ -19,6 +19,13 @@ namespace {
 const std::filesystem::path kRepo = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
 
 QuantSpec q(QuantKind k, Granularity g, std::int64_t group = 0) { return {k, g, group}; }
+// A floating-point-format spec (issue 61), optionally with a static scale of N windows (max).
+QuantSpec fq(QuantKind k, Granularity g, std::int64_t block, ElementType e, std::int64_t static_windows = 0) {
+  QuantSpec s{k, g, block};
+  s.element = e;
+  if (static_windows > 0) s.calibration = ActivationCalibration{static_windows, 100.0};
+  return s;
+}
 const QuantSpec kNone{};
 
 // Expects `fn` to throw qeval::Error whose message contains every one of `parts`.
@@ -35,6 +42,7 @@ void expect_error(Fn fn, std::vector<std::string> parts) {
 TEST(SchemePresets, MatchTheDesignTable) {
   using K = QuantKind;
   using G = Granularity;
+  using E = ElementType;
   struct Row {
     const char* name;
     QuantSpec w, in, out;
@@ -54,6 +62,20 @@ TEST(SchemePresets, MatchTheDesignTable) {
       {"int8-coarse-keep1", q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), q(K::int8_absmax, G::tensor), 1},
       // Issue 15: LLM.int8's vector-wise scheme with outlier features (|x| >= 6) in fp32.
       {"int8-mixed", q(K::int8_absmax, G::channel), q(K::int8_absmax, G::token), kNone, 0, 6.0},
+      // Issue 61: the formats users ship (docs/formats.md).
+      {"fp8-e4m3", fq(K::fp8, G::channel, 0, E::e4m3), fq(K::fp8, G::token, 0, E::e4m3), kNone},
+      {"fp8-e4m3-tensor", fq(K::fp8, G::tensor, 0, E::e4m3), fq(K::fp8, G::tensor, 0, E::e4m3), kNone},
+      {"fp8-e4m3-static", fq(K::fp8, G::tensor, 0, E::e4m3), fq(K::fp8, G::tensor, 0, E::e4m3, 16), kNone},
+      {"fp8-e5m2", fq(K::fp8, G::channel, 0, E::e5m2), fq(K::fp8, G::token, 0, E::e5m2), kNone},
+      {"mxfp8", fq(K::mx, G::block, 32, E::e4m3), fq(K::mx, G::block, 32, E::e4m3), kNone},
+      {"mxfp6", fq(K::mx, G::block, 32, E::e2m3), fq(K::mx, G::block, 32, E::e2m3), kNone},
+      {"mxfp4", fq(K::mx, G::block, 32, E::e2m1), fq(K::mx, G::block, 32, E::e2m1), kNone},
+      {"mxfp4-weights", fq(K::mx, G::block, 32, E::e2m1), kNone, kNone},
+      {"nvfp4", fq(K::nvfp4, G::block, 16, E::e2m1), fq(K::nvfp4, G::block, 16, E::e2m1), kNone},
+      {"nvfp4-weights", fq(K::nvfp4, G::block, 16, E::e2m1), kNone, kNone},
+      {"int8-moderate-static", q(K::int8_absmax, G::tensor), fq(K::int8_absmax, G::tensor, 0, E::e4m3, 16), kNone},
+      {"fp8-e4m3-static-keep1", fq(K::fp8, G::tensor, 0, E::e4m3), fq(K::fp8, G::tensor, 0, E::e4m3, 16), kNone, 1},
+      {"mxfp4-keep1", fq(K::mx, G::block, 32, E::e2m1), fq(K::mx, G::block, 32, E::e2m1), kNone, 1},
   };
   std::vector<std::string> names;
   for (const auto& row : table) {

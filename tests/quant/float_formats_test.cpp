@@ -1,0 +1,214 @@
+// The floating-point formats on tensors and in layers (issue 61): FP8 scales per tensor, channel
+// and token against the definition written out with the reference rounding; MX rows whose length
+// 32 does not divide; static scales that saturate; the percentile rule; a QuantizedLinear of each
+// format against the product of its dequantised operands; batch independence; and the scheme
+// errors of item 8 (each naming the key and the allowed values).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "common/error.h"
+#include "eval/static_scales.h"
+#include "quant/float_formats.h"
+#include "quant/mx.h"
+#include "quant/quantized_linear.h"
+#include "quant/scheme.h"
+
+namespace qeval {
+namespace {
+
+template <typename Fn>
+void expect_error(Fn fn, std::vector<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error mentioning " << parts[0];
+  } catch (const Error& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+QuantSpec spec_of(const std::string& json_text, const char* role = "weights") {
+  return scheme_from_json(nlohmann::json::parse(std::string("{\"") + role + "\": " + json_text + "}"), "test").weights;
+}
+
+// The definition with the float64 reference rounding: E(clamp(x / s)) · s in float32 arithmetic.
+float fp8_reference(float x, float s, ElementType t) {
+  return static_cast<float>(round_to_element_reference(x / s, t)) * s;
+}
+
+TEST(FloatFormats, Fp8ScalesPerChannelTensorAndToken) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0, 1);
+  at::Tensor w = at::empty({6, 40});
+  for (std::int64_t i = 0; i < w.numel(); ++i) w.data_ptr<float>()[i] = n(rng) * (i % 7 == 0 ? 50 : 1);
+  w[2].zero_();  // an all-zero channel: scale 1, codes 0
+  QuantSpec channel{QuantKind::fp8, Granularity::channel, 0};
+  const at::Tensor got = fake_quantize_float_weight(w, channel);
+  for (std::int64_t r = 0; r < 6; ++r) {
+    const float amax = w[r].abs().max().item<float>();
+    const float s = amax == 0 ? 1.0f : amax / 448.0f;
+    for (std::int64_t k = 0; k < 40; ++k)
+      ASSERT_EQ(got[r][k].item<float>(), fp8_reference(w[r][k].item<float>(), s, ElementType::e4m3)) << r << "," << k;
+  }
+  QuantSpec tensor{QuantKind::fp8, Granularity::tensor, 0};
+  tensor.element = ElementType::e5m2;
+  const at::Tensor got_t = fake_quantize_float_weight(w, tensor);
+  const float s_t = w.abs().max().item<float>() / 57344.0f;
+  for (std::int64_t i = 0; i < w.numel(); ++i)
+    ASSERT_EQ(got_t.data_ptr<float>()[i], fp8_reference(w.data_ptr<float>()[i], s_t, ElementType::e5m2)) << i;
+
+  // Activations: per token, and per sequence; each sequence alone gives the same bits (batch independence).
+  at::Tensor x = at::randn({3, 5, 40}) * 3;
+  for (Granularity g : {Granularity::token, Granularity::tensor}) {
+    QuantSpec a{QuantKind::fp8, g, 0};
+    const at::Tensor all = fake_quantize_float_activations(x, a);
+    for (std::int64_t b = 0; b < 3; ++b)
+      EXPECT_TRUE(all[b].equal(fake_quantize_float_activations(x.narrow(0, b, 1), a)[0])) << to_string(g);
+    const at::Tensor row = x[1][2];
+    const float amax = g == Granularity::token ? row.abs().max().item<float>() : x[1].abs().max().item<float>();
+    for (std::int64_t k = 0; k < 40; ++k)
+      ASSERT_EQ(all[1][2][k].item<float>(), fp8_reference(row[k].item<float>(), amax / 448.0f, ElementType::e4m3));
+  }
+}
+
+TEST(FloatFormats, MxRowsEndInAShorterBlockAsIfPaddedWithZeros) {
+  std::vector<float> x(100), padded(128, 0.0f), y(100), y_padded(128);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n(0, 2);
+  for (int i = 0; i < 100; ++i) padded[i] = x[i] = n(rng);
+  for (ElementType t : {ElementType::e4m3, ElementType::e2m1}) {
+    const MxFormat f{t, 32, false};
+    mx_round_trip_row(x.data(), y.data(), 100, f);
+    mx_round_trip_row(padded.data(), y_padded.data(), 128, f);
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(y[i], y_padded[i]) << i;
+  }
+}
+
+TEST(FloatFormats, MxScaleRoundingUpSaturatesNothing) {
+  // amax = 1.9 · 2^3 in a block of E2M1 (largest 6 = 1.5 · 2^2): the floor rule's scale 2^1 holds
+  // at most 12, so 15.2 saturates to 12; rounding the scale up to 2^2 keeps it (16).
+  std::vector<float> x(32, 0.5f), y(32);
+  x[0] = 15.2f;
+  mx_round_trip_row(x.data(), y.data(), 32, MxFormat{ElementType::e2m1, 32, false});
+  EXPECT_EQ(y[0], 12.0f);
+  mx_round_trip_row(x.data(), y.data(), 32, MxFormat{ElementType::e2m1, 32, true});
+  EXPECT_EQ(y[0], 16.0f);
+  EXPECT_EQ(mx_scale_exponent(15.2f, MxFormat{ElementType::e2m1, 32, false}), 1);
+  EXPECT_EQ(mx_scale_exponent(15.2f, MxFormat{ElementType::e2m1, 32, true}), 2);
+  // The smallest scale is a float32 subnormal, 2^-127, not flushed: 2^-126 · 6 / 4 stays exact.
+  std::vector<float> tiny(32, 0.0f), tiny_y(32);
+  tiny[0] = std::ldexp(1.5f, -125);
+  mx_round_trip_row(tiny.data(), tiny_y.data(), 32, MxFormat{ElementType::e2m1, 32, false});
+  EXPECT_EQ(mx_scale_exponent(tiny[0], MxFormat{ElementType::e2m1, 32, false}), -127);
+  EXPECT_EQ(tiny_y[0], tiny[0]);
+}
+
+TEST(FloatFormats, StaticScalesSaturateBeyondTheCalibratedRange) {
+  QuantSpec int8{QuantKind::int8_absmax, Granularity::tensor, 0};
+  int8.calibration = ActivationCalibration{4, 100};
+  const float s = static_activation_scale(int8, 2.54);  // 0.02
+  at::Tensor x = at::tensor({0.0f, 0.01f, 0.03f, -2.54f, 100.0f, -7.0f}).reshape({1, 1, 6});
+  const at::Tensor y = fake_quantize_static(x, int8, s);
+  EXPECT_FLOAT_EQ(y[0][0][4].item<float>(), 127 * s);
+  EXPECT_FLOAT_EQ(y[0][0][5].item<float>(), -127 * s);
+  EXPECT_EQ(y[0][0][1].item<float>(), 0.0f);  // 0.5 rounds half to even: 0
+  EXPECT_FLOAT_EQ(y[0][0][2].item<float>(), 2 * s);  // 1.5 → 2
+  QuantSpec fp8{QuantKind::fp8, Granularity::tensor, 0};
+  fp8.calibration = ActivationCalibration{4, 100};
+  const float s8 = static_activation_scale(fp8, 4.48);
+  const at::Tensor y8 = fake_quantize_static(x, fp8, s8);
+  EXPECT_FLOAT_EQ(y8[0][0][4].item<float>(), 448 * s8);
+  EXPECT_EQ(static_activation_scale(fp8, 0.0), 1.0f);
+}
+
+TEST(FloatFormats, PercentileIsLinearBetweenOrderStatistics) {
+  std::vector<float> v = {4, 1, 3, 2};
+  EXPECT_DOUBLE_EQ(percentile_linear(v, 50), 2.5);
+  EXPECT_DOUBLE_EQ(percentile_linear(v, 100), 4);
+  EXPECT_DOUBLE_EQ(percentile_linear(v, 25), 1.75);
+  std::vector<float> one = {7};
+  EXPECT_DOUBLE_EQ(percentile_linear(one, 0.5), 7);
+}
+
+TEST(FloatFormats, LayersRunTheProductOfTheirDequantisedOperands) {
+  at::manual_seed(3);
+  const at::Tensor w = at::randn({24, 72}), bias = at::randn({24}), x = at::randn({2, 9, 72}) * 4;
+  for (const char* name : {"fp8-e4m3", "fp8-e5m2", "fp8-e4m3-tensor", "mxfp8", "mxfp6", "mxfp4", "nvfp4", "nvfp4-weights"}) {
+    SCOPED_TRACE(name);
+    const SchemeSpec spec = preset_scheme(name);
+    ASSERT_FALSE(kernel_path_unavailable_reason(spec).empty());
+    const QuantizedLinear layer("layers.0.mlp.up", w, bias, spec, ExecutionPath::reference);
+    const at::Tensor wq = fake_quantize_float_weight(w, spec.weights);
+    EXPECT_TRUE(layer.dequantized_weight().equal(wq));
+    const at::Tensor xq = spec.input_activations.enabled() ? fake_quantize_float_activations(x, spec.input_activations) : x;
+    const at::Tensor expected = at::linear(xq, wq, bias);
+    const at::Tensor got = layer.forward(x);
+    EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-5)) << (got - expected).abs().max().item<float>();
+    // Each sequence alone gives the same bits.
+    EXPECT_TRUE(got[1].equal(layer.forward(x.narrow(0, 1, 1))[0]));
+    EXPECT_GT((got - at::linear(x, w, bias)).abs().max().item<float>(), 0.0f);  // it does quantise
+  }
+}
+
+TEST(FloatFormats, StaticLayersNeedCalibratedScales) {
+  const at::Tensor w = at::randn({8, 32});
+  SchemeSpec spec = preset_scheme("int8-moderate-static");
+  expect_error([&] { QuantizedLinear("layers.0.attn.q", w, at::Tensor(), spec, ExecutionPath::kernel); },
+               {"layers.0.attn.q", "none was calibrated"});
+  auto scales = std::make_shared<CalibratedScales>();
+  scales->amax["layers.0.attn.q"] = 2.0;
+  spec.calibrated = scales;
+  const QuantizedLinear kernel("layers.0.attn.q", w, at::Tensor(), spec, ExecutionPath::kernel);
+  const QuantizedLinear reference("layers.0.attn.q", w, at::Tensor(), spec, ExecutionPath::reference);
+  const at::Tensor x = at::randn({2, 5, 32}) * 2;
+  const at::Tensor xq = fake_quantize_static(x, spec.input_activations, 2.0f / 127.0f);
+  EXPECT_TRUE(at::allclose(kernel.forward(x), at::linear(xq, kernel.dequantized_weight()), 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(kernel.forward(x), reference.forward(x), 1e-5, 1e-5));
+}
+
+TEST(FloatFormats, BadSpecsAreRefusedNamingTheKeyAndTheAllowedValues) {
+  expect_error([] { spec_of(R"({"kind": "fp8", "element": "e4m4", "granularity": "channel"})"); },
+               {"test: weights", "element 'e4m4'", "e4m3, e5m2"});
+  expect_error([] { spec_of(R"({"kind": "fp8", "element": "e2m1", "granularity": "channel"})"); },
+               {"element 'e2m1'", "valid: e4m3, e5m2"});
+  expect_error([] { spec_of(R"({"kind": "fp8", "granularity": "channel"})"); }, {"needs an \"element\""});
+  expect_error([] { spec_of(R"({"kind": "mx", "element": "e2m1", "granularity": "block:16"})"); },
+               {"block:16", "blocks of 32", "valid: block:32"});
+  expect_error([] { spec_of(R"({"kind": "nvfp4", "granularity": "block:32"})"); }, {"blocks of 16"});
+  expect_error([] { spec_of(R"({"kind": "nvfp4", "granularity": "channel"})"); }, {"granularity 'channel'", "block:16"});
+  expect_error([] { spec_of(R"({"kind": "mx", "element": "e3m2", "granularity": "block:32", "scale_rounding": "nearest"})"); },
+               {"scale_rounding 'nearest'", "floor", "up"});
+  expect_error([] { spec_of(R"({"kind": "fp8", "element": "e4m3", "granularity": "token"})"); },
+               {"granularity 'token'", "tensor, channel"});
+  auto inputs = [](const std::string& text) {
+    return scheme_from_json(nlohmann::json::parse("{\"input_activations\": " + text + "}"), "my.json");
+  };
+  expect_error([&] { inputs(R"({"kind": "fp8", "element": "e4m3", "granularity": "tensor", "calibration": {"windows": 0}})"); },
+               {"my.json", "calibration.windows", "at least 1"});
+  expect_error([&] {
+    inputs(R"({"kind": "int8_absmax", "granularity": "tensor", "calibration": {"windows": 4, "statistic": "percentile:0"}})");
+  }, {"percentile", "(0, 100]"});
+  expect_error([&] {
+    inputs(R"({"kind": "int8_absmax", "granularity": "tensor", "calibration": {"windows": 4, "statistic": "percentile:100.5"}})");
+  }, {"(0, 100]"});
+  expect_error([&] {
+    inputs(R"({"kind": "int8_absmax", "granularity": "tensor", "calibration": {"windows": 4, "statistic": "median"}})");
+  }, {"statistic 'median'", "max, percentile:P"});
+  expect_error([&] { inputs(R"({"kind": "fp8", "element": "e4m3", "granularity": "token", "calibration": {"windows": 4}})"); },
+               {"calibration", "needs granularity tensor", "token"});
+  expect_error([&] { inputs(R"({"kind": "mx", "element": "e4m3", "granularity": "block:32", "calibration": {"windows": 4}})"); },
+               {"calibration", "int8_absmax or fp8", "mx"});
+  expect_error([] {
+    scheme_from_json(nlohmann::json::parse(R"({"output_activations": {"kind": "fp8", "element": "e4m3", "granularity": "tensor"}})"),
+                     "out.json");
+  }, {"out.json", "not offered for output activations"});
+  // A percentile round-trips through the resolved spec.
+  const SchemeSpec p = inputs(
+      R"({"kind": "int8_absmax", "granularity": "tensor", "calibration": {"windows": 4, "statistic": "percentile:99.9"}})");
+  EXPECT_EQ(scheme_to_json(p).at("input_activations").at("calibration").at("statistic"), "percentile:99.9");
+  EXPECT_DOUBLE_EQ(p.input_activations.calibration->percentile, 99.9);
+}
+
+}  // namespace
+}  // namespace qeval
