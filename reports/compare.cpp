@@ -225,6 +225,57 @@ std::string rounding_band_table(const std::vector<LabeledRecord>& records) {
                   : std::string());
 }
 
+// The format family of a scheme, from its resolved spec (docs/formats.md): what a reader groups
+// penalties by when int8, 4-bit, FP8, MX, NVFP4 and static-scale schemes sit in one record.
+// Empty for full precision.
+std::string format_family(const nlohmann::json& scheme) {
+  const nlohmann::json spec = lookup(scheme, {"description", "scheme"});
+  if (!spec.is_object()) return "";
+  auto kind = [&](const char* role) {
+    const nlohmann::json k = lookup(spec, {role, "kind"});
+    return k.is_string() ? k.get<std::string>() : std::string("none");
+  };
+  const std::string w = kind("weights"), in = kind("input_activations");
+  if (lookup(spec, {"input_activations", "calibration"}).is_object()) return "static scales";
+  for (const std::string& k : {w, in}) {
+    if (k == "fp8") return "FP8";
+    if (k == "mx") return "OCP MX";
+    if (k == "nvfp4") return "NVFP4";
+  }
+  if (w == "int4_zeropoint") return "4-bit zero-point";
+  if (w == "int8_absmax" || in == "int8_absmax") return "int8";
+  return w == "none" && in == "none" && kind("output_activations") == "none" ? "" : "other";
+}
+
+// Every scheme of every record grouped by format family, ΔPPL and paired ΔNLL ± se: printed when
+// a record holds one of the floating-point formats (the paper's table has no column for them).
+std::string format_family_table(const std::vector<LabeledRecord>& records) {
+  static const char* kOrder[] = {"int8", "4-bit zero-point", "FP8", "OCP MX", "NVFP4", "static scales", "other"};
+  bool any_new = false;
+  std::map<std::string, std::string> rows;  // family → its rows
+  for (const auto& r : records) {
+    for (const auto& s : r.record.at("schemes")) {
+      if (is_rounding_variant(s)) continue;
+      const std::string family = format_family(s);
+      if (family.empty()) continue;
+      any_new = any_new || family == "FP8" || family == "OCP MX" || family == "NVFP4" || family == "static scales";
+      const nlohmann::json& v = s.at("vs_full");
+      const std::string dnll = v.at("paired_dnll_mean").is_number() && v.at("paired_dnll_se").is_number()
+                                   ? fmt::format("{:+.5f} ± {:.5f}", v.at("paired_dnll_mean").get<double>(),
+                                                 v.at("paired_dnll_se").get<double>())
+                                   : "—";
+      rows[family] += fmt::format("| {} | {} | {} | {} | {} |\n", family, markdown_cell(r.label),
+                                  markdown_cell(s.at("name").get<std::string>()), delta_text(v.at("dppl")), dnll);
+    }
+  }
+  if (!any_new) return "";
+  std::string out = "\nPenalties by format family (docs/formats.md)\n\n| family | model | scheme | ΔPPL | paired ΔNLL ± se |\n"
+                    "|---|---|---|---:|---:|\n";
+  for (const char* family : kOrder)
+    if (rows.count(family)) out += rows[family];
+  return out;
+}
+
 std::string format_comparison(const std::vector<LabeledRecord>& records, CompareFormat format,
                               bool protocol_mismatch_allowed, const std::string& entropy_scheme) {
   QEVAL_CHECK(!records.empty(), "compare: no records given");
@@ -282,6 +333,7 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
     for (const auto& c : columns) out += " " + delta_text(r["dppl"][c.scheme]) + " |";
     out += "\n";
   }
+  out += format_family_table(records);
   out += rounding_band_table(records);
   out += entropy_tables_markdown(records, entropy_scheme);
   std::vector<std::string> notes;

@@ -83,7 +83,9 @@ TEST(FormatsCli, EveryFormatPresetEvaluatesInOnePassWithStatisticsAndABand) {
   // compare shows the new schemes beside the old.
   const CommandResult c = test::run_qeval("compare " + out);
   ASSERT_EQ(c.status, 0) << c.output;
-  EXPECT_TRUE(contains(c.output, "nvfp4")) << c.output;
+  EXPECT_TRUE(contains(c.output, "Penalties by format family")) << c.output;
+  EXPECT_TRUE(contains(c.output, "| OCP MX | stories260K | mxfp4 |")) << c.output;
+  EXPECT_TRUE(contains(c.output, "| static scales | stories260K | int8-moderate-static |")) << c.output;
 }
 
 TEST(FormatsCli, StaticScalesAreTheSameInEveryShard) {
