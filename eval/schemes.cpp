@@ -60,7 +60,7 @@ namespace {
 nlohmann::json description_before_run(const SchemeRewrite& rewrite) {
   nlohmann::json report = rewrite.report();
   for (const char* key : {"layers", "quantized_layers", "quantized_weight_bytes", "fp32_weight_bytes", "weight_bytes_ratio",
-                          "model_linear_bytes", "model_linear_bytes_fp32"})
+                          "model_linear_bytes", "model_linear_bytes_fp32", "kv_cache_error"})
     report.erase(key);
   report["execution"] = report.at("execution_path");
   return report;
@@ -143,6 +143,11 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
         spec.calibrated = options.calibrate(spec);
       }
       rewrite = std::make_shared<SchemeRewrite>(spec, linears);
+      rewrite->check_model(config, "'" + config.architecture + "'");
+      QEVAL_CHECK(!spec.kv_cache.enabled() || options.placement.is_default(),
+                  "scheme {}: kv_cache runs on the default float32 CPU placement only (found {} {}); evaluate it "
+                  "without --device/--dtype", spec.name, options.placement.device.str(),
+                  dtype_name(options.placement.dtype));
       scheme.description = description_before_run(*rewrite);
       if (spec.needs_calibration()) scheme.description["static_scales"] = static_scales_description(spec, linears);
       use_rewrite(scheme, rewrite, config);

@@ -91,6 +91,8 @@ at::Tensor Block::attention(const at::Tensor& h, const ForwardContext& context, 
     q = apply_rope(q, table, c);
     k = apply_rope(k, table, c);
   }
+  // A scheme's quantised cache: K as stored (after k-norm and rotary) and V, before any path reads them.
+  if (kv_cache_) kv_cache_->apply(layer_, k, v);
   bool wants_probs = observer && observer->wants_attention(layer_);
   const std::int64_t window = c.attention_window(layer_);
   const double scale = c.attention_scale_or_default();

@@ -25,6 +25,7 @@
 
 #include "model/config.h"
 #include "model/forward_context.h"
+#include "model/kv_cache.h"
 #include "model/linear.h"
 #include "model/observer.h"
 #include "model/weights.h"
@@ -75,6 +76,10 @@ class Block {
   // keep their float32 source alive beside them).
   Block placed(PlacementCache& cache, bool keep_linear_sources = true) const;
   std::int64_t linear_weight_bytes() const;
+  // A scheme's key/value cache quantiser (model/kv_cache.h), applied by attention layers; null
+  // (the default): K and V are read in the block's own precision. Copies and placed() share it.
+  void set_kv_cache(std::shared_ptr<const KvCacheQuantizer> kv_cache) { kv_cache_ = std::move(kv_cache); }
+  const std::shared_ptr<const KvCacheQuantizer>& kv_cache() const { return kv_cache_; }
 
  public:
   // Where each projection sits in linears() (-1: not in this block); for the kinds' forwards.
@@ -110,6 +115,7 @@ class Block {
   BlockWeights weights_;
   std::vector<NamedLinear> linears_;
   LinearSlots slots_;
+  std::shared_ptr<const KvCacheQuantizer> kv_cache_;
 };
 
 }  // namespace qeval

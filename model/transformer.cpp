@@ -50,6 +50,11 @@ Transformer Transformer::placed(PlacementCache& cache) const {
   return out;
 }
 
+void Transformer::set_kv_cache(const std::shared_ptr<const KvCacheQuantizer>& kv_cache) {
+  for (auto& block : blocks_)
+    if (block.config().mixer(block.layer()) == MixerKind::attention) block.set_kv_cache(kv_cache);
+}
+
 void Transformer::replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement) {
   QEVAL_CHECK(replacement != nullptr, "replace_linear: null replacement for {}", name);
   if (name == "lm_head") {

@@ -7,6 +7,9 @@ set(QEVAL_SCHEME_PRESETS full int8-fine int8-moderate int8-coarse int8-vectorwis
     fp8-e4m3 fp8-e4m3-tensor fp8-e4m3-static fp8-e5m2 mxfp8 mxfp6 mxfp4 mxfp4-weights nvfp4 nvfp4-weights
     int8-moderate-static fp8-e4m3-static-keep1 mxfp4-keep1)
 
+# Quantised key/value caches (issue 62, docs/kv-cache.md).
+list(APPEND QEVAL_SCHEME_PRESETS kv-int8 kv-fp8 kv-q8_0 kv-q4_0 kv-int4 kv-q4_0-keep1 kv-int4-keep1 w8a8-kv8)
+
 file(GLOB _qeval_preset_files CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/configs/schemes/*.json)
 foreach(_file ${_qeval_preset_files})
   get_filename_component(_name ${_file} NAME_WE)

@@ -120,8 +120,11 @@ SchemeRewrite::SchemeRewrite(SchemeSpec spec, std::vector<std::string> linear_na
   validate_scheme(spec_, "scheme " + spec_.name);
   check_patterns_match(names_, spec_);
   why_not_kernel_ = kernel_path_unavailable_reason(spec_);
+  if (spec_.kv_cache.enabled()) kv_cache_ = std::make_shared<QuantizedKvCache>(spec_.kv_cache);
   if (!spec_.quantizes_anything()) {
     path_text_ = "none (full precision)";
+  } else if (!spec_.quantizes_linears()) {
+    path_text_ = "kv cache only (every linear in full precision)";
   } else if (spec_.execution == ExecutionPreference::reference) {
     path_text_ = "reference";
   } else if (why_not_kernel_.empty()) {
@@ -162,13 +165,22 @@ std::shared_ptr<const Linear> SchemeRewrite::rewrite_linear(const std::string& n
 }
 
 bool SchemeRewrite::selects_in_layer(const ModelConfig& config, std::int64_t layer) const {
+  if (kv_cache_ && config.mixer(layer) == MixerKind::attention) return true;
   for (const std::string& name : block_linear_names(config, layer))
     if (spec_.selects(name)) return true;
   return false;
 }
 
+void SchemeRewrite::check_model(const ModelConfig& config, const std::string& model) const {
+  check_kv_cache_fits(spec_.kv_cache, config, model, spec_.name);
+}
+
 Block SchemeRewrite::rewrite(const Block& full) {
   Block out = full;
+  if (kv_cache_ && full.config().mixer(full.layer()) == MixerKind::attention) {
+    check_kv_cache_fits(spec_.kv_cache, full.config(), "of this block", spec_.name);
+    out.set_kv_cache(kv_cache_);
+  }
   for (const auto& named : full.linears()) {
     std::shared_ptr<const Linear> replaced = rewrite_linear(named.name, named.linear);
     if (replaced != named.linear) out.replace_linear(named.name, std::move(replaced));
@@ -202,7 +214,7 @@ nlohmann::json SchemeRewrite::report() const {
         layers.back()["tokens"] = log->second.log->rows;
       }
   }
-  return {{"scheme", scheme_to_json(spec_)},
+  nlohmann::json out = {{"scheme", scheme_to_json(spec_)},
           {"execution_path", path_text_},
           {"kernel_path_available", why_not_kernel_.empty()},
           {"kernel_path_unavailable_reason", why_not_kernel_},
@@ -214,6 +226,8 @@ nlohmann::json SchemeRewrite::report() const {
           {"weight_bytes_ratio", fp32_bytes > 0 ? static_cast<double>(q_bytes) / fp32_bytes : 1.0},
           {"model_linear_bytes", model_bytes},
           {"model_linear_bytes_fp32", model_fp32}};
+  if (kv_cache_) out["kv_cache_error"] = kv_cache_->error_report();
+  return out;
 }
 
 namespace {
@@ -252,7 +266,9 @@ nlohmann::json SchemeRewrite::engines_used_report() const {
 
 QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec) {
   SchemeRewrite rewrite(spec, linear_names(full));
+  rewrite.check_model(full.config(), "'" + full.config().architecture + "'");
   QuantizedModel out{full, nlohmann::json::object()};
+  out.model.set_kv_cache(rewrite.kv_cache());
   for (const Block& block : full.blocks()) {
     const Block quantized = rewrite.rewrite(block);
     for (std::size_t i = 0; i < quantized.linears().size(); ++i)

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/transformer.h"
+#include "quant/kv_cache.h"
 #include "quant/quantized_linear.h"
 #include "quant/scheme.h"
 
@@ -31,6 +32,8 @@ struct QuantizedModel {
   //   quantized_weight_bytes / fp32_weight_bytes / weight_bytes_ratio   over the quantised layers
   //                         (packed codes + scales + zeros + bias, against fp32 weight + bias)
   //   model_linear_bytes / model_linear_bytes_fp32                       over all linears
+  //   kv_cache_error        only for schemes with kv_cache: QuantizedKvCache::error_report(), the
+  //                         K and V quantisation error per layer over the windows run so far
   nlohmann::json report;
 };
 
@@ -52,8 +55,14 @@ class SchemeRewrite {
 
   const SchemeSpec& spec() const { return spec_; }
   bool selects(const std::string& linear_name) const { return spec_.selects(linear_name); }
-  // Whether the scheme selects any linear of that layer (rewrite() then changes the block).
+  // Whether the scheme selects any linear of that layer or quantises its kv cache (rewrite() then
+  // changes the block).
   bool selects_in_layer(const ModelConfig& config, std::int64_t layer) const;
+  // Throws when the scheme's kv_cache cannot run on this model (quant/kv_cache.h's
+  // check_kv_cache_fits); `model` names it.
+  void check_model(const ModelConfig& config, const std::string& model) const;
+  // The scheme's kv cache quantiser (null without kv_cache), shared by every block it rewrites.
+  const std::shared_ptr<QuantizedKvCache>& kv_cache() const { return kv_cache_; }
   // The block with the linears the scheme selects replaced by quantised ones (the others shared).
   Block rewrite(const Block& full);
   // The head (a float [V, D] linear) quantised when the scheme selects lm_head; else `full_head`.
@@ -80,6 +89,7 @@ class SchemeRewrite {
     std::int64_t in_features = 0;
   };
   std::map<std::string, Logged> logs_;  // quantised linears' shared logs, by name
+  std::shared_ptr<QuantizedKvCache> kv_cache_;
 };
 
 // Which positions the quantised linears of `model` kept in full precision (scheme keep_tokens),

@@ -248,6 +248,57 @@ std::optional<double> outlier_threshold_from_json(const nlohmann::json& v, const
   return v.get<double>();
 }
 
+constexpr KvCacheFormat kKvFormats[] = {KvCacheFormat::int8, KvCacheFormat::fp8_e4m3, KvCacheFormat::q8_0,
+                                        KvCacheFormat::q4_0, KvCacheFormat::int4};
+constexpr const char* kKvFormatList = "int8, fp8-e4m3, q8_0, q4_0, int4";
+
+// "kv_cache": {"format": ..., "group_size": g (int4), "keep_tokens": {"first": k}} (quant/scheme.h).
+KvCacheSpec kv_cache_from_json(const nlohmann::json& j, const std::string& source) {
+  const std::string where = source + ": kv_cache";
+  QEVAL_CHECK(j.is_object(), "{}: expected an object like {{\"format\": \"q8_0\"}}, got {}", where, j.dump());
+  for (auto it = j.begin(); it != j.end(); ++it)
+    QEVAL_CHECK(it.key() == "format" || it.key() == "group_size" || it.key() == "keep_tokens",
+                "{}: unknown key '{}'; valid keys: format, group_size (int4), keep_tokens", where, it.key());
+  QEVAL_CHECK(j.contains("format"), "{}: missing \"format\"; valid: {}", where, kKvFormatList);
+  KvCacheSpec kv;
+  QEVAL_CHECK(j.at("format").is_string(), "{}.format: expected a string (valid: {}), got {}", where, kKvFormatList,
+              j.at("format").dump());
+  const std::string format = j.at("format").get<std::string>();
+  bool found = false;
+  for (auto f : kKvFormats)
+    if (to_string(f) == format) kv.format = f, found = true;
+  QEVAL_CHECK(found, "{}.format: unknown format '{}'; valid: {}", where, format, kKvFormatList);
+  if (j.contains("group_size")) {
+    QEVAL_CHECK(kv.format == KvCacheFormat::int4,
+                "{}.group_size applies to format int4 only (q8_0 and q4_0 have llama.cpp's blocks of 32; int8 and "
+                "fp8-e4m3 one scale per position and head); format here is {}", where, format);
+    kv.group_size = json_integer(j.at("group_size"), where + ".group_size");
+  }
+  if (j.contains("keep_tokens")) {
+    const nlohmann::json& keep = j.at("keep_tokens");
+    QEVAL_CHECK(keep.is_object() && keep.size() == 1 && keep.contains("first"),
+                "{}.keep_tokens: expected {{\"first\": k}} (K and V of positions 0..k-1 kept in full precision), got {}",
+                where, keep.dump());
+    kv.keep_first = json_integer(keep.at("first"), where + ".keep_tokens.first");
+  }
+  return kv;
+}
+
+nlohmann::json kv_cache_to_json(const KvCacheSpec& kv) {
+  nlohmann::json j = {{"format", to_string(kv.format)}};
+  if (kv.format == KvCacheFormat::int4) j["group_size"] = kv.group_size;
+  j["keep_tokens"] = {{"first", kv.keep_first}};
+  return j;
+}
+
+void validate_kv_cache(const KvCacheSpec& kv, const std::string& source) {
+  if (!kv.enabled()) return;
+  QEVAL_CHECK(kv.group_size >= 1, "{}: kv_cache.group_size should be at least 1 (values per 4-bit group along "
+              "head_dim), found {}", source, kv.group_size);
+  QEVAL_CHECK(kv.keep_first >= 0, "{}: kv_cache.keep_tokens.first should be a non-negative integer (positions whose K "
+              "and V stay in full precision), found {}", source, kv.keep_first);
+}
+
 std::vector<std::string> string_list(const nlohmann::json& j, const std::string& where) {
   QEVAL_CHECK(j.is_array(), "{}: expected a list of name patterns, got {}", where, j.dump());
   std::vector<std::string> out;
@@ -284,11 +335,15 @@ std::string QuantSpec::granularity_name() const {
 }
 
 bool SchemeSpec::quantizes_anything() const {
+  return quantizes_linears() || kv_cache.enabled();
+}
+
+bool SchemeSpec::quantizes_linears() const {
   return weights.enabled() || input_activations.enabled() || output_activations.enabled();
 }
 
 bool SchemeSpec::selects(const std::string& name) const {
-  if (!quantizes_anything()) return false;
+  if (!quantizes_linears()) return false;
   const bool in_blocks = name.rfind("layers.", 0) == 0;
   if (!(in_blocks || (name == "lm_head" && quantize_lm_head))) return false;
   auto ends_with = [&](const char* suffix) {
@@ -326,6 +381,18 @@ std::string to_string(Granularity v) {
     case Granularity::token: return "token";
     case Granularity::feature: return "feature";
     case Granularity::block: return "block";
+  }
+  return "?";
+}
+
+std::string to_string(KvCacheFormat v) {
+  switch (v) {
+    case KvCacheFormat::none: return "none";
+    case KvCacheFormat::int8: return "int8";
+    case KvCacheFormat::fp8_e4m3: return "fp8-e4m3";
+    case KvCacheFormat::q8_0: return "q8_0";
+    case KvCacheFormat::q4_0: return "q4_0";
+    case KvCacheFormat::int4: return "int4";
   }
   return "?";
 }
@@ -418,6 +485,7 @@ void validate_scheme(const SchemeSpec& s, const std::string& source) {
                 "found {}",
                 source, t, fmt::join(found, ", "));
   }
+  validate_kv_cache(s.kv_cache, source);
 }
 
 double outlier_threshold_for_json(double threshold) {
@@ -438,6 +506,7 @@ nlohmann::json scheme_to_json(const SchemeSpec& s) {
           {"outlier_threshold", s.outlier_threshold ? nlohmann::json(outlier_threshold_for_json(*s.outlier_threshold))
                                                     : nlohmann::json(nullptr)}};
   if (s.quantize_ssm_inner) j["quantize_ssm_inner"] = true;  // absent: false (records of earlier models unchanged)
+  if (s.kv_cache.enabled()) j["kv_cache"] = kv_cache_to_json(s.kv_cache);  // absent: K and V unquantised
   return j;
 }
 
@@ -445,7 +514,7 @@ SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) 
   static const std::vector<std::string> keys = {"name",    "description", "weights",   "input_activations",
                                                 "output_activations", "quantize_lm_head", "quantize_ssm_inner", "include", "exclude",
                                                 "execution", "keep_first_tokens", "keep_tokens",
-                                                "outlier_threshold"};
+                                                "outlier_threshold", "kv_cache"};
   QEVAL_CHECK(j.is_object(), "{}: a scheme spec must be a JSON object, got {}", source, j.type_name());
   for (auto it = j.begin(); it != j.end(); ++it)
     QEVAL_CHECK(std::find(keys.begin(), keys.end(), it.key()) != keys.end(), "{}: unknown key '{}'; valid keys: {}",
@@ -479,6 +548,7 @@ SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) 
     if (j.contains("keep_tokens")) s.keep_tokens = keep_tokens_from_json(j.at("keep_tokens"), source);
     if (j.contains("outlier_threshold"))
       s.outlier_threshold = outlier_threshold_from_json(j.at("outlier_threshold"), source);
+    if (j.contains("kv_cache")) s.kv_cache = kv_cache_from_json(j.at("kv_cache"), source);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", source, e.what());
   }

@@ -141,6 +141,33 @@ struct KeepTokens {
   bool operator==(const KeepTokens& o) const { return rule == o.rule && count == o.count; }
 };
 
+// A quantised key/value cache (issue 62; docs/kv-cache.md): K (after k-norm and rotary) and V of
+// every attention layer, per position and kv head along head_dim, quantised and dequantised
+// before the attention reads them. Independent of the linear layers' spec.
+//   "kv_cache": {"format": "int8" | "fp8-e4m3" | "q8_0" | "q4_0" | "int4",
+//                "group_size": 32,              int4 only (default 32; last group shorter)
+//                "keep_tokens": {"first": k}}   K and V of positions 0..k-1 stay full precision
+//   int8      absmax per position and head, s = amax / 127, round half to even (quant/quantize.h)
+//   fp8-e4m3  per position and head, s = amax / 448 (1 where amax = 0), clamp, nearest even
+//   q8_0/q4_0 llama.cpp's blocks of 32 along head_dim (quant/ggml_quants.h); head_dim must be a
+//             multiple of 32
+//   int4      4-bit zero-point (qeval's w4 maths) per position and head in groups along head_dim
+// Written in the resolved spec only when present, so records of other schemes keep their form.
+enum class KvCacheFormat { none, int8, fp8_e4m3, q8_0, q4_0, int4 };
+
+struct KvCacheSpec {
+  KvCacheFormat format = KvCacheFormat::none;
+  std::int64_t group_size = 32;  // int4's group along head_dim
+  std::int64_t keep_first = 0;   // positions 0..keep_first-1 of each window kept in full precision
+
+  bool enabled() const { return format != KvCacheFormat::none; }
+  bool operator==(const KvCacheSpec& o) const {
+    return format == o.format && group_size == o.group_size && keep_first == o.keep_first;
+  }
+};
+
+std::string to_string(KvCacheFormat v);  // "int8", "fp8-e4m3", "q8_0", "q4_0", "int4", "none"
+
 struct SchemeSpec {
   std::string name = "custom";
   std::string description;
@@ -158,11 +185,14 @@ struct SchemeSpec {
   // Filled in by the calibration when input_activations is static; shared by every copy of the
   // spec (rounding-band variants, sensitivity's one-layer schemes), never written to JSON.
   std::shared_ptr<const CalibratedScales> calibrated;
+  KvCacheSpec kv_cache;  // "kv_cache" (see above); format none: K and V unquantised
 
   bool needs_calibration() const { return input_activations.is_static(); }
   bool decomposes_outliers() const { return outlier_threshold.has_value(); }
   // False for the full-precision scheme: nothing to rewrite.
   bool quantizes_anything() const;
+  // Whether any linear is quantised (a scheme may quantise only its kv cache).
+  bool quantizes_linears() const;
   // Whether the linear called `name` (canonical) is quantised under this scheme.
   bool selects(const std::string& name) const;
 };

@@ -1,0 +1,187 @@
+#include "quant/kv_cache.h"
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/error.h"
+#include "quant/ggml_quants.h"
+#include "quant/ggml_types.h"
+#include "quant/minifloat.h"
+
+namespace qeval {
+namespace {
+
+constexpr std::int64_t kGgmlBlock = 32;  // QK8_0 = QK4_0
+
+float absmax(const float* x, std::int64_t n) {
+  float m = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+// quant/quantize.h's int8 absmax on one row.
+void int8_row(const float* x, float* y, std::int64_t n) {
+  const float amax = absmax(x, n);
+  const float s = amax == 0.0f ? 1.0f : amax / 127.0f;
+  for (std::int64_t i = 0; i < n; ++i) y[i] = std::clamp(std::nearbyint(x[i] / s), -127.0f, 127.0f) * s;
+}
+
+// quant/quantize.h's 4-bit zero-point on one group (constant groups exact).
+void int4_group(const float* x, float* y, std::int64_t n) {
+  float mn = x[0], mx = x[0];
+  for (std::int64_t i = 1; i < n; ++i) mn = std::min(mn, x[i]), mx = std::max(mx, x[i]);
+  float s, z;
+  if (mx == mn) {
+    s = mn == 0.0f ? 1.0f : std::fabs(mn);
+    z = mn < 0.0f ? 1.0f : 0.0f;
+  } else {
+    s = (mx - mn) / 15.0f;
+    z = std::nearbyint(-mn / s) + 0.0f;
+  }
+  for (std::int64_t i = 0; i < n; ++i) y[i] = (std::clamp(std::nearbyint(x[i] / s) + z, 0.0f, 15.0f) - z) * s;
+}
+
+template <typename BlockT>
+void ggml_row(const float* x, float* y, std::int64_t n, void (*quantize)(const float*, void*, std::int64_t),
+              void (*dequantize)(const void*, float*, std::int64_t)) {
+  BlockT blocks[64];  // head_dim ≤ 2048
+  QEVAL_CHECK(n % kGgmlBlock == 0 && n / kGgmlBlock <= 64, "kv_cache: a row of {} values is not whole blocks of 32 "
+              "(at most 2048 values)", n);
+  quantize(x, blocks, n);
+  dequantize(blocks, y, n);
+}
+
+}  // namespace
+
+void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::int64_t n) {
+  switch (spec.format) {
+    case KvCacheFormat::none:
+      if (y != x) std::copy(x, x + n, y);
+      return;
+    case KvCacheFormat::int8: int8_row(x, y, n); return;
+    case KvCacheFormat::fp8_e4m3: {
+      const float amax = absmax(x, n);
+      const ElementFormat& f = element_format(ElementType::e4m3);
+      element_round_trip(x, y, n, amax == 0.0f ? 1.0f : amax / f.max_finite, f);
+      return;
+    }
+    case KvCacheFormat::q8_0: ggml_row<block_q8_0>(x, y, n, quantize_row_q8_0, dequantize_row_q8_0); return;
+    case KvCacheFormat::q4_0: ggml_row<block_q4_0>(x, y, n, quantize_row_q4_0, dequantize_row_q4_0); return;
+    case KvCacheFormat::int4:
+      for (std::int64_t g0 = 0; g0 < n; g0 += spec.group_size)
+        int4_group(x + g0, y + g0, std::min(spec.group_size, n - g0));
+      return;
+  }
+}
+
+at::Tensor kv_round_trip_rows(const at::Tensor& x, const KvCacheSpec& spec) {
+  QEVAL_CHECK(x.scalar_type() == at::kFloat && x.device().is_cpu() && x.dim() >= 1,
+              "kv_round_trip_rows: expected float32 CPU values [..., hd]");
+  at::Tensor in = x.contiguous(), out = at::empty_like(in);
+  const std::int64_t n = in.size(-1), rows = n > 0 ? in.numel() / n : 0;
+  const float* src = in.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, rows, 64, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) kv_round_trip_row(spec, src + r * n, dst + r * n, n);
+  });
+  return out;
+}
+
+void check_kv_cache_fits(const KvCacheSpec& spec, const ModelConfig& config, const std::string& model,
+                         const std::string& scheme) {
+  if (!spec.enabled()) return;
+  std::int64_t first = -1;
+  for (std::int64_t l = 0; l < config.n_layers && first < 0; ++l)
+    if (config.mixer(l) == MixerKind::attention) first = l;
+  QEVAL_CHECK(first >= 0, "scheme {}: kv_cache (format {}) quantises the key/value cache of attention layers, but model "
+              "{} has none (its {} layers are all state-space mixers); use a scheme without kv_cache",
+              scheme, to_string(spec.format), model, config.n_layers);
+  const std::int64_t hd = config.head_dim();
+  QEVAL_CHECK(!((spec.format == KvCacheFormat::q8_0 || spec.format == KvCacheFormat::q4_0) && hd % kGgmlBlock != 0),
+              "scheme {}: kv_cache.format {} quantises blocks of 32 along head_dim, but layer {} (layers.{}.attn) of "
+              "model {} has head_dim {}, not a multiple of 32 (llama.cpp refuses such a cache too); use int8, "
+              "fp8-e4m3 or int4", scheme, to_string(spec.format), first, first, model, hd);
+}
+
+QuantizedKvCache::QuantizedKvCache(KvCacheSpec spec) : spec_(spec) {
+  QEVAL_CHECK(spec_.enabled() && spec_.group_size >= 1 && spec_.keep_first >= 0,
+              "QuantizedKvCache: needs a format, group_size >= 1 and keep_first >= 0");
+}
+
+at::Tensor QuantizedKvCache::round_trip(std::int64_t layer, const at::Tensor& x, const char* what, Sums& sums,
+                                        int offset) const {
+  QEVAL_CHECK(x.dim() == 4 && x.scalar_type() == at::kFloat && x.device().is_cpu(),
+              "kv_cache ({}): layer {}: {} is {} with {} dims on {}; a quantised cache runs on float32 CPU placements only",
+              to_string(spec_.format), layer, what, c10::toString(x.scalar_type()), x.dim(), x.device().str());
+  at::Tensor in = x.contiguous(), out = at::empty_like(in);
+  const std::int64_t L = in.size(2), n = in.size(3), rows = in.numel() / std::max<std::int64_t>(n, 1);
+  const float* src = in.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  std::vector<double> err(static_cast<std::size_t>(rows)), norm(static_cast<std::size_t>(rows));
+  at::parallel_for(0, rows, 16, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      const float* xr = src + r * n;
+      float* yr = dst + r * n;
+      if (r % L < spec_.keep_first)
+        std::copy(xr, xr + n, yr);
+      else
+        kv_round_trip_row(spec_, xr, yr, n);
+      double e2 = 0, x2 = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(xr[i]) - yr[i];
+        e2 += d * d, x2 += static_cast<double>(xr[i]) * xr[i];
+      }
+      err[static_cast<std::size_t>(r)] = e2, norm[static_cast<std::size_t>(r)] = x2;
+    }
+  });
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const int slot = offset + (r % L == 0 ? 0 : 1);
+    sums.err[slot] += err[static_cast<std::size_t>(r)];
+    sums.norm[slot] += norm[static_cast<std::size_t>(r)];
+  }
+  return out;
+}
+
+void QuantizedKvCache::apply(std::int64_t layer, at::Tensor& k, at::Tensor& v) const {
+  Sums sums;
+  sums.windows = k.size(0);
+  k = round_trip(layer, k, "K", sums, 0);
+  v = round_trip(layer, v, "V", sums, 2);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Sums& total = sums_[layer];
+  total.windows += sums.windows;
+  for (int i = 0; i < 4; ++i) total.err[i] += sums.err[i], total.norm[i] += sums.norm[i];
+}
+
+nlohmann::json QuantizedKvCache::error_report() const {
+  static const char* kNames[] = {"k_first", "k_rest", "v_first", "v_rest"};
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json layers = nlohmann::json::array(), mean = nlohmann::json::object();
+  double total[4] = {0, 0, 0, 0};
+  for (const auto& [layer, s] : sums_) {
+    nlohmann::json entry = {{"layer", layer}, {"windows", s.windows}};
+    for (int i = 0; i < 4; ++i) {
+      const double rel = s.norm[i] > 0 ? std::sqrt(s.err[i] / s.norm[i]) : 0.0;
+      entry[kNames[i]] = rel;
+      total[i] += rel;
+    }
+    layers.push_back(std::move(entry));
+  }
+  for (int i = 0; i < 4; ++i)
+    mean[kNames[i]] = sums_.empty() ? nlohmann::json(nullptr) : nlohmann::json(total[i] / static_cast<double>(sums_.size()));
+  return {{"format", to_string(spec_.format)},
+          {"keep_first", spec_.keep_first},
+          {"layers", std::move(layers)},
+          {"mean", std::move(mean)}};
+}
+
+void QuantizedKvCache::reset_errors() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sums_.clear();
+}
+
+}  // namespace qeval

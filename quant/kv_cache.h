@@ -1,0 +1,77 @@
+// Quantised key/value caches (issue 62; definitions in docs/kv-cache.md, the scheme key in
+// quant/scheme.h): the model/kv_cache.h hook implemented for each element format.
+//
+// A row is one position of one kv head: head_dim values of K (after k-norm and rotary) or of V.
+// Each row is quantised and dequantised on its own (float32 throughout):
+//   int8      s = amax / 127 (1 where amax = 0), q = clamp(round_half_even(x / s), ±127), x̂ = q·s
+//             (an IEEE division, as quant/quantize.h's int8_absmax)
+//   fp8-e4m3  s = amax / 448 (1 where amax = 0), x̂ = round_to_element(x / s)·s: clamp to ±448,
+//             nearest with ties to even (quant/minifloat.h's element_round_trip)
+//   q8_0      llama.cpp's quantize_row_q8_0 then dequantize_row_q8_0 over blocks of 32
+//   q4_0      llama.cpp's quantize_row_q4_0 then dequantize_row_q4_0 (quant/ggml_quants.h): the
+//             codes come from the float32 d through 1/d, dequantisation uses fp16(d)
+//   int4      qeval's 4-bit zero-point (quant/quantize.h) per group of `group_size` along the row,
+//             the last group shorter (one group when head_dim ≤ group_size)
+// Positions 0..keep_first−1 of each window (axis 2) are copied unchanged.
+//
+// The quantiser also accumulates, per layer, Σ‖x − x̂‖² and Σ‖x‖² over K and V rows, apart for
+// position 0 and for the others, in float64 summed in row order (so the same windows give the
+// same numbers whatever the thread count): error_report() turns them into relative Frobenius
+// errors pooled over heads and windows.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "quant/scheme.h"
+
+namespace qeval {
+
+// y[0..n) = x[0..n) quantised and dequantised as one row under spec's format (y may be x).
+void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::int64_t n);
+
+// x [..., hd] float32 CPU → every row round-tripped (keep_first ignored): the tests' entry point.
+at::Tensor kv_round_trip_rows(const at::Tensor& x, const KvCacheSpec& spec);
+
+// Throws when the spec cannot run on this model: a model without attention layers (naming the
+// model), or q8_0 / q4_0 on a head_dim that is not a multiple of 32 (naming the first attention
+// layer and the head_dim). `scheme` and `model` name them in the message.
+void check_kv_cache_fits(const KvCacheSpec& spec, const ModelConfig& config, const std::string& model,
+                         const std::string& scheme);
+
+class QuantizedKvCache : public KvCacheQuantizer {
+ public:
+  explicit QuantizedKvCache(KvCacheSpec spec);
+  // k, v [B, Hkv, L, hd] float32 on the CPU (anything else is refused naming the layer).
+  void apply(std::int64_t layer, at::Tensor& k, at::Tensor& v) const override;
+
+  const KvCacheSpec& spec() const { return spec_; }
+  // {"format", "keep_first", "layers": [{"layer", "windows", "k_first", "k_rest", "v_first",
+  //  "v_rest"}, ...] ascending, "mean": {"k_first", "k_rest", "v_first", "v_rest"} over layers};
+  // each value ‖x − x̂‖_F / ‖x‖_F over position 0 ("first") or positions ≥ 1 ("rest") of every
+  // head and window seen (0 where ‖x‖ = 0; null before any window).
+  nlohmann::json error_report() const;
+  void reset_errors() const;
+
+ private:
+  struct Sums {
+    std::int64_t windows = 0;
+    double err[4] = {0, 0, 0, 0};   // k_first, k_rest, v_first, v_rest: Σ (x − x̂)²
+    double norm[4] = {0, 0, 0, 0};  // Σ x²
+  };
+  // One tensor's rows round-tripped into a new contiguous tensor; adds to sums[offset], sums[offset + 1].
+  at::Tensor round_trip(std::int64_t layer, const at::Tensor& x, const char* what, Sums& sums, int offset) const;
+
+  KvCacheSpec spec_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::int64_t, Sums> sums_;  // by layer
+};
+
+}  // namespace qeval
