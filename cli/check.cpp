@@ -7,6 +7,7 @@
 #include "cli/option_checks.h"
 #include "cli/json_config.h"
 #include "common/error.h"
+#include "common/printable.h"
 #include "common/files.h"
 #include "reports/check.h"
 #include "records/record.h"
@@ -27,7 +28,7 @@ struct CheckArgs {
 };
 
 void report_and_exit(const CheckArgs& a, const CheckReport& report) {
-  const std::string text = a.format == "json" ? check_report_to_json(report).dump(2) + "\n" : format_check_markdown(report);
+  const std::string text = a.format == "json" ? utf8_safe(check_report_to_json(report)).dump(2) + "\n" : format_check_markdown(report);
   fmt::print("{}", text);
   if (!a.report.empty()) write_file_atomic(a.report, text);
   exit_status = report.passed() ? 0 : 1;

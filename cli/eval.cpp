@@ -2,6 +2,7 @@
 // statistics; a Markdown table on stdout, progress on stderr, the record with --out.
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <functional>
@@ -15,6 +16,7 @@
 #include "common/error.h"
 #include "common/phases.h"
 #include "common/files.h"
+#include "common/json_diff.h"
 #include "common/host_memory.h"
 #include "kernels/device.h"
 #include "eval/evaluator.h"
@@ -104,8 +106,8 @@ EvalResult load_resume_state(const std::string& state_path, const nlohmann::json
   QEVAL_CHECK(saved.is_object() && saved.contains("identity") && saved.contains("state"),
               "--resume: {} is not a qeval evaluation state file", state_path);
   QEVAL_CHECK(saved["identity"] == identity,
-              "--resume: {} was written by a different evaluation (model, data, protocol, schemes or options differ); "
-              "remove it or drop --resume", state_path);
+              "--resume: {} was written by a different evaluation (the state's vs this run's: {}); remove it or drop "
+              "--resume", state_path, fmt::join(json_differences(saved["identity"], identity, 4), "; "));
   EvalResult resumed = run_state_from_json(saved["state"], statistics, state_path, inputs.protocol.seq_len);
   std::unique_ptr<WindowSource> windows = inputs.open_windows();
   verify_resumed_windows(resumed, *windows, in_shard, state_path);
@@ -232,7 +234,7 @@ void run_eval(const EvalArgs& a) {
   };
   auto last_save = std::chrono::steady_clock::now();
   auto save_state = [&](const EvalResult& r) {
-    write_file_atomic(state_path, nlohmann::json{{"identity", identity}, {"state", run_state_to_json(r, prepared.statistics)}}.dump() + "\n");
+    write_file_atomic(state_path, nlohmann::json{{"identity", identity}, {"state", run_state_to_json(r, prepared.statistics)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     last_save = std::chrono::steady_clock::now();
   };
   if (a.resume || a.stop_after > 0) {

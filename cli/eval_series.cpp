@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/printable.h"
 #include "reports/compare.h"
 #include "records/record.h"
 #include "records/series_record.h"
@@ -209,12 +210,12 @@ void run_series(const SeriesArgs& args, const std::string& model, const std::str
       }
       const nlohmann::json record = kept ? std::move(*kept) : read_record(record_path);
       const std::string recorded_model = record.at("model").value("path", "");
-      QEVAL_CHECK(recorded_model == c.path.string(), "{}: is the record of {}, but step {} of series {} is {}; remove it "
+      QEVAL_CHECK(recorded_model == utf8_escaped(c.path.string()), "{}: is the record of {}, but step {} of series {} is {}; remove it "
                   "or choose another --out", record_path.string(), recorded_model, c.step, model, c.path.string());
       done[c.step] = {series_entry(c, record, folder_name + "/" + name), series_evaluation_identity(record)};
       std::vector<nlohmann::json> entries, evaluations;
       for (const auto& [step, d] : done) entries.push_back(d.entry), evaluations.push_back(d.evaluation);
-      write_file_atomic(series_path, build_series_record(listing, model, settings, evaluations, entries).dump(1) + "\n");
+      write_file_atomic(series_path, utf8_safe(build_series_record(listing, model, settings, evaluations, entries)).dump(1) + "\n");
       last_new = clock::now();
     }
     if (!args.watch) break;

@@ -7,6 +7,7 @@
 #include "cli/json_config.h"
 #include "cli/option_checks.h"
 #include "common/error.h"
+#include "common/printable.h"
 #include "common/files.h"
 #include "common/hash.h"
 #include "common/model_cache.h"
@@ -257,7 +258,7 @@ void run_inspect(InspectArgs a) {
   }
   if (!a.data.empty()) report["data"] = inspect_data(resolve_input_path(a.data, dir), a, tok.get());
   if (a.json)
-    fmt::print("{}\n", report.dump(2));
+    fmt::print("{}\n", utf8_safe(report).dump(2));  // a folder or GGUF string that is not UTF-8, escaped
   else
     print_text(report);
 }

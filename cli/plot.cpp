@@ -105,7 +105,12 @@ void run_plot(const PlotArgs& a) {
     } catch (const nlohmann::json::exception& e) {
       fail("{}: figure data is not valid JSON: {}", a.figure_data, e.what());
     }
-    auto maps = plot_figure_maps(fd, a.out, record_model_name(record), parse_colour_scale(a.colour_scale));
+    std::vector<std::filesystem::path> maps;
+    try {
+      maps = plot_figure_maps(fd, a.out, record_model_name(record), parse_colour_scale(a.colour_scale));
+    } catch (const Error& e) {
+      fail("--figure-data {}: {}", a.figure_data, e.what());  // which file the key path is in
+    }
     images.insert(images.end(), maps.begin(), maps.end());
   }
   for (const auto& p : images) fmt::print("{}\n", p.string());

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/printable.h"
 
 namespace fs = std::filesystem;
 
@@ -41,7 +42,9 @@ void write_file_atomic(const fs::path& path, const std::string& content) {
   if (!fs::is_directory(dir, ec)) fail("cannot write {}: folder {} does not exist", path.string(), dir.string());
   if (fs::is_directory(path, ec)) fail("cannot write {}: it is a folder", path.string());
   std::random_device rd;
-  fs::path tmp = dir / fmt::format(".{}.tmp.{}.{:x}", path.filename().string(), ::getpid(), rd());
+  // A name near the 255-byte limit gets a short temporary name: the longer one would not fit.
+  const std::string stem = path.filename().string().size() > 200 ? std::string("qeval") : path.filename().string();
+  fs::path tmp = dir / fmt::format(".{}.tmp.{}.{:x}", stem, ::getpid(), rd());
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("cannot write {}: {}", tmp.string(), std::strerror(errno));
   bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
@@ -63,10 +66,21 @@ namespace {
 
 bool writable(const fs::path& p) { return ::access(p.c_str(), W_OK) == 0; }
 
+// A name the file system cannot hold is refused up front, naming the option, not by a raw
+// "File name too long" after the work is done.
+void check_name_lengths(const fs::path& path, const std::string& option) {
+  QEVAL_CHECK(path.native().size() < 4096, "{} {}: the path is {} bytes, longer than the 4095 a path may have", option,
+              printable(path.native(), 80), path.native().size());
+  for (const fs::path& part : path)
+    QEVAL_CHECK(part.native().size() <= 255, "{} {}: the name {} is {} bytes, longer than the 255 a file name may have",
+                option, printable(path.native(), 80), in_quotes(part.native(), 40), part.native().size());
+}
+
 }  // namespace
 
 void check_output_file(const fs::path& path, const std::string& option) {
   QEVAL_CHECK(!path.empty(), "{}: empty file name", option);
+  check_name_lengths(path, option);
   std::error_code ec;
   QEVAL_CHECK(!fs::is_directory(path, ec), "{} {}: is a folder; give a file name (e.g. {}/record.json)", option,
               path.string(), path.string());
@@ -81,6 +95,7 @@ void check_output_file(const fs::path& path, const std::string& option) {
 
 void check_output_folder(const fs::path& path, const std::string& option) {
   QEVAL_CHECK(!path.empty(), "{}: empty folder name", option);
+  check_name_lengths(path, option);
   std::error_code ec;
   if (fs::exists(path, ec)) {
     QEVAL_CHECK(fs::is_directory(path, ec), "{} {}: exists and is not a folder", option, path.string());

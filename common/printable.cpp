@@ -56,6 +56,41 @@ std::string printable(std::string_view text, std::size_t limit) {
   return out;
 }
 
+std::string utf8_escaped(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t n = c < 0x80 ? 1 : utf8_length(text, i);
+    if (n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+    }
+  }
+  return out;
+}
+
+nlohmann::json utf8_safe(const nlohmann::json& value) {
+  if (value.is_string()) return utf8_escaped(value.get_ref<const std::string&>());
+  if (value.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& v : value) out.push_back(utf8_safe(v));
+    return out;
+  }
+  if (value.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [key, v] : value.items()) out[utf8_escaped(key)] = utf8_safe(v);
+    return out;
+  }
+  return value;
+}
+
+std::string json_dump(const nlohmann::json& value, int indent) {
+  return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 bool has_control_byte(std::string_view text) {
   for (char c : text)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) return true;

@@ -24,6 +24,17 @@ std::string in_quotes(std::string_view text, std::size_t limit = 200);
 // A JSON value from a file as compact JSON text, printable() (invalid UTF-8 replaced, never a throw).
 std::string json_text(const nlohmann::json& value, std::size_t limit = 200);
 
+// `text` with every byte that is not part of valid UTF-8 written as the four characters \xHH; valid
+// UTF-8 (control bytes included) passes unchanged. For names that go into JSON: a folder or GGUF
+// string with such bytes is kept readable, and nlohmann's dump() (which throws on invalid UTF-8)
+// can always write it.
+std::string utf8_escaped(std::string_view text);
+// The same for every string and key of a JSON value (a record's paths, a GGUF model's names).
+nlohmann::json utf8_safe(const nlohmann::json& value);
+// value.dump(indent) that never throws: bytes that are not UTF-8 become U+FFFD (a last resort; the
+// values qeval writes went through utf8_safe).
+std::string json_dump(const nlohmann::json& value, int indent = -1);
+
 // One cell of a Markdown table: printable() with '|' written as '\|', so a name from a record, a
 // folder or an option can neither add a column nor start a row (issue 51).
 std::string markdown_cell(std::string_view text);

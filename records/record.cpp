@@ -7,6 +7,7 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "common/json_integer.h"
+#include "common/printable.h"
 
 namespace qeval {
 namespace {
@@ -123,11 +124,13 @@ nlohmann::json build_record(const RecordContext& context, const std::vector<Sche
   }
   record["schemes"] = list;
   record["timing"] = {{"total_seconds", result.seconds}};
-  return record;
+  // A folder name, an argument or a GGUF string that is not UTF-8 is kept, escaped (\xHH), so the
+  // record (and the state's identity built from it) can always be written.
+  return utf8_safe(record);
 }
 
 void write_record(const std::filesystem::path& path, const nlohmann::json& record) {
-  write_file_atomic(path, record.dump(2) + "\n");
+  write_file_atomic(path, json_dump(record, 2) + "\n");
 }
 
 nlohmann::json read_record(const std::filesystem::path& path) {

@@ -287,12 +287,12 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
     if (!c.optional || any_has(rows, c.scheme)) columns.push_back(c);
 
   if (format == CompareFormat::json)
-    return nlohmann::json{{"protocol", comparison_identity(records.front().record)},
+    return utf8_safe(nlohmann::json{{"protocol", comparison_identity(records.front().record)},
                           {"protocol_mismatch", mismatch},
                           {"partial_records", std::any_of(records.begin(), records.end(),
                                                           [](const LabeledRecord& r) { return !r.partial.empty(); })},
                           {"rows", rows}}
-               .dump(2) +
+               ).dump(2) +
            "\n";
 
   if (format == CompareFormat::csv) {

@@ -46,6 +46,22 @@ std::string gnuplot_quote(const std::string& s) {
 
 std::string gnuplot_text(const std::string& s) { return printable(s, std::string::npos); }
 
+namespace {
+
+// A list of rows of numbers (or nulls), checked before use so that a value of another type is named
+// by its key path ("hidden_abs.first[2][5]"), not by nlohmann's "cannot use at() with string".
+void check_number_matrix(const nlohmann::json& m, const std::string& where) {
+  QEVAL_CHECK(m.is_array(), "figure data: {} should be a list of rows, found {}", where, json_text(m, 60));
+  for (std::size_t r = 0; r < m.size(); ++r) {
+    QEVAL_CHECK(m[r].is_array(), "figure data: {}[{}] should be a list of numbers, found {}", where, r, json_text(m[r], 60));
+    for (std::size_t c = 0; c < m[r].size(); ++c)
+      QEVAL_CHECK(m[r][c].is_number() || m[r][c].is_null(), "figure data: {}[{}][{}] should be a number, found {}", where, r,
+                  c, json_text(m[r][c], 60));
+  }
+}
+
+}  // namespace
+
 fs::path render_gnuplot(const fs::path& dir, const std::string& name) {
   const fs::path gnuplot = find_gnuplot();
   const fs::path log = dir / (name + ".log");
@@ -287,6 +303,8 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
       const auto& am = fd.at("attention_map");
       const std::int64_t T = json_integer(am.at("T"), "figure data: attention_map T");
       const auto& layers = am.at("per_layer");
+      for (std::size_t l = 0; l < layers.size(); ++l)
+        if (!layers[l].is_null()) check_number_matrix(layers[l], fmt::format("attention_map.per_layer[{}]", l));
       QEVAL_CHECK(!layers.empty(), "figure data: attention_map has no layers");
       // Layers without attention (a hybrid's Mamba layers) are null and left out of the mean.
       std::size_t n_maps = 0;
@@ -320,6 +338,8 @@ std::vector<fs::path> plot_figure_maps(const nlohmann::json& fd, const fs::path&
 
     const auto& first = fd.at("hidden_abs").at("first");
     const auto& rest = fd.at("hidden_abs").at("rest");
+    check_number_matrix(first, "hidden_abs.first");
+    check_number_matrix(rest, "hidden_abs.rest");
     const std::size_t M = first.size();
     QEVAL_CHECK(M > 0, "figure data: hidden_abs has no layers");
     const std::size_t D = first.at(0).size();

@@ -152,7 +152,7 @@ std::string format_series(const std::vector<LabeledSeries>& runs, CompareFormat 
       out["runs"].push_back({{"label", r.label.empty() ? series_label(r.series) : r.label},
                              {"source", r.source},
                              {"rows", series_rows(r.series)}});
-    return out.dump(2) + "\n";
+    return utf8_safe(out).dump(2) + "\n";  // a label or path that is not UTF-8, escaped
   }
   if (format == CompareFormat::csv) {
     std::vector<std::string> schemes;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/phases.h"
+#include "common/printable.h"
 
 namespace qeval {
 namespace {
@@ -33,7 +34,7 @@ std::string format_timings(const std::vector<LabeledRecord>& records, CompareFor
       const nlohmann::json timings = r.record.value("timings", nlohmann::json(nullptr));
       rows.push_back({{"model", r.label}, {"record", r.source}, {"timings", timings.is_object() ? timings : nlohmann::json(nullptr)}});
     }
-    return nlohmann::json{{"timings", rows}}.dump(2) + "\n";
+    return utf8_safe(nlohmann::json{{"timings", rows}}).dump(2) + "\n";  // a label or path that is not UTF-8, escaped
   }
   const bool csv = format == CompareFormat::csv;
   std::string out = csv ? "model" : "\n### Time by phase (seconds; the phases add up to the total)\n\n| model";

@@ -3,6 +3,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "common/files.h"
 #include "common/hash.h"
 #include "common/json_integer.h"
+#include "common/json_diff.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/qeval_checkpoint.h"
 #include "loaders/checkpoints/safetensors.h"
@@ -249,8 +251,8 @@ TrainResult run_training(TrainOptions o) {
     const std::string source = o.resume.string();
     LoadedCheckpoint ck = load_qeval_checkpoint(o.resume);
     QEVAL_CHECK(config_to_json(ck.config) == config_to_json(o.model),
-                "--resume {}: its model config differs from this run's:\n{}\nvs\n{}", source,
-                config_to_json(ck.config).dump(), config_to_json(o.model).dump());
+                "--resume {}: its model config differs from this run's (the checkpoint's vs this run's: {})", source,
+                fmt::join(json_differences(config_to_json(ck.config), config_to_json(o.model), 4), "; "));
     try {
       resume_state = nlohmann::json::parse(read_file(o.resume / "train_state.json"));
       nlohmann::json saved = resume_state.at("training");
