@@ -113,11 +113,12 @@ class ModelParts {
   const ModelConfig& config() const { return *config_; }
   const std::shared_ptr<const ModelConfig>& shared_config() const { return config_; }
 
-  // The residual stream of a batch before block 0 (a fresh tensor: blocks add into it in place).
-  at::Tensor embed(const Batch& batch) {
+  // The residual stream of a batch before block 0 (a fresh tensor: blocks add into it in place),
+  // full precision's, or scheme s's when it rewrites the embedding rows.
+  at::Tensor embed(const Batch& batch, std::size_t s = 0) {
     check_tokens(batch.tokens, *config_);
     const at::Tensor ids = batch.tokens.reshape({-1});
-    const at::Tensor rows = [&] {
+    at::Tensor rows = [&] {
       PhaseScope read(Phase::read);
       return reader_.token_embedding_rows(ids);
     }();
@@ -129,7 +130,11 @@ class ModelParts {
            "with NaN or infinite weights yields no number",
            source_, bad->value, token, bad->index[1], token);
     }
-    PhaseScope forward(Phase::forward, 0);
+    if (s > 0 && schemes_[s].rewrite_embedding_rows) {
+      PhaseScope quantize(Phase::quantize, static_cast<int>(s));
+      rows = schemes_[s].rewrite_embedding_rows(rows);
+    }
+    PhaseScope forward(Phase::forward, static_cast<int>(s));
     at::Tensor placed = rows.to(placement_.device, placement_.dtype);
     if (placed.is_same(rows)) placed = rows.clone();  // a view of the reader's table must not be added into
     return embedding_stream(placed, batch.size(), batch.length(), *config_, position_embedding_);
@@ -408,6 +413,9 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
     for (std::size_t b = 0; b < chunk.size(); ++b) {
       x[0][b] = parts.embed(chunk[b]);
       contexts.push_back(make_forward_context(config, chunk[b].length(), x[0][b]));
+      // A scheme that rewrites the embedding has a stream of its own from the start.
+      for (std::size_t s = 1; s < S; ++s)
+        if (schemes[s].rewrite_embedding_rows) x[s][b] = parts.embed(chunk[b], s);
     }
     for (std::int64_t layer = 0; layer < layers; ++layer) {
       for (std::size_t s = 1; s < S; ++s)

@@ -48,6 +48,10 @@ struct EvalScheme {
   // scheme keeps the head in full precision, which then runs in vocabulary blocks. A rewritten
   // head is built once for the run and computes whole logits per batch.
   std::function<std::shared_ptr<const Linear>(const std::shared_ptr<const Linear>&)> rewrite_head;
+  // This scheme's token embedding rows from the full-precision rows a batch looks up ([n, D]
+  // float32 -> [n, D]): empty when the scheme keeps the embedding (then it shares full precision's
+  // stream until its first rewritten layer). Kind ggml's quantize_embedding (quant/ggml_scheme.h).
+  std::function<at::Tensor(const at::Tensor&)> rewrite_embedding_rows;
   // After placement: decorators that watch the block's linears (sensitivity's input recorders).
   std::function<Block(const Block&)> wrap_block;
   // Sees the LM head's input of each batch, [B, L, D] (the final norm's output at every position).

@@ -74,7 +74,8 @@ std::int64_t quantised_bytes(const QuantSpec& w, std::int64_t out, std::int64_t 
     case QuantKind::int4_zeropoint: return out * ((in + 1) / 2) + scales * 8;
     case QuantKind::fp8:
     case QuantKind::mx:
-    case QuantKind::nvfp4: return out * in * 4;  // dequantised once to float32 (quant/float_formats.h)
+    case QuantKind::nvfp4:
+    case QuantKind::ggml: return out * in * 4;  // dequantised once to float32 (quant/float_formats.h, quant/ggml_scheme.h)
     case QuantKind::none: return 0;
   }
   return 0;

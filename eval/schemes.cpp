@@ -114,6 +114,9 @@ void use_rewrite(EvalScheme& scheme, const std::shared_ptr<SchemeRewrite>& rewri
   scheme.rewrites_layer = [rewrite, config](std::int64_t layer) { return rewrite->selects_in_layer(config, layer); };
   if (rewrite->selects("lm_head"))
     scheme.rewrite_head = [rewrite](const std::shared_ptr<const Linear>& head) { return rewrite->rewrite_head(head); };
+  rewrite->use_model(config);  // kind ggml: each tensor's type, and its tensor_types patterns checked, now
+  if (rewrite->quantizes_embedding())
+    scheme.rewrite_embedding_rows = [rewrite](const at::Tensor& rows) { return rewrite->rewrite_embedding_rows(rows); };
 }
 
 PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::string>& names,

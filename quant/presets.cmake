@@ -5,7 +5,8 @@
 set(QEVAL_SCHEME_PRESETS full int8-fine int8-moderate int8-coarse int8-vectorwise w4-zeropoint w4-zeropoint-g128
     int8-moderate-keep1 int8-coarse-keep1 int8-mixed
     fp8-e4m3 fp8-e4m3-tensor fp8-e4m3-static fp8-e5m2 mxfp8 mxfp6 mxfp4 mxfp4-weights nvfp4 nvfp4-weights
-    int8-moderate-static fp8-e4m3-static-keep1 mxfp4-keep1)
+    int8-moderate-static fp8-e4m3-static-keep1 mxfp4-keep1
+    gguf-q8_0 gguf-q6_k gguf-q5_k_m gguf-q4_k_m gguf-q4_k_s gguf-q4_0 gguf-iq4_nl gguf-mxfp4-moe)
 
 # Quantised key/value caches (issue 62, docs/kv-cache.md).
 list(APPEND QEVAL_SCHEME_PRESETS kv-int8 kv-fp8 kv-q8_0 kv-q4_0 kv-int4 kv-q4_0-keep1 kv-int4-keep1 w8a8-kv8)

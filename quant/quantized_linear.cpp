@@ -15,6 +15,7 @@
 #include "kernels/w4_linear.h"
 #include "model/placement.h"
 #include "quant/float_formats.h"
+#include "quant/ggml_scheme.h"
 #include "quant/quantize.h"
 
 namespace qeval {
@@ -42,6 +43,9 @@ std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
     case QuantKind::nvfp4:
       return "the CPU has no FP8/FP6/FP4 arithmetic: the weights are dequantised once and the exact product of the "
              "dequantised values runs as a float32 GEMM";
+    case QuantKind::ggml:
+      return "llama.cpp's types run as the weight a GGUF of that type holds, dequantised once, in a float32 GEMM on "
+             "full-precision activations";
   }
   if (w.granularity == Granularity::group)
     return "per-group int8 weight scales along the input dimension cannot be factored out of an integer GEMM";
@@ -52,6 +56,7 @@ std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
     case QuantKind::fp8:
     case QuantKind::mx:
     case QuantKind::nvfp4: return "int8 weights with floating-point-format activations have no integer GEMM";
+    case QuantKind::ggml: return "kind ggml is for weights only";
   }
   if (a.granularity == Granularity::feature)
     return "per-feature activation scales cannot be factored out of an integer GEMM";
@@ -90,6 +95,12 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
     case QuantKind::nvfp4:
       // Dequantised once: the CPU's exact path is the float32 product of the dequantised values.
       float_weight_ = fake_quantize_float_weight(weight, weights_);
+      break;
+    case QuantKind::ggml:
+      // The float32 a GGUF of this layer's type holds (SchemeRewrite resolved the type per tensor).
+      QEVAL_CHECK(!weights_.ggml_type.empty(), "QuantizedLinear {}: kind ggml needs the tensor's type resolved (a file "
+                  "type's choice is made by SchemeRewrite)", name);
+      float_weight_ = ggml_round_trip(weight.contiguous(), ggml_type_from_json_name(weights_.ggml_type, name, false));
       break;
   }
   if (inputs_.is_static()) {
@@ -171,6 +182,8 @@ std::int64_t QuantizedLinear::weight_bytes() const {
   if (int8_) return bytes + int8_->bytes();
   if (w4_) return bytes + w4_->bytes();
   if (weights_.is_float_format()) return bytes + float_format_weight_bytes(weights_, out_, in_);
+  if (weights_.kind == QuantKind::ggml)
+    return bytes + ggml_tensor_bytes(ggml_type_from_json_name(weights_.ggml_type, name_, false), out_, in_);
   return bytes + float_weight_.numel() * static_cast<std::int64_t>(float_weight_.element_size());
 }
 
@@ -179,6 +192,7 @@ std::string QuantizedLinear::describe() const {
     if (!q.enabled()) return std::string();
     std::string kind = to_string(q.kind);
     if (q.is_float_format()) kind += "-" + to_string(q.element);
+    if (q.kind == QuantKind::ggml) return fmt::format(" {}:ggml-{}", what, q.ggml_type);
     if (q.kind == QuantKind::mx && q.scale_round_up) kind += " scale up";
     if (q.is_static() && static_input_scale_) kind += fmt::format(" static scale {}", *static_input_scale_);
     return fmt::format(" {}:{}/{}", what, kind, q.granularity_name());
@@ -194,7 +208,8 @@ std::string QuantizedLinear::describe() const {
   const std::string outliers =
       outlier_threshold_ ? fmt::format(", outliers |x|>={} in fp32 (fp32 weight held too)", *outlier_threshold_)
                          : std::string();
-  const std::string dequantised = weights_.is_float_format() ? ", weight dequantised once to fp32" : "";
+  const std::string dequantised =
+      weights_.is_float_format() || weights_.kind == QuantKind::ggml ? ", weight dequantised once to fp32" : "";
   return fmt::format("quantised{}{}{}{}{}{}, {} path ({})", part("w", weights_), part("in", inputs_),
                      part("out", outputs_), keep, outliers, dequantised, to_string(path_), engine);
 }

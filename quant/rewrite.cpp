@@ -147,10 +147,26 @@ std::shared_ptr<const Linear> SchemeRewrite::rewrite_linear(const std::string& n
                           {"out_features", fl->out_features()},
                           {"fp32_weight_bytes", fp32_bytes_of(*fl)}};
   std::shared_ptr<const Linear> out = full;
-  if (spec_.selects(name)) {
+  // Kind ggml: this tensor's llama.cpp type (F32: left in full precision, as a --tensor-type f32).
+  std::optional<GgmlTensorChoice> ggml;
+  if (spec_.selects(name) && spec_.weights.kind == QuantKind::ggml) {
+    QEVAL_CHECK(ggml_plan_.has_value(), "scheme {}: kind ggml needs the model's config before linear {} "
+                "(SchemeRewrite::use_model)", spec_.name, name);
+    ggml = ggml_plan_->choose(name, fl->in_features());
+    layer["ggml_type"] = ggml_type_label(ggml->type);
+    layer["ggml_rule"] = ggml->rule;
+  }
+  if (spec_.selects(name) && !(ggml && ggml->type == GgmlType::F32)) {
     Logged& logged = logs_[name];
     if (!logged.log) logged = {QuantizedLinear::make_log(), fl->in_features()};
-    auto q = std::make_shared<QuantizedLinear>(name, fl->weight(), fl->bias(), spec_, path_, logged.log);
+    SchemeSpec tensor_spec;  // kind ggml: the scheme with this tensor's type resolved
+    if (ggml) {
+      tensor_spec = spec_;
+      tensor_spec.weights.ggml_type = ggml_type_label(ggml->type);
+      tensor_spec.weights.ggml_file_type.clear();
+    }
+    auto q = std::make_shared<QuantizedLinear>(name, fl->weight(), fl->bias(), ggml ? tensor_spec : spec_, path_,
+                                               logged.log);
     layer["quantized"] = true;
     layer["describe"] = q->describe();
     layer["weight_bytes"] = q->weight_bytes();
@@ -182,6 +198,7 @@ Block SchemeRewrite::rewrite(const Block& full) {
     out.set_kv_cache(kv_cache_);
   }
   for (const auto& named : full.linears()) {
+    if (!ggml_plan_ && spec_.weights.kind == QuantKind::ggml) use_model(full.config());
     std::shared_ptr<const Linear> replaced = rewrite_linear(named.name, named.linear);
     if (replaced != named.linear) out.replace_linear(named.name, std::move(replaced));
   }
@@ -192,9 +209,39 @@ std::shared_ptr<const Linear> SchemeRewrite::rewrite_head(const std::shared_ptr<
   return rewrite_linear("lm_head", full_head);
 }
 
+void SchemeRewrite::use_model(const ModelConfig& config) {
+  if (ggml_plan_ || spec_.weights.kind != QuantKind::ggml) return;
+  ggml_plan_.emplace(spec_, names_, config);
+  vocab_size_ = config.vocab_size;
+  d_model_ = config.d_model;
+  if (selects_embedding(spec_)) embedding_ = ggml_plan_->choose("token_embedding", config.d_model);
+}
+
+at::Tensor SchemeRewrite::rewrite_embedding_rows(const at::Tensor& rows) {
+  QEVAL_CHECK(embedding_.has_value(), "scheme {}: the token embedding is not quantised under this scheme, or "
+              "use_model was not called", spec_.name);
+  QEVAL_CHECK(rows.dim() == 2 && rows.size(1) == d_model_, "scheme {}: embedding rows must be [n, {}], got {}",
+              spec_.name, d_model_, rows.sizes());
+  if (rows.size(0) == 0) return rows;
+  return ggml_round_trip(rows.to(at::kFloat).contiguous(), embedding_->type);
+}
+
 nlohmann::json SchemeRewrite::report() const {
   nlohmann::json layers = nlohmann::json::array();
   std::int64_t quantized = 0, q_bytes = 0, fp32_bytes = 0, model_bytes = 0, model_fp32 = 0;
+  if (embedding_) {  // first in execution order; a table, not a linear: outside the byte totals
+    const std::string type = ggml_type_label(embedding_->type);
+    layers.push_back({{"name", "token_embedding"},
+                      {"in_features", d_model_},
+                      {"out_features", vocab_size_},
+                      {"fp32_weight_bytes", vocab_size_ * d_model_ * 4},
+                      {"quantized", embedding_->type != GgmlType::F32},
+                      {"describe", fmt::format("token embedding, ggml-{} (each row looked up is the row of the table's "
+                                               "round trip)", type)},
+                      {"weight_bytes", ggml_tensor_bytes(embedding_->type, vocab_size_, d_model_)},
+                      {"ggml_type", type},
+                      {"ggml_rule", embedding_->rule}});
+  }
   for (const auto& name : names_) {
     auto it = layers_.find(name);
     if (it == layers_.end()) continue;

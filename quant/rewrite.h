@@ -6,6 +6,7 @@
 
 #include "model/transformer.h"
 #include "quant/kv_cache.h"
+#include "quant/ggml_scheme.h"
 #include "quant/quantized_linear.h"
 #include "quant/scheme.h"
 
@@ -26,7 +27,10 @@ struct QuantizedModel {
   //   kernels               the backends the kernel path dispatches to on this machine
   //   layers                [{name, in_features, out_features, quantized, describe, weight_bytes,
   //                           fp32_weight_bytes}] in execution order, unquantised ones included
-  //                         (weight_bytes counts the fp32 weight too when the scheme keeps tokens
+  //                         (kind ggml adds ggml_type and ggml_rule to each entry, and a first
+  //                         entry "token_embedding" when the embedding is quantised, outside the
+  //                         byte totals below, which are over linears;
+  //                         weight_bytes counts the fp32 weight too when the scheme keeps tokens
   //                         or decomposes outliers)
   //   quantized_layers      count
   //   quantized_weight_bytes / fp32_weight_bytes / weight_bytes_ratio   over the quantised layers
@@ -68,6 +72,17 @@ class SchemeRewrite {
   // The head (a float [V, D] linear) quantised when the scheme selects lm_head; else `full_head`.
   std::shared_ptr<const Linear> rewrite_head(const std::shared_ptr<const Linear>& full_head);
 
+  // Weights of kind ggml (quant/ggml_scheme.h): each tensor's type depends on the model (layer
+  // count, GQA ratio, experts, tied embedding), so the rewrite needs its config before the first
+  // tensor: use_model() (idempotent; rewrite() calls it with the block's config when not called,
+  // and use_rewrite in eval/schemes.h calls it up front, which also checks tensor_types patterns).
+  void use_model(const ModelConfig& config);
+  // Whether the token embedding is quantised (quantize_embedding); then rows [n, D] of the
+  // full-precision table -> those rows of the table's round trip through its type (rows are
+  // quantised independently, so the rows looked up equal the dequantised table's). Needs use_model.
+  bool quantizes_embedding() const { return selects_embedding(spec_); }
+  at::Tensor rewrite_embedding_rows(const at::Tensor& rows);
+
   // quantize_model's report over the linears rewritten so far (each counted once, in execution
   // order); complete once every block and the head went through rewrite.
   nlohmann::json report() const;
@@ -78,6 +93,10 @@ class SchemeRewrite {
 
  private:
   std::shared_ptr<const Linear> rewrite_linear(const std::string& name, const std::shared_ptr<const Linear>& full);
+
+  std::optional<GgmlTypePlan> ggml_plan_;     // kind ggml: each tensor's type (use_model)
+  std::optional<GgmlTensorChoice> embedding_;  // the token embedding's type, when quantised
+  std::int64_t vocab_size_ = 0, d_model_ = 0;
 
   SchemeSpec spec_;
   std::vector<std::string> names_;

@@ -12,13 +12,14 @@
 #include "common/files.h"
 #include "common/json_integer.h"
 #include "common/printable.h"
+#include "quant/ggml_scheme.h"
 #include "quant/presets_embedded.h"
 
 namespace qeval {
 namespace {
 
 constexpr QuantKind kKinds[] = {QuantKind::none, QuantKind::int8_absmax, QuantKind::int4_zeropoint,
-                                QuantKind::fp8,  QuantKind::mx,          QuantKind::nvfp4};
+                                QuantKind::fp8,  QuantKind::mx,          QuantKind::nvfp4, QuantKind::ggml};
 constexpr ExecutionPreference kExecutions[] = {ExecutionPreference::automatic, ExecutionPreference::reference,
                                                ExecutionPreference::kernel};
 
@@ -112,7 +113,7 @@ ActivationCalibration calibration_from_json(const nlohmann::json& j, const std::
 QuantKind parse_kind(const std::string& s, const std::string& where) {
   for (auto k : kKinds)
     if (to_string(k) == s) return k;
-  fail("{}: unknown kind '{}'; valid: none, int8_absmax, int4_zeropoint, fp8, mx, nvfp4", where, s);
+  fail("{}: unknown kind '{}'; valid: none, int8_absmax, int4_zeropoint, fp8, mx, nvfp4, ggml (weights)", where, s);
 }
 
 QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string& source) {
@@ -124,6 +125,10 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
   QuantSpec q;
   try {
     q.kind = parse_kind(j.at("kind").get<std::string>(), where);
+    if (q.kind == QuantKind::ggml) {
+      QEVAL_CHECK(role == Role::weights, "{}: kind ggml (llama.cpp's types) is for weights only", where);
+      return ggml_weights_from_json(j, where);
+    }
     // The keys each kind reads; any other is an error (typos never pass silently).
     std::vector<std::string> valid = {"kind", "granularity", "bits"};
     if (q.is_float_format()) valid.push_back("element");
@@ -202,6 +207,7 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
 
 nlohmann::json quant_to_json(const QuantSpec& q) {
   if (!q.enabled()) return {{"kind", "none"}, {"bits", 32}};
+  if (q.kind == QuantKind::ggml) return ggml_weights_to_json(q);
   nlohmann::json j = {{"kind", to_string(q.kind)}, {"bits", q.bits()}, {"granularity", q.granularity_name()}};
   // Written only for the kinds that have them, so records of the int8 and 4-bit schemes keep
   // their form.
@@ -320,6 +326,7 @@ int QuantSpec::bits() const {
     case QuantKind::fp8:
     case QuantKind::mx:
     case QuantKind::nvfp4: return element_format(element).bits();
+    case QuantKind::ggml: return 4;  // nominal: the types differ per tensor (records name each)
   }
   return 32;
 }
@@ -369,6 +376,7 @@ std::string to_string(QuantKind v) {
     case QuantKind::fp8: return "fp8";
     case QuantKind::mx: return "mx";
     case QuantKind::nvfp4: return "nvfp4";
+    case QuantKind::ggml: return "ggml";
   }
   return "?";
 }
@@ -425,6 +433,7 @@ void validate_scheme(const SchemeSpec& s, const std::string& source) {
                                                      {&s.output_activations, Role::output_activations}};
   for (const auto& [q, role] : roles) {
     if (!q->enabled()) continue;
+    if (q->kind == QuantKind::ggml) continue;  // validate_ggml_scheme below
     QEVAL_CHECK(granularity_allowed(role, q->granularity, q->kind), "{}: {} granularity '{}' is not valid for kind {}; valid: {}",
                 source, role_name(role), q->granularity_name(), to_string(q->kind),
                 fmt::join(granularity_choices(role, q->kind), ", "));
@@ -457,6 +466,7 @@ void validate_scheme(const SchemeSpec& s, const std::string& source) {
               source);
   for (const auto* list : {&s.include, &s.exclude})
     for (const auto& p : *list) QEVAL_CHECK(!p.empty(), "{}: empty name pattern in include/exclude", source);
+  validate_ggml_scheme(s, source);
   QEVAL_CHECK(s.keep_tokens.count >= 0, "{}: keep_tokens.{} should be a non-negative integer, found {}", source,
               to_string(s.keep_tokens.rule), s.keep_tokens.count);
   QEVAL_CHECK(!s.keep_tokens.enabled() || s.input_activations.enabled() || s.output_activations.enabled(),
@@ -505,6 +515,7 @@ nlohmann::json scheme_to_json(const SchemeSpec& s) {
           {"keep_tokens", {{to_string(s.keep_tokens.rule), s.keep_tokens.count}}},
           {"outlier_threshold", s.outlier_threshold ? nlohmann::json(outlier_threshold_for_json(*s.outlier_threshold))
                                                     : nlohmann::json(nullptr)}};
+  ggml_scheme_keys_to_json(s, j);  // kind ggml's keys, written only when set
   if (s.quantize_ssm_inner) j["quantize_ssm_inner"] = true;  // absent: false (records of earlier models unchanged)
   if (s.kv_cache.enabled()) j["kv_cache"] = kv_cache_to_json(s.kv_cache);  // absent: K and V unquantised
   return j;
@@ -517,8 +528,9 @@ SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) 
                                                 "outlier_threshold", "kv_cache"};
   QEVAL_CHECK(j.is_object(), "{}: a scheme spec must be a JSON object, got {}", source, j.type_name());
   for (auto it = j.begin(); it != j.end(); ++it)
-    QEVAL_CHECK(std::find(keys.begin(), keys.end(), it.key()) != keys.end(), "{}: unknown key '{}'; valid keys: {}",
-                source, it.key(), fmt::join(keys, ", "));
+    QEVAL_CHECK(std::find(keys.begin(), keys.end(), it.key()) != keys.end() || is_ggml_scheme_key(it.key()),
+                "{}: unknown key '{}'; valid keys: {}, tensor_types, quantize_embedding", source, it.key(),
+                fmt::join(keys, ", "));
   SchemeSpec s;
   try {
     if (j.contains("name")) s.name = j.at("name").get<std::string>();
@@ -532,6 +544,7 @@ SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) 
     if (j.contains("quantize_ssm_inner")) s.quantize_ssm_inner = j.at("quantize_ssm_inner").get<bool>();
     if (j.contains("include")) s.include = string_list(j.at("include"), source + ": include");
     if (j.contains("exclude")) s.exclude = string_list(j.at("exclude"), source + ": exclude");
+    ggml_scheme_keys_from_json(j, s, source);
     if (j.contains("execution")) {
       const std::string e = j.at("execution").get<std::string>();
       bool found = false;

@@ -17,8 +17,9 @@
 //     "keep_first_tokens": 1,                      or "keep_tokens": {"first": 1} | {"top_norm": 1}
 //     "outlier_threshold": 6.0                     null (default): no outlier decomposition
 //   }
-// kind: none | int8_absmax | int4_zeropoint | fp8 | mx | nvfp4 ("bits" may be given too and must
-// agree). granularity: weights tensor | channel | group:<g>; input activations tensor | token |
+// kind: none | int8_absmax | int4_zeropoint | fp8 | mx | nvfp4 | ggml ("bits" may be given too and must
+// agree; ggml: llama.cpp's types, weights only, quant/ggml_scheme.h). granularity: weights
+// tensor | channel | group:<g>; input activations tensor | token |
 // feature; output activations tensor | token. Activation scales are dynamic and per sequence:
 // "tensor" means one scale per sequence, "token" one per position, "feature" one per channel of a
 // sequence.
@@ -87,7 +88,7 @@
 
 namespace qeval {
 
-enum class QuantKind { none, int8_absmax, int4_zeropoint, fp8, mx, nvfp4 };
+enum class QuantKind { none, int8_absmax, int4_zeropoint, fp8, mx, nvfp4, ggml };
 enum class Granularity { tensor, channel, group, token, feature, block };
 
 // A static activation scale's calibration (see above): N windows, and the statistic of |x| over
@@ -108,6 +109,10 @@ struct QuantSpec {
   ElementType element = ElementType::e4m3;  // fp8, mx (nvfp4: e2m1)
   bool scale_round_up = false;              // mx: "scale_rounding": "up"
   std::optional<ActivationCalibration> calibration;  // input activations per tensor: a static scale
+  // kind ggml (weights; quant/ggml_scheme.h): llama.cpp's type ("Q4_K") when one is forced (or
+  // resolved for one tensor), else the llama-quantize file type ("q4_k_m") choosing per tensor.
+  std::string ggml_type, ggml_file_type;
+  bool ggml_q8_activations = false;  // "activations": "gguf-q8" (refused: not implemented yet)
 
   bool enabled() const { return kind != QuantKind::none; }
   // fp8, mx or nvfp4: elements of a floating-point type (quant/minifloat.h).
@@ -118,7 +123,8 @@ struct QuantSpec {
   bool operator==(const QuantSpec& o) const {
     return kind == o.kind && granularity == o.granularity && group_size == o.group_size &&
            (!is_float_format() || (element == o.element && scale_round_up == o.scale_round_up)) &&
-           calibration == o.calibration;
+           calibration == o.calibration && ggml_type == o.ggml_type && ggml_file_type == o.ggml_file_type &&
+           ggml_q8_activations == o.ggml_q8_activations;
   }
 };
 
@@ -176,6 +182,10 @@ struct SchemeSpec {
   QuantSpec output_activations;
   bool quantize_lm_head = false;
   bool quantize_ssm_inner = false;  // Mamba's x_proj and dt_proj too (JSON "quantize_ssm_inner", written when true)
+  // Weights of kind ggml only (quant/ggml_scheme.h): the token embedding too, and per-tensor
+  // types by name pattern (llama-quantize's --tensor-type), pattern -> llama.cpp type name.
+  bool quantize_embedding = false;
+  std::vector<std::pair<std::string, std::string>> tensor_types;
   std::vector<std::string> include;
   std::vector<std::string> exclude;
   ExecutionPreference execution = ExecutionPreference::automatic;

@@ -48,6 +48,14 @@ TEST(SchemePresets, MatchTheDesignTable) {
     QuantSpec w, in, out;
     std::int64_t keep_first = 0;
     std::optional<double> outlier_threshold = std::nullopt;
+    bool gguf = false;  // issue 64: llama-quantize's file types quantise the embedding and the head too
+  };
+  // A llama.cpp file type's rule (quant/ggml_scheme.h).
+  auto gg = [](const char* file_type) {
+    QuantSpec s;
+    s.kind = QuantKind::ggml;
+    s.ggml_file_type = file_type;
+    return s;
   };
   const Row table[] = {
       {"full", kNone, kNone, kNone},
@@ -76,6 +84,15 @@ TEST(SchemePresets, MatchTheDesignTable) {
       {"int8-moderate-static", q(K::int8_absmax, G::tensor), fq(K::int8_absmax, G::tensor, 0, E::e4m3, 16), kNone},
       {"fp8-e4m3-static-keep1", fq(K::fp8, G::tensor, 0, E::e4m3), fq(K::fp8, G::tensor, 0, E::e4m3, 16), kNone, 1},
       {"mxfp4-keep1", fq(K::mx, G::block, 32, E::e2m1), fq(K::mx, G::block, 32, E::e2m1), kNone, 1},
+      // Issue 64: llama-quantize's file types (docs/gguf-types.md), full-precision activations.
+      {"gguf-q8_0", gg("q8_0"), kNone, kNone, 0, std::nullopt, true},
+      {"gguf-q6_k", gg("q6_k"), kNone, kNone, 0, std::nullopt, true},
+      {"gguf-q5_k_m", gg("q5_k_m"), kNone, kNone, 0, std::nullopt, true},
+      {"gguf-q4_k_m", gg("q4_k_m"), kNone, kNone, 0, std::nullopt, true},
+      {"gguf-q4_k_s", gg("q4_k_s"), kNone, kNone, 0, std::nullopt, true},
+      {"gguf-q4_0", gg("q4_0"), kNone, kNone, 0, std::nullopt, true},
+      {"gguf-iq4_nl", gg("iq4_nl"), kNone, kNone, 0, std::nullopt, true},
+      {"gguf-mxfp4-moe", gg("mxfp4_moe"), kNone, kNone, 0, std::nullopt, true},
   };
   std::vector<std::string> names;
   for (const auto& row : table) {
@@ -85,7 +102,10 @@ TEST(SchemePresets, MatchTheDesignTable) {
     EXPECT_TRUE(s.weights == row.w) << row.name;
     EXPECT_TRUE(s.input_activations == row.in) << row.name;
     EXPECT_TRUE(s.output_activations == row.out) << row.name;
-    EXPECT_FALSE(s.quantize_lm_head) << row.name;
+    EXPECT_EQ(s.quantize_lm_head, row.gguf) << row.name;
+    EXPECT_EQ(s.quantize_embedding, row.gguf) << row.name;
+    EXPECT_EQ(s.quantize_ssm_inner, row.gguf) << row.name;
+    EXPECT_TRUE(s.tensor_types.empty()) << row.name;
     EXPECT_TRUE(s.include.empty() && s.exclude.empty()) << row.name;
     EXPECT_EQ(s.execution, ExecutionPreference::automatic) << row.name;
     EXPECT_TRUE(s.keep_tokens == (KeepTokens{KeepRule::first, row.keep_first})) << row.name;
