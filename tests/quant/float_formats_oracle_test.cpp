@@ -186,11 +186,12 @@ TEST(FloatFormatsOracle, MxBlocksEqualTheOracle) {
       const auto codes = read_values<std::uint8_t>(dir / ("mx_" + to_string(t) + "_" + rule + ".codes"));
       ASSERT_EQ(codes.size(), x.size());
       const MxFormat format{t, 32, up};
+      const std::vector<float> g = grid(t);
       std::vector<float> y(x.size());
       std::vector<std::int8_t> got_exps(static_cast<std::size_t>(rows * blocks));
       std::vector<std::uint8_t> got_codes(x.size());
       std::vector<double> x64(x.begin(), x.end()), y64(x.size());
-      std::int64_t zero_blocks = 0, power_of_two = 0, code_mismatch = 0, exp_mismatch = 0, ref_mismatch = 0;
+      std::int64_t zero_blocks = 0, power_of_two = 0, code_mismatch = 0, exp_mismatch = 0, ref_mismatch = 0, ties = 0;
       for (std::int64_t r = 0; r < rows; ++r) {
         mx_round_trip_row(x.data() + r * K, y.data() + r * K, K, format, got_exps.data() + r * blocks,
                           got_codes.data() + r * K);
@@ -207,15 +208,22 @@ TEST(FloatFormatsOracle, MxBlocksEqualTheOracle) {
       for (std::size_t i = 0; i < x.size(); ++i) {
         code_mismatch += got_codes[i] != codes[i];
         ref_mismatch += static_cast<double>(y[i]) != y64[i];
+        // x / X exactly halfway between two element values (X = 2^s of its block).
+        const int s = got_exps[static_cast<std::size_t>(i / K) * blocks + (i % K) / 32];
+        const double v = std::fabs(std::ldexp(static_cast<double>(x[i]), -s));
+        for (std::size_t gi = 0; gi + 1 < g.size() && v <= g.back(); ++gi) ties += v == (g[gi] + g[gi + 1]) / 2.0;
       }
       EXPECT_EQ(exp_mismatch, 0) << to_string(t) << " " << rule;
       EXPECT_EQ(code_mismatch, 0) << to_string(t) << " " << rule;
       EXPECT_EQ(ref_mismatch, 0) << to_string(t) << " " << rule << ": fast and float64 reference differ";
       EXPECT_GT(zero_blocks, 50);
       EXPECT_GT(power_of_two, 50);
-      std::printf("mx %s %s: %zu values in %lld blocks (%lld all zero, %lld with a power-of-two amax) compared\n",
-                  to_string(t).c_str(), rule.c_str(), x.size(), static_cast<long long>(rows * blocks),
-                  static_cast<long long>(zero_blocks), static_cast<long long>(power_of_two));
+      EXPECT_GT(ties, 1000);
+      std::printf("mx %s %s: %zu values (%lld exact ties) in %lld blocks (%lld all zero, %lld with a power-of-two amax) "
+                  "compared\n",
+                  to_string(t).c_str(), rule.c_str(), x.size(), static_cast<long long>(ties),
+                  static_cast<long long>(rows * blocks), static_cast<long long>(zero_blocks),
+                  static_cast<long long>(power_of_two));
     }
   }
 }
@@ -230,7 +238,7 @@ TEST(FloatFormatsOracle, Nvfp4TensorsEqualTheOracle) {
   const std::vector<float> e2m1 = grid(ElementType::e2m1);
   for (std::int64_t i = 0; i < tensors; ++i) {
     float* t = x.data() + i * R * K;
-    const int kind = static_cast<int>(i % 5);
+    const int kind = static_cast<int>(i % 6);
     const int s = std::uniform_int_distribution<int>(-30, 30)(rng);
     for (std::int64_t j = 0; j < R * K; ++j) {
       switch (kind) {
@@ -238,10 +246,17 @@ TEST(FloatFormatsOracle, Nvfp4TensorsEqualTheOracle) {
         case 1: t[j] = (j / 16) % 3 == 1 ? 0.0f : random_float(rng, s - 4, s); break;  // zero blocks inside
         case 2: t[j] = std::ldexp(e2m1[rng() % e2m1.size()], s) * ((rng() & 1) ? 1.0f : -1.0f); break;
         case 3: t[j] = i % 10 == 3 ? 0.0f : random_float(rng, -150, -140); break;  // all zero; tiny amax
+        case 5: {  // exact E2M1 ties: s_tensor = 2688 / 2688 = 1 and blocks of amax 6 · 2^k give p = 2^k
+          const int k = static_cast<int>((j / 16) % 7) - 3;
+          t[j] = j % 16 == 0 ? std::ldexp(6.0f, k)
+                             : std::ldexp((e2m1[rng() % (e2m1.size() - 1)] + e2m1[1 + rng() % (e2m1.size() - 1)]) / 2, k);
+          break;
+        }
         default: t[j] = random_float(rng, -20, 20); break;
       }
     }
     if (kind == 2) t[rng() % (R * K)] = std::ldexp(1.0f, s);
+    if (kind == 5) t[R * K - 1] = 2688.0f;  // the tensor's amax: s_tensor exactly 1
   }
   write_values(dir / "nvfp4_in.f32", x);
   run_oracle("nvfp4 " + quoted(dir.path()) + " " + std::to_string(R) + " " + std::to_string(K));
@@ -262,16 +277,32 @@ TEST(FloatFormatsOracle, Nvfp4TensorsEqualTheOracle) {
     scale_mismatch += float_bits(got_scales[i]) != float_bits(scales[i]);
     zero_scales += scales[i] == 0;
   }
+  std::int64_t ties = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     code_mismatch += got_codes[i] != codes[i];
     ref_mismatch += float_bits(y[i]) != float_bits(y_ref[i]) && !(y[i] == 0 && y_ref[i] == 0);
+  }
+  // Elements whose x / p lies exactly halfway between two E2M1 values (p = s_block · s_tensor).
+  for (std::int64_t i = 0; i < tensors; ++i) {
+    const float* t = x.data() + i * R * K;
+    float amax = 0;
+    for (std::int64_t j = 0; j < R * K; ++j) amax = std::max(amax, std::fabs(t[j]));
+    const float s_tensor = nvfp4_tensor_scale(amax);
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t j = 0; j < K; ++j) {
+        const float p = got_scales[(i * R + r) * blocks + j / 16] * s_tensor;
+        if (p == 0) continue;
+        const double v = std::fabs(static_cast<double>(t[r * K + j] / p));
+        for (std::size_t g = 0; g + 1 < e2m1.size(); ++g) ties += v == (e2m1[g] + e2m1[g + 1]) / 2.0;
+      }
   }
   EXPECT_EQ(scale_mismatch, 0);
   EXPECT_EQ(code_mismatch, 0);
   EXPECT_EQ(ref_mismatch, 0) << "fast and reference NVFP4 differ";
   EXPECT_GT(zero_scales, 100);
-  std::printf("nvfp4: %zu values, %zu block scales (%lld zero) compared\n", x.size(), got_scales.size(),
-              static_cast<long long>(zero_scales));
+  EXPECT_GT(ties, 1000);
+  std::printf("nvfp4: %zu values (%lld exact E2M1 ties), %zu block scales (%lld zero) compared\n", x.size(),
+              static_cast<long long>(ties), got_scales.size(), static_cast<long long>(zero_scales));
 }
 
 }  // namespace
