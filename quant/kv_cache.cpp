@@ -27,7 +27,8 @@ float absmax(const float* x, std::int64_t n) {
 void int8_row(const float* x, float* y, std::int64_t n) {
   const float amax = absmax(x, n);
   const float s = amax == 0.0f ? 1.0f : amax / 127.0f;
-  for (std::int64_t i = 0; i < n; ++i) y[i] = std::clamp(std::nearbyint(x[i] / s), -127.0f, 127.0f) * s;
+  // + 0 turns a −0 code into +0, as the reference's int8 codes do.
+  for (std::int64_t i = 0; i < n; ++i) y[i] = (std::clamp(std::nearbyint(x[i] / s), -127.0f, 127.0f) + 0.0f) * s;
 }
 
 // quant/quantize.h's 4-bit zero-point on one group (constant groups exact).

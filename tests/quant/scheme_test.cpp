@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <optional>
 
@@ -93,6 +94,22 @@ TEST(SchemePresets, MatchTheDesignTable) {
       {"gguf-q4_0", gg("q4_0"), kNone, kNone, 0, std::nullopt, true},
       {"gguf-iq4_nl", gg("iq4_nl"), kNone, kNone, 0, std::nullopt, true},
       {"gguf-mxfp4-moe", gg("mxfp4_moe"), kNone, kNone, 0, std::nullopt, true},
+      // Issue 62: quantised key/value caches (docs/kv-cache.md); their kv_cache in kKvRows below.
+      {"kv-int8", kNone, kNone, kNone},
+      {"kv-fp8", kNone, kNone, kNone},
+      {"kv-q8_0", kNone, kNone, kNone},
+      {"kv-q4_0", kNone, kNone, kNone},
+      {"kv-int4", kNone, kNone, kNone},
+      {"kv-q4_0-keep1", kNone, kNone, kNone},
+      {"kv-int4-keep1", kNone, kNone, kNone},
+      {"w8a8-kv8", q(K::int8_absmax, G::channel), q(K::int8_absmax, G::token), kNone},
+  };
+  // Preset -> {format, int4 group, kept first positions}; every other preset has no kv_cache.
+  const std::map<std::string, KvCacheSpec> kKvRows = {
+      {"kv-int8", {KvCacheFormat::int8, 32, 0}},       {"kv-fp8", {KvCacheFormat::fp8_e4m3, 32, 0}},
+      {"kv-q8_0", {KvCacheFormat::q8_0, 32, 0}},       {"kv-q4_0", {KvCacheFormat::q4_0, 32, 0}},
+      {"kv-int4", {KvCacheFormat::int4, 32, 0}},       {"kv-q4_0-keep1", {KvCacheFormat::q4_0, 32, 1}},
+      {"kv-int4-keep1", {KvCacheFormat::int4, 32, 1}}, {"w8a8-kv8", {KvCacheFormat::int8, 32, 0}},
   };
   std::vector<std::string> names;
   for (const auto& row : table) {
@@ -110,6 +127,7 @@ TEST(SchemePresets, MatchTheDesignTable) {
     EXPECT_EQ(s.execution, ExecutionPreference::automatic) << row.name;
     EXPECT_TRUE(s.keep_tokens == (KeepTokens{KeepRule::first, row.keep_first})) << row.name;
     EXPECT_TRUE(s.outlier_threshold == row.outlier_threshold) << row.name;
+    EXPECT_TRUE(s.kv_cache == (kKvRows.count(row.name) ? kKvRows.at(row.name) : KvCacheSpec{})) << row.name;
   }
   EXPECT_EQ(preset_names(), names);
 }
