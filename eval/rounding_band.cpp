@@ -82,6 +82,38 @@ std::uint64_t key_of(const std::string& linear_name) {
   return h.digest();
 }
 
+// The same jitter on a quantised cache's input (issue 62): K and V [B, Hkv, L, hd] times
+// (1 + ε·u) before the scheme's own cache quantiser rounds them, u from the window's table at an
+// offset of the layer's own ("layers.<i>.kv_cache.k" / ".v").
+class KvCacheJitter final : public KvCacheQuantizer {
+ public:
+  KvCacheJitter(std::shared_ptr<const KvCacheQuantizer> inner, double eps, std::shared_ptr<const BatchWindows> windows)
+      : inner_(std::move(inner)), eps_(eps), windows_(std::move(windows)) {}
+
+  void apply(std::int64_t layer, at::Tensor& k, at::Tensor& v) const override {
+    k = jittered(k, fmt::format("layers.{}.kv_cache.k", layer));
+    v = jittered(v, fmt::format("layers.{}.kv_cache.v", layer));
+    inner_->apply(layer, k, v);
+  }
+
+ private:
+  at::Tensor jittered(const at::Tensor& x, const std::string& name) const {
+    const std::int64_t B = x.size(0), n = x.numel() / std::max<std::int64_t>(B, 1);
+    TORCH_CHECK(static_cast<std::int64_t>(windows_->tables.size()) == B, "KvCacheJitter: ", B,
+                " rows but the batch named ", windows_->tables.size(), " windows");
+    const std::int64_t offset = static_cast<std::int64_t>(key_of(name) % static_cast<std::uint64_t>(kTableSize));
+    std::vector<at::Tensor> factors;
+    for (std::int64_t b = 0; b < B; ++b)
+      factors.push_back(ring_slice(windows_->tables[static_cast<std::size_t>(b)], offset, n).reshape(x.sizes().slice(1)));
+    const at::Tensor u = at::stack(factors).to(x.device(), x.scalar_type());
+    return x * (u * eps_ + 1);
+  }
+
+  std::shared_ptr<const KvCacheQuantizer> inner_;
+  double eps_;
+  std::shared_ptr<const BatchWindows> windows_;
+};
+
 }  // namespace
 
 std::string rounding_variant_name(const std::string& scheme, std::uint64_t seed) {
@@ -114,6 +146,7 @@ void jitter_quantised_inputs(EvalScheme& scheme, std::uint64_t seed, double eps)
     for (const auto& named : block.linears())
       if (dynamic_cast<const QuantizedLinear*>(named.linear.get()))
         wrapped.replace_linear(named.name, std::make_shared<RoundingJitter>(named.linear, eps, key_of(named.name), windows));
+    if (block.kv_cache()) wrapped.set_kv_cache(std::make_shared<KvCacheJitter>(block.kv_cache(), eps, windows));
     return wrapped;
   };
   if (scheme.rewrite_head) {

@@ -36,8 +36,8 @@ EvalScheme rounding_variant(const EvalScheme& scheme, const SchemeSpec& spec, co
                             const ModelConfig& config, std::uint64_t seed, double eps,
                             std::shared_ptr<SchemeRewrite>& rewrite_out);
 
-// Puts `scheme`'s quantised linears behind the input jitter of `seed` (after its own wrap_block,
-// beside its own begin_batch): the scheme evaluated as another, equally valid implementation
+// Puts `scheme`'s quantised linears, and the K and V its quantised cache reads (issue 62), behind
+// the input jitter of `seed` (after its own wrap_block, beside its own begin_batch): the scheme evaluated as another, equally valid implementation
 // (`eval --rounding-seed S`, which gates use to see a penalty move by rounding alone).
 void jitter_quantised_inputs(EvalScheme& scheme, std::uint64_t seed, double eps);
 
