@@ -903,6 +903,30 @@ std::vector<BadInput> corpus() {
          return check_args(in, record_with(in, "new.json", made().record, [](json& r) { r["schema_version"] = 7; }));
        }, 2, {"new.json", "schema_version 7"}, ""});
   add({"compare_nothing", [](Inputs&) { return std::string("compare"); }, 2, {"give one or more result records"}, ""});
+  // Issue 63: outputs over the command's own inputs, names that cannot be files, unknown commands.
+  add({"out_is_the_config", [](Inputs& in) {
+         const std::string config = in.file("eval.json", R"({"max-windows": 2})");
+         return kTiny + " --config " + config + " --out " + config;
+       }, 2, {"--out", "eval.json: is the --config file"}, ""});
+  add({"out_is_the_protocol", [](Inputs& in) {
+         const std::string protocol = in.file("p.json", read_file(test::repo_path("configs/protocols/windows.json")));
+         return kTiny + " --protocol " + protocol + " --out " + protocol;
+       }, 2, {"--out", "p.json: is the --protocol file"}, ""});
+  add({"plots_replace_the_record", [](Inputs& in) {
+         return kTiny + " --plots " + in.path("") + " --out " + in.path("layer_curves.png");
+       }, 2, {"--plots", "layer_curves.png", "is also written as --out"}, "layer_curves.png"});
+  add({"plot_dat_is_the_record", [](Inputs& in) {
+         const std::string record = in.json_file("penalties.dat", made().record);
+         return "plot " + record + " --out " + in.path("");
+       }, 2, {"--out", "penalties.dat: is the record"}, ""});
+  add({"report_is_the_config", [](Inputs& in) {
+         const std::string config = in.file("check.json", R"({"format": "md"})");
+         return check_args(in, in.json_file("new.json", made().record)) + " --config " + config + " --report " + config;
+       }, 2, {"--report", "check.json: is the --config file"}, ""});
+  add({"out_name_too_long", [](Inputs& in) { return kTiny + " --out " + in.path(std::string(300, 'o') + ".json"); }, 2,
+       {"--out", "is 305 bytes, longer than the 255 a file name may have"}, ""});
+  add({"unknown_command", [](Inputs&) { return std::string("evaluate --out x.json"); }, 2,
+       {"unknown command \"evaluate\"", "expected one of eval"}, ""});
   return c;
 }
 
