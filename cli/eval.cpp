@@ -172,7 +172,11 @@ void run_eval(const EvalArgs& a) {
   StaticScaleCalibrator calibrator(
       *inputs.model, [&inputs](std::int64_t n) { return inputs.calibration_windows_from_data(n); }, inputs.placement,
       a.data.batch_size);
-  scheme_options.calibrate = [&calibrator](const SchemeSpec& spec) {
+  scheme_options.calibrate = [&calibrator, &a](const SchemeSpec& spec) {
+    if (!a.quiet)
+      fmt::print(stderr, "scheme {}: calibrating static input scales ({} windows, {}) with a full-precision pass\n",
+                 spec.name, spec.input_activations.calibration->windows,
+                 spec.input_activations.calibration->statistic_name());
     PhaseScope calibration(Phase::transform, kNoScheme);
     return calibrator.scales_for(spec);
   };

@@ -4,6 +4,11 @@
 # excerpt, 8 windows of 512 tokens (seed 0), every format preset plus the seven existing ones,
 # ΔPPL ± se ± band (--rounding-band 4) and the statistics of every scheme; then the first-token
 # question: fp8-e4m3-static and mxfp4 with and without the first position kept (the -keep1 presets).
+# 20 schemes with 4 band variants each are 77 quantised copies of the model: every format layer
+# holds its dequantised float32 weight, so a resident plan would hold ~22 GB (measured: killed for
+# memory at 21.6 GB on the 24 GB machine). --max-memory 8G (MAX_MEMORY) makes the planner stream
+# the layers instead, one layer of every scheme at a time, which costs no extra quantisation at
+# 8 windows (one chunk).
 # Needs scripts/models (the GGUFs from PyPI) and the shared data folder. From the repository root:
 #   results/formats/run.sh                           SmolLM2, both texts
 #   MODELS="smollm2-135m gemma3-270m" TEXTS=wikitext2 results/formats/run.sh
@@ -24,7 +29,7 @@ for model in $models; do
     echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
     /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$model" --data "${data[$text]}" \
       --schemes "full,$seed_presets,$format_presets" --stats-for all --rounding-band "$band" \
-      --seq-len 512 --max-windows 8 --seed 0 --out "$here/$name.json" -q > "$here/$name.md"
+      --seq-len 512 --max-windows 8 --seed 0 --max-memory "${MAX_MEMORY:-8G}" --out "$here/$name.json" -q > "$here/$name.md"
     grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
   done
 done
