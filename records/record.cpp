@@ -37,7 +37,9 @@ std::vector<SchemeInfo> scheme_infos(const nlohmann::json& record) {
 
 nlohmann::json precision_identity(const nlohmann::json& precision) {
   if (!precision.is_object()) return precision;
-  return {{"dtype", precision.value("dtype", nlohmann::json(nullptr))}, {"device", precision.value("device", "cpu")}};
+  // Compared as JSON, never cast: a number where "cpu" belongs is a difference, not a type error.
+  return {{"dtype", precision.contains("dtype") ? precision["dtype"] : nlohmann::json(nullptr)},
+          {"device", precision.contains("device") ? precision["device"] : nlohmann::json("cpu")}};
 }
 
 nlohmann::json evaluation_identity(const nlohmann::json& record) {

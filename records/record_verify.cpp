@@ -30,6 +30,13 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key, const std:
   return j[key];
 }
 
+// A string member, its key named when it is something else ("r.json: protocol: \"name\" is 5: expected a string").
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  const nlohmann::json& v = field(j, key, where);
+  QEVAL_CHECK(v.is_string(), "{}: \"{}\" is {}: expected a string", where, key, json_text(v, 60));
+  return v.get<std::string>();
+}
+
 std::int64_t integer_field(const nlohmann::json& j, const char* key, const std::string& where) {
   return json_integer(field(j, key, where), fmt::format("{}: \"{}\"", where, key));
 }
@@ -56,7 +63,7 @@ Rows read_rows(const nlohmann::json& scheme, const std::string& name, std::int64
 
 // What each window of the protocol scores, for the protocols that fix it.
 void check_scored_per_window(const nlohmann::json& protocol, const Rows& rows, const std::string& source) {
-  const std::string name = field(protocol, "name", source + ": protocol").get<std::string>();
+  const std::string name = string_field(protocol, "name", source + ": protocol");
   const std::int64_t seq_len = integer_field(protocol, "seq_len", source + ": protocol");
   std::int64_t lo = 1, hi = seq_len - 1;
   if (name == "windows" || name == "gptq-c4") lo = hi = seq_len - 1;
@@ -152,7 +159,7 @@ RecordVerification verify_record(const nlohmann::json& record, const std::string
   RecordVerification out;
   try {
     const nlohmann::json& protocol = field(record, "protocol", source);
-    const std::string protocol_name = field(protocol, "name", source + ": protocol").get<std::string>();
+    const std::string protocol_name = string_field(protocol, "name", source + ": protocol");
     const std::int64_t seq_len = integer_field(protocol, "seq_len", source + ": protocol");
     QEVAL_CHECK(seq_len >= 2, "{}: protocol seq_len is {}", source, seq_len);
     const nlohmann::json& schemes = field(record, "schemes", source);

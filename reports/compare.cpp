@@ -77,9 +77,10 @@ nlohmann::json comparison_identity(const nlohmann::json& record) {
     for (const char* key : {"windows", "scored_tokens", "token_stream_hash", "separator_id"}) protocol.erase(key);
     const nlohmann::json& data = record.at("data");
     return {{"protocol", protocol},
+            // Compared as JSON, never cast: a number where a string belongs is a difference, not a type error.
             {"data", {{"hash", data.at("hash")},
-                      {"text_split", data.value("text_split", "")},
-                      {"json_field", data.value("json_field", "")}}},
+                      {"text_split", data.contains("text_split") ? data["text_split"] : nlohmann::json("")},
+                      {"json_field", data.contains("json_field") ? data["json_field"] : nlohmann::json("")}}},
             // fp32 and fp64 (or CPU and GPU) numbers are not side by side without a word, as in check
             {"precision", precision_identity(record.value("precision", nlohmann::json(nullptr)))}};
   } catch (const nlohmann::json::exception& e) {
@@ -150,6 +151,8 @@ nlohmann::json comparison_rows(const std::vector<LabeledRecord>& records) {
       const nlohmann::json config = lookup(rec, {"model", "config"});
       QEVAL_CHECK(config.is_object() && config.contains("attention_softmax"),
                   "no model.config.attention_softmax (not a qeval eval record?)");
+      QEVAL_CHECK(config.at("attention_softmax").is_string(), "model.config.attention_softmax is {}: expected a string",
+                  json_text(config.at("attention_softmax"), 60));
       const std::string softmax = config.at("attention_softmax").get<std::string>();
       nlohmann::json optimizer = config.contains("optimizer") && config["optimizer"].is_string()
                                      ? config["optimizer"]

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/files.h"
 #include "tests/cli/run_qeval.h"
@@ -119,6 +121,28 @@ TEST(Messages, FigureDataOfTheWrongTypeNamesTheFileAndTheKeyPath) {
   EXPECT_TRUE(test::contains(r.output, "--figure-data " + (dir / "bad.json").string())) << r.output;
   EXPECT_TRUE(test::contains(r.output, "hidden_abs.first[1]")) << r.output;
   EXPECT_FALSE(test::contains(r.output, "cannot use at()")) << r.output;
+}
+
+TEST(Messages, RecordValueOfTheWrongTypeNamesTheFileAndTheKey) {
+  // Before: "type must be string, but is number", with no file (data, precision) or no key (protocol.name).
+  test::TempDir dir;
+  const std::string record = (dir / "r.json").string();
+  const test::CommandResult made = test::run_qeval(kTiny + " --out " + record);
+  ASSERT_EQ(made.status, 0) << made.output;
+  const json good = json::parse(read_file(record));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"protocol", "name"}, "edited.json: protocol: \"name\" is 5: expected a string"},
+      {{"data", "json_field"}, "data.json_field: \"text\" vs 5"},
+      {{"precision", "device"}, "precision.device: \"cpu\" vs 5"}};
+  for (const auto& [path, fragment] : cases) {
+    json edited = good;
+    edited[path[0]][path[1]] = 5;
+    test::write_bytes(dir / "edited.json", edited.dump());
+    const test::CommandResult r = test::run_qeval("compare " + record + " " + (dir / "edited.json").string());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(test::contains(r.output, fragment)) << r.output;
+    EXPECT_FALSE(test::contains(r.output, "type must be")) << r.output;
+  }
 }
 
 }  // namespace
