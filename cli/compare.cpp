@@ -109,7 +109,7 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--format,-f", args->format, "md, csv or json")->capture_default_str();
   cmd->add_option("--labels", args->labels, "comma-separated model names, one per record (default: the model's file or folder name)");
   cmd->add_flag("--allow-protocol-mismatch", args->allow_protocol_mismatch,
-                "compare records evaluated under different protocols or data (marked in the output)");
+                "compare records evaluated under different protocols, data or precision (marked in the output)");
   cmd->add_flag("--allow-partial", args->allow_partial,
                 "compare shard records and partial merges too (their rows are marked \"(partial)\")");
   cmd->add_flag("--timings", args->timings,
