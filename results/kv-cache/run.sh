@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 62's tables: every quantised-KV-cache preset on real models, ΔPPL ± se ± band
+# (--rounding-band BAND) with the sink statistics of the attention that read the quantised cache
+# (--stats-for all), and each layer's K / V error (first position apart) in the JSON records.
+# SmolLM2-135M (and Gemma-3-270M with MODELS), WikiText-2 test, WINDOWS windows of 512 (seed 0;
+# 32 by default, so that keep-or-not differences can stand above se and band: on 4 or 8 windows
+# they do not, and the direction must not be presumed); Gemma also at SEQ_LEN_LONG (1,024).
+# Needs scripts/models and the shared data folder. From the repository root:
+#   results/kv-cache/run.sh
+#   MODELS="smollm2-135m gemma3-270m" WINDOWS=32 results/kv-cache/run.sh
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+here="$root/results/kv-cache"
+qeval="${QEVAL_BUILD_DIR:-$root/build}/qeval"
+models=${MODELS:-smollm2-135m}
+windows=${WINDOWS:-32}
+band=${BAND:-2}
+presets=kv-int8,kv-fp8,kv-q8_0,kv-q4_0,kv-q4_0-keep1,kv-int4,kv-int4-keep1,w8a8-kv8,int8-vectorwise
+data=text/wikitext-2-raw-v1/test.joined.txt
+for model in $models; do "$root/scripts/models" --model "$model"; done
+run() {  # model seq_len
+  local name=$1-wikitext2-$2x$windows
+  echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
+  /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$1" --data "$data" --schemes "full,$presets" \
+    --stats-for all --rounding-band "$band" --seq-len "$2" --max-windows "$windows" --seed 0 \
+    --out "$here/$name.json" -q > "$here/$name.md"
+  grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
+  # The K / V error per scheme (mean over layers), first position apart.
+  python3 - "$here/$name.json" >> "$here/$name.md" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("\n| scheme | K err first | K err rest | V err first | V err rest |")
+print("|---|---:|---:|---:|---:|")
+for s in r["schemes"]:
+    e = s.get("description", {}).get("kv_cache_error")
+    if e and "~r" not in s["name"]:
+        m = e["mean"]
+        print(f"| {s['name']} | {m['k_first']:.4f} | {m['k_rest']:.4f} | {m['v_first']:.4f} | {m['v_rest']:.4f} |")
+PY
+}
+for model in $models; do
+  run "$model" 512
+  if [ "$model" = gemma3-270m ]; then run "$model" "${SEQ_LEN_LONG:-1024}"; fi
+done
