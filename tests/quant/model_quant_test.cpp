@@ -216,7 +216,14 @@ TEST(ModelQuant, LogitsDoNotDependOnTheBatchSize) {
   for (const auto& m : models()) {
     for (const auto& name : preset_names()) {
       SCOPED_TRACE(m.name + " / " + name);
-      QuantizedModel q = quantize_model(m.model, preset_scheme(name));
+      // q8_0 / q4_0 caches need a head_dim that 32 divides (stories260K's is 8); static scales
+      // need calibration windows, which quantize_model does not take (tests/quant/float_formats_test.cpp).
+      const SchemeSpec spec = preset_scheme(name);
+      if (spec.needs_calibration()) continue;
+      const std::int64_t hd = m.model.config().head_dim();
+      if ((spec.kv_cache.format == KvCacheFormat::q8_0 || spec.kv_cache.format == KvCacheFormat::q4_0) && hd % 32 != 0)
+        continue;
+      QuantizedModel q = quantize_model(m.model, spec);
       at::Tensor batch = q.model.forward(m.tokens);  // [8, L, V]
       for (std::int64_t b = 0; b < m.tokens.size(0); ++b)
         EXPECT_TRUE(test::tensors_equal(batch[b], q.model.forward(m.tokens.narrow(0, b, 1))[0])) << "sequence " << b;
