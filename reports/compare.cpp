@@ -246,6 +246,7 @@ std::string format_family(const nlohmann::json& scheme) {
     if (k == "nvfp4") return "NVFP4";
   }
   if (w == "int4_zeropoint") return "4-bit zero-point";
+  if (w == "ggml") return "llama.cpp types";  // docs/gguf-types.md
   if (w == "int8_absmax" || in == "int8_absmax") return "int8";
   return w == "none" && in == "none" && kind("output_activations") == "none" ? "" : "other";
 }
@@ -253,7 +254,8 @@ std::string format_family(const nlohmann::json& scheme) {
 // Every scheme of every record grouped by format family, ΔPPL and paired ΔNLL ± se: printed when
 // a record holds one of the floating-point formats (the paper's table has no column for them).
 std::string format_family_table(const std::vector<LabeledRecord>& records) {
-  static const char* kOrder[] = {"int8", "4-bit zero-point", "FP8", "OCP MX", "NVFP4", "static scales", "other"};
+  static const char* kOrder[] = {"int8", "4-bit zero-point", "FP8", "OCP MX", "NVFP4", "static scales", "llama.cpp types",
+                                 "other"};
   bool any_new = false;
   std::map<std::string, std::string> rows;  // family → its rows
   for (const auto& r : records) {
@@ -261,7 +263,8 @@ std::string format_family_table(const std::vector<LabeledRecord>& records) {
       if (is_rounding_variant(s)) continue;
       const std::string family = format_family(s);
       if (family.empty()) continue;
-      any_new = any_new || family == "FP8" || family == "OCP MX" || family == "NVFP4" || family == "static scales";
+      any_new = any_new || family == "FP8" || family == "OCP MX" || family == "NVFP4" || family == "static scales" ||
+                family == "llama.cpp types";
       const nlohmann::json& v = s.at("vs_full");
       const std::string dnll = v.at("paired_dnll_mean").is_number() && v.at("paired_dnll_se").is_number()
                                    ? fmt::format("{:+.5f} ± {:.5f}", v.at("paired_dnll_mean").get<double>(),
