@@ -298,6 +298,12 @@ TEST(KvCache, RefusesAttentionFreeModelsAndHeadDimsThatQ4_0CannotBlock) {
   expect_error([&] { quantize_model(stories, resolve_scheme("kv-q4_0")); },
                {"kv_cache.format q4_0", "layer 0", "head_dim 8", "multiple of 32"});
   expect_error([&] { make_schemes(stories.config(), {"full", "kv-q8_0"}, SchemeOptions{}); }, {"layer 0", "head_dim 8"});
+  // Only the default float32 CPU placement runs a cache (a GPU or another dtype is refused).
+  SchemeOptions fp64;
+  fp64.placement.dtype = at::kDouble;
+  expect_error([&] { make_schemes(stories.config(), {"full", "kv-int8"}, fp64); },
+               {"kv-int8", "kv_cache runs on the default float32 CPU placement only"});
+  EXPECT_NO_THROW(make_schemes(stories.config(), {"full", "int8-fine"}, fp64));
   // int8 / fp8 / int4 run on any head_dim.
   EXPECT_NO_THROW(quantize_model(stories, resolve_scheme("kv-int4")));
 }
