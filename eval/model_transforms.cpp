@@ -71,7 +71,30 @@ std::vector<std::string> split(const std::string& s, char sep) {
   }
 }
 
-// One forward pass per calibration window through a copy whose linears record their inputs.
+// max |x_j| of every linear's input over the calibration windows, measured layer-major as an
+// evaluation runs (eval/evaluator.h): every calibration window through a layer before the next
+// layer, full precision's blocks recording their linears' inputs. A maximum does not depend on
+// the order the windows arrive in, so it is what a window-by-window forward measures.
+std::shared_ptr<LinearInputRecorder> calibrate(const Transformer& model, const std::vector<Window>& windows) {
+  auto recorder = std::make_shared<LinearInputRecorder>(model_linear_names(model.config()));
+  std::vector<EvalScheme> schemes(1);
+  schemes[0].name = "full";
+  schemes[0].wrap_block = [recorder](const Block& block) { return record_block_inputs(block, recorder); };
+  schemes[0].on_head_input = [recorder](const at::Tensor& x) { recorder->record(recorder->slot("lm_head"), x); };
+  auto source = calibration_window_source(windows);
+  EvalOptions options;
+  options.progress = false;
+  options.plan.name = "resident-weights";
+  options.plan.keep_scheme_blocks = false;
+  options.plan.chunk_windows = static_cast<std::int64_t>(windows.size());
+  evaluate(model, schemes, *source, options);
+  return recorder;
+}
+
+}  // namespace
+
+namespace {
+
 // The calibration windows as a window source.
 class CalibrationWindowSource final : public WindowSource {
  public:
@@ -91,27 +114,11 @@ class CalibrationWindowSource final : public WindowSource {
   std::size_t next_ = 0;
 };
 
-// max |x_j| of every linear's input over the calibration windows, measured layer-major as an
-// evaluation runs (eval/evaluator.h): every calibration window through a layer before the next
-// layer, full precision's blocks recording their linears' inputs. A maximum does not depend on
-// the order the windows arrive in, so it is what a window-by-window forward measures.
-std::shared_ptr<LinearInputRecorder> calibrate(const Transformer& model, const std::vector<Window>& windows) {
-  auto recorder = std::make_shared<LinearInputRecorder>(model_linear_names(model.config()));
-  std::vector<EvalScheme> schemes(1);
-  schemes[0].name = "full";
-  schemes[0].wrap_block = [recorder](const Block& block) { return record_block_inputs(block, recorder); };
-  schemes[0].on_head_input = [recorder](const at::Tensor& x) { recorder->record(recorder->slot("lm_head"), x); };
-  CalibrationWindowSource source(windows);
-  EvalOptions options;
-  options.progress = false;
-  options.plan.name = "resident-weights";
-  options.plan.keep_scheme_blocks = false;
-  options.plan.chunk_windows = static_cast<std::int64_t>(windows.size());
-  evaluate(model, schemes, source, options);
-  return recorder;
-}
-
 }  // namespace
+
+std::unique_ptr<WindowSource> calibration_window_source(const std::vector<Window>& windows) {
+  return std::make_unique<CalibrationWindowSource>(windows);
+}
 
 TransformSpec parse_transform(const std::string& text) {
   TransformSpec t;

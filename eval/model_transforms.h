@@ -38,6 +38,9 @@ struct CalibrationWindows {
 };
 using CalibrationSource = std::function<CalibrationWindows(const std::string& path, std::int64_t n)>;
 
+// Calibration windows (held by the caller, who keeps them alive) as a window source for evaluate().
+std::unique_ptr<WindowSource> calibration_window_source(const std::vector<Window>& windows);
+
 // Applies the transforms in order. `calibration` is called only by smooth. Returns the
 // transformed model; `report` gets one entry per transform.
 Transformer apply_transforms(const Transformer& model, const std::vector<TransformSpec>& transforms,

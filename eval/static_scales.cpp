@@ -91,23 +91,6 @@ class StatisticLinear final : public LinearDecorator {
   std::string name_;
 };
 
-class WindowList final : public WindowSource {
- public:
-  explicit WindowList(const std::vector<Window>& windows) : windows_(windows) {}
-  std::optional<Window> next() override {
-    if (next_ == windows_.size()) return std::nullopt;
-    return windows_[next_++];
-  }
-  std::int64_t documents_read() const override { return 0; }
-  std::int64_t stream_tokens() const override { return 0; }
-  std::string data_format() const override { return "calibration windows"; }
-  std::int64_t expected_windows() const override { return static_cast<std::int64_t>(windows_.size()); }
-  nlohmann::json facts() const override { return nlohmann::json::object(); }
-
- private:
-  const std::vector<Window>& windows_;
-  std::size_t next_ = 0;
-};
 
 }  // namespace
 
@@ -145,7 +128,7 @@ std::shared_ptr<const CalibratedScales> StaticScaleCalibrator::scales_for(const 
     return out;
   };
   schemes[0].on_head_input = [stat](const at::Tensor& x) { stat->record("lm_head", x); };
-  WindowList source(calib.windows);
+  auto source = calibration_window_source(calib.windows);
   EvalOptions options;
   options.progress = false;
   options.batch_size = batch_size_;
@@ -156,7 +139,7 @@ std::shared_ptr<const CalibratedScales> StaticScaleCalibrator::scales_for(const 
   options.plan.keep_full_blocks = false;
   options.plan.keep_scheme_blocks = false;
   options.plan.chunk_windows = static_cast<std::int64_t>(calib.windows.size());
-  evaluate(full_, schemes, source, options);
+  evaluate(full_, schemes, *source, options);
 
   auto scales = std::make_shared<CalibratedScales>();
   scales->amax = stat->finish();
