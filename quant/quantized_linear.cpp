@@ -442,7 +442,12 @@ at::Tensor QuantizedLinear::forward_float64(const at::Tensor& x) const {
   const bool placed = device_weight_.defined() && device_weight_.scalar_type() == at::kDouble;
   const at::Tensor w = placed ? device_weight_ : float64_weight();
   const at::Tensor b = placed ? device_bias_ : bias_.defined() ? bias_.to(at::kDouble) : at::Tensor();
-  at::Tensor y = at::linear(quantize_inputs(x), w, b);
+  // One GEMM per sequence, as the float32 paths run them: a GEMM's rounding may depend on its row
+  // count, and the float64 band must not depend on the batch size either.
+  const at::Tensor xq = quantize_inputs(x);
+  std::vector<at::Tensor> parts;
+  for (std::int64_t s = 0; s < x.size(0); ++s) parts.push_back(at::linear(xq.narrow(0, s, 1), w, b));
+  at::Tensor y = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
   return fake_quantize_activations(y, outputs_);
 }
 
