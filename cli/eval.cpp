@@ -26,9 +26,9 @@
 #include "records/rounding_band.h"
 #include "records/run_state.h"
 #include "eval/schemes.h"
+#include "eval/static_scales.h"
 #include "reports/table.h"
 #include "quant/rewrite.h"
-#include "eval/static_scales.h"
 
 namespace qeval::cli {
 namespace {
@@ -166,8 +166,6 @@ void run_eval(const EvalArgs& a) {
   scheme_options.rounding_band = a.rounding_band;
   scheme_options.rounding_eps = a.rounding_band_eps;
   scheme_options.rounding_seed = a.rounding_seed;
-  PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
-  if (a.mamba_channels_given && !inputs.model->config().has_mixer(MixerKind::mamba))
   // Static activation scales are calibrated on windows the evaluation does not use, before it.
   StaticScaleCalibrator calibrator(
       *inputs.model, [&inputs](std::int64_t n) { return inputs.calibration_windows_from_data(n); }, inputs.placement,
@@ -180,6 +178,8 @@ void run_eval(const EvalArgs& a) {
     PhaseScope calibration(Phase::transform, kNoScheme);
     return calibrator.scales_for(spec);
   };
+  PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
+  if (a.mamba_channels_given && !inputs.model->config().has_mixer(MixerKind::mamba))
     fmt::print(stderr, "note: --mamba-channels {} has nothing to choose from: {} has no Mamba (S6) layer\n",
                a.mamba_channels, inputs.model_path.string());
   if (a.rounding_band > 0 && !a.quiet) {

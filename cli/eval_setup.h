@@ -104,12 +104,12 @@ PlanEstimate plan_evaluation(EvalInputs& inputs, const EvalDataArgs& args, const
 // The record's weights hash, waiting for it when it was computed beside the evaluation.
 void finish_weights_hash(EvalInputs& inputs);
 
-// After the evaluation has consumed `inputs.windows`: the facts only known then (documents read,
-// stream tokens, the protocol's facts) go into the context.
-void finish_context(EvalInputs& inputs);
-
 // Every file and folder an evaluation reads, by role, for common/output_paths.h: model, tokenizer,
 // data, a protocol file, scheme files among `schemes` (comma-separated) and --transform calib=FILE.
 std::vector<RolePath> eval_read_paths(const EvalDataArgs& args, const EvalInputs& inputs, const std::string& schemes);
+
+// After the evaluation has consumed `inputs.windows`: the facts only known then (documents read,
+// stream tokens, the protocol's facts) go into the context.
+void finish_context(EvalInputs& inputs);
 
 }  // namespace qeval::cli
