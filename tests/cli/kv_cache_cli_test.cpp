@@ -36,13 +36,13 @@ TEST(KvCacheCli, KvSchemesEvaluateInOnePassWithStatisticsErrorsAndABand) {
   test::TempDir dir;
   const std::string out = (dir / "kv.json").string();
   const CommandResult r = test::run_qeval("eval" + kData +
-                                          " --schemes full,kv-int8,kv-fp8,kv-int4,kv-int4-keep1,w8a8-kv8 --stats-for all "
+                                          " --schemes full,kv-int8,kv-int4,kv-int4-keep1,w8a8-kv8 --stats-for all "
                                           "--rounding-band 1 --out " + out);
   ASSERT_EQ(r.status, 0) << r.output;
   const json record = json::parse(read_file(out));
   const double full_share =
       scheme(record, "full").at("statistics").at("attention").at("first_token_share").get<double>();
-  for (const char* name : {"kv-int8", "kv-fp8", "kv-int4", "kv-int4-keep1", "w8a8-kv8"}) {
+  for (const char* name : {"kv-int8", "kv-int4", "kv-int4-keep1", "w8a8-kv8"}) {
     SCOPED_TRACE(name);
     const json& s = scheme(record, name);
     const json& d = s.at("description");
