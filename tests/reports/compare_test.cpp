@@ -162,8 +162,10 @@ TEST(Compare, DifferentModelsAndTokenizersUnderOneProtocolAreComparable) {
   records[1].record["protocol"]["scored_tokens"] = 17 * 255;
   records[1].record["protocol"]["token_stream_hash"] = "ffff";
   records[1].record["protocol"]["separator_id"] = 50256;
-  records[1].record["precision"] = {{"dtype", "fp16"}, {"device", "cuda"}};
   EXPECT_NO_THROW(require_same_protocol(records));
+  // Another precision is another measurement: refused like check refuses it (issue 63).
+  records[1].record["precision"] = {{"dtype", "fp16"}, {"device", "cuda"}};
+  EXPECT_THROW(require_same_protocol(records), Error);
 }
 
 TEST(Compare, ProtocolMismatchIsRefusedNamingFilesAndField) {
