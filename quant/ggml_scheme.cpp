@@ -274,8 +274,10 @@ GgmlTypePlan::GgmlTypePlan(const SchemeSpec& spec, const std::vector<std::string
       tied_(config.tied_embeddings) {
   std::vector<std::string> tensors = {"token_embedding"};
   tensors.insert(tensors.end(), linear_names.begin(), linear_names.end());
-  for (const auto& [pattern, type] : spec.tensor_types) {
-    const GgmlType t = ggml_type_from_json_name(type, "tensor_types['" + pattern + "']", true);
+  for (const auto& entry : spec.tensor_types) {
+    // A named reference, not a structured binding: C++17 lambdas cannot capture those (clang refuses).
+    const std::string& pattern = entry.first;
+    const GgmlType t = ggml_type_from_json_name(entry.second, "tensor_types['" + pattern + "']", true);
     const bool any = std::any_of(tensors.begin(), tensors.end(), [&](const std::string& n) { return glob_match(pattern, n); });
     QEVAL_CHECK(any, "scheme {}: tensor_types pattern '{}' matches no tensor of this model; its tensors are: {}",
                 spec.name, pattern, fmt::join(tensors, ", "));
