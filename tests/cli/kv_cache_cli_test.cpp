@@ -11,6 +11,7 @@
 
 #include "common/files.h"
 #include "tests/cli/run_qeval.h"
+#include "tests/cli/stories_eval.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {
@@ -35,7 +36,7 @@ const json& scheme(const json& record, const std::string& name) {
 TEST(KvCacheCli, KvSchemesEvaluateInOnePassWithStatisticsErrorsAndABand) {
   test::TempDir dir;
   const std::string out = (dir / "kv.json").string();
-  const CommandResult r = test::run_qeval("eval" + kData +
+  const CommandResult r = test::run_qeval(test::kEval + kData +
                                           " --schemes full,kv-int8,kv-int4,kv-int4-keep1,w8a8-kv8 --stats-for all "
                                           "--rounding-band 1 --out " + out);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -73,7 +74,7 @@ TEST(KvCacheCli, KvSchemesEvaluateInOnePassWithStatisticsErrorsAndABand) {
 }
 
 TEST(KvCacheCli, BadKvCacheSpecsAreRefusedNamingTheKeyOrTheLayer) {
-  const CommandResult q4 = test::run_qeval("eval" + kData + " --schemes full,kv-q4_0");
+  const CommandResult q4 = test::run_qeval(test::kEval + kData + " --schemes full,kv-q4_0");
   EXPECT_NE(q4.status, 0);
   EXPECT_TRUE(contains(q4.output, "kv-q4_0") && contains(q4.output, "layer 0") && contains(q4.output, "head_dim 8"))
       << q4.output;
@@ -87,7 +88,7 @@ TEST(KvCacheCli, BadKvCacheSpecsAreRefusedNamingTheKeyOrTheLayer) {
   for (const auto& [text, parts] : cases) {
     const std::string path = (dir / ("bad" + std::to_string(i++) + ".json")).string();
     std::ofstream(path) << text;
-    const CommandResult r = test::run_qeval("eval" + kData + " --schemes full," + path);
+    const CommandResult r = test::run_qeval(test::kEval + kData + " --schemes full," + path);
     EXPECT_NE(r.status, 0) << text;
     for (const auto& p : parts) EXPECT_TRUE(contains(r.output, p)) << text << "\n" << r.output;
   }
