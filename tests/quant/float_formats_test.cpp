@@ -14,18 +14,15 @@
 #include "quant/mx.h"
 #include "quant/quantized_linear.h"
 #include "quant/scheme.h"
+#include "tests/support/test_data.h"
 
 namespace qeval {
 namespace {
 
+// Expects `fn` to throw qeval::Error whose message contains every one of `parts`.
 template <typename Fn>
-void expect_error(Fn fn, std::vector<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error mentioning " << parts[0];
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
+void expect_error(Fn fn, std::initializer_list<std::string> parts) {
+  EXPECT_TRUE(test::throws_with(fn, parts));
 }
 
 QuantSpec spec_of(const std::string& json_text, const char* role = "weights") {
