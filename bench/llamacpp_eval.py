@@ -20,12 +20,10 @@ import numpy as np
 from llama_cpp import Llama
 
 
-def main():
-    model, tokens_path, seq, windows, threads = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-    tokens = np.fromfile(tokens_path, dtype="<u2").astype(np.int64)
-    llm = Llama(model_path=model, n_ctx=seq, n_batch=seq, n_ubatch=seq, n_threads=threads,
-                n_threads_batch=threads, logits_all=True, verbose=False)
-    nll, scored, seconds = 0.0, 0, 0.0
+def token_nlls(llm, tokens, seq, windows):
+    """Per-token NLL (float64) of every token after the first in each of the first `windows`
+    windows of `seq` tokens, and the seconds spent in llm.eval alone."""
+    nlls, seconds = [], 0.0
     for w in range(windows):
         window = tokens[w * seq:(w + 1) * seq].tolist()
         if len(window) < seq:
@@ -38,10 +36,18 @@ def main():
         m = logits.max(axis=1, keepdims=True)
         lse = (m[:, 0] + np.log(np.exp(logits - m).sum(axis=1)))
         target = np.asarray(window[1:])
-        nll += float((lse - logits[np.arange(seq - 1), target]).sum())
-        scored += seq - 1
+        nlls.append(lse - logits[np.arange(seq - 1), target])
+    return np.concatenate(nlls), seconds
+
+
+def main():
+    model, tokens_path, seq, windows, threads = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    tokens = np.fromfile(tokens_path, dtype="<u2").astype(np.int64)
+    llm = Llama(model_path=model, n_ctx=seq, n_batch=seq, n_ubatch=seq, n_threads=threads,
+                n_threads_batch=threads, logits_all=True, verbose=False)
+    nll, seconds = token_nlls(llm, tokens, seq, windows)
     print(json.dumps({"engine": "llama.cpp (llama-cpp-python)", "threads": threads, "windows": windows,
-                      "tokens_per_second": windows * seq / seconds, "ppl": math.exp(nll / scored)}))
+                      "tokens_per_second": windows * seq / seconds, "ppl": math.exp(nll.mean())}))
 
 
 if __name__ == "__main__":

@@ -18,15 +18,9 @@ band=${BAND:-2}
 presets=kv-int8,kv-fp8,kv-q8_0,kv-q4_0,kv-q4_0-keep1,kv-int4,kv-int4-keep1,w8a8-kv8,int8-vectorwise
 data=text/wikitext-2-raw-v1/test.joined.txt
 for model in $models; do "$root/scripts/models" --model "$model"; done
-run() {  # model seq_len
-  local name=$1-wikitext2-$2x$windows
-  echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
-  /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$1" --data "$data" --schemes "full,$presets" \
-    --stats-for all --rounding-band "$band" --seq-len "$2" --max-windows "$windows" --seed 0 \
-    --out "$here/$name.json" -q > "$here/$name.md"
-  grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
-  # The K / V error per scheme (mean over layers), first position apart.
-  python3 - "$here/$name.json" >> "$here/$name.md" <<'PY'
+# The K / V error per scheme (mean over layers), first position apart, from a record.
+kv_error_table() {
+  python3 - "$1" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print("\n| scheme | K err first | K err rest | V err first | V err rest |")
@@ -38,7 +32,34 @@ for s in r["schemes"]:
         print(f"| {s['name']} | {m['k_first']:.4f} | {m['k_rest']:.4f} | {m['v_first']:.4f} | {m['v_rest']:.4f} |")
 PY
 }
+run() {  # model seq_len
+  local name=$1-wikitext2-$2x$windows
+  echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
+  /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$1" --data "$data" --schemes "full,$presets" \
+    --stats-for all --rounding-band "$band" --seq-len "$2" --max-windows "$windows" --seed 0 \
+    --out "$here/$name.json" -q > "$here/$name.md"
+  grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
+  kv_error_table "$here/$name.json" >> "$here/$name.md"
+}
 for model in $models; do
   run "$model" 512
   if [ "$model" = gemma3-270m ]; then run "$model" "${SEQ_LEN_LONG:-1024}"; fi
 done
+# The Adam / OrthoAdam pair of results/train/mix (PAIRS; PAIRS= skips it) on its own held-out
+# text (configs/train/mix.py's mix-heldout.txt), windows of 128, the first PAIR_WINDOWS: does the
+# OrthoAdam / softmax-1 model tolerate kv-q4_0 better, and does keeping the first token help Adam?
+pairs=${PAIRS-A-d256-s0-10k B-d256-s0-10k}
+if [ -n "$pairs" ]; then
+  mix=${MIX:-$HOME/.cache/qeval/train/mix}
+  mkdir -p "$mix"
+  python3 "$root/configs/train/mix.py" "${QEVAL_DATA_DIR:-$root/../shared/data}" "$mix" > /dev/null
+  for run in $pairs; do
+    name=pair-$run-128x${PAIR_WINDOWS:-512}
+    echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
+    /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$root/results/train/mix/$run" \
+      --data "$mix/mix-heldout.txt" --schemes "full,$presets" --stats-for all --rounding-band "$band" \
+      --seq-len 128 --max-windows "${PAIR_WINDOWS:-512}" --seed 0 --out "$here/$name.json" -q > "$here/$name.md"
+    grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
+    kv_error_table "$here/$name.json" >> "$here/$name.md"
+  done
+fi
