@@ -5,9 +5,11 @@ and summarises records; Python only starts it and reads what it prints.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -60,14 +62,61 @@ def find_binary(binary: Optional[PathLike] = None) -> str:
                      "or pass binary=..., call qeval.set_binary(...) or set $QEVAL_BINARY", 127, ["qeval"])
 
 
+def _failure(command: Sequence[str], returncode: int, message: str) -> QevalError:
+    """The error for a binary that failed: its own message, or what happened when it printed none
+    (killed by a signal, a silent non-zero exit)."""
+    message = message.strip()
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        what = f"{command[0]} was killed by signal {-returncode} ({name}) running `{' '.join(command[1:3])}`"
+        return QevalError(what + (": " + message if message else ""), returncode, command)
+    if not message:
+        message = f"{command[0]} exited with status {returncode} without a message, running `{' '.join(command[1:3])}`"
+    return QevalError(message, returncode, command)
+
+
+def _start_error(command: Sequence[str], e: OSError) -> QevalError:
+    return QevalError(f"cannot run {command[0]} as the qeval binary: {e.strerror or e}", 126, command)
+
+
 def run(args: Iterable[PathLike], binary: Optional[PathLike] = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Runs ``qeval ARGS`` to completion and returns its output (text); raises QevalError on a
-    non-zero exit when ``check``."""
+    """Runs ``qeval ARGS`` to completion and returns its output (text; bytes that are not UTF-8 are
+    replaced); raises QevalError on a non-zero exit when ``check``, and when the binary cannot be
+    started."""
     command = [find_binary(binary)] + [os.fspath(a) for a in args]
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    except OSError as e:
+        raise _start_error(command, e) from None
     if check and done.returncode != 0:
-        raise QevalError(done.stderr or done.stdout, done.returncode, command)
+        raise _failure(command, done.returncode, done.stderr or done.stdout)
     return done
+
+
+def run_json(args: Iterable[PathLike], binary: Optional[PathLike] = None, keys: Sequence[str] = (),
+             rows: bool = False) -> dict:
+    """Runs ``qeval ARGS`` (a command that prints JSON) and returns the object it printed; raises
+    QevalError when the binary fails or prints anything else (a program that is not qeval), an
+    object with none of ``keys``, or (``rows``) one whose first key found is not a non-empty list
+    of objects."""
+    done = run(args, binary)
+    try:
+        out = json.loads(done.stdout)
+    except ValueError:
+        out = None
+    found = [out[k] for k in keys if k in out] if isinstance(out, dict) else []
+    if not isinstance(out, dict) or (keys and not found) or \
+            (rows and not (isinstance(found[0], list) and found[0] and all(isinstance(r, dict) for r in found[0]))):
+        shown = done.stdout.strip()[:120] or "nothing"
+        raise QevalError(f"{done.args[0]} is not a qeval binary this package can use: "
+                         f"`qeval {' '.join(done.args[1:3])}` "
+                         f"should print a JSON object with {' or '.join(repr(k) for k in keys) or 'its result'}"
+                         f"{' (a non-empty list of rows)' if rows else ''}, "
+                         f"it printed {shown!r}", done.returncode, done.args)
+    return out
 
 
 _WINDOWS = re.compile(r"\[(\d+(?:\.\d+)?)/(\d+)\] windows")
@@ -79,7 +128,11 @@ def run_with_progress(args: Iterable[PathLike], binary: Optional[PathLike] = Non
     over the windows where tqdm is installed (the binary's other lines printed above it), else the
     binary's own lines. Raises QevalError on a non-zero exit."""
     command = [find_binary(binary)] + [os.fspath(a) for a in args]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                                bufsize=1)
+    except OSError as e:
+        raise _start_error(command, e) from None
     stderr_lines: List[str] = []
     stdout_chunks: List[str] = []
     reader = threading.Thread(target=lambda: stdout_chunks.append(proc.stdout.read()), daemon=True)
@@ -123,7 +176,7 @@ def run_with_progress(args: Iterable[PathLike], binary: Optional[PathLike] = Non
     if proc.returncode != 0:
         # The binary's message: its last lines on stderr, without the progress lines.
         message = "".join(l for l in stderr_lines if not _WINDOWS.search(l))
-        raise QevalError(message or stdout, proc.returncode, command)
+        raise _failure(command, proc.returncode, message or stdout)
     return subprocess.CompletedProcess(command, proc.returncode, stdout, "".join(stderr_lines))
 
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from ._binary import PathLike, QevalError, run
+from ._binary import PathLike, QevalError, run, run_json
 
 __all__ = ["Record", "compare"]
 
@@ -58,6 +58,22 @@ def _statistic_name(path: Sequence[str]) -> str:
     return "_".join(parts)
 
 
+def _read_verified(path: PathLike, command: Sequence[str]) -> Dict[str, Any]:
+    """The record the binary has just verified, parsed here (a UTF-8 byte-order mark is allowed, as
+    the binary allows it)."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise QevalError(f"{os.fspath(path)}: the binary verified this record, but it cannot be read here: {e}", 2,
+                         command) from None
+
+
+def _record_args(path: PathLike) -> List[str]:
+    """A record path as the last argument, after "--": a file named like an option stays a file."""
+    return ["--", os.fspath(path)]
+
+
 class Record:
     """One result record (``qeval eval --out``, a series record, a sensitivity record), verified by
     the binary on load."""
@@ -77,13 +93,11 @@ class Record:
     @classmethod
     def load(cls, path: PathLike, binary: Optional[PathLike] = None, allow_partial: bool = False) -> "Record":
         """Reads and verifies a record through the binary; QevalError when it refuses it."""
-        args = ["compare", os.fspath(path), "--format", "json"]
-        if allow_partial:
-            args.append("--allow-partial")
-        summary = json.loads(run(args, binary).stdout)
+        args = ["compare", "--format", "json"] + (["--allow-partial"] if allow_partial else []) + _record_args(path)
+        # The rows this package reads: a binary that is not qeval is named here instead of failing later.
+        summary = run_json(args, binary, keys=("runs", "rows"), rows=True)
         # The binary has read and verified this file; its fields are now read as stored.
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = _read_verified(path, args)
         return cls(path, summary, data, None if binary is None else os.fspath(binary))
 
     @property
@@ -133,7 +147,7 @@ class Record:
                    for s in self._data.get("schemes", [])):
                 with tempfile.TemporaryDirectory(prefix="qeval-band-") as folder:
                     try:
-                        self._run(["plot", self.path, "--out", folder])
+                        self._run(["plot", f"--out={folder}"] + _record_args(self.path))
                         rows = (Path(folder) / "penalties.dat").read_text().splitlines()
                     except (QevalError, OSError):
                         rows = []
@@ -142,7 +156,7 @@ class Record:
                     if len(words) == 6 and not line.startswith("#") and words[4] != "NaN":
                         self._band[words[1]] = float(words[4])
                 if not self._band:
-                    text = self._run(["compare", self.path, "--allow-partial"]).stdout
+                    text = self._run(["compare", "--allow-partial"] + _record_args(self.path)).stdout
                     section = text.split("Rounding band", 1)[1] if "Rounding band" in text else ""
                     for line in section.splitlines():
                         m = _BAND_ROW.match(line)
@@ -226,8 +240,8 @@ class Record:
         self._eval_only("timings")
         pd = _pandas()
         if self._timings is None:
-            self._timings = json.loads(self._run(["compare", self.path, "--timings", "--format", "json",
-                                                  "--allow-partial"]).stdout)["timings"]
+            self._timings = run_json(["compare", "--timings", "--format", "json", "--allow-partial"] +
+                                     _record_args(self.path), self.binary, keys=("timings",))["timings"]
         rows = []
         for r in self._timings:
             t = r.get("timings") or {}
@@ -278,14 +292,17 @@ class Record:
     # -- figures and notebooks -----------------------------------------------------------------------------------
     def figures(self, out: Optional[PathLike] = None) -> List[Path]:
         """Draws the record's figures with `qeval plot` (gnuplot) into ``out`` (a temporary folder by
-        default) and returns the PNGs; empty when the binary cannot draw (no gnuplot)."""
+        default) and returns the PNGs; empty when the binary cannot draw (no gnuplot). Any other
+        refusal (an ``out`` that is a file, ...) raises QevalError."""
         if self._figures is not None and out is None:
             return self._figures
         folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="qeval-plot-"))
         try:
-            self._run(["plot", self.path, "--out", folder])
-        except QevalError:
-            return []
+            self._run(["plot", f"--out={os.fspath(folder)}"] + _record_args(self.path))
+        except QevalError as e:
+            if "gnuplot not found" in e.message:
+                return []
+            raise
         pngs = sorted(folder.rglob("*.png"))
         if out is None:
             self._figures = pngs
@@ -316,16 +333,22 @@ def compare(records: Sequence, binary: Optional[PathLike] = None, allow_protocol
     row per record with the full-precision PPL, the headline statistics and each Table 3 preset's
     ΔPPL (columns dppl_<scheme>). Records may be paths or Record objects. The binary refuses
     records measured under different protocols unless allow_protocol_mismatch."""
-    pd = _pandas()
+    if isinstance(records, (str, bytes, os.PathLike, Record)):  # one record, not its characters
+        records = [records]
     paths = [os.fspath(r.path) if isinstance(r, Record) else os.fspath(r) for r in records]
-    args = ["compare", *paths, "--format", "json"]
+    args = ["compare", "--format", "json"]
     if allow_protocol_mismatch:
         args.append("--allow-protocol-mismatch")
     if allow_partial:
         args.append("--allow-partial")
     if labels:
-        args += ["--labels", ",".join(labels)]
-    out = json.loads(run(args, binary).stdout)
+        for label in labels:
+            if "," in str(label):
+                raise ValueError(f"compare: label {label!r} holds a comma, which `qeval compare --labels` splits on")
+        args += ["--labels", ",".join(str(label) for label in labels)]
+    args += ["--", *paths]
+    out = run_json(args, binary, keys=("runs", "rows"), rows=True)
+    pd = _pandas()
     if "runs" in out:  # series records: their trajectories
         rows = [{"run": r["label"], **{k: v for k, v in row.items() if k != "penalties"},
                  **{f"{key}_{s}": _number(val) for s, p in (row.get("penalties") or {}).items() for key, val in p.items()}}

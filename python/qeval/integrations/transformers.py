@@ -147,7 +147,8 @@ class QevalCallback(TrainerCallback):
             command = [self.binary] + self._eval_args(folder / "checkpoints" / f"checkpoint-{step}", record_path) + ["--quiet"]
             try:
                 # A process of its own: training goes on while it runs (and it may be niced by the user's options).
-                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      errors="replace")
                 if done.returncode != 0:
                     raise QevalError(done.stderr or done.stdout, done.returncode, command)
                 self._done.put((step, Record.load(record_path, binary=self.binary), None))
@@ -224,7 +225,7 @@ class QevalCallback(TrainerCallback):
         listing = folder / "checkpoints.list"
         listing.write_text("".join(f"{folder / 'checkpoints' / f'checkpoint-{s}'} {s}\n" for s in sorted(self.records)))
         command = [self.binary] + self._eval_args(listing, self._series_path(args)) + ["--series", "on", "--quiet"]
-        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
         if done.returncode != 0:
             error = QevalError(done.stderr or done.stdout, done.returncode, command)
             self.errors.append(error)
