@@ -32,7 +32,7 @@ struct InspectArgs {
   bool json = false;
 };
 
-std::optional<std::string> opt(const std::string& s) { return s.empty() ? std::nullopt : std::optional<std::string>(s); }
+std::optional<std::string> optional_path(const std::string& s) { return s.empty() ? std::nullopt : std::optional<std::string>(s); }
 
 // The linear layers a config implies, named as the Transformer names them (model/transformer.cpp).
 nlohmann::json config_linears(const ModelConfig& c) {
@@ -231,7 +231,7 @@ void print_text(const nlohmann::json& report) {
 }
 
 void run_inspect(InspectArgs a) {
-  const auto dir = opt(a.data_dir);
+  const auto dir = optional_path(a.data_dir);
   if (!a.path.empty()) {
     // One positional path: guess its role from its name.
     std::filesystem::path p = resolve_model_path(a.path, dir);  // a model handle, or any file as given or in the data folder

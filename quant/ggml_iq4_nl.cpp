@@ -21,8 +21,6 @@ namespace qeval {
 
 namespace {
 
-constexpr float kGroupMaxEps = 1e-15f;
-
 // ggml's best_index_int8 for a sorted grid of n values: the index of the value nearest to x,
 // the lower one on a tie (and the ends beyond the grid).
 int best_index_int8(int n, const std::int8_t* val, float x) {
@@ -54,7 +52,7 @@ void quantize_block_iq4_nl(const float* x, block_iq4_nl* y) {
     }
   }
   float scale = 0;
-  if (amax >= kGroupMaxEps) {
+  if (amax >= ggml_detail::kGroupMaxEps) {
     float d = -max / static_cast<float>(values[0]);
     float id = 1 / d;
     float sumqx = 0, sumq2 = 0;

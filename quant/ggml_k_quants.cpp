@@ -22,12 +22,12 @@
 namespace qeval {
 
 using ggml_detail::check_row;
+using ggml_detail::kGroupMaxEps;
 using ggml_detail::nearest_int;
 using ggml_detail::store_block;
 
 namespace {
 
-constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS: a sub-block below it is all zero
 
 // ggml's make_qkx2_quants: x ≈ scale * L - the_min with L in [0, nmax] and the_min >= 0,
 // minimising Σ w·|err| (use_mad) or Σ w·err² over nstep + 1 candidate scales

@@ -20,6 +20,8 @@
 
 namespace qeval::ggml_detail {
 
+constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS: a sub-block below it is all zero
+
 // ggml's nearest_int: adding 1.5·2^23 rounds to the nearest integer, ties to even, for
 // |x| < 2^22; the low 23 bits then hold it offset by 2^22. Kept as the bit trick (not lrintf)
 // so that out-of-range inputs wrap as they do in ggml.

@@ -17,7 +17,7 @@ namespace {
 
 constexpr std::int64_t kGgmlBlock = 32;  // QK8_0 = QK4_0
 
-float absmax(const float* x, std::int64_t n) {
+float kv_row_absmax(const float* x, std::int64_t n) {
   float m = 0.0f;
   for (std::int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
   return m;
@@ -25,7 +25,7 @@ float absmax(const float* x, std::int64_t n) {
 
 // quant/quantize.h's int8 absmax on one row.
 void int8_row(const float* x, float* y, std::int64_t n) {
-  const float amax = absmax(x, n);
+  const float amax = kv_row_absmax(x, n);
   const float s = amax == 0.0f ? 1.0f : amax / 127.0f;
   // + 0 turns a −0 code into +0, as the reference's int8 codes do.
   for (std::int64_t i = 0; i < n; ++i) y[i] = (std::clamp(std::nearbyint(x[i] / s), -127.0f, 127.0f) + 0.0f) * s;
@@ -65,7 +65,7 @@ void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::i
       return;
     case KvCacheFormat::int8: int8_row(x, y, n); return;
     case KvCacheFormat::fp8_e4m3: {
-      const float amax = absmax(x, n);
+      const float amax = kv_row_absmax(x, n);
       const ElementFormat& f = element_format(ElementType::e4m3);
       element_round_trip(x, y, n, amax == 0.0f ? 1.0f : amax / f.max_finite, f);
       return;

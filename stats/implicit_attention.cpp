@@ -10,7 +10,7 @@ namespace qeval {
 namespace {
 
 constexpr std::int64_t kDefaultBlockElements = std::int64_t{1} << 22;
-constexpr std::int64_t kQueryBlock = 64;
+constexpr std::int64_t kImplicitQueryBlock = 64;
 
 // The running reductions over keys of |α| for every (head, query) of a query block, key block by
 // key block; a row's W is never formed. Sums go in through add_sums (from a block of |α|, or from
@@ -118,12 +118,12 @@ void mamba2_sequence(const at::Tensor& dt, const at::Tensor& A, const at::Tensor
   const at::Tensor log_dt = dt_t.log();
   const at::Tensor C = Cm.permute({1, 0, 2}).contiguous(), B = Bm.permute({1, 0, 2}).contiguous();  // [G, L, N]
   const double tiny = std::numeric_limits<double>::min();
-  const std::int64_t key_block = std::max(kQueryBlock, block_elements / (H * kQueryBlock));
+  const std::int64_t key_block = std::max(kImplicitQueryBlock, block_elements / (H * kImplicitQueryBlock));
   // [H, x] → [G, x, Hg] (heads of a group side by side), and back.
   auto by_group = [&](const at::Tensor& t) { return t.view({G, Hg, t.size(1)}).transpose(1, 2); };
   auto by_head = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({H, t.size(1)}); };
-  for (std::int64_t q0 = 0; q0 < L; q0 += kQueryBlock) {
-    const std::int64_t nq = std::min(kQueryBlock, L - q0);
+  for (std::int64_t q0 = 0; q0 < L; q0 += kImplicitQueryBlock) {
+    const std::int64_t nq = std::min(kImplicitQueryBlock, L - q0);
     const at::Tensor Cq = C.narrow(1, q0, nq);
     const at::Tensor cum_q = cum.narrow(1, q0, nq);
     const at::Tensor ref = cum.narrow(1, q0, 1);                                  // cum at the block's first query
@@ -206,9 +206,9 @@ void mamba_sequence(const at::Tensor& dt, const at::Tensor& A, const at::Tensor&
   const at::Tensor dt_t = dt.t();                                                   // [E, L]
   const double span_limit = factorised_span_limit(st);
   // Channels a block at a time: α [ch, nq, keys] and the factors [ch, keys, N] stay within block_elements.
-  const std::int64_t key_block = std::max<std::int64_t>(kQueryBlock, 256);
+  const std::int64_t key_block = std::max<std::int64_t>(kImplicitQueryBlock, 256);
   const std::int64_t channels =
-      std::clamp<std::int64_t>(block_elements / (kQueryBlock * std::max(key_block, N)), 1, E);
+      std::clamp<std::int64_t>(block_elements / (kImplicitQueryBlock * std::max(key_block, N)), 1, E);
   for (std::int64_t c0 = 0; c0 < E; c0 += channels) {
     const std::int64_t nc = std::min(channels, E - c0);
     const at::Tensor Dc = Dsum.narrow(0, c0, nc), Ac = A64.narrow(0, c0, nc).unsqueeze(1);  // [nc, L], [nc, 1, N]
@@ -219,8 +219,8 @@ void mamba_sequence(const at::Tensor& dt, const at::Tensor& A, const at::Tensor&
       const at::Tensor gap = (Dc.narrow(1, ref, 1) - Dc.narrow(1, k0, nk)).unsqueeze(-1);  // [nc, nk, 1]
       return (Ac * gap).exp_().to(st).mul_(dtc.narrow(1, k0, nk).unsqueeze(-1)).mul_(Bm.narrow(0, k0, nk).unsqueeze(0));
     };
-    for (std::int64_t q0 = 0; q0 < L; q0 += kQueryBlock) {
-      const std::int64_t nq = std::min(kQueryBlock, L - q0);
+    for (std::int64_t q0 = 0; q0 < L; q0 += kImplicitQueryBlock) {
+      const std::int64_t nq = std::min(kImplicitQueryBlock, L - q0);
       const at::Tensor gap_q = (Dc.narrow(1, q0, nq) - Dc.narrow(1, q0, 1)).unsqueeze(-1);  // [nc, nq, 1], ≥ 0
       const at::Tensor c_hat = (Ac * gap_q).exp_().to(st).mul_(Cm.narrow(0, q0, nq).unsqueeze(0));  // [nc, nq, N]
       RowReductions rows(nc, nq, working);

@@ -16,7 +16,7 @@ using F = ConfigField;
 
 namespace {
 
-constexpr const char* kSupportedArchitectures =
+constexpr const char* kGgufArchitectures =
     "llama (with or without experts), qwen2, qwen3, gemma3, qwen2moe, qwen3moe, mamba, mamba2, jamba";
 
 // Metadata values through the validator: refusals say "metadata <key> is <value>: expected ...".
@@ -68,7 +68,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   // qwen2moe and qwen3moe are added there too (gguf_experts).
   QEVAL_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" || arch == "qwen2moe" ||
                   arch == "qwen3moe",
-              "{}: unsupported GGUF architecture {}; supported: {}", file, in_quotes(arch), kSupportedArchitectures);
+              "{}: unsupported GGUF architecture {}; supported: {}", file, in_quotes(arch), kGgufArchitectures);
   const std::string p = arch + ".";
   const bool gemma3 = arch == "gemma3";
 
