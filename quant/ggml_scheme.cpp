@@ -245,10 +245,6 @@ void validate_ggml_scheme(const SchemeSpec& s, const std::string& source) {
                 "{}: unknown weights.file_type '{}'; valid: {}", source, s.weights.ggml_file_type,
                 fmt::join(names, ", "));
   }
-  QEVAL_CHECK(!s.weights.ggml_q8_activations,
-              "{}: weights \"activations\": \"gguf-q8\" (llama.cpp's CPU dot products quantising each token's "
-              "activations to Q8_0 / Q8_K blocks along K) is not implemented yet; use \"none\" (full-precision "
-              "activations, what llama.cpp's GPU back ends for F16/F32 activations compute)", source);
   QEVAL_CHECK(!s.input_activations.enabled() && !s.output_activations.enabled(),
               "{}: weights of kind ggml run with full-precision activations; found input_activations {} and "
               "output_activations {}", source, to_string(s.input_activations.kind), to_string(s.output_activations.kind));

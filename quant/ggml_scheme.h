@@ -8,8 +8,10 @@
 //                                               that file type without an importance matrix
 //                                               (q8_0 q6_k q5_k_m q4_k_m q4_k_s q4_0 iq4_nl mxfp4_moe)
 //   "activations": "none" (default)             the product runs on full-precision activations;
-//                  "gguf-q8"                    llama.cpp's CPU dot products' Q8_0/Q8_K activation
-//                                               blocks: refused, not implemented yet
+//                  "gguf-q8"                    each layer's input rounded to the activation blocks
+//                                               llama.cpp's CPU product converts it to for that
+//                                               tensor's type (Q8_0 / Q8_1 / Q8_K / F16;
+//                                               quant/ggml_activations.h); CPU only
 // Scheme-level keys that go with it:
 //   "quantize_embedding": true    the token embedding too (each row it looks up is the row of the
 //                                 table's round trip through its type; a tied table is the head's)
@@ -64,7 +66,7 @@ void ggml_scheme_keys_from_json(const nlohmann::json& j, SchemeSpec& s, const st
 void ggml_scheme_keys_to_json(const SchemeSpec& s, nlohmann::json& j);
 bool is_ggml_scheme_key(const std::string& key);  // "tensor_types", "quantize_embedding"
 // Throws naming `source` when the ggml parts of s are inconsistent (tensor_types or
-// quantize_embedding without ggml weights, ggml activations, "activations": "gguf-q8").
+// quantize_embedding without ggml weights, ggml input/output activation specs).
 void validate_ggml_scheme(const SchemeSpec& s, const std::string& source);
 
 // Whether the scheme quantises the token embedding (quantize_embedding, and include/exclude

@@ -15,6 +15,7 @@
 #include "kernels/w4_linear.h"
 #include "model/placement.h"
 #include "quant/float_formats.h"
+#include "quant/ggml_activations.h"
 #include "quant/ggml_scheme.h"
 #include "quant/quantize.h"
 
@@ -101,6 +102,8 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
       QEVAL_CHECK(!weights_.ggml_type.empty(), "QuantizedLinear {}: kind ggml needs the tensor's type resolved (a file "
                   "type's choice is made by SchemeRewrite)", name);
       float_weight_ = ggml_round_trip(weight.contiguous(), ggml_type_from_json_name(weights_.ggml_type, name, false));
+      if (weights_.ggml_q8_activations)
+        ggml_activations_ = ggml_vec_dot_type(ggml_type_from_json_name(weights_.ggml_type, name, false));
       break;
   }
   if (inputs_.is_static()) {
@@ -192,7 +195,9 @@ std::string QuantizedLinear::describe() const {
     if (!q.enabled()) return std::string();
     std::string kind = to_string(q.kind);
     if (q.is_float_format()) kind += "-" + to_string(q.element);
-    if (q.kind == QuantKind::ggml) return fmt::format(" {}:ggml-{}", what, q.ggml_type);
+    if (q.kind == QuantKind::ggml)
+      return fmt::format(" {}:ggml-{}{}", what, q.ggml_type,
+                         ggml_activations_ ? " × " + to_string(*ggml_activations_) + " activations" : "");
     if (q.kind == QuantKind::mx && q.scale_round_up) kind += " scale up";
     if (q.is_static() && static_input_scale_) kind += fmt::format(" static scale {}", *static_input_scale_);
     return fmt::format(" {}:{}/{}", what, kind, q.granularity_name());
@@ -365,6 +370,8 @@ at::Tensor QuantizedLinear::forward_keeping(const at::Tensor& x) const {
 }
 
 at::Tensor QuantizedLinear::forward_quantized_device(const at::Tensor& x) const {
+  QEVAL_CHECK(!ggml_activations_, "{}: \"activations\": \"gguf-q8\" (llama.cpp's CPU activation blocks) runs on "
+              "the CPU only; on a GPU llama.cpp multiplies full-precision activations: use \"none\"", name_);
   const std::int64_t B = x.size(0), L = x.size(1);
   const at::ScalarType dtype = x.scalar_type();
   auto log_engine = [&](const std::string& engine) {
@@ -452,6 +459,14 @@ at::Tensor QuantizedLinear::forward_float64(const at::Tensor& x) const {
 }
 
 at::Tensor QuantizedLinear::quantize_inputs(const at::Tensor& x) const {
+  if (ggml_activations_) {
+    // llama.cpp's blocks are defined in float32: under --dtype fp64 the activations are rounded
+    // to float32 first, then to the blocks, and the product runs in float64.
+    const std::string where = fmt::format("{} (\"activations\": \"gguf-q8\", {} blocks)", name_,
+                                          to_string(*ggml_activations_));
+    if (x.scalar_type() == at::kFloat) return ggml_activation_round_trip(x, *ggml_activations_, where);
+    return ggml_activation_round_trip(x.to(at::kFloat), *ggml_activations_, where).to(x.scalar_type());
+  }
   if (static_input_scale_) return fake_quantize_static(x, inputs_, *static_input_scale_);
   return fake_quantize_activations(x, inputs_);
 }

@@ -56,6 +56,7 @@
 #include <string>
 
 #include "model/linear.h"
+#include "quant/ggml_activations.h"
 #include "quant/packed_weights.h"
 #include "quant/scheme.h"
 
@@ -163,6 +164,9 @@ class QuantizedLinear final : public Linear {
   std::optional<FloatLinear> float_op_;  // the full-precision layer, when keep_ or outlier_threshold_ is set
   std::optional<double> outlier_threshold_;
   std::optional<float> static_input_scale_;  // a calibrated input scale (spec.calibrated), if static
+  // Kind ggml with "activations": "gguf-q8": the block type llama.cpp's CPU product rounds this
+  // layer's inputs to (quant/ggml_activations.h).
+  std::optional<GgmlActivationType> ggml_activations_;
   std::shared_ptr<QuantizedLinearLog> log_;
 };
 

@@ -112,7 +112,7 @@ struct QuantSpec {
   // kind ggml (weights; quant/ggml_scheme.h): llama.cpp's type ("Q4_K") when one is forced (or
   // resolved for one tensor), else the llama-quantize file type ("q4_k_m") choosing per tensor.
   std::string ggml_type, ggml_file_type;
-  bool ggml_q8_activations = false;  // "activations": "gguf-q8" (refused: not implemented yet)
+  bool ggml_q8_activations = false;  // "activations": "gguf-q8": llama.cpp's activation blocks (quant/ggml_activations.h)
 
   bool enabled() const { return kind != QuantKind::none; }
   // fp8, mx or nvfp4: elements of a floating-point type (quant/minifloat.h).

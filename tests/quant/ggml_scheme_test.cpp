@@ -119,8 +119,9 @@ TEST(GgmlScheme, RefusesBadInputNamingTheTensor) {
   expect_error([&] { parse(R"({"weights": {"kind": "ggml", "type": "q4_x"}})"); }, {"spec.json", "q4_x", "q4_k"});
   expect_error([&] { parse(R"({"weights": {"kind": "ggml", "file_type": "q3_k_m"}})"); }, {"q3_k_m", "q4_k_m"});
   expect_error([&] { parse(R"({"weights": {"kind": "ggml"}})"); }, {"exactly one of"});
-  expect_error([&] { parse(R"({"weights": {"kind": "ggml", "type": "q8_0", "activations": "gguf-q8"}})"); },
-               {"gguf-q8", "not implemented yet"});
+  EXPECT_TRUE(parse(R"({"weights": {"kind": "ggml", "type": "q8_0", "activations": "gguf-q8"}})").weights.ggml_q8_activations);
+  expect_error([&] { parse(R"({"weights": {"kind": "ggml", "type": "q8_0", "activations": "q8"}})"); },
+               {"spec.json", "activations 'q8'", "none, gguf-q8"});
   expect_error([&] { parse(R"({"weights": {"kind": "int8_absmax", "granularity": "channel"}, "tensor_types": {"lm_head": "q8_0"}})"); },
                {"tensor_types needs weights of kind ggml"});
   expect_error([&] { parse(R"({"input_activations": {"kind": "ggml", "type": "q8_0"}})"); }, {"weights only"});
