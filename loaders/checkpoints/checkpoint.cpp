@@ -128,21 +128,6 @@ nlohmann::json read_json_file(const fs::path& path) {
   }
 }
 
-std::string hash_weight_files(std::vector<fs::path> files) {
-  QEVAL_CHECK(!files.empty(), "hash_weight_files: no files");
-  if (files.size() == 1) return hash_file(files.front());
-  std::sort(files.begin(), files.end(),
-            [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
-  Hasher hasher;
-  for (const auto& f : files) {
-    hasher.update(f.filename().string());
-    hasher.update(std::string_view("\0", 1));
-    hasher.update(hash_file(f));
-    hasher.update("\n");
-  }
-  return hasher.hex();
-}
-
 std::string shape_string(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 }  // namespace qeval

@@ -16,7 +16,7 @@ struct LoadedCheckpoint {
   ModelWeights weights;          // float32, contiguous, validated against config
   std::string format;            // "hf-gpt2", "hf-llama", "hf-qwen3", ... (hf_config.cpp), "llama2c", "gguf", "qeval"
   std::filesystem::path path;    // what was loaded (file or folder)
-  std::string weights_hash;      // XXH3 over the weight files' bytes, 16 hex digits
+  std::string weights_hash;      // 16 hex digits, defined in loaders/checkpoints/weights_hash.h (per-tensor XXH3, combined by name)
   nlohmann::json notes = nlohmann::json::object();  // format-specific facts worth recording
 };
 

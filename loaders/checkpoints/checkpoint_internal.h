@@ -17,11 +17,6 @@ namespace qeval {
 // Parses a JSON file; a syntax error names the file and the position.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
-// The checkpoint's weights hash (LoadedCheckpoint::weights_hash): for one file, XXH3 of its
-// bytes (so `xxh64sum`-style tools can check it); for several, XXH3 over "filename\0hash\n"
-// of each file in filename order, so shard order on disk never changes the value.
-std::string hash_weight_files(std::vector<std::filesystem::path> files);
-
 // A llama2.c v0 header (7 int32) read and validated: its config, whether the classifier is the
 // embedding, and how many floats the file must hold after it (checked against the file's size).
 struct Llama2cHeader {

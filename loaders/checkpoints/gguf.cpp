@@ -11,6 +11,7 @@
 #include "common/phases.h"
 #include "common/files.h"
 #include "loaders/checkpoints/gguf_blocks.h"
+#include "loaders/checkpoints/weights_hash.h"
 
 namespace qeval {
 
@@ -272,6 +273,9 @@ at::Tensor GgufFile::read_float32_rows(const std::string& name, std::int64_t beg
     in.read(direct ? reinterpret_cast<char*>(out.data_ptr<float>()) : raw.data(), static_cast<std::streamsize>(bytes));
     QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == bytes, "{}: tensor {}: short read (file changed?)",
                 path_.string(), name);
+    if (hashes_)
+      hashes_->saw(name, row_bytes * static_cast<std::uint64_t>(begin),
+                   direct ? static_cast<const void*>(out.data_ptr<float>()) : static_cast<const void*>(raw.data()), bytes);
   }
   if (!direct) {
     PhaseScope convert(Phase::convert);
@@ -279,6 +283,11 @@ at::Tensor GgufFile::read_float32_rows(const std::string& name, std::int64_t beg
                     fmt::format("{}: tensor {}", path_.string(), name));
   }
   return out;
+}
+
+void GgufFile::hash_reads_into(std::shared_ptr<TensorHashes> hashes) {
+  for (const auto& t : tensors_) hashes->add(t.name, ggml_type_name(t.type), t.shape(), path_, data_offset_ + t.offset, t.bytes);
+  hashes_ = std::move(hashes);
 }
 
 }  // namespace qeval

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -31,6 +32,8 @@ struct GgufTensorInfo {
   std::uint64_t bytes = 0;        // n_elements / block * bytes per block; 0 for unknown type ids
   std::vector<std::int64_t> shape() const;  // row-major: ne reversed
 };
+
+class TensorHashes;
 
 class GgufFile {
  public:
@@ -65,8 +68,13 @@ class GgufFile {
   // way (a row is a whole number of blocks, so the values are those of read_float32).
   at::Tensor read_float32_rows(const std::string& name, std::int64_t begin, std::int64_t count) const;
 
+  // Registers every tensor with `hashes` (stored bytes: blocks as they are) and hands it the bytes
+  // of every later read (loaders/checkpoints/weights_hash.h).
+  void hash_reads_into(std::shared_ptr<TensorHashes> hashes);
+
  private:
   std::filesystem::path path_;
+  std::shared_ptr<TensorHashes> hashes_;  // null: reads are not hashed
   std::uint32_t version_ = 0;
   std::uint64_t alignment_ = 32;
   std::uint64_t data_offset_ = 0;

@@ -32,6 +32,7 @@
 #include "loaders/checkpoints/gguf_blocks.h"
 #include "loaders/checkpoints/model_reader_internal.h"
 #include "loaders/checkpoints/gguf_config.h"
+#include "loaders/checkpoints/weights_hash.h"
 
 namespace qeval {
 
@@ -283,6 +284,8 @@ class GgufReader final : public ModelReader {
   explicit GgufReader(const fs::path& path) : ModelReader(LoadedCheckpoint{}), f_(path), r_(f_) {
     info_ = gguf_model_info(f_, r_);
     weight_files_ = {path};
+    hashes_ = std::make_shared<TensorHashes>();
+    f_.hash_reads_into(hashes_);  // the weights hash comes from the reads
     const std::string file = path.string();
     r_.set_header_only(true);
     measure_parts(*this, sizes_, file);

@@ -22,6 +22,7 @@
 #include "loaders/checkpoints/model_reader.h"
 #include "loaders/checkpoints/model_reader_internal.h"
 #include "loaders/checkpoints/safetensors_set.h"
+#include "loaders/checkpoints/weights_hash.h"
 #include "loaders/checkpoints/tensor_map.h"
 
 namespace qeval {
@@ -411,6 +412,8 @@ class HfReader final : public ModelReader {
     info_.path = dir;
     m_ = read_hf_config(dir, info_);
     set_ = open_safetensors_folder(dir);
+    hashes_ = std::make_shared<TensorHashes>();
+    set_.hash_reads_into(hashes_);  // the weights hash comes from the reads
     settle_prefix(set_, m_);
     set_.set_header_only(true);
     measure_parts(*this, sizes_, dir.string());

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hash.h"
+#include "loaders/checkpoints/weights_hash.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/model_reader_internal.h"
@@ -36,12 +37,15 @@ constexpr std::int64_t kMaxDim = 1 << 20;
 // The file's float32 tensors by name and offset, in run.c's order; read by rows on demand.
 class Float32Layout {
  public:
-  Float32Layout(fs::path path, std::uint64_t offset) : path_(std::move(path)), next_(offset) {}
+  // Every read's bytes go to `hashes` (the weights hash, loaders/checkpoints/weights_hash.h).
+  Float32Layout(fs::path path, std::uint64_t offset, std::shared_ptr<TensorHashes> hashes)
+      : path_(std::move(path)), next_(offset), hashes_(std::move(hashes)) {}
   // Appends the next tensor of `shape` (stacked per layer when `layers` > 0: [layers, ...shape]).
   void add(const std::string& name, std::vector<std::int64_t> shape) {
     std::int64_t numel = 1;
     for (std::int64_t d : shape) numel *= d;
     entries_[name] = {next_, shape};
+    hashes_->add(name, "F32", shape, path_, next_, static_cast<std::uint64_t>(numel) * 4);
     next_ += static_cast<std::uint64_t>(numel) * 4;
   }
   // Rows [begin, begin + count) of the first axis of `name`, [count, ...].
@@ -60,6 +64,7 @@ class Float32Layout {
     in.seekg(static_cast<std::streamoff>(e.offset + static_cast<std::uint64_t>(begin * row * 4)));
     in.read(static_cast<char*>(t.data_ptr()), bytes);
     QEVAL_CHECK(in.gcount() == bytes, "{}: short read in tensor {} (file changed while loading?)", path_.string(), name);
+    hashes_->saw(name, static_cast<std::uint64_t>(begin * row * 4), t.data_ptr(), static_cast<std::uint64_t>(bytes));
     return t;
   }
   at::Tensor whole(const std::string& name) const { return rows(name, 0, entries_.at(name).shape[0]); }
@@ -73,15 +78,18 @@ class Float32Layout {
   };
   fs::path path_;
   std::uint64_t next_;
+  std::shared_ptr<TensorHashes> hashes_;
   std::map<std::string, Entry> entries_;
 };
 
 class Llama2cReader final : public ModelReader {
  public:
-  Llama2cReader(LoadedCheckpoint info, Float32Layout layout, PartSizes sizes, std::vector<TensorHeader> tensors)
+  Llama2cReader(LoadedCheckpoint info, Float32Layout layout, PartSizes sizes, std::vector<TensorHeader> tensors,
+                std::shared_ptr<TensorHashes> hashes)
       : ModelReader(std::move(info)), layout_(std::move(layout)) {
     sizes_ = std::move(sizes);
     weight_files_ = {info_.path};
+    hashes_ = std::move(hashes);
     tensors_ = std::move(tensors);
     bytes_on_disk_ = qeval::file_size(info_.path);
   }
@@ -178,7 +186,9 @@ std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
   const std::int64_t D = hc.d_model, F = hc.d_ff, L = hc.n_layers, V = hc.vocab_size, S = hc.max_seq_len;
   const std::int64_t hd = D / hc.n_heads, KV = D * hc.n_kv_heads / hc.n_heads;
 
-  Float32Layout layout(path, 28);
+  // Every tensor of the file is in the weights hash, the freq_cis tables too (they are read here).
+  auto hashes = std::make_shared<TensorHashes>();
+  Float32Layout layout(path, 28, hashes);
   layout.add("tok_emb", {V, D});
   layout.add("rms_att", {L, D});
   layout.add("wq", {L, D, D});
@@ -231,7 +241,8 @@ std::unique_ptr<ModelReader> open_llama2c_checkpoint(const fs::path& path) {
            {"w2", {L, D, F}},      {"w3", {L, F, D}},   {"rms_final", {D}}})
     tensors.push_back({name, "F32", shape, file});
   if (!shared) tensors.push_back({"wcls", "F32", {V, D}, file});
-  return std::make_unique<Llama2cReader>(std::move(out), std::move(layout), std::move(sizes), std::move(tensors));
+  return std::make_unique<Llama2cReader>(std::move(out), std::move(layout), std::move(sizes), std::move(tensors),
+                                         std::move(hashes));
 }
 
 LoadedCheckpoint load_llama2c_checkpoint(const fs::path& path) { return open_llama2c_checkpoint(path)->read_all(); }

@@ -7,6 +7,7 @@
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/model_reader_internal.h"
 #include "loaders/checkpoints/safetensors_set.h"
+#include "loaders/checkpoints/weights_hash.h"
 
 namespace qeval {
 
@@ -84,12 +85,23 @@ at::Tensor ModelReader::token_embedding_rows(const at::Tensor& ids) {
 }
 
 const std::string& ModelReader::weights_hash() {
-  if (info_.weights_hash.empty() && !weight_files_.empty()) info_.weights_hash = hash_weight_files(weight_files_);
+  if (info_.weights_hash.empty() && hashes_) info_.weights_hash = hashes_->finish();
   return info_.weights_hash;
 }
 
+const char* ModelReader::weights_hash_kind() { return kWeightsHashKind; }
+
+std::string ModelReader::legacy_weights_hash() const {
+  return weight_files_.empty() ? std::string() : legacy_file_bytes_hash(weight_files_);
+}
+
+std::string ModelReader::weights_hash_of_kind(const std::string& kind) {
+  if (kind == kWeightsHashKind) return weights_hash();
+  if (kind == kLegacyWeightsHashKind) return legacy_weights_hash();
+  return {};
+}
+
 LoadedCheckpoint ModelReader::read_all() {
-  weights_hash();
   LoadedCheckpoint out = info_;
   const ModelConfig& c = config();
   ModelWeights& w = out.weights;
@@ -100,6 +112,7 @@ LoadedCheckpoint ModelReader::read_all() {
   w.lm_head = c.tied_embeddings ? w.token_embedding : lm_head_rows(0, c.vocab_size);
   w.lm_head_bias = lm_head_bias();
   validate_weights(w, c, info_.path.string());
+  out.weights_hash = weights_hash();  // from the reads above: nothing is read twice
   return out;
 }
 

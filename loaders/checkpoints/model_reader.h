@@ -30,6 +30,8 @@
 
 namespace qeval {
 
+class TensorHashes;
+
 // One tensor as the checkpoint's files list it (`qeval inspect` shows the table).
 struct TensorHeader {
   std::string name;
@@ -58,9 +60,21 @@ class ModelReader {
   // Everything load_checkpoint returns but the weights: format, path, notes (and the weights hash
   // once weights_hash() has been asked for).
   const LoadedCheckpoint& info() const { return info_; }
-  // XXH3 of the weight files (LoadedCheckpoint::weights_hash), computed on first use: it reads
-  // every byte of the files, so a run that a memory plan refuses never waits for it.
+  // The weights hash (LoadedCheckpoint::weights_hash; its definition, weights_hash_kind(), in
+  // loaders/checkpoints/weights_hash.h), completed on first use from what the reads so far have
+  // hashed: only bytes no read has reached are read for it (after a whole evaluation, the
+  // embedding rows it never used; right after open, every tensor). Parts read later are not
+  // hashed again.
   const std::string& weights_hash();
+  // The definition weights_hash() follows: kWeightsHashKind.
+  static const char* weights_hash_kind();
+  // The weights hash as qeval computed it before (kLegacyWeightsHashKind: the weight files' bytes),
+  // a full read of the files, for checking a record that carries it; empty for weights in memory.
+  std::string legacy_weights_hash() const;
+  // The hash under the definition `kind` names (kWeightsHashKind or kLegacyWeightsHashKind), to
+  // check a record against this checkpoint; empty when it cannot be computed here (another kind,
+  // or the legacy one for weights in memory).
+  std::string weights_hash_of_kind(const std::string& kind);
   const PartSizes& part_sizes() const { return sizes_; }
   // The checkpoint's tensors as its files list them, filled at open from what the reader parses
   // there anyway (safetensors headers shard by shard, the GGUF tensor table, the tensors a
@@ -94,7 +108,8 @@ class ModelReader {
   virtual at::Tensor token_embedding_block(std::int64_t begin, std::int64_t count) = 0;
   LoadedCheckpoint info_;  // weights left empty
   PartSizes sizes_;
-  std::vector<std::filesystem::path> weight_files_;  // what weights_hash() hashes (empty: info_ has it)
+  std::vector<std::filesystem::path> weight_files_;  // what legacy_weights_hash() hashes
+  std::shared_ptr<TensorHashes> hashes_;  // what the reads have hashed (null: info_ has the hash)
   std::vector<TensorHeader> tensors_;
   std::uint64_t bytes_on_disk_ = 0;
 };

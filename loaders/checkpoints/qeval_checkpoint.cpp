@@ -8,6 +8,7 @@
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/safetensors.h"
 #include "loaders/checkpoints/safetensors_set.h"
+#include "loaders/checkpoints/weights_hash.h"
 #include "loaders/checkpoints/model_reader_internal.h"
 
 namespace qeval {
@@ -123,6 +124,8 @@ class QevalReader final : public ModelReader {
     const json j = read_json_file(config_path);
     info_.config = config_from_json(j, config_path.string());
     set_ = open_safetensors_folder(dir);
+    hashes_ = std::make_shared<TensorHashes>();
+    set_.hash_reads_into(hashes_);  // the weights hash comes from the reads
     set_.set_header_only(true);
     measure_parts(*this, sizes_, dir.string());
     set_.set_header_only(false);

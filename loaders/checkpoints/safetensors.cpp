@@ -20,6 +20,7 @@
 #include "common/phases.h"
 #include "common/files.h"
 #include "common/json_integer.h"
+#include "loaders/checkpoints/weights_hash.h"
 
 namespace qeval {
 namespace {
@@ -251,6 +252,7 @@ at::Tensor SafetensorsFile::read(const std::string& name, bool pinned) const {
   if (pinned) {  // a GPU plan's read: several threads (see read_span)
     const int threads = static_cast<int>(std::clamp<std::uint64_t>(bytes / kBytesPerReadThread, 1, kMaxReadThreads));
     read_span(path_, data_start_ + entry.begin, bytes, static_cast<char*>(t.data_ptr()), threads, name);
+    if (hashes_) hashes_->saw(name, 0, t.data_ptr(), bytes);
     return t;
   }
   std::ifstream in(path_, std::ios::binary);
@@ -259,6 +261,7 @@ at::Tensor SafetensorsFile::read(const std::string& name, bool pinned) const {
   in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
   QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == bytes, "{}: tensor {}: read {} of {} bytes (file changed?)",
               path_.string(), name, in.gcount(), bytes);
+  if (hashes_) hashes_->saw(name, 0, t.data_ptr(), bytes);
   return t;
 }
 
@@ -314,11 +317,20 @@ at::Tensor SafetensorsFile::read_float32_rows(const std::string& name, std::int6
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
     QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == bytes, "{}: tensor {}: read {} of {} bytes (file changed?)",
                 path_.string(), name, in.gcount(), bytes);
+    if (hashes_) hashes_->saw(name, row_bytes * static_cast<std::uint64_t>(begin), t.data_ptr(), bytes);
   }
   read.reset();
   if (entry.scalar_type == at::kFloat) return t;
   PhaseScope convert(Phase::convert);
   return t.to(at::kFloat);
+}
+
+void SafetensorsFile::hash_reads_into(std::shared_ptr<TensorHashes> hashes) {
+  for (const auto& name : names_) {
+    const SafetensorsTensorInfo& entry = infos_.at(name);
+    hashes->add(name, entry.dtype, entry.shape, path_, data_start_ + entry.begin, entry.end - entry.begin);
+  }
+  hashes_ = std::move(hashes);
 }
 
 std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& path, bool to_float32) {

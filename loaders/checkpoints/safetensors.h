@@ -14,10 +14,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace qeval {
+
+class TensorHashes;
 
 struct SafetensorsTensorInfo {
   std::string dtype;                // "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL"
@@ -71,8 +74,13 @@ class SafetensorsFile {
   // of the tensor is read): [count, ...].
   at::Tensor read_float32_rows(const std::string& name, std::int64_t begin, std::int64_t count) const;
 
+  // Registers every tensor of the file with `hashes` and hands it the bytes of every later read
+  // (loaders/checkpoints/weights_hash.h): the weights hash comes from the reads themselves.
+  void hash_reads_into(std::shared_ptr<TensorHashes> hashes);
+
  private:
   std::filesystem::path path_;
+  std::shared_ptr<TensorHashes> hashes_;  // null: reads are not hashed
   std::uint64_t data_start_ = 0;  // file offset of the data area
   std::map<std::string, SafetensorsTensorInfo> infos_;
   std::vector<std::string> names_;

@@ -86,6 +86,10 @@ std::vector<std::string> SafetensorsSet::unused() const {
   return out;
 }
 
+void SafetensorsSet::hash_reads_into(const std::shared_ptr<TensorHashes>& hashes) {
+  for (auto& f : files_) f->hash_reads_into(hashes);
+}
+
 SafetensorsSet open_safetensors_folder(const fs::path& dir) {
   SafetensorsSet set(dir.string());
   const fs::path index_path = dir / "model.safetensors.index.json";

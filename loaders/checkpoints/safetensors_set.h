@@ -45,6 +45,9 @@ class SafetensorsSet {
   void set_header_only(bool on) { header_only_ = on; }
   // The tensor bytes of every file, as stored.
   std::int64_t stored_bytes() const;
+  // Every file's tensors registered with `hashes`, which is handed every read's bytes
+  // (SafetensorsFile::hash_reads_into).
+  void hash_reads_into(const std::shared_ptr<TensorHashes>& hashes);
 
  private:
   std::string source_;

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hash.h"
+#include "loaders/checkpoints/weights_hash.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/model_reader_internal.h"
 #include "loaders/checkpoints/tensor_map.h"
@@ -394,6 +395,15 @@ LoadedCheckpoint read_torch_checkpoint(const fs::path& file, std::vector<TensorH
               "{}: a torch.save zip state dict needs config.json (Hugging Face GPT-2 or Llama) in the same folder", file.string());
   nlohmann::json notes = nlohmann::json::object();
   TensorMap tensors(file.string(), read_torch_state_dict(file, &notes));
+  // The weights hash from the tensors read (loaders/checkpoints/weights_hash.h): each one's
+  // elements in its stored dtype, row-major (a view's elements, not its whole storage).
+  TensorHashes hashes;
+  for (const auto& [name, t] : tensors.tensors()) {
+    const at::Tensor stored = t.contiguous();
+    const auto bytes = static_cast<std::uint64_t>(stored.numel()) * stored.element_size();
+    hashes.add(name, stored_dtype_name(t.scalar_type()), t.sizes().vec(), {}, 0, bytes);
+    hashes.saw(name, 0, stored.data_ptr(), bytes);
+  }
   if (table) {
     const std::string file_name = file.filename().string();
     for (const auto& [name, t] : tensors.tensors())
@@ -404,7 +414,7 @@ LoadedCheckpoint read_torch_checkpoint(const fs::path& file, std::vector<TensorH
   out.path = file;
   for (const auto& [k, v] : notes.items()) out.notes[k] = v;
   out.notes["weight_files"] = {file.filename().string()};
-  out.weights_hash = hash_weight_files({file});
+  out.weights_hash = hashes.finish();
   return out;
 }
 
