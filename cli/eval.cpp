@@ -19,6 +19,7 @@
 #include "common/json_diff.h"
 #include "common/host_memory.h"
 #include "kernels/device.h"
+#include "loaders/checkpoints/weights_hash.h"
 #include "eval/evaluator.h"
 #include "stats/figure_data.h"
 #include "reports/plot.h"
@@ -105,6 +106,17 @@ EvalResult load_resume_state(const std::string& state_path, const nlohmann::json
   nlohmann::json saved = nlohmann::json::parse(read_file(state_path), nullptr, /*allow_exceptions=*/false);
   QEVAL_CHECK(saved.is_object() && saved.contains("identity") && saved.contains("state"),
               "--resume: {} is not a qeval evaluation state file", state_path);
+  // A state saved by a build that hashed the weights by another definition cannot be matched to
+  // these weights (docs/weights-hash.md): say that, not that the evaluation differs.
+  const nlohmann::json& saved_identity = saved["identity"];
+  const nlohmann::json saved_kind = saved_identity.is_object() && saved_identity.contains("model_weights_kind")
+                                        ? saved_identity["model_weights_kind"]
+                                        : nlohmann::json(kLegacyWeightsHashKind);
+  QEVAL_CHECK(saved_kind == identity.at("model_weights_kind"),
+              "--resume: {} was saved by a qeval build that hashed the weights by another definition ({}; this build: "
+              "{}), so its windows cannot be matched to these weights; finish it with that build, or remove it or drop "
+              "--resume to start again",
+              state_path, saved_kind.dump(), identity.at("model_weights_kind").dump());
   QEVAL_CHECK(saved["identity"] == identity,
               "--resume: {} was written by a different evaluation (the state's vs this run's: {}); remove it or drop "
               "--resume", state_path, fmt::join(json_differences(saved["identity"], identity, 4), "; "));
@@ -196,10 +208,11 @@ void run_eval(const EvalArgs& a) {
     figures = attach_figure_observer(schemes.front());
   }
   nlohmann::json plan_json;
-  // A state file's identity holds the weights hash, so a run that may save one hashes first.
-  const bool hash_beside_gpu = !a.resume && a.stop_after == 0;
+  // A state file's identity holds the weights hash, so a run that may save one hashes first;
+  // any other takes it from the evaluation's own reads (finish_weights_hash).
+  const bool hash_from_reads = !a.resume && a.stop_after == 0;
   const PlanEstimate plan =
-      plan_evaluation(inputs, a.data, schemes, prepared.rewrites, a.quiet, plan_json, hash_beside_gpu);
+      plan_evaluation(inputs, a.data, schemes, prepared.rewrites, a.quiet, plan_json, hash_from_reads);
 
   WindowSource& windows = *inputs.windows;
   RecordContext& context = inputs.context;

@@ -24,6 +24,7 @@
 #include "records/series_record.h"
 #include "eval/series_source.h"
 #include "loaders/checkpoints/model_reader.h"
+#include "loaders/checkpoints/weights_hash.h"
 #include "reports/series_views.h"
 
 namespace qeval::cli {
@@ -112,7 +113,14 @@ struct Done {
 // checkpoint retrained or replaced in place has another weights hash, and is evaluated again.
 bool still_measures(const nlohmann::json& record, const fs::path& record_path, const SeriesCheckpoint& c) {
   const nlohmann::json recorded = record.at("model").value("weights_hash", nlohmann::json(nullptr));
-  const std::string now = open_checkpoint(c.path)->weights_hash();
+  // Under the definition the record used (an older qeval's hashed the files; loaders/checkpoints/weights_hash.h).
+  const std::string kind = recorded_weights_hash_kind(record.at("model"));
+  const std::string now = open_checkpoint(c.path)->weights_hash_of_kind(kind);
+  if (now.empty()) {
+    fmt::print(stderr, "series: {} carries a weights hash of a kind ({}) this checkpoint's cannot be computed by: "
+               "evaluating step {} again\n", record_path.string(), kind, c.step);
+    return false;
+  }
   if (recorded.is_string() && recorded.get<std::string>() == now) return true;
   fmt::print(stderr, "series: {} measured other weights (weights hash {}; {} now has {}): evaluating step {} again\n",
              record_path.string(), recorded.dump(), c.path.string(), now, c.step);

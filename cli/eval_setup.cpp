@@ -213,7 +213,8 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
   RecordContext& context = in.context;
   context.model = {{"path", in.model_path.string()},
                    {"format", info.format},
-                   {"weights_hash", nullptr},  // plan_evaluation fills it in
+                   {"weights_hash", nullptr},  // plan_evaluation or finish_weights_hash fills it in
+                   {"weights_hash_kind", ModelReader::weights_hash_kind()},  // its definition (loaders/checkpoints/weights_hash.h)
                    {"config", config_to_json(config)},
                    {"parameters", config.parameter_count()},
                    {"notes", info.notes},
@@ -254,7 +255,7 @@ EvalInputs prepare_eval_inputs(const EvalDataArgs& a) {
 
 PlanEstimate plan_evaluation(EvalInputs& in, const EvalDataArgs& a, const std::vector<EvalScheme>& schemes,
                              const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites, bool quiet,
-                             nlohmann::json& plan_json, bool hash_beside_gpu) {
+                             nlohmann::json& plan_json, bool hash_from_reads) {
   PlanInputs p;
   p.config = in.model->config();
   p.parts = in.model->part_sizes();
@@ -274,23 +275,22 @@ PlanEstimate plan_evaluation(EvalInputs& in, const EvalDataArgs& a, const std::v
   p.placement = in.placement;
   const MemoryBudget budget = memory_budget(in.max_memory, in.max_device_memory, in.placement);
   PlanEstimate chosen = choose_plan(p, budget, a.plan, a.chunk_windows);
-  // Only now, with a plan that fits, every byte of the weight files is read for their hash. The
-  // reader writes nothing else while it hashes, and the evaluation reads nothing the hash writes.
-  if (hash_beside_gpu && !in.placement.on_cpu()) {
-    in.weights_hash_pending = std::async(std::launch::async, [model = in.model.get()] { return model->weights_hash(); });
-  } else {
-    PhaseScope hash(Phase::hash, kNoScheme);
-    in.context.model["weights_hash"] = in.model->weights_hash();
-  }
+  // The hash comes from the bytes the evaluation reads (loaders/checkpoints/weights_hash.h):
+  // finish_weights_hash completes it afterwards. A run that needs it before (a state file's
+  // identity) hashes now, with a plan that fits: every tensor byte is read for it, once, and
+  // the evaluation's reads are not hashed again.
+  in.weights_hash_done = !hash_from_reads;
+  if (!hash_from_reads) in.context.model["weights_hash"] = in.model->weights_hash();
   if (!quiet) fmt::print(stderr, "{}\n", describe(chosen, budget));
   plan_json = plan_record(chosen, budget);
   return chosen;
 }
 
 void finish_weights_hash(EvalInputs& in) {
-  if (!in.weights_hash_pending.valid()) return;
-  PhaseScope hash(Phase::hash, kNoScheme);  // only the wait, if the evaluation was faster
-  in.context.model["weights_hash"] = in.weights_hash_pending.get();
+  if (in.weights_hash_done) return;
+  // Reads only what the evaluation did not (embedding rows no window used, tensors no part holds).
+  in.context.model["weights_hash"] = in.model->weights_hash();
+  in.weights_hash_done = true;
 }
 
 void finish_context(EvalInputs& in) {

@@ -77,9 +77,9 @@ struct EvalInputs {
   // model, tokenizer, data, protocol, precision and the options above; the caller adds its own
   // options and the command line.
   RecordContext context;
-  // The weights hash while it is computed beside a GPU evaluation (plan_evaluation with
-  // `hash_beside_gpu`); take it with finish_weights_hash().
-  std::future<std::string> weights_hash_pending;
+  // Whether context.model's weights_hash is set (plan_evaluation without `hash_from_reads`, or
+  // finish_weights_hash).
+  bool weights_hash_done = false;
 
   // A fresh source of the evaluation windows (the first one is consumed by the evaluation).
   std::unique_ptr<WindowSource> open_windows() const;
@@ -93,15 +93,16 @@ struct EvalInputs {
 EvalInputs prepare_eval_inputs(const EvalDataArgs& args);
 
 // The memory plan for these inputs and schemes (eval/memory_plan.h), printed on stderr in one
-// line unless `quiet`; throws, before any weight is read, when none fits. Then hashes the weight
-// files into the record's context: at once, or, with `hash_beside_gpu` and a GPU placement, on
-// another thread while the evaluation runs (the host is otherwise idle there, and a 70B's hash is
-// a quarter of its run; on the CPU it would take the evaluation's cores).
+// line unless `quiet`; throws, before any weight is read, when none fits. With `hash_from_reads`
+// the weights hash is left to finish_weights_hash, after the evaluation, which has hashed every
+// byte it read (loaders/checkpoints/weights_hash.h); without, it is computed into the record's
+// context now (a full read of the tensors; a run that saves state needs it in its identity).
 PlanEstimate plan_evaluation(EvalInputs& inputs, const EvalDataArgs& args, const std::vector<EvalScheme>& schemes,
                              const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites, bool quiet,
-                             nlohmann::json& plan_json, bool hash_beside_gpu = false);
+                             nlohmann::json& plan_json, bool hash_from_reads = false);
 
-// The record's weights hash, waiting for it when it was computed beside the evaluation.
+// The record's weights hash, completed from the evaluation's reads (reading only the tensor bytes
+// the evaluation did not); nothing when plan_evaluation computed it.
 void finish_weights_hash(EvalInputs& inputs);
 
 // Every file and folder an evaluation reads, by role, for common/output_paths.h: model, tokenizer,

@@ -87,9 +87,10 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   options.rounding_eps = a.rounding_band_eps;
   nlohmann::json plan_json;
   options.plan = [&](const std::vector<EvalScheme>& schemes, const std::vector<std::shared_ptr<SchemeRewrite>>& rewrites) {
-    return plan_evaluation(inputs, a.data, schemes, rewrites, a.quiet, plan_json).plan;
+    return plan_evaluation(inputs, a.data, schemes, rewrites, a.quiet, plan_json, /*hash_from_reads=*/true).plan;
   };
   SensitivityRun run = run_sensitivity(*inputs.model, base, *inputs.windows, options);
+  finish_weights_hash(inputs);
   finish_context(inputs);
 
   RecordContext& context = inputs.context;

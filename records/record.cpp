@@ -8,6 +8,7 @@
 #include "common/hash.h"
 #include "common/json_integer.h"
 #include "common/printable.h"
+#include "loaders/checkpoints/weights_hash.h"
 
 namespace qeval {
 namespace {
@@ -59,6 +60,8 @@ nlohmann::json evaluation_identity(const nlohmann::json& record) {
   nlohmann::json options = record.at("options");
   for (const char* key : {"threads", "batch_size", "shard"}) options.erase(key);  // results do not depend on them
   return {{"model_weights", record.at("model").at("weights_hash")},
+          // the hash's definition (loaders/checkpoints/weights_hash.h): hashes of two kinds never match
+          {"model_weights_kind", recorded_weights_hash_kind(record.at("model"))},
           {"model_config", record.at("model").at("config")},
           {"model_transforms", record.at("model").value("transforms", nlohmann::json::array())},
           {"tokenizer", record.at("tokenizer").value("kind", "")},

@@ -16,7 +16,7 @@ inline constexpr int kRecordSchemaVersion = 1;
 
 struct RecordContext {
   std::vector<std::string> command;  // argv
-  nlohmann::json model;              // path, format, weights_hash, config, parameters, notes
+  nlohmann::json model;              // path, format, weights_hash (+ weights_hash_kind: docs/weights-hash.md), config, parameters, notes
   nlohmann::json tokenizer;          // path, kind, vocab_size
   nlohmann::json data;               // path, format, hash, text_split, documents
   nlohmann::json protocol;           // ProtocolSpec::to_json() (+ filled in: windows, tokens, hash)

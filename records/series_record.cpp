@@ -42,7 +42,7 @@ nlohmann::json headline_statistics(const nlohmann::json& summary) {
 
 nlohmann::json series_evaluation_identity(const nlohmann::json& record) {
   nlohmann::json id = evaluation_identity(record);
-  for (const char* key : {"model_weights", "model_config", "model_transforms"}) id.erase(key);
+  for (const char* key : {"model_weights", "model_weights_kind", "model_config", "model_transforms"}) id.erase(key);
   const nlohmann::json& protocol = record.at("protocol");
   id["windows"] = {{"windows", field(protocol, "windows")},
                    {"scored_tokens", field(protocol, "scored_tokens")},

@@ -295,6 +295,19 @@ TEST(CliScale, KilledRunResumesToTheUninterruptedRecord) {
   EXPECT_EQ(results_of(out), results_of(dir / "one.json"));
   EXPECT_FALSE(std::filesystem::exists(out + ".state.json")) << "state file removed once the record is written";
 
+  // A state saved by a build that hashed the weight files (no model_weights_kind in its identity)
+  // is refused for what it is, not mixed in and not called another evaluation.
+  auto old_out = (dir / "old-build.json").string();
+  ASSERT_EQ(qeval(kSmallEval + " --resume --stop-after 4 --out " + old_out).status, 3);
+  nlohmann::json old_state = nlohmann::json::parse(read_file(old_out + ".state.json"));
+  old_state["identity"].erase("model_weights_kind");
+  old_state["identity"]["model_weights"] = "0123456789abcdef";
+  test::write_bytes(old_out + ".state.json", old_state.dump());
+  CommandResult old_build = qeval(kSmallEval + " --resume --out " + old_out);
+  EXPECT_EQ(old_build.status, 2) << old_build.output;
+  EXPECT_TRUE(contains(old_build.output, "hashed the weights by another definition")) << old_build.output;
+  EXPECT_FALSE(std::filesystem::exists(old_out));
+
   // A state file from another evaluation is refused, not silently mixed in.
   ASSERT_EQ(qeval(kSmallEval + " --resume --stop-after 2 --out " + out).status, 3);
   CommandResult mismatch =
@@ -311,6 +324,12 @@ TEST(CliScale, EveryMemoryPlanGivesTheSameRecordAndTheRecordNamesIt) {
   ASSERT_EQ(qeval(kSmallEval + " --plan resident-weights --out " + (dir / "weights.json").string()).status, 0);
   EXPECT_EQ(results_of(dir / "streamed.json"), results_of(dir / "resident.json"));
   EXPECT_EQ(results_of(dir / "weights.json"), results_of(dir / "resident.json"));
+  // The weights hash comes from each plan's own reads (loaders/checkpoints/weights_hash.h): one value.
+  ASSERT_EQ(qeval(kSmallEval + " --plan streamed --chunk-windows 2 --threads 1 --out " + (dir / "one-thread.json").string()).status, 0);
+  const auto model_of = [&](const char* name) { return nlohmann::json::parse(read_file(dir / name)).at("model"); };
+  for (const char* name : {"streamed.json", "weights.json", "one-thread.json"})
+    EXPECT_EQ(model_of(name).at("weights_hash"), model_of("resident.json").at("weights_hash")) << name;
+  EXPECT_EQ(model_of("resident.json").at("weights_hash_kind"), "tensor-bytes-xxh3");
   const nlohmann::json record = nlohmann::json::parse(read_file(dir / "streamed.json"));
   EXPECT_EQ(record.at("plan").at("name"), "streamed");
   EXPECT_EQ(record.at("plan").at("chunk_windows"), 4);
@@ -321,6 +340,8 @@ TEST(CliScale, EveryMemoryPlanGivesTheSameRecordAndTheRecordNamesIt) {
   ASSERT_EQ(qeval(kSmallEval + " --plan streamed --resume --stop-after 4 --out " + out).status, 3);
   ASSERT_EQ(qeval(kSmallEval + " --plan resident --resume --out " + out).status, 0);
   EXPECT_EQ(results_of(out), results_of(dir / "resident.json"));
+  EXPECT_EQ(nlohmann::json::parse(read_file(out)).at("model").at("weights_hash"), model_of("resident.json").at("weights_hash"))
+      << "hashed before the evaluation (a state file's identity needs it) or from its reads: one value";
 }
 
 TEST(CliScale, NoPlanThatFitsIsRefusedWithTheNumbersBeforeAnyWork) {
