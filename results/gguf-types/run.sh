@@ -9,6 +9,7 @@
 # Needs scripts/models (the GGUF from PyPI) and the shared data folder. From the repository root:
 #   results/gguf-types/run.sh
 #   SENS_WINDOWS=8 TOP=3 results/gguf-types/run.sh      (sensitivity over more windows; default 2)
+#   STEPS=activations results/gguf-types/run.sh          (one part: presets, sensitivity, activations)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/results/gguf-types"
@@ -19,8 +20,10 @@ sens_windows=${SENS_WINDOWS:-2}
 top=${TOP:-3}
 data=text/wikitext-2-raw-v1/test.joined.txt
 presets=gguf-q8_0,gguf-q6_k,gguf-q5_k_m,gguf-q4_k_m,gguf-q4_k_s,gguf-q4_0,gguf-iq4_nl,gguf-mxfp4-moe
+steps=" ${STEPS:-presets sensitivity activations} "
 "$root/scripts/models" --model "$model"
 name=$model-wikitext2
+if [[ $steps == *" presets "* ]]; then
 # One run per preset (full, the preset and its band variants): all at once do not fit in a few GiB.
 : > "$here/$name.md"
 for preset in ${presets//,/ }; do
@@ -31,6 +34,9 @@ for preset in ${presets//,/ }; do
   grep -E "Elapsed|Maximum resident" "$here/$name-$preset.time" >&2
   { echo "## $preset"; cat "$here/$name-$preset.md"; echo; } >> "$here/$name.md"
 done
+fi
+
+if [[ $steps == *" sensitivity "* ]]; then
 
 # Sensitivity in two steps: by kind (which kind of tensor costs most), then by layer within the
 # costliest kind (which of its tensors). One run --by layer over all 211 linears of SmolLM2 is 212
@@ -75,3 +81,22 @@ echo "== $name: gguf-q4_k_m with its top $top tensors at Q8_0" >&2
 "$qeval" eval --model "$model" --data "$data" \
   --schemes "full,gguf-q4_k_m,$here/gguf-q4_k_m-keep-top.json" --rounding-band "$band" \
   --seq-len 512 --max-windows 8 --seed 0 --out "$here/$name-keep-top.json" -q > "$here/$name-keep-top.md"
+fi
+
+# llama.cpp's CPU product also rounds each layer's input to the weight type's activation blocks
+# (Q8_0 / Q8_K; "activations": "gguf-q8", docs/gguf-types.md): the penalty with and without it.
+if [[ $steps == *" activations "* ]]; then
+  for ft in q8_0 q4_k_m q4_0; do
+    cat > "$here/gguf-$ft-q8act.json" <<JSON
+{"name": "gguf-$ft-q8act", "description": "gguf-$ft with llama.cpp's CPU activation blocks (activations gguf-q8)",
+ "weights": {"kind": "ggml", "file_type": "$ft", "activations": "gguf-q8"},
+ "quantize_lm_head": true, "quantize_embedding": true, "quantize_ssm_inner": true}
+JSON
+  done
+  echo "== $name: gguf-q8_0 / q4_k_m / q4_0 with and without gguf-q8 activations" >&2
+  /usr/bin/time -v -o "$here/$name-q8act.time" "$qeval" eval --model "$model" --data "$data" \
+    --schemes "full,gguf-q8_0,$here/gguf-q8_0-q8act.json,gguf-q4_k_m,$here/gguf-q4_k_m-q8act.json,gguf-q4_0,$here/gguf-q4_0-q8act.json" \
+    --rounding-band "$band" --seq-len 512 --max-windows 8 --seed 0 --max-memory "${MAX_MEMORY:-8G}" \
+    --out "$here/$name-q8act.json" -q > "$here/$name-q8act.md"
+  grep -E "Elapsed|Maximum resident" "$here/$name-q8act.time" >&2
+fi
