@@ -4,8 +4,10 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -17,7 +19,11 @@
 #include "common/phases.h"
 #include "common/files.h"
 #include "common/json_diff.h"
+#include "common/hash.h"
 #include "common/host_memory.h"
+#include "common/model_cache.h"
+#include "common/printable.h"
+#include "loaders/tokenizers/tokenizer_discovery.h"
 #include "kernels/device.h"
 #include "loaders/checkpoints/weights_hash.h"
 #include "eval/evaluator.h"
@@ -59,6 +65,7 @@ struct EvalArgs {
   std::int64_t stop_after = 0;  // testing aid: stop (exit 3) once this many windows are done
   std::vector<std::string> argv;
   SeriesArgs series;  // --model a folder of checkpoints (cli/eval_series.h)
+  nlohmann::json series_stamp;  // one checkpoint of a series: the record's "series_step" (SeriesJob::stamp)
 };
 
 struct StoppedEarly {
@@ -126,6 +133,40 @@ EvalResult load_resume_state(const std::string& state_path, const nlohmann::json
   return resumed;
 }
 
+// The files besides the checkpoint `model` that evaluating it with these options reads, each with
+// its path and content hash (a folder: the hash of its files' names and hashes), for a series'
+// step records (SeriesJob::stamp): tokenizer, data, protocol, scheme and calibration files.
+nlohmann::json checkpoint_inputs(const EvalArgs& a, const std::string& model) {
+  const std::optional<std::string> data_dir = a.data.data_dir.empty() ? std::nullopt : std::optional(a.data.data_dir);
+  EvalInputs paths;
+  paths.model_path = resolve_model_path(model, data_dir);
+  paths.data_path = resolve_input_path(a.data.data, data_dir);
+  if (!a.data.tokenizer.empty())
+    paths.tokenizer_path = resolve_input_path(a.data.tokenizer, data_dir);
+  else if (auto found = find_tokenizer_beside(paths.model_path))
+    paths.tokenizer_path = *found;
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const RolePath& read : eval_read_paths(a.data, paths, a.schemes)) {
+    if (read.role == "model" || read.path.empty()) continue;
+    std::error_code ec;
+    std::string hash;
+    if (std::filesystem::is_regular_file(read.path, ec)) {
+      hash = hash_file(read.path);
+    } else if (std::filesystem::is_directory(read.path, ec)) {
+      std::vector<std::filesystem::path> files;
+      for (const auto& entry : std::filesystem::directory_iterator(read.path, ec))
+        if (entry.is_regular_file(ec)) files.push_back(entry.path());
+      std::sort(files.begin(), files.end());
+      Hasher hasher;
+      for (const auto& f : files) hasher.update(f.filename().string() + " " + hash_file(f) + "\n");
+      hash = hasher.hex();
+    }
+    inputs.push_back({{"role", read.role}, {"path", utf8_escaped(std::filesystem::absolute(read.path).lexically_normal().string())},
+                      {"hash", hash.empty() ? nlohmann::json(nullptr) : nlohmann::json(hash)}});
+  }
+  return inputs;
+}
+
 void run_eval(const EvalArgs& a) {
   if (wants_series(a.series, a.data.model)) {  // each checkpoint evaluated by this function, as if alone
     QEVAL_CHECK(a.shard.empty() && a.plots.empty() && a.state_file.empty(),
@@ -141,9 +182,10 @@ void run_eval(const EvalArgs& a) {
       one.out = job.record;
       one.resume = true;
       one.state_file = job.state;
+      one.series_stamp = job.stamp;
       run_eval(one);
       return exit_status;
-    });
+    }, [&a](const std::string& model) { return checkpoint_inputs(a, model); });
   }
   // The record's timings cover this process from here to the record (a resumed run's earlier
   // processes are not in them); the phases add up to total_s.
@@ -278,6 +320,7 @@ void run_eval(const EvalArgs& a) {
   nlohmann::json record =
       build_record(context, scheme_infos(schemes, prepared.linear_weight_bytes()), result, prepared.statistics_summaries());
   attach_rounding_bands(record);
+  if (!a.series_stamp.is_null()) record["series_step"] = a.series_stamp;
   record["plan"] = plan_json;
   record["plan"]["measured_peak_rss_bytes"] = peak_rss();
   if (!inputs.placement.on_cpu())

@@ -22,6 +22,9 @@
 #include "reports/compare.h"
 #include "records/record.h"
 #include "records/series_record.h"
+#include "records/record_verify.h"
+#include "common/json_diff.h"
+#include "model/config.h"
 #include "eval/series_source.h"
 #include "loaders/checkpoints/model_reader.h"
 #include "loaders/checkpoints/weights_hash.h"
@@ -109,22 +112,43 @@ struct Done {
   nlohmann::json entry, evaluation;
 };
 
-// A step record left by an earlier run is reused only for the weights it measured (issue 51): a
-// checkpoint retrained or replaced in place has another weights hash, and is evaluated again.
-bool still_measures(const nlohmann::json& record, const fs::path& record_path, const SeriesCheckpoint& c) {
-  const nlohmann::json recorded = record.at("model").value("weights_hash", nlohmann::json(nullptr));
-  // Under the definition the record used (an older qeval's hashed the files; loaders/checkpoints/weights_hash.h).
-  const std::string kind = recorded_weights_hash_kind(record.at("model"));
-  const std::string now = open_checkpoint(c.path)->weights_hash_of_kind(kind);
-  if (now.empty()) {
-    fmt::print(stderr, "series: {} carries a weights hash of a kind ({}) this checkpoint's cannot be computed by: "
-               "evaluating step {} again\n", record_path.string(), kind, c.step);
-    return false;
+// Why a step record left by an earlier run cannot stand for checkpoint `c` evaluated with `stamp`
+// (empty: it can). It must verify (the one verifier every reader uses), have measured the weights
+// and config the checkpoint has now (issue 51: a checkpoint retrained or replaced in place; issue
+// 63: a config.json edited beside unchanged weights), and carry this run's stamp: the settings
+// and the files besides the checkpoint (tokenizer, data, protocol and scheme files, by path and
+// hash). A record without a stamp is an older qeval's and says none of this.
+std::string reuse_refusal(const nlohmann::json& record, const fs::path& record_path, const SeriesCheckpoint& c,
+                          const nlohmann::json& stamp, const CLI::App* command) {
+  try {
+    require_verified_record(record, record_path.string(), /*allow_partial=*/false);
+  } catch (const Error& e) {
+    return fmt::format("it does not verify: {}", e.what());
   }
-  if (recorded.is_string() && recorded.get<std::string>() == now) return true;
-  fmt::print(stderr, "series: {} measured other weights (weights hash {}; {} now has {}): evaluating step {} again\n",
-             record_path.string(), recorded.dump(), c.path.string(), now, c.step);
-  return false;
+  const nlohmann::json model = record.value("model", nlohmann::json::object());
+  const std::unique_ptr<ModelReader> reader = open_checkpoint(c.path);
+  const nlohmann::json recorded_hash = model.value("weights_hash", nlohmann::json(nullptr));
+  // Under the definition the record used (an older qeval's hashed the files; loaders/checkpoints/weights_hash.h).
+  const std::string kind = recorded_weights_hash_kind(model);
+  const std::string now = reader->weights_hash_of_kind(kind);
+  if (now.empty())
+    return fmt::format("its weights hash is of a kind ({}) this checkpoint's cannot be computed by", kind);
+  if (!recorded_hash.is_string() || recorded_hash.get<std::string>() != now)
+    return fmt::format("it measured other weights (weights hash {}; {} now has {})", recorded_hash.dump(),
+                       c.path.string(), now);
+  const nlohmann::json config = config_to_json(reader->config());
+  if (model.value("config", nlohmann::json(nullptr)) != config)
+    return fmt::format("the checkpoint's config is not the one it measured ({})",
+                       fmt::join(json_differences(model.value("config", nlohmann::json(nullptr)), config, 4), "; "));
+  if (!record.contains("series_step") || !record["series_step"].is_object())
+    return "it does not say with which settings and input files it was evaluated (written by an older qeval)";
+  const nlohmann::json& kept = record["series_step"];
+  const auto settings = settings_differences(kept.value("settings", nlohmann::json()), stamp.at("settings"), command);
+  if (!settings.empty()) return fmt::format("it was evaluated with other options ({})", fmt::join(settings, "; "));
+  if (kept.value("inputs", nlohmann::json(nullptr)) != stamp.at("inputs"))
+    return fmt::format("it was evaluated on other input files ({})",
+                       fmt::join(json_differences(kept.value("inputs", nlohmann::json(nullptr)), stamp.at("inputs"), 4), "; "));
+  return "";
 }
 
 }  // namespace
@@ -167,7 +191,7 @@ bool wants_series(const SeriesArgs& args, const std::string& model) {
 }
 
 void run_series(const SeriesArgs& args, const std::string& model, const std::string& out,
-                const EvaluateCheckpoint& evaluate) {
+                const EvaluateCheckpoint& evaluate, const CheckpointInputs& inputs_of) {
   QEVAL_CHECK(!out.empty(), "--model {} is a series of checkpoints: give --out S.json for the series record (each "
               "checkpoint's record goes into S/)", model);
   const fs::path series_path(out);
@@ -200,16 +224,29 @@ void run_series(const SeriesArgs& args, const std::string& model, const std::str
       if (done.count(c.step)) continue;
       const std::string name = fmt::format("step-{}.json", c.step);
       const fs::path record_path = folder / name;
+      const nlohmann::json stamp = {{"settings", settings}, {"inputs", inputs_of(c.path.string())}};
       std::optional<nlohmann::json> kept;  // an earlier run's record of this step, read once
-      if (fs::exists(record_path)) kept = read_record(record_path);
-      if (kept && still_measures(*kept, record_path, c)) {
-        fmt::print(stderr, "series: {} (step {}) already evaluated, same weights: {}\n", c.name, c.step,
-                   record_path.string());
+      if (fs::exists(record_path)) {
+        std::string refusal;
+        try {
+          kept = read_record(record_path);
+          refusal = reuse_refusal(*kept, record_path, c, stamp, args.command);
+        } catch (const Error& e) {
+          refusal = fmt::format("it cannot be read: {}", e.what());
+        }
+        if (!refusal.empty()) {
+          fmt::print(stderr, "series: {} is not reused: {}; evaluating step {} again\n", record_path.string(), refusal,
+                     c.step);
+          kept.reset();
+        }
+      }
+      if (kept) {
+        fmt::print(stderr, "series: {} (step {}) already evaluated, same checkpoint and evaluation: {}\n", c.name,
+                   c.step, record_path.string());
       } else {
-        kept.reset();
         fmt::print(stderr, "series: evaluating {} (step {}{})\n", c.name, c.step,
                    c.tokens ? fmt::format(", {} tokens", *c.tokens) : std::string());
-        const SeriesJob job{c.path.string(), record_path.string(), record_path.string() + ".state.json"};
+        const SeriesJob job{c.path.string(), record_path.string(), record_path.string() + ".state.json", stamp};
         const int status = with_stdout_on_stderr([&] { return evaluate(job); });
         if (status != 0) {  // a testing stop (--stop-after): the series stops with it, resumable
           exit_status = status;

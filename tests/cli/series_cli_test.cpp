@@ -346,6 +346,59 @@ TEST_F(SeriesCli, StepRecordsOfReplacedWeightsAreNotReused) {
   EXPECT_EQ(s["checkpoints"][1]["schemes"], s["checkpoints"][2]["schemes"]);
 }
 
+// Issue 63: a step record is reused only for the very checkpoint and evaluation it measured. A
+// config.json edited beside unchanged weights, a record edited after the fact, and series settings
+// edited to match a command with other schemes each make the steps concerned evaluated again,
+// with a note saying why; the series then holds what this run measures.
+TEST_F(SeriesCli, StepRecordsAreReusedOnlyForTheSameCheckpointAndEvaluation) {
+  test::TempDir out;
+  fs::copy(run(), out / "run", fs::copy_options::recursive);
+  const CommandResult first = qeval(series_eval(out / "run", out / "S.json"));
+  ASSERT_EQ(first.status, 0) << first.output;
+  const nlohmann::json original = read_json(out / "S.json");
+  const CommandResult same = qeval(series_eval(out / "run", out / "S.json"));
+  ASSERT_EQ(same.status, 0) << same.output;
+  EXPECT_FALSE(contains(same.output, "again")) << same.output;
+
+  // 1. step 4's config.json: norm_eps 1e-5 -> 0.5, the weights untouched.
+  nlohmann::json config = read_json(out / "run" / "step-4" / "config.json");
+  config["norm_eps"] = 0.5;
+  test::write_bytes(out / "run" / "step-4" / "config.json", config.dump(1));
+  // 2. step 6's record: a better perplexity written into it.
+  nlohmann::json step6 = read_json(out / "S" / "step-6.json");
+  step6["schemes"][0]["perplexity"]["ppl"] = 1.5;
+  test::write_bytes(out / "S" / "step-6.json", step6.dump(1) + "\n");
+  const CommandResult again = qeval(series_eval(out / "run", out / "S.json"));
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "step-4.json is not reused: the checkpoint's config is not the one it measured"))
+      << again.output;
+  EXPECT_TRUE(contains(again.output, "norm_eps")) << again.output;
+  EXPECT_TRUE(contains(again.output, "evaluating step 4 again")) << again.output;
+  EXPECT_TRUE(contains(again.output, "step-6.json is not reused: it does not verify")) << again.output;
+  EXPECT_TRUE(contains(again.output, "evaluating step 6 again")) << again.output;
+  EXPECT_FALSE(contains(again.output, "evaluating step 8 again")) << again.output;
+  const nlohmann::json s = read_json(out / "S.json");
+  EXPECT_NE(s["checkpoints"][1]["schemes"][0]["ppl"], original["checkpoints"][1]["schemes"][0]["ppl"]);  // norm_eps 0.5
+  EXPECT_EQ(s["checkpoints"][2]["schemes"], original["checkpoints"][2]["schemes"]);  // step 6 measured anew
+  EXPECT_EQ(read_json(out / "S" / "step-4.json").at("model").at("config").at("norm_eps"), 0.5);
+
+  // 3. The series' settings edited to say int8-fine, and a command that asks for it: every step
+  // was evaluated with int8-coarse, so every step is evaluated again.
+  nlohmann::json edited = s;
+  edited["settings"]["schemes"] = "full,int8-fine";
+  test::write_bytes(out / "S.json", edited.dump(1) + "\n");
+  std::string fine = series_eval(out / "run", out / "S.json");
+  fine.replace(fine.find("full,int8-coarse"), 16, "full,int8-fine");
+  const CommandResult other = qeval(fine);
+  ASSERT_EQ(other.status, 0) << other.output;
+  for (int step = 2; step <= 16; step += 2)
+    EXPECT_TRUE(contains(other.output, "evaluating step " + std::to_string(step) + " again")) << other.output;
+  EXPECT_TRUE(contains(other.output, "it was evaluated with other options (schemes")) << other.output;
+  const nlohmann::json fine_series = read_json(out / "S.json");
+  EXPECT_EQ(fine_series["checkpoints"][0]["schemes"][1]["name"], "int8-fine");
+  EXPECT_EQ(fine_series["evaluation"]["schemes"][1]["name"], "int8-fine");
+}
+
 TEST_F(SeriesCli, CheckOnASeriesExitsZeroOneOrTwo) {
   test::TempDir out;
   const std::string series = evaluated().string();
