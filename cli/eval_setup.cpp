@@ -98,8 +98,10 @@ void add_eval_data_options(CLI::App* cmd, EvalDataArgs& args) {
       ->capture_default_str()->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16", "fp64"}));
   cmd->add_option("--max-memory", args.max_memory,
                   "host memory the evaluation may use, e.g. 300M or 6G (default: what the machine, its cgroup and "
-                  "ulimit -v leave); the plan is chosen to fit, or the run refuses before reading weights");
-  cmd->add_option("--max-device-memory", args.max_device_memory, "GPU memory the evaluation may use (default: the device's free memory)");
+                  "ulimit -v leave); the plan is chosen to fit, or the run refuses before reading weights")
+      ->check(byte_size("--max-memory"));
+  cmd->add_option("--max-device-memory", args.max_device_memory, "GPU memory the evaluation may use (default: the device's free memory)")
+      ->check(byte_size("--max-device-memory"));
   cmd->add_option("--plan", args.plan,
                   "how the model is visited: auto (the fastest that fits), resident (every layer kept), "
                   "resident-weights (full precision kept, schemes rebuilt per chunk), streamed (layers read from the "

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/printable.h"
+#include "common/sizes.h"
 #include "kernels/compute_threads.h"
 
 namespace qeval::cli {
@@ -36,6 +37,20 @@ CLI::Validator output_path() {
         return "";
       },
       "PATH");
+}
+
+CLI::Validator byte_size(const std::string& option) {
+  return CLI::Validator(
+      [option](std::string& text) -> std::string {
+        if (text.empty()) return "an empty size is not \"no cap\"; give a size such as 300M or 6G, or leave the option out";
+        try {
+          parse_size(text, option);
+        } catch (const Error& e) {
+          return e.what();
+        }
+        return "";
+      },
+      "SIZE");
 }
 
 CLI::Validator integer_in(std::int64_t lo, std::int64_t hi) {

@@ -25,6 +25,10 @@ CLI::Validator number_in(double lo, double hi, bool lo_open = false, bool hi_ope
 // A finite number > 0 (no upper bound).
 CLI::Validator positive_number();
 
+// A byte size ("300M", "6G", common/sizes.h parse_size): an empty one is refused, never read as
+// "no cap" (issue 63); `option` names the option in the message.
+CLI::Validator byte_size(const std::string& option);
+
 // An output path given on the command line: refuses an empty one ("--out ''" wrote nothing and
 // exited 0; issue 51).
 CLI::Validator output_path();

@@ -37,4 +37,8 @@ std::string format_bytes(std::int64_t bytes) {
   return fmt::format(value >= 100 ? "{:.0f} {}" : value >= 10 ? "{:.1f} {}" : "{:.2f} {}", value, units[unit]);
 }
 
+std::string format_size(Size bytes) {
+  return bytes.saturated() ? std::string("more than 8 EiB (the estimate passed 64 bits)") : format_bytes(bytes.value());
+}
+
 }  // namespace qeval

@@ -29,6 +29,11 @@ struct NamedShape {
   std::int64_t out = 0, in = 0;
 };
 
+// x·r for a ratio r in [0, 1], saturated as x is.
+Size scaled(Size x, double r) {
+  return x.saturated() ? x : Size(static_cast<std::int64_t>(static_cast<double>(x.value()) * r));
+}
+
 std::vector<NamedShape> block_linears(const ModelConfig& c, std::int64_t layer) {
   std::vector<NamedShape> out;
   for (const std::string& name : block_linear_names(c, layer)) {
@@ -40,9 +45,9 @@ std::vector<NamedShape> block_linears(const ModelConfig& c, std::int64_t layer) 
 
 // Elements a block's forward holds per token at its peak (intermediates, twice for the per-sequence
 // outputs stacked), by the layer's kinds; `L` the window length.
-std::int64_t working_per_token(const ModelConfig& c, std::int64_t layer, std::int64_t L) {
-  const std::int64_t D = c.d_model;
-  std::int64_t n = 4 * D;
+Size working_per_token(const ModelConfig& c, std::int64_t layer, Size L) {
+  const Size D = c.d_model;
+  Size n = 4 * D;
   switch (c.mixer(layer)) {
     case MixerKind::attention:
       n += (c.n_heads + 2 * c.n_kv_heads) * c.head_dim() + c.n_heads * c.head_dim();
@@ -51,9 +56,9 @@ std::int64_t working_per_token(const ModelConfig& c, std::int64_t layer, std::in
       n += 6 * c.ssm_d_inner + c.ssm_dt_rank + 2 * c.ssm_d_state;
       break;
     case MixerKind::mamba2: {  // in_proj, conv, y, gate; the SSD's [H, T, T] masks and chunk states
-      const std::int64_t T = std::min(c.ssm_chunk, L);
+      const Size T = min(c.ssm_chunk, L);
       n += 4 * c.ssm_d_inner + 2 * c.ssm_conv_dim(MixerKind::mamba2) + 3 * c.ssm_heads * T +
-           2 * c.ssm_d_inner * c.ssm_d_state / std::max<std::int64_t>(T, 1);
+           2 * c.ssm_d_inner * c.ssm_d_state / max(T, 1);
       break;
     }
   }
@@ -66,9 +71,9 @@ std::int64_t working_per_token(const ModelConfig& c, std::int64_t layer, std::in
 }
 
 // Bytes a scheme's quantised copy of one linear holds beyond the full-precision weight it shares.
-std::int64_t quantised_bytes(const QuantSpec& w, std::int64_t out, std::int64_t in) {
-  const std::int64_t groups = w.granularity == Granularity::group && w.group_size > 0 ? (in + w.group_size - 1) / w.group_size : 1;
-  const std::int64_t scales = w.granularity == Granularity::tensor ? 1 : out * groups;
+Size quantised_bytes(const QuantSpec& w, Size out, Size in) {
+  const Size groups = w.granularity == Granularity::group && w.group_size > 0 ? (in + w.group_size - 1) / w.group_size : 1;
+  const Size scales = w.granularity == Granularity::tensor ? 1 : out * groups;
   switch (w.kind) {
     case QuantKind::int8_absmax: return out * in + scales * 4;
     case QuantKind::int4_zeropoint: return out * ((in + 1) / 2) + scales * 8;
@@ -82,15 +87,15 @@ std::int64_t quantised_bytes(const QuantSpec& w, std::int64_t out, std::int64_t 
 }
 
 struct SchemeLayerBytes {
-  std::int64_t held = 0;       // quantised weights of the layer
-  std::int64_t transient = 0;  // the largest dequantised weight a forward makes (reference paths, large-M 4-bit)
+  Size held = 0;       // quantised weights of the layer
+  Size transient = 0;  // the largest dequantised weight a forward makes (reference paths, large-M 4-bit)
 };
 
 // `device_float_bytes`: on a GPU, the compute dtype's size, because a linear without an integer
 // kernel there (int8 with per-feature activation scales, int8-fine) also holds its dequantised
 // weight in that dtype for its GEMM (docs/gpu.md); 0 on the CPU, which dequantises per call.
 SchemeLayerBytes scheme_layer_bytes(const SchemeSpec& spec, const ModelConfig& c, std::int64_t layer,
-                                    std::int64_t device_float_bytes) {
+                                    Size device_float_bytes) {
   SchemeLayerBytes b;
   const bool dequantised_on_device =
       device_float_bytes > 0 && spec.weights.kind == QuantKind::int8_absmax && !kernel_path_unavailable_reason(spec).empty();
@@ -98,16 +103,16 @@ SchemeLayerBytes scheme_layer_bytes(const SchemeSpec& spec, const ModelConfig& c
     if (!spec.selects(l.name)) continue;
     b.held += quantised_bytes(spec.weights, l.out, l.in);
     if (dequantised_on_device) b.held += l.out * l.in * device_float_bytes;
-    if (spec.weights.enabled()) b.transient = std::max(b.transient, l.out * l.in * 4);
+    if (spec.weights.enabled()) b.transient = max(b.transient, l.out * l.in * 4);
   }
   return b;
 }
 
-std::int64_t round_down(std::int64_t x, std::int64_t multiple) { return x / multiple * multiple; }
+Size round_down(Size x, Size multiple) { return x / multiple * multiple; }
 
 struct Terms {
-  std::int64_t fixed_host = 0, per_window_host = 0;
-  std::int64_t fixed_device = 0, per_window_device = 0;
+  Size fixed_host = 0, per_window_host = 0;
+  Size fixed_device = 0, per_window_device = 0;
   nlohmann::json breakdown = nlohmann::json::object();
 };
 
@@ -117,54 +122,54 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   // --dtype fp64 on the CPU: activations are float64, and every scheme's placed layer holds its
   // linears' exact float64 weights beside the float32 source (quant/quantized_linear.cpp).
   const bool fp64 = !gpu && in.placement.dtype == at::kDouble;
-  const std::int64_t dsize = gpu || fp64 ? at::elementSize(in.placement.dtype) : 4;
-  const std::int64_t D = c.d_model, V = c.vocab_size, L = std::max<std::int64_t>(in.seq_len, 2);
-  const std::int64_t B = in.batch_size, S = static_cast<std::int64_t>(in.schemes.size());
-  const std::int64_t Vb = std::min(kVocabBlock, V);
+  const Size dsize = gpu || fp64 ? at::elementSize(in.placement.dtype) : 4;
+  const Size D = c.d_model, V = c.vocab_size, L = max(in.seq_len, 2);
+  const Size B = in.batch_size, S = static_cast<std::int64_t>(in.schemes.size());
+  const Size Vb = min(kVocabBlock, V);
   Terms t;
-  auto add = [&](const char* name, std::int64_t host, std::int64_t device) {
+  auto add = [&](const char* name, Size host, Size device) {
     t.fixed_host += host;
     t.fixed_device += device;
     t.breakdown[name] = gpu ? nlohmann::json{{"host", host}, {"device", device}} : nlohmann::json(host);
   };
 
   // Weights. Largest stored tensor bytes ≈ the largest block's stored share, converted one tensor at a time.
-  const std::int64_t blocks_fp32 = [&] {
-    std::int64_t total = 0;
-    for (std::int64_t b : in.parts.blocks) total += b;
+  const Size blocks_fp32 = [&] {
+    Size total = 0;
+    for (Size b : in.parts.blocks) total += b;
     return total;
   }();
-  const std::int64_t largest_block = in.parts.largest_block();
-  const std::int64_t head_fp32 = V * D * 4;
+  const Size largest_block = in.parts.largest_block();
+  const Size head_fp32 = V * D * 4;
   const double stored_ratio = in.parts.total() > 0 ? static_cast<double>(in.parts.stored) / static_cast<double>(in.parts.total()) : 1.0;
-  const std::int64_t conversion = static_cast<std::int64_t>(static_cast<double>(largest_block) * std::min(stored_ratio, 1.0));
-  std::int64_t schemes_all = 0, schemes_layer = 0, transient = 0, heads = 0;
+  const Size conversion = scaled(largest_block, std::min(stored_ratio, 1.0));
+  Size schemes_all = 0, schemes_layer = 0, transient = 0, heads = 0;
   for (const auto& spec : in.schemes) {
     if (!spec) continue;
-    std::int64_t largest = 0;
+    Size largest = 0;
     for (std::int64_t layer = 0; layer < c.n_layers; ++layer) {
       const SchemeLayerBytes b = scheme_layer_bytes(*spec, c, layer, gpu ? dsize : 0);
       schemes_all += b.held;
-      largest = std::max(largest, b.held);
-      transient = std::max(transient, b.transient);
+      largest = max(largest, b.held);
+      transient = max(transient, b.transient);
     }
-    schemes_layer = std::max(schemes_layer, largest);
+    schemes_layer = max(schemes_layer, largest);
     if (spec->quantize_lm_head || spec->selects("lm_head")) heads += quantised_bytes(spec->weights, V, D);
   }
   // A measured RSS already holds the weights of a reader that read them at open.
   add("process", in.process_rss > 0 ? in.process_rss + kProcessGrowth : kProcessBaseline + in.reader_resident, 0);
   const bool keep_full = plan != "streamed", keep_schemes = plan == "resident";
   // Held for the whole run: what the plan keeps.
-  const std::int64_t full_kept = keep_full && !in.reader_in_memory ? blocks_fp32 + head_fp32 : 0;
-  const std::int64_t schemes_kept = keep_schemes ? schemes_all : 0;
+  const Size full_kept = keep_full && !in.reader_in_memory ? blocks_fp32 + head_fp32 : 0;
+  const Size schemes_kept = keep_schemes ? schemes_all : 0;
   if (gpu) {
     // Blocks are read onto the device in float32 and each scheme is built there (eval/evaluator.cpp);
     // the host holds no weights. `resident` keeps every scheme's placed blocks (full precision's in
     // the compute dtype) and drops the float32 block once its layer is built; `resident-weights`
     // keeps the float32 blocks to rebuild the schemes from per chunk. The head's vocabulary
     // blocks are kept in the compute dtype.
-    const std::int64_t head_device = head_fp32 / 4 * dsize;
-    const std::int64_t kept_device = !keep_full ? 0 : keep_schemes ? blocks_fp32 / 4 * dsize + schemes_kept : blocks_fp32;
+    const Size head_device = head_fp32 / 4 * dsize;
+    const Size kept_device = !keep_full ? 0 : keep_schemes ? blocks_fp32 / 4 * dsize + schemes_kept : blocks_fp32;
     add("weights_held", 0, keep_full ? kept_device + head_device : 0);
   } else {
     add("weights_held", full_kept + schemes_kept, 0);
@@ -181,40 +186,40 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   // block of its rows as read, the logits of one span of positions per scheme and full
   // precision's with their exponentials; a rewritten head is built once from the whole float one).
   const bool any_attention = std::any_of(in.attention_statistics.begin(), in.attention_statistics.end(), [](bool b) { return b; });
-  std::int64_t per_token = 0, prob_heads = 0;  // of attention
+  Size per_token = 0, prob_heads = 0;  // of attention
   bool state_space = false;
   for (std::int64_t layer = 0; layer < c.n_layers; ++layer) {
-    per_token = std::max(per_token, working_per_token(c, layer, L));
-    if (c.mixer(layer) == MixerKind::attention) prob_heads = std::max(prob_heads, c.n_heads);
+    per_token = max(per_token, working_per_token(c, layer, L));
+    if (c.mixer(layer) == MixerKind::attention) prob_heads = max(prob_heads, c.n_heads);
     state_space = state_space || c.mixer(layer) != MixerKind::attention;
   }
-  const std::int64_t working = B * L * per_token * dsize * 3 / 2;
+  const Size working = B * L * per_token * dsize * 3 / 2;
   // A state-space layer's implicit attention is reduced in blocks (stats/implicit_attention.h): a
   // handful of float64 temporaries of at most 2^22 elements, whatever L.
-  const std::int64_t implicit_blocks = state_space ? 6 * (std::int64_t{1} << 22) * 8 : 0;
-  const std::int64_t probs = any_attention ? std::max(2 * B * prob_heads * L * L * 4, implicit_blocks) : 0;
-  const std::int64_t stats = B * L * D * 8;
-  const std::int64_t read_layer = keep_full && !gpu ? 0 : largest_block + conversion;
-  const std::int64_t layer_fp64 = fp64 && !keep_schemes ? 2 * largest_block * 2 : 0;  // a layer's float64 copies, two schemes at a time
-  const std::int64_t layer_host =
+  const Size implicit_blocks = state_space ? Size(6 * (std::int64_t{1} << 22) * 8) : Size(0);
+  const Size probs = any_attention ? max(2 * B * prob_heads * L * L * 4, implicit_blocks) : 0;
+  const Size stats = B * L * D * 8;
+  const Size read_layer = keep_full && !gpu ? 0 : largest_block + conversion;
+  const Size layer_fp64 = fp64 && !keep_schemes ? 2 * largest_block * 2 : 0;  // a layer's float64 copies, two schemes at a time
+  const Size layer_host =
       read_layer + (keep_schemes ? 0 : schemes_layer) + transient + layer_fp64 + (gpu ? stats : working + probs + stats);
   // On the device, a layer being built: its float32 block and the next one's (read ahead), their
   // copy in the compute dtype, and one scheme's rewritten layer at a time.
-  const std::int64_t read_device = keep_full && !keep_schemes ? 0 : 2 * largest_block;
-  const std::int64_t layer_device =
+  const Size read_device = keep_full && !keep_schemes ? 0 : 2 * largest_block;
+  const Size layer_device =
       gpu ? read_device + largest_block / 4 * dsize + (keep_schemes ? 0 : 2 * schemes_layer) + working + probs : 0;
-  const std::int64_t head_rows = Vb * D * 4 + static_cast<std::int64_t>(static_cast<double>(Vb * D * 4) * std::min(stored_ratio, 1.0));
-  const std::int64_t logits = 6 * B * std::min(kScoreRows, L - 1) * Vb * (fp64 ? 8 : 4);
-  const std::int64_t head_host = (keep_full && !gpu ? 0 : head_rows) + (gpu ? 0 : logits) + (heads > 0 ? head_fp32 : 0);
-  const std::int64_t head_device = gpu ? Vb * D * dsize + logits : 0;
+  const Size head_rows = Vb * D * 4 + scaled(Vb * D * 4, std::min(stored_ratio, 1.0));
+  const Size logits = 6 * B * min(kScoreRows, L - 1) * Vb * (fp64 ? 8 : 4);
+  const Size head_host = (keep_full && !gpu ? 0 : head_rows) + (gpu ? 0 : logits) + (heads > 0 ? head_fp32 : 0);
+  const Size head_device = gpu ? Vb * D * dsize + logits : 0;
   t.breakdown["layer_phase"] = gpu ? nlohmann::json{{"host", layer_host}, {"device", layer_device}} : nlohmann::json(layer_host);
   t.breakdown["head_phase"] = gpu ? nlohmann::json{{"host", head_host}, {"device", head_device}} : nlohmann::json(head_host);
-  t.fixed_host += std::max(layer_host, head_host);
-  t.fixed_device += std::max(layer_device, head_device);
+  t.fixed_host += max(layer_host, head_host);
+  t.fixed_device += max(layer_device, head_device);
 
   // Per window of the chunk: every scheme's residual stream (then its head input), the whole
   // logits of rewritten heads, and the scorer's per-token state.
-  std::int64_t per_window = S * L * D * dsize + L * S * 48;
+  Size per_window = S * L * D * dsize + L * S * 48;
   for (const auto& spec : in.schemes)
     if (spec && (spec->quantize_lm_head || spec->selects("lm_head"))) per_window += (L - 1) * V * 4;
   if (gpu) {
@@ -228,7 +233,7 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   return t;
 }
 
-PlanEstimate estimate(const PlanInputs& in, const MemoryBudget& budget, const std::string& name, std::int64_t forced_chunk) {
+PlanEstimate estimate(const PlanInputs& in, const MemoryBudget& budget, const std::string& name, Size forced_chunk) {
   const Terms t = plan_terms(in, name);
   PlanEstimate e;
   e.plan.name = name;
@@ -236,34 +241,39 @@ PlanEstimate estimate(const PlanInputs& in, const MemoryBudget& budget, const st
   e.plan.keep_scheme_blocks = name == "resident";
   // On a GPU the host is idle while a layer computes: it reads and quantises the next one meanwhile.
   e.plan.prefetch_next_layer = !in.placement.on_cpu();
-  const std::int64_t B = in.batch_size;
-  const std::int64_t all = in.windows > 0 ? (in.windows + B - 1) / B * B : B;
-  std::int64_t chunk = B;
+  const Size B = in.batch_size;
+  // Every window the run has, in whole batches: no chunk holds more (a chunk of --chunk-windows
+  // 10^18 over 3 windows holds 3, and is estimated as 3).
+  const Size all = in.windows > 0 ? (Size(in.windows) + B - 1) / B * B : B;
+  Size chunk = B;
   if (forced_chunk > 0) {
-    chunk = std::max(B, round_down(forced_chunk, B));
+    chunk = min(max(B, round_down(forced_chunk, B)), max(B, all));
   } else if (name != "resident") {
     // As many windows as fit, so the checkpoint is read (and the schemes rebuilt) as few times as possible.
-    std::int64_t fit = all;
-    if (t.per_window_host > 0) fit = std::min(fit, (budget.host - t.fixed_host) / t.per_window_host);
+    Size fit = all;
+    if (t.per_window_host > 0) fit = min(fit, (Size(budget.host) - t.fixed_host) / t.per_window_host);
     if (budget.device > 0 && t.per_window_device > 0)
-      fit = std::min(fit, (budget.device - t.fixed_device) / t.per_window_device);
-    chunk = std::max(B, round_down(fit, B));
+      fit = min(fit, (Size(budget.device) - t.fixed_device) / t.per_window_device);
+    chunk = max(B, round_down(fit, B));
   }
-  e.plan.chunk_windows = chunk;
-  e.host_bytes = t.fixed_host + t.per_window_host * chunk;
-  e.device_bytes = in.placement.on_cpu() ? 0 : t.fixed_device + t.per_window_device * chunk;
+  e.plan.chunk_windows = chunk.value();
+  const Size host = t.fixed_host + t.per_window_host * chunk;
+  const Size device = in.placement.on_cpu() ? Size(0) : t.fixed_device + t.per_window_device * chunk;
+  // Saturated (past 64 bits) is an estimate like any other: more than any budget.
+  e.host_bytes = host.value();
+  e.device_bytes = device.value();
   e.breakdown = t.breakdown;
-  e.fits = e.host_bytes <= budget.host && (in.placement.on_cpu() || e.device_bytes <= budget.device);
+  e.fits = !host.saturated() && host <= budget.host && (in.placement.on_cpu() || (!device.saturated() && device <= budget.device));
   // Freed memory kept for reuse costs resident memory above the live tensors; where the estimate
   // leaves less than that much room, each layer's is handed back (EvalPlan::release_memory_per_layer).
-  e.plan.release_memory_per_layer = name == "streamed" && 2 * e.host_bytes > budget.host;
+  e.plan.release_memory_per_layer = name == "streamed" && 2 * host > budget.host;
   return e;
 }
 
 std::string plan_needs(const PlanEstimate& e, bool gpu) {
-  return gpu ? fmt::format("{} needs ~{} host and ~{} device", e.plan.name, format_bytes(e.host_bytes),
-                           format_bytes(e.device_bytes))
-             : fmt::format("{} needs ~{}", e.plan.name, format_bytes(e.host_bytes));
+  return gpu ? fmt::format("{} needs ~{} host and ~{} device", e.plan.name, format_size(e.host_bytes),
+                           format_size(e.device_bytes))
+             : fmt::format("{} needs ~{}", e.plan.name, format_size(e.host_bytes));
 }
 
 }  // namespace
@@ -330,10 +340,10 @@ std::string describe(const PlanEstimate& e, const MemoryBudget& budget) {
                                 : fmt::format("chunks of {} window(s), {}", e.plan.chunk_windows,
                                               e.plan.keep_full_blocks ? "full precision kept, each scheme's layers built per chunk"
                                                                       : "each layer read from the checkpoint per chunk");
-  std::string line = fmt::format("plan: {}, {}; peak ~{} of {} ({})", e.plan.name, chunk, format_bytes(e.host_bytes),
+  std::string line = fmt::format("plan: {}, {}; peak ~{} of {} ({})", e.plan.name, chunk, format_size(e.host_bytes),
                                  format_bytes(budget.host), budget.host_source);
   if (e.device_bytes > 0)
-    line += fmt::format("; device ~{} of {} ({})", format_bytes(e.device_bytes), format_bytes(budget.device), budget.device_source);
+    line += fmt::format("; device ~{} of {} ({})", format_size(e.device_bytes), format_bytes(budget.device), budget.device_source);
   return line;
 }
 

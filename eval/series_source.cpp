@@ -46,6 +46,14 @@ std::optional<nlohmann::json> read_json(const fs::path& path) {
   return j;
 }
 
+// A step or token count from a checkpoint's metadata: an integer >= 0 (a negative step would
+// become a trajectory row before every real one).
+std::int64_t count_at(const nlohmann::json& j, const std::string& where) {
+  const std::int64_t n = json_integer(j, where);
+  QEVAL_CHECK(n >= 0, "{}: should be a count >= 0, found {}", where, n);
+  return n;
+}
+
 nlohmann::json number_or_null(const nlohmann::json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_number() ? j[key] : nlohmann::json(nullptr);
 }
@@ -57,13 +65,13 @@ void read_qeval_metadata(const fs::path& dir, SeriesCheckpoint& c, bool step_kno
   const nlohmann::json meta = config->value("metadata", nlohmann::json::object());
   if (!meta.is_object()) return;
   if (meta.contains("step")) {
-    const std::int64_t step = json_integer(meta["step"], (dir / "config.json").string() + ": metadata.step");
+    const std::int64_t step = count_at(meta["step"], (dir / "config.json").string() + ": metadata.step");
     QEVAL_CHECK(!step_known || step == c.step, "{}: its metadata says step {}, its name or list line says {}",
                 (dir / "config.json").string(), step, c.step);
     c.step = step;
   }
   if (meta.contains("tokens_seen"))
-    c.tokens = json_integer(meta["tokens_seen"], (dir / "config.json").string() + ": metadata.tokens_seen");
+    c.tokens = count_at(meta["tokens_seen"], (dir / "config.json").string() + ": metadata.tokens_seen");
   const nlohmann::json recipe = meta.value("training", nlohmann::json::object());
   c.training = {{"lr", number_or_null(meta, "lr")},
                 {"val_loss", number_or_null(meta, "val_loss")},
@@ -78,12 +86,12 @@ bool read_trainer_state(const fs::path& dir, SeriesCheckpoint& c, bool step_know
   if (!state || !state->is_object()) return false;
   const std::string where = (dir / "trainer_state.json").string();
   if (state->contains("global_step")) {
-    const std::int64_t step = json_integer((*state)["global_step"], where + ": global_step");
+    const std::int64_t step = count_at((*state)["global_step"], where + ": global_step");
     QEVAL_CHECK(!step_known || step == c.step, "{}: global_step is {}, the folder's name or list line says {}", where,
                 step, c.step);
     c.step = step;
   }
-  if (max_steps && state->contains("max_steps")) *max_steps = json_integer((*state)["max_steps"], where + ": max_steps");
+  if (max_steps && state->contains("max_steps")) *max_steps = count_at((*state)["max_steps"], where + ": max_steps");
   // num_input_tokens_seen is 0 unless the run counted tokens (include_num_input_tokens_seen).
   if (auto t = json_int64(state->value("num_input_tokens_seen", nlohmann::json(nullptr))); t && *t > 0) c.tokens = t;
   nlohmann::json lr = nullptr, loss = nullptr, eval_loss = nullptr;

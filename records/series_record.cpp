@@ -133,6 +133,7 @@ nlohmann::json read_verified_series_record(const fs::path& path) {
   std::set<fs::path> records_seen;
   for (const auto& e : entries) {
     const std::int64_t step = e.at("step").get<std::int64_t>();
+    QEVAL_CHECK(step >= 0, "{}: step {}: a step counts optimizer steps from 0", where, step);
     QEVAL_CHECK(!last_step || step > *last_step, "{}: step {} follows step {}: a series' steps must increase, each once",
                 where, step, *last_step);
     last_step = step;

@@ -68,6 +68,11 @@ Rule parse_rule(const nlohmann::json& j, const std::string& where) {
                 where, r.reference.dump());
   }
   if (j.contains("warmup")) r.warmup = json_integer(j["warmup"], where + ": warmup");
+  // Steps count from 0: a negative warm-up or step would select the first checkpoint in silence.
+  QEVAL_CHECK(!r.warmup || *r.warmup >= 0, "{}: \"warmup\" should be a step count >= 0, found {}", where, *r.warmup);
+  for (const nlohmann::json* step : {&r.at, &r.reference})
+    QEVAL_CHECK(!json_int64(*step) || *json_int64(*step) >= 0, "{}: a step number should be >= 0, found {}", where,
+                step->dump());
   r.max = number(j, "max", where);
   r.min = number(j, "min", where);
   r.max_ratio = number(j, "max_ratio", where);
@@ -113,8 +118,9 @@ const nlohmann::json* reference_entry(const Rule& rule, const nlohmann::json& se
     std::optional<std::int64_t> warmup = rule.warmup;
     if (!warmup) {
       const nlohmann::json w = checkpoints.front().value("training", nlohmann::json::object()).value("warmup", nlohmann::json(nullptr));
-      QEVAL_CHECK(json_int64(w), "{}: the series does not know its warm-up (rule {}): add \"warmup\": STEPS to the rule",
-                  source, rule.text);
+      QEVAL_CHECK(json_int64(w) && *json_int64(w) >= 0,
+                  "{}: the series does not know its warm-up (rule {}; found {}): add \"warmup\": STEPS to the rule",
+                  source, rule.text, w.dump());
       warmup = *json_int64(w);
     }
     for (const auto& e : checkpoints)

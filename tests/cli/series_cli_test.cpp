@@ -399,6 +399,33 @@ TEST_F(SeriesCli, StepRecordsAreReusedOnlyForTheSameCheckpointAndEvaluation) {
   EXPECT_EQ(fine_series["evaluation"]["schemes"][1]["name"], "int8-fine");
 }
 
+// Issue 63: steps count from 0. A checkpoint whose metadata says step -5 is no trajectory row, and
+// a rule's negative warm-up or step is refused instead of selecting the first checkpoint.
+TEST_F(SeriesCli, NegativeStepsAndWarmupsAreRefused) {
+  test::TempDir out;
+  fs::copy(run() / "step-2", out / "ck", fs::copy_options::recursive);
+  nlohmann::json config = read_json(out / "ck" / "config.json");
+  ASSERT_TRUE(config.at("metadata").contains("step")) << config.dump();
+  config["metadata"]["step"] = -5;
+  test::write_bytes(out / "ck" / "config.json", config.dump(1));
+  test::write_bytes(out / "list.txt", (out / "ck").string() + "\n");
+  const CommandResult negative = qeval(series_eval(out / "list.txt", out / "N.json"));
+  EXPECT_EQ(negative.status, 2) << negative.output;
+  EXPECT_TRUE(contains(negative.output, "metadata.step: should be a count >= 0, found -5")) << negative.output;
+
+  const std::string series = evaluated().string();
+  for (const auto& [rule, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"quantity": "full.ppl", "reference": "first_past_warmup", "warmup": -1, "max_increase": 1})",
+            "\"warmup\" should be a step count >= 0, found -1"},
+           {R"({"quantity": "full.ppl", "at": -2, "max": 1e9})", "a step number should be >= 0, found -2"},
+           {R"({"quantity": "full.ppl", "reference": -4, "max_increase": 1})", "a step number should be >= 0, found -4"}}) {
+    test::write_bytes(out / "rules.json", R"({"rules": [)" + rule + "]}");
+    const CommandResult r = qeval("check " + series + " --tolerances " + (out / "rules.json").string());
+    EXPECT_EQ(r.status, 2) << rule << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, expected)) << rule << "\n" << r.output;
+  }
+}
+
 TEST_F(SeriesCli, CheckOnASeriesExitsZeroOneOrTwo) {
   test::TempDir out;
   const std::string series = evaluated().string();

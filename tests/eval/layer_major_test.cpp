@@ -6,6 +6,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 
 #include "common/error.h"
@@ -210,6 +212,33 @@ TEST(MemoryPlan, TakesTheFastestPlanThatFitsAndRefusesWithNumbers) {
   PlanInputs more = plan_inputs_for(model.config(), reader->part_sizes(), 12);
   const auto plans_more = estimate_plans(more, roomy);
   EXPECT_GT(plans_more[0].host_bytes, plans[0].host_bytes);
+}
+
+// Issue 63: sizes whose product passes 64 bits saturate instead of wrapping to a negative estimate
+// that "fits" every budget, and a forced chunk holds no more windows than the run has.
+TEST(MemoryPlan, EstimatesPast64BitsSaturateAndNeverFit) {
+  const Transformer model = test::random_transformer(13, false, 300, 64, 4);
+  std::unique_ptr<ModelReader> reader = transformer_reader(model);
+  PlanInputs in = plan_inputs_for(model.config(), reader->part_sizes(), 2);
+  in.attention_statistics.assign(in.schemes.size(), true);
+  in.config.n_heads = 1 << 12;  // attention probabilities: 2·B·H·L²·4 bytes = 2^65
+  in.config.n_kv_heads = 1 << 12;
+  in.batch_size = 1 << 16;
+  in.seq_len = 1 << 20;
+  const MemoryBudget roomy{1ll << 40, "test", 0, ""};
+  for (const PlanEstimate& e : estimate_plans(in, roomy)) {
+    SCOPED_TRACE(e.plan.name);
+    EXPECT_FALSE(e.fits);
+    EXPECT_EQ(e.host_bytes, std::numeric_limits<std::int64_t>::max());
+  }
+  EXPECT_TRUE(test::throws_with([&] { choose_plan(in, roomy); }, {"no evaluation plan fits", "more than 8 EiB"}));
+
+  PlanInputs few = plan_inputs_for(model.config(), reader->part_sizes(), 2);
+  few.windows = 3;
+  const PlanEstimate forced = choose_plan(few, roomy, "streamed", 4'000'000'000'000'000'000);
+  EXPECT_EQ(forced.plan.chunk_windows, 3);
+  EXPECT_GT(forced.host_bytes, 0);
+  EXPECT_TRUE(forced.fits);
 }
 
 // --- non-finite input yields no number ---------------------------------------------------------
