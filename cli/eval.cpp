@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -31,6 +32,7 @@
 #include "reports/plot.h"
 #include "records/record.h"
 #include "records/rounding_band.h"
+#include "eval/rounding_band.h"
 #include "records/run_state.h"
 #include "eval/schemes.h"
 #include "eval/static_scales.h"
@@ -65,6 +67,7 @@ struct EvalArgs {
   std::int64_t stop_after = 0;  // testing aid: stop (exit 3) once this many windows are done
   std::vector<std::string> argv;
   SeriesArgs series;  // --model a folder of checkpoints (cli/eval_series.h)
+  std::set<std::string> given;  // options given (flags or --config), for the ones that need another to act
   nlohmann::json series_stamp;  // one checkpoint of a series: the record's "series_step" (SeriesJob::stamp)
 };
 
@@ -167,7 +170,41 @@ nlohmann::json checkpoint_inputs(const EvalArgs& a, const std::string& model) {
   return inputs;
 }
 
+// Options that act only through another option are refused without it (issue 63: nothing given
+// is silently ignored).
+void check_options_take_effect(const EvalArgs& a) {
+  QEVAL_CHECK(a.rounding_band_eps == 0 || a.rounding_band > 0 || a.rounding_seed > 0,
+              "--rounding-band-eps {}: sizes the input jitter of --rounding-band and --rounding-seed, and neither is "
+              "given; add --rounding-band K or leave it out", a.rounding_band_eps);
+  const bool attention_statistics = !a.no_attention_stats && a.stats_for != "none";
+  const std::string why_not = a.stats_for == "none" ? "--stats-for none" : "--no-attention-stats";
+  QEVAL_CHECK(!a.mamba_channels_given || attention_statistics,
+              "--mamba-channels {}: chooses the channels of the Mamba layers' implicit attention, which {} does not "
+              "measure; leave one of them out", a.mamba_channels, why_not);
+  for (const char* option : {"--sink-T", "--sink-eps"})
+    QEVAL_CHECK(!a.given.count(option) || attention_statistics,
+                "{}: the sink rate is an attention statistic, which {} does not measure; leave one of them out", option,
+                why_not);
+  QEVAL_CHECK(!a.given.count("--plots-colour-scale") || !a.plots.empty(),
+              "--plots-colour-scale: colours the --plots maps, and no --plots folder is given");
+}
+
+// Each quantised scheme's rounding variants (--rounding-band) or its own jitter (--rounding-seed)
+// need a quantised scheme and an ε that moves inputs of the run's dtype; refused otherwise, never
+// measured as a band of exactly 0.
+void check_rounding_options(const EvalArgs& a, const PreparedSchemes& prepared, at::ScalarType dtype) {
+  if (a.rounding_band == 0 && a.rounding_seed == 0) return;
+  const std::string option = a.rounding_band > 0 ? fmt::format("--rounding-band {}", a.rounding_band)
+                                                 : fmt::format("--rounding-seed {}", a.rounding_seed);
+  const bool quantised = std::any_of(prepared.rewrites.begin(), prepared.rewrites.end(),
+                                     [](const std::shared_ptr<SchemeRewrite>& r) { return r != nullptr; });
+  QEVAL_CHECK(quantised, "{}: --schemes {} has no quantised scheme to vary (full precision is never jittered); add "
+              "one or leave {} out", option, a.schemes, a.rounding_band > 0 ? "--rounding-band" : "--rounding-seed");
+  check_rounding_eps(a.rounding_band_eps > 0 ? a.rounding_band_eps : kDefaultRoundingEps, dtype);
+}
+
 void run_eval(const EvalArgs& a) {
+  check_options_take_effect(a);
   if (wants_series(a.series, a.data.model)) {  // each checkpoint evaluated by this function, as if alone
     QEVAL_CHECK(a.shard.empty() && a.plots.empty() && a.state_file.empty(),
                 "--model {} is a series of checkpoints: --shard, --plots and --state-file take one checkpoint", a.data.model);
@@ -233,6 +270,7 @@ void run_eval(const EvalArgs& a) {
     return calibrator.scales_for(spec);
   };
   PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
+  check_rounding_options(a, prepared, inputs.placement.dtype);
   if (a.mamba_channels_given && !inputs.model->config().has_mixer(MixerKind::mamba))
     fmt::print(stderr, "note: --mamba-channels {} has nothing to choose from: {} has no Mamba (S6) layer\n",
                a.mamba_channels, inputs.model_path.string());
@@ -410,8 +448,10 @@ void add_eval_command(CLI::App& app) {
   add_series_options(cmd, args->series);
   cmd->add_option("--stop-after", args->stop_after, "stop (exit 3) after this many windows, saving state (for testing --resume)")
       ->check(integer_in(0))->group("");
-  cmd->callback([args] {
+  cmd->callback([args, cmd] {
     args->argv = command_line;
+    for (const char* option : {"--sink-T", "--sink-eps", "--plots-colour-scale"})
+      if (cmd->count(option) > 0) args->given.insert(option);
     run_eval(*args);
   });
 }

@@ -17,6 +17,9 @@
 #include "cli/option_checks.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/host_memory.h"
+#include "common/sizes.h"
+#include "loaders/tokenizers/tokenizer.h"
 #include "kernels/compute_threads.h"
 #include "train/trainer.h"
 
@@ -151,7 +154,17 @@ ModelConfig model_config(const TrainArgs& a) {
               "--position rope: --layer-pattern '{}' has no attention layer to rotate (use none or learned)",
               a.layer_pattern);
   c.rope_pairing = RopePairing::interleaved;
+  // Attention-only options on a pattern without attention would be recorded in the config as if
+  // they had shaped the model (a "softmax-1 model" with no softmax in it): refused.
+  for (const char* option : {"--softmax", "--n-heads", "--n-kv-heads"})
+    QEVAL_CHECK(attention || !a.given.count(option), "{}: --layer-pattern '{}' has no attention layer for it to shape",
+                option, a.layer_pattern);
   c.attention_softmax = parse_softmax(a.softmax);
+  const bool dense = std::any_of(c.layer_ffns.begin(), c.layer_ffns.end(), [](FfnKind f) { return f == FfnKind::dense; }) ||
+                     c.layer_ffns.empty();
+  for (const char* option : {"--mlp", "--d-ff"})
+    QEVAL_CHECK(dense || !a.given.count(option), "{}: --layer-pattern '{}' has no dense MLP for it to shape", option,
+                a.layer_pattern);
   c.mlp = parse_mlp(a.mlp.empty() ? (gpt2 ? "gelu" : "swiglu") : a.mlp);
   const bool bias = a.bias.empty() ? gpt2 : on_off(a.bias, "--bias");
   c.attention_bias = bias;
@@ -205,6 +218,60 @@ ModelConfig model_config(const TrainArgs& a) {
   return c;
 }
 
+// An optimizer's own options given to another optimizer change nothing: refused.
+void check_optimizer_options(const TrainArgs& a) {
+  const bool adam = a.optimizer == "adam" || a.optimizer == "adamw" || a.optimizer == "orthoadam";
+  QEVAL_CHECK(a.optimizer == "sgd" || !a.given.count("--momentum"), "--momentum: SGD's, and --optimizer is {}",
+              a.optimizer);
+  for (const char* option : {"--beta1", "--beta2", "--eps"})
+    QEVAL_CHECK(adam || !a.given.count(option), "{}: Adam's, and --optimizer is {}", option, a.optimizer);
+  for (const char* option : {"--transform", "--transform-seed", "--dense-max"})
+    QEVAL_CHECK(a.optimizer == "orthoadam" || !a.given.count(option), "{}: OrthoAdam's, and --optimizer is {}", option,
+                a.optimizer);
+}
+
+// What one training step holds at its peak, estimated before the first (issue 63: sizes inside
+// each option's range whose product cannot fit ended, minutes in, in LibTorch's allocator
+// message). Float32 throughout: weights, gradients and the optimizer's state per parameter; the
+// activations autograd keeps for the backward pass per token and layer (norms, projections, the
+// mixer's and MLP's intermediates), attention's scores and probabilities per head and pair of
+// positions where the fused kernel cannot run; the logits with their log-softmax and gradient. A
+// lower bound (allocator slack and OrthoAdam's transforms are left out), so a run it refuses
+// cannot fit.
+void check_train_memory(const TrainArgs& a, const train::TrainOptions& o) {
+  ModelConfig c = o.model;
+  if (c.vocab_size == 0) c.vocab_size = load_tokenizer(o.tokenizer)->vocab_size();
+  const Size P = c.parameter_count();
+  const Size state_per_parameter = a.optimizer == "sgd" ? (a.momentum > 0 ? 1 : 0) : 2;
+  const Size parameters = P * (Size(2) + state_per_parameter) * 4;
+  const Size B = a.batch_size, L = a.seq_len, D = c.d_model;
+  Size per_token = 0, pairs = 0;
+  for (std::int64_t layer = 0; layer < c.n_layers; ++layer) {
+    per_token += Size(8) * D;
+    switch (c.mixer(layer)) {
+      case MixerKind::attention:
+        // Scores and probabilities [B, H, L, L] where the fused kernel cannot run (softmax-1, a
+        // window); the fused one keeps none.
+        if (c.attention_softmax == SoftmaxKind::softmax1 || !c.attention_windows.empty()) pairs += Size(2) * c.n_heads;
+        break;
+      case MixerKind::mamba:  // the trainable scan recomputes its states in the backward pass
+      case MixerKind::mamba2: per_token += Size(6) * c.ssm_d_inner; break;
+    }
+    if (c.ffn(layer) == FfnKind::dense) per_token += Size(3) * c.d_ff;
+  }
+  const Size activations = (B * L * per_token + B * L * L * pairs + Size(3) * B * L * c.vocab_size) * 4;
+  const Size needed = parameters + activations;
+  const HostMemory host = read_host_memory();
+  const std::int64_t usable = host.usable();
+  if (usable <= 0 || needed <= usable) return;
+  fail("train needs at least ~{} and the machine leaves {} ({}): the weights, gradients and {} optimizer state of {} "
+       "parameters take {} (--d-model {}, --n-layers {}, --d-ff {}, a vocabulary of {}{}), one step's activations {} "
+       "(--batch-size {} x --seq-len {}, per layer and token and, for attention, per pair of positions); lower them",
+       format_size(needed), format_bytes(usable), host.usable_source(), a.optimizer, P.value(), format_size(parameters),
+       a.d_model, a.n_layers, c.d_ff, c.vocab_size, c.ssm_d_inner > 0 ? fmt::format(", --ssm-expand {}", a.ssm_expand) : "",
+       format_size(activations), a.batch_size, a.seq_len);
+}
+
 void run_train(const TrainArgs& a) {
   // Everything that can be refused is refused before a step is taken.
   ModelConfig model = model_config(a);
@@ -219,6 +286,7 @@ void run_train(const TrainArgs& a) {
     fmt::print(stderr, "note: no --out given: the trained model is discarded when training ends (pass --out DIR to "
                "keep it)\n");
   }
+  check_optimizer_options(a);
   if (a.threads > 0) kernels::set_compute_threads(cap_threads(a.threads));
   const std::optional<std::string> data_dir = a.data_dir.empty() ? std::nullopt : std::optional<std::string>(a.data_dir);
   train::TrainOptions o;
@@ -261,6 +329,7 @@ void run_train(const TrainArgs& a) {
   o.log_every = a.log_every;
   o.progress = !a.quiet;
   QEVAL_CHECK(!o.out.empty() || a.stop_after == 0, "--stop-after needs --out (the checkpoint to resume from)");
+  check_train_memory(a, o);
   train::TrainResult r = train::run_training(o);
   fmt::print("trained {} steps{}: train loss {:.4f}, validation loss {:.4f}{}\n", r.step,
              r.stopped_early ? " (stopped early)" : "", r.last_train_loss, r.val_loss,
@@ -353,7 +422,9 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_flag("--quiet,-q", a->quiet, "no progress on stderr");
   cmd->callback([a, cmd] {
-    for (const char* option : {"--attention-window", "--ssm-state", "--ssm-expand", "--ssm-conv", "--ssm-dt-rank", "--ssm-head-dim"})
+    for (const char* option : {"--attention-window", "--ssm-state", "--ssm-expand", "--ssm-conv", "--ssm-dt-rank",
+                               "--ssm-head-dim", "--softmax", "--n-heads", "--n-kv-heads", "--mlp", "--d-ff", "--momentum",
+                               "--beta1", "--beta2", "--eps", "--transform", "--transform-seed", "--dense-max"})
       if (cmd->count(option) > 0) a->given.insert(option);
     run_train(*a);
   });

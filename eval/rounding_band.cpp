@@ -1,5 +1,7 @@
 #include "eval/rounding_band.h"
 
+#include <cmath>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
@@ -170,6 +172,27 @@ void jitter_quantised_inputs(EvalScheme& scheme, std::uint64_t seed, double eps)
     }
     if (inner_begin) inner_begin(indices);
   };
+}
+
+double rounding_eps_floor(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kDouble: return std::ldexp(1.0, -54);
+    case at::kHalf: return std::ldexp(1.0, -12);
+    case at::kBFloat16: return std::ldexp(1.0, -9);
+    default: return std::ldexp(1.0, -25);  // float32
+  }
+}
+
+void check_rounding_eps(double eps, at::ScalarType dtype, const std::string& option) {
+  const double floor = rounding_eps_floor(dtype);
+  // The factor's ε is the dtype's own: a float32 ε just above 2^-25 rounds to 2^-25 itself.
+  const double effective = dtype == at::kDouble ? eps : static_cast<double>(static_cast<float>(eps));
+  const std::string name = dtype == at::kDouble ? "float64" : dtype == at::kHalf ? "float16" : dtype == at::kBFloat16 ? "bfloat16" : "float32";
+  QEVAL_CHECK(effective > floor,
+              "{} {}: moves no {} input (1 + ε·u rounds to 1 for every u in [-1, 1] while ε <= 2^{} = {:.3g}), so every "
+              "rounding variant would be the scheme itself and the band exactly 0; the smallest ε that moves inputs is "
+              "just above 2^{}, e.g. 2^{} = {:.3g} (default 2^-22)",
+              option, eps, name, std::ilogb(floor), floor, std::ilogb(floor), std::ilogb(floor) + 1, 2 * floor);
 }
 
 }  // namespace qeval

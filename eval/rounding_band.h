@@ -17,6 +17,8 @@
 // folds them into their scheme's band.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,6 +42,15 @@ EvalScheme rounding_variant(const EvalScheme& scheme, const SchemeSpec& spec, co
 // the input jitter of `seed` (after its own wrap_block, beside its own begin_batch): the scheme evaluated as another, equally valid implementation
 // (`eval --rounding-seed S`, which gates use to see a penalty move by rounding alone).
 void jitter_quantised_inputs(EvalScheme& scheme, std::uint64_t seed, double eps);
+
+// The largest ε that moves no input of a quantised linear computed in `dtype`: the jitter factor
+// 1 + ε·u (|u| <= 1) is computed in that dtype, and rounds to 1 for every u while ε·|u| is at
+// most half the dtype's spacing below 1.0 (float32: 2^-25; float64: 2^-54; float16: 2^-12;
+// bfloat16: 2^-9). An ε at or below it makes every variant the scheme itself: a band of exactly 0
+// that measured nothing.
+double rounding_eps_floor(at::ScalarType dtype);
+// Throws, naming `option`, the dtype and the smallest ε that moves inputs, when `eps` moves none.
+void check_rounding_eps(double eps, at::ScalarType dtype, const std::string& option = "--rounding-band-eps");
 
 // "int8-moderate~r3".
 std::string rounding_variant_name(const std::string& scheme, std::uint64_t seed);

@@ -197,7 +197,7 @@ TEST(LayerPatternCli, OptionsReachTheCheckpointAndBadPatternsAreRefused) {
   test::TempDir dir;
   const std::string data = small_text(dir).string(), tok = test::data_path("models/stories260K/tok512.bin").string();
   const std::string common = "train -q --data " + data + " --tokenizer " + tok +
-                             " --arch llama --d-model 32 --n-heads 4 --seq-len 32 --batch-size 2 --steps 2 --warmup 1"
+                             " --arch llama --d-model 32 --seq-len 32 --batch-size 2 --steps 2 --warmup 1"
                              " --threads 1";
   const std::string out = (dir / "ck").string();
   auto r = test::run_qeval(common + " --n-layers 3 --layer-pattern mamba:dense,attention:dense --attention-window 8"
@@ -234,6 +234,15 @@ TEST(LayerPatternCli, OptionsReachTheCheckpointAndBadPatternsAreRefused) {
            {"--layer-pattern mamba:dense --norm layernorm", "need --norm rmsnorm"},
            {"--layer-pattern mamba:dense --position rope", "no attention layer"},
            {"--layer-pattern mamba:dense --attention-window 8", "--attention-window 8"},
+           // Issue 63: attention-only options on an attention-free pattern shape nothing (a Mamba model
+           // was recorded as a softmax-1 one), nor do MLP options without a dense MLP.
+           {"--layer-pattern mamba:dense --softmax softmax1", "--softmax: --layer-pattern 'mamba:dense' has no attention layer"},
+           {"--layer-pattern mamba:dense --n-heads 8", "--n-heads: --layer-pattern 'mamba:dense' has no attention layer"},
+           {"--layer-pattern mamba2:dense --n-kv-heads 2", "--n-kv-heads"},
+           {"--layer-pattern mamba:none --d-ff 64", "--d-ff: --layer-pattern 'mamba:none' has no dense MLP"},
+           {"--optimizer adam --momentum 0.5", "--momentum: SGD's"},
+           {"--optimizer sgd --beta2 0.9", "--beta2: Adam's"},
+           {"--optimizer adamw --dense-max 64", "--dense-max: OrthoAdam's"},
            {"--ssm-state 8", "--ssm-state"},
            {"--layer-pattern mamba2:dense --ssm-dt-rank 4", "--ssm-dt-rank"},
            {"--layer-pattern mamba2:dense --ssm-head-dim 48", "--ssm-head-dim 48"},
