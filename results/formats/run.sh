@@ -16,8 +16,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/results/formats"
 qeval="${QEVAL_BUILD_DIR:-$root/build}/qeval"
-models=${MODELS:-smollm2-135m}
-texts=${TEXTS:-wikitext2 c4}
+models=${MODELS-smollm2-135m}  # MODELS= runs the pair alone
+texts=${TEXTS-wikitext2 c4}
 band=${BAND:-4}
 seed_presets=int8-fine,int8-moderate,int8-coarse,int8-vectorwise,w4-zeropoint,w4-zeropoint-g128
 format_presets=fp8-e4m3,fp8-e4m3-tensor,fp8-e4m3-static,fp8-e4m3-static-keep1,fp8-e5m2,mxfp8,mxfp6,mxfp4,mxfp4-keep1,mxfp4-weights,nvfp4,nvfp4-weights,int8-moderate-static

@@ -12,7 +12,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/results/kv-cache"
 qeval="${QEVAL_BUILD_DIR:-$root/build}/qeval"
-models=${MODELS:-smollm2-135m}
+models=${MODELS-smollm2-135m}  # MODELS= runs the pair alone
 windows=${WINDOWS:-32}
 band=${BAND:-2}
 presets=kv-int8,kv-fp8,kv-q8_0,kv-q4_0,kv-q4_0-keep1,kv-int4,kv-int4-keep1,w8a8-kv8,int8-vectorwise
