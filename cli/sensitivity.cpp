@@ -53,8 +53,14 @@ void run_sensitivity_command(const SensitivityArgs& a) {
   }
   SchemeSpec base = resolve_scheme(a.scheme);
   if (a.quantize_lm_head) base.quantize_lm_head = true;
+  // Issue 63: an ε without a band changes nothing; one that moves no input would measure a band of 0.
+  QEVAL_CHECK(a.rounding_band_eps == 0 || a.rounding_band > 0,
+              "--rounding-band-eps {}: sizes the input jitter of --rounding-band, which is not given; add "
+              "--rounding-band K or leave it out", a.rounding_band_eps);
 
   EvalInputs inputs = prepare_eval_inputs(a.data);
+  if (a.rounding_band > 0)
+    check_rounding_eps(a.rounding_band_eps > 0 ? a.rounding_band_eps : kDefaultRoundingEps, inputs.placement.dtype);
   if (base.needs_calibration()) {  // a static input scale, calibrated once for every unit
     PhaseScope calibration(Phase::transform, kNoScheme);
     StaticScaleCalibrator calibrator(

@@ -53,6 +53,10 @@ TEST(IgnoredOptions, EvalOptionsWithoutEffectAreRefused) {
            {"--max-memory 0.1B", {"--max-memory", "at least one byte"}},
        })
     expect_refused(kSmall + " " + bad.options, bad.expected);
+  // sensitivity's band takes the same ε, under the same rules.
+  const std::string sensitivity = "sensitivity -q --tokenizer " + test::kStoriesTokenizer + " --seq-len 32 --max-windows 2";
+  expect_refused(sensitivity + " --rounding-band-eps 1e-5", {"--rounding-band-eps 1e-05: sizes the input jitter of --rounding-band"});
+  expect_refused(sensitivity + " --rounding-band 1 --rounding-band-eps 1e-9", {"--rounding-band-eps 1e-09: moves no float32 input"});
 }
 
 // The smallest power of two above the floor moves inputs: the band it reports was measured.
