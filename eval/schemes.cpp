@@ -143,7 +143,11 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
         QEVAL_CHECK(options.calibrate != nullptr,
                     "scheme {}: its static input scale needs calibration windows, which this command does not provide",
                     spec.name);
-        spec.calibrated = options.calibrate(spec);
+        try {
+          spec.calibrated = options.calibrate(spec);
+        } catch (const Error& e) {  // the calibration source does not know which scheme asked
+          fail("scheme {}: calibration.windows {}: {}", spec.name, spec.input_activations.calibration->windows, e.what());
+        }
       }
       rewrite = std::make_shared<SchemeRewrite>(spec, linears);
       rewrite->check_model(config, "'" + config.architecture + "'");

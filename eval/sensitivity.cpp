@@ -156,6 +156,11 @@ std::vector<SensitivityUnit> sensitivity_units(const ModelConfig& config, const 
     if (added) units.push_back({kind, {}});
     units[it->second].layers.push_back(name);
   }
+  // A kv_cache-only scheme (kv-*) has no linear to rank: say so rather than list include/exclude.
+  QEVAL_CHECK(!units.empty() || !base.kv_cache.enabled() || base.quantizes_linears(),
+              "sensitivity: scheme {} quantises only the key/value cache (kv_cache, format {}); sensitivity ranks the "
+              "linear layers a scheme quantises one unit at a time, and this scheme quantises none; evaluate it with "
+              "qeval eval", base.name, to_string(base.kv_cache.format));
   QEVAL_CHECK(!units.empty(),
               "sensitivity: scheme {} selects no linear of this model (include [{}], exclude [{}], quantize_lm_head {}); "
               "its linears are: {}",

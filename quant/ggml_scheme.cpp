@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "quant/ggml_quants.h"
+#include "quant/spec_json.h"
 
 namespace qeval {
 namespace {
@@ -166,24 +167,26 @@ QuantSpec ggml_weights_from_json(const nlohmann::json& j, const std::string& whe
   QuantSpec q;
   q.kind = QuantKind::ggml;
   for (auto it = j.begin(); it != j.end(); ++it)
-    QEVAL_CHECK(it.key() == "kind" || it.key() == "type" || it.key() == "file_type" || it.key() == "activations" ||
-                    it.key() == "bits",
+    // No "bits": a file type mixes several widths, and a key that is read and ignored would pass a typo.
+    QEVAL_CHECK(it.key() == "kind" || it.key() == "type" || it.key() == "file_type" || it.key() == "activations",
                 "{}: unknown key '{}' for kind ggml; valid keys: kind, type, file_type, activations", where, it.key());
   QEVAL_CHECK(j.contains("type") != j.contains("file_type"),
               "{}: kind ggml needs exactly one of \"type\" (one llama.cpp type for every tensor, e.g. \"q4_k\") or "
               "\"file_type\" (llama-quantize's choice per tensor: {})",
               where, fmt::join(ggml_file_type_names(), ", "));
   if (j.contains("type")) {
-    q.ggml_type = ggml_type_label(ggml_type_from_json_name(j.at("type").get<std::string>(), where + ": type", false));
+    const std::string type = spec_string(j.at("type"), where + ": type", "a llama.cpp type such as q4_k");
+    q.ggml_type = ggml_type_label(ggml_type_from_json_name(type, where + ": type", false));
   } else {
-    const std::string f = lower(j.at("file_type").get<std::string>());
+    const std::string f = lower(spec_string(j.at("file_type"), where + ": file_type",
+                                            fmt::format("{}", fmt::join(ggml_file_type_names(), ", "))));
     const auto& names = ggml_file_type_names();
     QEVAL_CHECK(std::find(names.begin(), names.end(), f) != names.end(), "{}: unknown file_type '{}'; valid: {}", where,
                 j.at("file_type").get<std::string>(), fmt::join(names, ", "));
     q.ggml_file_type = f;
   }
   if (j.contains("activations")) {
-    const std::string a = j.at("activations").get<std::string>();
+    const std::string a = spec_string(j.at("activations"), where + ": activations", "none, gguf-q8");
     QEVAL_CHECK(a == "none" || a == "gguf-q8", "{}: activations '{}' is not valid for kind ggml; valid: none, gguf-q8",
                 where, a);
     q.ggml_q8_activations = a == "gguf-q8";
@@ -202,7 +205,8 @@ nlohmann::json ggml_weights_to_json(const QuantSpec& q) {
 bool is_ggml_scheme_key(const std::string& key) { return key == "tensor_types" || key == "quantize_embedding"; }
 
 void ggml_scheme_keys_from_json(const nlohmann::json& j, SchemeSpec& s, const std::string& source) {
-  if (j.contains("quantize_embedding")) s.quantize_embedding = j.at("quantize_embedding").get<bool>();
+  if (j.contains("quantize_embedding"))
+    s.quantize_embedding = spec_bool(j.at("quantize_embedding"), source + ": quantize_embedding");
   if (j.contains("tensor_types")) {
     const nlohmann::json& t = j.at("tensor_types");
     QEVAL_CHECK(t.is_object(), "{}: tensor_types: expected an object of name pattern -> type, e.g. "
@@ -263,7 +267,8 @@ bool selects_embedding(const SchemeSpec& s) {
 
 GgmlTypePlan::GgmlTypePlan(const SchemeSpec& spec, const std::vector<std::string>& linear_names,
                            const ModelConfig& config)
-    : weights_(spec.weights),
+    : scheme_(spec.name),
+      weights_(spec.weights),
       n_layers_(config.n_layers),
       n_gqa_(config.n_kv_heads > 0 ? config.n_heads / config.n_kv_heads : 1),
       n_experts_(config.moe_experts),
@@ -297,8 +302,8 @@ std::optional<std::string> GgmlTypePlan::override_of(const std::string& name) co
   std::optional<std::string> found;
   for (const auto& [pattern, type] : overrides_) {
     if (!glob_match(pattern, name)) continue;
-    QEVAL_CHECK(!found, "tensor_types: tensor {} matches two patterns, '{}' and '{}'; make them disjoint", name, *found,
-                pattern);
+    QEVAL_CHECK(!found, "scheme {}: tensor_types: tensor {} matches two patterns, '{}' and '{}'; make them disjoint",
+                scheme_, name, *found, pattern);
     found = pattern;
   }
   return found;
@@ -309,8 +314,9 @@ GgmlTensorChoice GgmlTypePlan::choose(const std::string& name, std::int64_t nx) 
   auto forced = [&](GgmlType t, const std::string& what) {
     const std::int64_t block = ggml_block_elements(t);
     QEVAL_CHECK(nx % block == 0,
-                "{}: {} forces {} on tensor {}, whose rows are {} values long (its input width), not a multiple of {}'s "
-                "block of {}", what, ggml_type_label(t), ggml_type_label(t), name, nx, ggml_type_label(t), block);
+                "scheme {}: {}: {} forces {} on tensor {}, whose rows are {} values long (its input width), not a "
+                "multiple of {}'s block of {}", scheme_, what, ggml_type_label(t), ggml_type_label(t), name, nx,
+                ggml_type_label(t), block);
     c.type = t;
     c.rule = what;
     return c;

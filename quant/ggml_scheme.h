@@ -92,6 +92,7 @@ class GgmlTypePlan {
   GgmlTensorChoice choose(const std::string& name, std::int64_t in_features) const;
 
  private:
+  std::string scheme_;  // the scheme's name, in every message
   QuantSpec weights_;
   std::vector<std::pair<std::string, GgmlType>> overrides_;
   std::int64_t n_layers_ = 0, n_gqa_ = 1, n_experts_ = 0;

@@ -12,8 +12,10 @@
 #include "common/files.h"
 #include "common/json_integer.h"
 #include "common/printable.h"
+#include "common/strict_json.h"
 #include "quant/ggml_scheme.h"
 #include "quant/presets_embedded.h"
+#include "quant/spec_json.h"
 
 namespace qeval {
 namespace {
@@ -89,7 +91,9 @@ ActivationCalibration calibration_from_json(const nlohmann::json& j, const std::
   c.windows = json_integer(j.at("windows"), where + ": calibration.windows");
   QEVAL_CHECK(c.windows >= 1, "{}: calibration.windows should be at least 1 (full-precision windows that set the static "
               "scale), found {}", where, c.windows);
-  const std::string statistic = j.contains("statistic") ? j.at("statistic").get<std::string>() : "max";
+  const std::string statistic =
+      j.contains("statistic") ? spec_string(j.at("statistic"), where + ": calibration.statistic", "max, percentile:P")
+                              : "max";
   if (statistic != "max") {
     const std::string prefix = "percentile:";
     QEVAL_CHECK(statistic.rfind(prefix, 0) == 0 && statistic.size() > prefix.size(),
@@ -97,10 +101,14 @@ ActivationCalibration calibration_from_json(const nlohmann::json& j, const std::
                 statistic);
     std::size_t used = 0;
     double p = 0;
-    try {
-      p = std::stod(statistic.substr(prefix.size()), &used);
-    } catch (const std::exception&) {
-      used = 0;
+    const std::string number = statistic.substr(prefix.size());
+    // A decimal number only: std::stod would also read "0x10" as 16 and "inf".
+    if (number.find_first_not_of("0123456789.eE+-") == std::string::npos) {
+      try {
+        p = std::stod(number, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
     }
     QEVAL_CHECK(used == statistic.size() - prefix.size() && std::isfinite(p) && p > 0 && p <= 100,
                 "{}: calibration.statistic '{}': the percentile must be a number in (0, 100] (100 is the maximum)",
@@ -124,7 +132,7 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
               where);
   QuantSpec q;
   try {
-    q.kind = parse_kind(j.at("kind").get<std::string>(), where);
+    q.kind = parse_kind(spec_string(j.at("kind"), where + ": kind"), where);
     if (q.kind == QuantKind::ggml) {
       QEVAL_CHECK(role == Role::weights, "{}: kind ggml (llama.cpp's types) is for weights only", where);
       return ggml_weights_from_json(j, where);
@@ -149,7 +157,8 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
       const std::vector<std::string> choices = granularity_choices(role, q.kind);
       QEVAL_CHECK(j.contains("granularity"), "{}: kind {} needs a granularity; valid: {}", where, to_string(q.kind),
                   fmt::join(choices, ", "));
-      const std::string g = j.at("granularity").get<std::string>();
+      const std::string g =
+          spec_string(j.at("granularity"), where + ": granularity", fmt::format("{}", fmt::join(choices, ", ")));
       bool found = false;
       for (auto cand : {Granularity::tensor, Granularity::channel, Granularity::token, Granularity::feature}) {
         if (g == to_string(cand)) q.granularity = cand, found = true;
@@ -177,14 +186,15 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
                                                        : "e2m1";
       QEVAL_CHECK(q.kind == QuantKind::nvfp4 || j.contains("element"), "{}: kind {} needs an \"element\"; valid: {}",
                   where, to_string(q.kind), elements);
-      const std::string name = j.contains("element") ? j.at("element").get<std::string>() : "e2m1";
+      const std::string name =
+          j.contains("element") ? spec_string(j.at("element"), where + ": element", elements) : "e2m1";
       const std::optional<ElementType> element = parse_element_type(name);
       QEVAL_CHECK(element && std::string(elements).find(name) != std::string::npos,
                   "{}: element '{}' is not valid for kind {}; valid: {}", where, name, to_string(q.kind), elements);
       q.element = *element;
     }
     if (j.contains("scale_rounding")) {
-      const std::string r = j.at("scale_rounding").get<std::string>();
+      const std::string r = spec_string(j.at("scale_rounding"), where + ": scale_rounding", "floor, up");
       QEVAL_CHECK(r == "floor" || r == "up",
                   "{}: scale_rounding '{}' is not valid; valid: floor (OCP MX v1.0), up (Transformer Engine)", where, r);
       q.scale_round_up = r == "up";
@@ -533,20 +543,22 @@ SchemeSpec scheme_from_json(const nlohmann::json& j, const std::string& source) 
                 fmt::join(keys, ", "));
   SchemeSpec s;
   try {
-    if (j.contains("name")) s.name = j.at("name").get<std::string>();
-    if (j.contains("description")) s.description = j.at("description").get<std::string>();
+    if (j.contains("name")) s.name = spec_string(j.at("name"), source + ": name");
+    if (j.contains("description")) s.description = spec_string(j.at("description"), source + ": description");
     if (j.contains("weights")) s.weights = quant_from_json(j.at("weights"), Role::weights, source);
     if (j.contains("input_activations"))
       s.input_activations = quant_from_json(j.at("input_activations"), Role::input_activations, source);
     if (j.contains("output_activations"))
       s.output_activations = quant_from_json(j.at("output_activations"), Role::output_activations, source);
-    if (j.contains("quantize_lm_head")) s.quantize_lm_head = j.at("quantize_lm_head").get<bool>();
-    if (j.contains("quantize_ssm_inner")) s.quantize_ssm_inner = j.at("quantize_ssm_inner").get<bool>();
+    if (j.contains("quantize_lm_head"))
+      s.quantize_lm_head = spec_bool(j.at("quantize_lm_head"), source + ": quantize_lm_head");
+    if (j.contains("quantize_ssm_inner"))
+      s.quantize_ssm_inner = spec_bool(j.at("quantize_ssm_inner"), source + ": quantize_ssm_inner");
     if (j.contains("include")) s.include = string_list(j.at("include"), source + ": include");
     if (j.contains("exclude")) s.exclude = string_list(j.at("exclude"), source + ": exclude");
     ggml_scheme_keys_from_json(j, s, source);
     if (j.contains("execution")) {
-      const std::string e = j.at("execution").get<std::string>();
+      const std::string e = spec_string(j.at("execution"), source + ": execution", "auto, reference, kernel");
       bool found = false;
       for (auto cand : kExecutions)
         if (to_string(cand) == e) s.execution = cand, found = true;
@@ -600,12 +612,8 @@ SchemeSpec resolve_scheme(const std::string& name_or_path) {
   if (!std::filesystem::is_regular_file(path, ec))
     fail("unknown scheme '{}': neither a preset name (presets: {}) nor a path to a JSON scheme file", name_or_path,
          fmt::join(preset_names(), ", "));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("scheme file {}: invalid JSON: {}", path.string(), e.what());
-  }
+  // Strict: a key given twice ("kv_cache" or "format" twice) is refused, never the last one taken.
+  const nlohmann::json j = parse_json_strict(read_file(path), "scheme file " + path.string());
   SchemeSpec s = scheme_from_json(j, "scheme file " + path.string());
   if (!j.contains("name")) {
     s.name = path.stem().string();
