@@ -30,6 +30,8 @@ def evaluate(model: PathLike, data: Optional[PathLike] = None, schemes: Union[No
     if data is not None:
         args += ["--data", os.fspath(data)]
     if schemes is not None:
+        if not schemes:  # "--schemes ''" would run the binary's default list, not "no scheme"
+            raise ValueError("evaluate: schemes is empty; give at least one scheme, or None for the binary's default list")
         args += ["--schemes", schemes if isinstance(schemes, str) else ",".join(schemes)]
     args += ["--out", os.fspath(out)]
     args += option_args(options)

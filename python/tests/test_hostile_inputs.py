@@ -107,3 +107,9 @@ def test_compare_refusals_come_before_pandas(binary, tmp_path, monkeypatch):
     with pytest.raises(qeval.QevalError) as e:
         qeval.compare([tmp_path / "none.json"], binary=binary)
     assert "none.json" in e.value.message
+
+
+def test_evaluate_refuses_an_empty_scheme_list(tmp_path):
+    # Was: schemes=[] became "--schemes ''", and the binary ran its default list.
+    with pytest.raises(ValueError, match="schemes is empty"):
+        qeval.evaluate(tmp_path / "m.bin", schemes=[], binary="/bin/true")
