@@ -358,7 +358,7 @@ TEST_F(SeriesCli, StepRecordsAreReusedOnlyForTheSameCheckpointAndEvaluation) {
   const nlohmann::json original = read_json(out / "S.json");
   const CommandResult same = qeval(series_eval(out / "run", out / "S.json"));
   ASSERT_EQ(same.status, 0) << same.output;
-  EXPECT_FALSE(contains(same.output, "again")) << same.output;
+  EXPECT_FALSE(contains(same.output, "is not reused")) << same.output;
 
   // 1. step 4's config.json: norm_eps 1e-5 -> 0.5, the weights untouched.
   nlohmann::json config = read_json(out / "run" / "step-4" / "config.json");
