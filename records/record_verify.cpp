@@ -15,8 +15,10 @@
 #include "common/printable.h"
 #include "common/json_diff.h"
 #include "eval/evaluator.h"
+#include "records/rounding_band.h"
 #include "records/run_state.h"
 #include "records/statistics_verify.h"
+#include "records/timings_verify.h"
 #include "stats/statistics.h"
 #include "records/window_rows.h"
 
@@ -74,7 +76,7 @@ void check_scored_per_window(const nlohmann::json& protocol, const Rows& rows, c
 }
 
 void check_summary(const nlohmann::json& scheme, const std::string& name, const SchemeSummary& s,
-                   const SchemeSummary& full, std::int64_t model_layers, const std::string& source) {
+                   const SchemeSummary& full, const StatisticsShape& shape, const std::string& source) {
   const std::string where = fmt::format("{}: scheme {}", source, name);
   const nlohmann::json& p = field(scheme, "perplexity", where);
   QEVAL_CHECK(integer_field(p, "windows", where + ": perplexity") == s.windows &&
@@ -104,7 +106,7 @@ void check_summary(const nlohmann::json& scheme, const std::string& name, const 
     QEVAL_CHECK(json_integer(st["windows"], where + ": statistics.windows") == s.windows,
                 "{}: statistics cover {} windows, the perplexity {}: they must be the same windows", where,
                 json_text(st["windows"]), s.windows);
-  if (st.is_object()) verify_statistics_summary(st, model_layers, where);
+  if (st.is_object()) verify_statistics_summary(st, shape, where);
 }
 
 // A shard record: its windows are its own, its state is its rows, and (when it says how many
@@ -237,13 +239,13 @@ RecordVerification verify_record(const nlohmann::json& record, const std::string
       out.partial.push_back(fmt::format("{}: {} of gptq-c4's {} samples", source, out.windows, max_windows));
 
     const SchemeSummary full = summarize(full_rows);
-    // The model's depth, when the record says it: the statistics' per-layer lists must be as long.
-    std::int64_t model_layers = 0;
-    if (record.contains("model") && record["model"].is_object() && record["model"].contains("config") &&
-        record["model"]["config"].is_object() && record["model"]["config"].contains("n_layers"))
-      model_layers = json_integer(record["model"]["config"]["n_layers"], source + ": model.config.n_layers");
+    // The model's layers and the windows' length, which the statistics are held to.
+    const StatisticsShape shape = statistics_shape(record, source);
     for (std::size_t i = 0; i < rows.size(); ++i)
-      check_summary(schemes[i], schemes[i]["name"].get<std::string>(), summarize(rows[i]), full, model_layers, source);
+      check_summary(schemes[i], schemes[i]["name"].get<std::string>(), summarize(rows[i]), full, shape, source);
+    // What else a reader takes from a record: its rounding bands (a gate's width) and its timings.
+    verify_rounding_bands(record, source);
+    verify_timings(record, source);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed result record: {}", source, e.what());
   }
@@ -268,6 +270,8 @@ std::vector<std::string> scheme_definition_differences(const nlohmann::json& a, 
                            ? scheme["description"].value("scheme", nlohmann::json(nullptr))
                            : nlohmann::json(nullptr);
     if (d.is_object()) d.erase("description");  // free text, not the definition
+    // A rounding variant is also which scheme it varies, with which seed and ε (records/rounding_band.h).
+    if (const nlohmann::json jitter = rounding_identity(scheme); !jitter.is_null()) d["rounding_variant"] = jitter;
     return d;
   };
   if (!a.contains("schemes") || !b.contains("schemes") || !a["schemes"].is_array() || !b["schemes"].is_array()) return out;

@@ -12,7 +12,15 @@
 //     and, where the shard record says how many windows the protocol gave, all of them;
 //   - every summary (perplexity, its error and interval, every comparison with full precision,
 //     the statistics' window count) is recomputed from the rows and must match (1e-9 relative);
-//   - every perplexity is a finite number.
+//   - every perplexity is a finite number;
+//   - every statistic lies in its domain and covers the model's layers of its kind
+//     (records/statistics_verify.h);
+//   - every rounding variant belongs to a scheme of the record, with the run's ε, and every band
+//     summary is the one its variants give (records/rounding_band.h);
+//   - the timings are measurements: finite, ≥ 0, the phases adding up to the total and the
+//     per-scheme phases within theirs (records/timings_verify.h).
+// Every reader (compare, check, plot, merge, the series reader) verifies through here, so what one
+// refuses, all refuse, with the same message (naming the file and the key).
 // A record that passes may still be partial: a shard, or a record that says it covers fewer
 // windows than its protocol gives. Commands refuse partial records unless told --allow-partial.
 #pragma once
@@ -40,7 +48,8 @@ std::vector<std::string> require_verified_record(const nlohmann::json& record, c
 
 // The resolved definitions of the schemes two records share by name, where they differ
 // ("int8-coarse: scheme.weights.granularity: \"tensor\" vs \"channel\""): the spec without its
-// free-text description. Empty when every shared scheme is defined the same way.
+// free-text description and, for a rounding variant, the scheme it varies with its seed and ε.
+// Empty when every shared scheme is defined the same way.
 std::vector<std::string> scheme_definition_differences(const nlohmann::json& a, const nlohmann::json& b);
 
 }  // namespace qeval

@@ -10,6 +10,14 @@
 //                     "delta_nll": [scheme's, variants'...], "dppl": [...], "kl": [...], "top1": [...],
 //                     "delta_nll_sd", "delta_nll_range", "dppl_sd", "dppl_range", "kl_sd", "top1_sd"}
 // (written for readers; reports recompute it with rounding_band()).
+//
+// A band widens a gate (`check`'s "band": k), so a record's variants are verified before any reader
+// uses them (verify_rounding_bands, called by records/record_verify.h's verify_record): each names
+// a quantised scheme of its record ("rounding_band_of"), is named "<scheme>~r<seed>" with a seed
+// ≥ 1 (so seeds are distinct), and holds its scheme's description but for the jitter; every
+// jitter of the record (variants, and schemes evaluated with --rounding-seed) has the one ε of the
+// run, in (0, 1e-3); and each "rounding_band" summary is the one its variants give (1e-9
+// relative), present exactly where there are variants.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -36,5 +44,13 @@ std::optional<RoundingBand> rounding_band(const nlohmann::json& record, const st
 
 // Writes "rounding_band" into every scheme entry that has variants.
 void attach_rounding_bands(nlohmann::json& record);
+
+// Throws qeval::Error naming `source`, the scheme and the key that disagrees (see above). The
+// record's schemes and their vs_full numbers are expected to be verified already.
+void verify_rounding_bands(const nlohmann::json& record, const std::string& source);
+
+// What makes a variant the variant it is, for comparing two records' schemes of one name:
+// {"rounding_band_of", "rounding_seed", "rounding_eps"}; null for an entry that is no variant.
+nlohmann::json rounding_identity(const nlohmann::json& scheme_entry);
 
 }  // namespace qeval

@@ -93,6 +93,14 @@ json evaluate_tiny_with_statistics() {
   return build_record(context, scheme_infos(schemes, {0}), result, {stats->summary()});
 }
 
+// A selection section over layers 0 and 1 of a model whose config says every layer attends.
+json with_selection_on(json record) {
+  record["schemes"][0]["statistics"]["selection"] =
+      json::parse(R"({"layers": [0, 1], "entropy": 1.5, "entropy_per_layer": [1.0, 2.0]})");
+  record["schemes"][0]["statistics"]["selection"]["entropy_max"] = std::log(16.0);
+  return record;
+}
+
 // Issue 51: a statistics summary is held to its per-layer values and their domains, so a forged
 // baseline statistic cannot let a regression pass a gate.
 TEST(RecordVerify, StatisticsSummariesAgreeWithTheirPerLayerValuesAndDomains) {
@@ -121,29 +129,36 @@ TEST(RecordVerify, StatisticsSummariesAgreeWithTheirPerLayerValuesAndDomains) {
       {"short list", [](json& st) { st["hidden"]["max_abs"]["per_layer"]["rest"].erase(0); }, "lists 1 layers, the model has 2"},
       {"depth", [](json& st) { st["layers"] = 3; }, "statistics.layers is 3, but the model has 2 layers"},
       {"not a number", [](json& st) { st["attention"]["per_layer"]["first_attn_pct"][1] = "12"; }, "expected a number or null"},
-      // Issue 54: a state-space layer's selection entropy lies in [0, log L], its headline the mean.
-      {"selection above log L",
-       [](json& st) {
-         st["selection"] = json::parse(R"({"layers": [0, 1], "entropy": 2.0, "entropy_per_layer": [3.0, 1.0]})");
-         st["selection"]["entropy_max"] = std::log(16.0);
-       },
-       "a selection entropy lies in [0, entropy_max = log L]"},
-      {"selection headline",
-       [](json& st) {
-         st["selection"] = json::parse(R"({"layers": [0, 1], "entropy": 2.0, "entropy_per_layer": [1.0, 2.0]})");
-         st["selection"]["entropy_max"] = std::log(16.0);
-       },
-       "selection.entropy is 2"},
   };
-  json with_selection = record;
-  with_selection["schemes"][0]["statistics"]["selection"] =
-      json::parse(R"({"layers": [0, 1], "entropy": 1.5, "entropy_per_layer": [1.0, 2.0]})");
-  with_selection["schemes"][0]["statistics"]["selection"]["entropy_max"] = std::log(16.0);
-  EXPECT_NO_THROW(verify_record(with_selection, "r.json"));
   for (const Edit& e : edits) {
     SCOPED_TRACE(e.name);
     json r = record;
     e.edit(r["schemes"][0]["statistics"]);
+    EXPECT_TRUE(test::throws_with([&] { verify_record(r, "r.json"); }, {"r.json: scheme full: statistics", e.message}));
+  }
+
+  // Issues 54 and 63: a state-space layer's selection entropy lies in [0, log L], entropy_max is
+  // log L (L = 16 here), the headline is the mean, and the section covers the model's SSM layers.
+  json ssm = record;
+  ssm["model"]["config"]["layer_mixers"] = {"mamba", "mamba"};
+  ssm["schemes"][0]["statistics"].erase("attention");
+  ssm["schemes"][0]["statistics"]["selection"] =
+      json::parse(R"({"layers": [0, 1], "entropy": 1.5, "entropy_per_layer": [1.0, 2.0]})");
+  ssm["schemes"][0]["statistics"]["selection"]["entropy_max"] = std::log(16.0);
+  EXPECT_NO_THROW(verify_record(ssm, "r.json"));
+  EXPECT_TRUE(test::throws_with([&] { verify_record(with_selection_on(record), "r.json"); },
+                                {"r.json: scheme full: statistics.selection.layers names layers [0, 1], but the model's "
+                                 "Mamba / Mamba-2 layers are none"}));
+  const std::vector<Edit> selection_edits = {
+      {"selection above log L", [](json& sel) { sel["entropy_per_layer"] = {3.0, 1.0}; }, "an entropy lies in [0, log L]"},
+      {"selection headline", [](json& sel) { sel["entropy"] = 2.0; }, "selection.entropy is 2"},
+      {"entropy_max", [](json& sel) { sel["entropy_max"] = std::log(32.0); }, "selection.entropy_max is 3.4657"},
+      {"layer twice", [](json& sel) { sel["layers"] = {0, 0}; }, "selection.layers lists layer 0 twice"},
+  };
+  for (const Edit& e : selection_edits) {
+    SCOPED_TRACE(e.name);
+    json r = ssm;
+    e.edit(r["schemes"][0]["statistics"]["selection"]);
     EXPECT_TRUE(test::throws_with([&] { verify_record(r, "r.json"); }, {"r.json: scheme full: statistics", e.message}));
   }
 }
@@ -259,6 +274,27 @@ TEST(RecordVerify, SchemeDefinitionsAreComparedWithoutTheirDescriptionText) {
   const auto d = scheme_definition_differences(a, b);
   ASSERT_FALSE(d.empty());
   EXPECT_NE(d[0].find("\"copy\" is defined differently"), std::string::npos) << d[0];
+}
+
+// Issue 63: a rounding variant is part of its scheme's identity: two records whose variants of one
+// name vary another scheme, or jitter with another seed or ε, define them differently (check and
+// compare refuse them without --allow-protocol-mismatch).
+TEST(RecordVerify, RoundingVariantsAreComparedByTheirSchemeSeedAndEps) {
+  json a = evaluate_tiny().record;
+  a["schemes"][1]["description"]["rounding_band_of"] = "full";
+  a["schemes"][1]["description"]["rounding_seed"] = 1;
+  a["schemes"][1]["description"]["rounding_eps"] = 1.0 / (1 << 22);
+  json b = a;
+  EXPECT_TRUE(scheme_definition_differences(a, b).empty());
+  b["schemes"][1]["description"]["rounding_eps"] = 1.0 / (1 << 20);
+  auto d = scheme_definition_differences(a, b);
+  ASSERT_FALSE(d.empty());
+  EXPECT_NE(d[0].find("\"copy\" is defined differently: rounding_variant.rounding_eps"), std::string::npos) << d[0];
+  b = a;
+  b["schemes"][1]["description"]["rounding_band_of"] = "other";
+  d = scheme_definition_differences(a, b);
+  ASSERT_FALSE(d.empty());
+  EXPECT_NE(d[0].find("rounding_variant.rounding_band_of"), std::string::npos) << d[0];
 }
 
 TEST(WindowRows, KeysAreDecimalWindowIndices) {
