@@ -128,8 +128,8 @@ TEST(Check, EveryStatisticIsReadFromItsPlace) {
   s["attention"]["first_attn_pct"] = 17.0;       // +7
   s["attention"]["first_token_share"] = 0.13;    // +0.08
   s["attention"]["sink_rate_pct"] = 29.0;        // +9
-  s["attention"]["entropy"] = 11.25;             // +10
-  const std::vector<double> moved = {1, 2, 3, 4, 0.05, 0.06, 7, 0.08, 9, 10};
+  s["attention"]["entropy"] = 1.75;              // +0.5 (an entropy lies in [0, log 256])
+  const std::vector<double> moved = {1, 2, 3, 4, 0.05, 0.06, 7, 0.08, 9, 0.5};
   const std::vector<std::string> names = {"kurtosis_first",    "kurtosis_rest",    "max_abs_first",  "max_abs_rest",
                                           "inf_over_l2_first", "inf_over_l2_rest", "first_attn_pct", "first_token_share",
                                           "sink_rate_pct",     "attention_entropy"};
