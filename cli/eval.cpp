@@ -257,6 +257,7 @@ void run_eval(const EvalArgs& a) {
   scheme_options.rounding_band = a.rounding_band;
   scheme_options.rounding_eps = a.rounding_band_eps;
   scheme_options.rounding_seed = a.rounding_seed;
+  scheme_options.window_length = inputs.protocol.seq_len;
   // Static activation scales are calibrated on windows the evaluation does not use, before it.
   StaticScaleCalibrator calibrator(
       *inputs.model, [&inputs](std::int64_t n) { return inputs.calibration_windows_from_data(n); }, inputs.placement,

@@ -151,6 +151,10 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       }
       rewrite = std::make_shared<SchemeRewrite>(spec, linears);
       rewrite->check_model(config, "'" + config.architecture + "'");
+      QEVAL_CHECK(!spec.kv_cache.enabled() || options.window_length <= 0 || spec.kv_cache.keep_first < options.window_length,
+                  "scheme {}: kv_cache.keep_tokens.first {} keeps every position of a {}-token window, so nothing "
+                  "of the cache would be quantised; keep fewer than {} positions (or use a longer --seq-len)",
+                  spec.name, spec.kv_cache.keep_first, options.window_length, options.window_length);
       QEVAL_CHECK(!spec.kv_cache.enabled() || options.placement.is_default(),
                   "scheme {}: kv_cache runs on the default float32 CPU placement only (found {} {}); evaluate it "
                   "without --device/--dtype", spec.name, options.placement.device.str(),

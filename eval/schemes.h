@@ -38,6 +38,9 @@ struct SchemeOptions {
   // Static activation scales (eval/static_scales.h): called for each scheme whose input
   // activations are calibrated; a scheme that needs it fails naming the scheme when it is empty.
   std::function<std::shared_ptr<const CalibratedScales>(const SchemeSpec&)> calibrate;
+  // The evaluation's window length (0: not known here): a kv_cache that keeps this many first
+  // positions or more would quantise nothing, and is refused.
+  std::int64_t window_length = 0;
 };
 
 // Splits "full,int8-fine,my.json" into names; "full" is put first when missing.

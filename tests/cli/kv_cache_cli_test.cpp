@@ -83,6 +83,9 @@ TEST(KvCacheCli, BadKvCacheSpecsAreRefusedNamingTheKeyOrTheLayer) {
       {R"({"kv_cache": {"format": "int3"}})", {"kv_cache.format", "int3", "q8_0"}},
       {R"({"kv_cache": {"format": "int4", "group_size": 0}})", {"kv_cache.group_size", "0"}},
       {R"({"kv_cache": {"format": "int8", "keep_tokens": {"first": -1}}})", {"kv_cache.keep_tokens.first", "-1"}},
+      // Keeping the whole window (--seq-len 128) would quantise nothing: refused, not run as full.
+      {R"({"kv_cache": {"format": "int8", "keep_tokens": {"first": 128}}})",
+       {"kv_cache.keep_tokens.first 128", "every position of a 128-token window"}},
   };
   int i = 0;
   for (const auto& [text, parts] : cases) {
