@@ -45,8 +45,11 @@ std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
       return "the CPU has no FP8/FP6/FP4 arithmetic: the weights are dequantised once and the exact product of the "
              "dequantised values runs as a float32 GEMM";
     case QuantKind::ggml:
-      return "llama.cpp's types run as the weight a GGUF of that type holds, dequantised once, in a float32 GEMM on "
-             "full-precision activations";
+      return w.ggml_q8_activations
+                 ? "llama.cpp's types run as the weight a GGUF of that type holds, dequantised once, in a float32 GEMM "
+                   "on the activations rounded to llama.cpp's CPU blocks (Q8_0 / Q8_1 / Q8_K / F16, gguf-q8)"
+                 : "llama.cpp's types run as the weight a GGUF of that type holds, dequantised once, in a float32 GEMM "
+                   "on full-precision activations";
   }
   if (w.granularity == Granularity::group)
     return "per-group int8 weight scales along the input dimension cannot be factored out of an integer GEMM";
