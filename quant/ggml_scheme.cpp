@@ -282,6 +282,19 @@ GgmlTypePlan::GgmlTypePlan(const SchemeSpec& spec, const std::vector<std::string
     const bool any = std::any_of(tensors.begin(), tensors.end(), [&](const std::string& n) { return glob_match(pattern, n); });
     QEVAL_CHECK(any, "scheme {}: tensor_types pattern '{}' matches no tensor of this model; its tensors are: {}",
                 spec.name, pattern, fmt::join(tensors, ", "));
+    // An override of a tensor the scheme leaves in full precision would change nothing.
+    std::vector<std::string> matched;
+    bool selected = false;
+    for (const std::string& n : tensors) {
+      if (!glob_match(pattern, n)) continue;
+      matched.push_back(n);
+      selected = selected || (n == "token_embedding" ? selects_embedding(spec) : spec.selects(n));
+    }
+    QEVAL_CHECK(selected,
+                "scheme {}: tensor_types pattern '{}' matches only tensors the scheme does not quantise ({}): its "
+                "include/exclude, quantize_lm_head or quantize_embedding keep them in full precision, so the "
+                "override would change nothing",
+                spec.name, pattern, fmt::join(matched, ", "));
     overrides_.emplace_back(pattern, t);
   }
   // llama.cpp counts attn_v-like tensors (n_attention_wv: all of them, in file order, layers

@@ -759,7 +759,8 @@ def scheme_case(name, scheme, fragments, extra="", file="s.json", named=False):
     def build(d, scheme=scheme, extra=extra):
         text = scheme if isinstance(scheme, str) else json.dumps(scheme, allow_nan=True)
         return f"{NEW_EVAL} --schemes full,{write(d, file, text)} {extra} --out {Path(d) / 'o.json'}"
-    case(name, build, ["scheme " + (scheme.get("name", "probe") if named else file)] + list(fragments))
+    # The file as the message gives it ("scheme file /tmp/…/s.json"): its name is enough.
+    case(name, build, [("scheme " + scheme.get("name", "probe")) if named else file] + list(fragments))
 
 
 def st_poke(d, fixture, tensor, index, value):

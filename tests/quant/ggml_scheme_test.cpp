@@ -141,6 +141,15 @@ TEST(GgmlScheme, RefusesBadInputNamingTheTensor) {
   expect_error([&] { all.choose("layers.0.mlp.down", 172); }, {"layers.0.mlp.down", "172", "Q6_K"});
   spec.tensor_types = {{"layers.*", "q8_0"}, {"layers.0.*", "q4_0"}};
   expect_error([&] { GgmlTypePlan(spec, model_linear_names(c), c); }, {"layers.0.", "two patterns"});
+  // An override of a tensor the scheme keeps in full precision would change nothing: refused.
+  SchemeSpec excluded = resolve_scheme("gguf-q4_k_m");
+  excluded.exclude = {"layers.0.*"};
+  excluded.tensor_types = {{"layers.0.attn.q", "q8_0"}};
+  expect_error([&] { GgmlTypePlan(excluded, model_linear_names(c), c); },
+               {"layers.0.attn.q", "does not quantise", "change nothing"});
+  SchemeSpec no_head = scheme_from_json(nlohmann::json::parse(R"({"weights": {"kind": "ggml", "type": "q8_0"}})"), "t");
+  no_head.tensor_types = {{"lm_head", "q4_0"}};
+  expect_error([&] { GgmlTypePlan(no_head, model_linear_names(c), c); }, {"lm_head", "quantize_lm_head"});
 }
 
 TEST(GgmlScheme, LayerHoldsTheGgufRoundTripAndCountsBlockBytes) {
