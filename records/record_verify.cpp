@@ -199,6 +199,11 @@ RecordVerification verify_record(const nlohmann::json& record, const std::string
                 scored);
     check_scored_per_window(protocol, full_rows, source);
 
+    // Every record that has timings was written with its window hashes: one without them has had
+    // them deleted, which would switch the stream-hash check off.
+    QEVAL_CHECK(!record.contains("timings") || record.contains("window_hashes"),
+                "{}: the record has timings but no window_hashes; every record qeval writes with timings names "
+                "its windows' hashes (deleting them would switch off the token-stream check)", source);
     if (record.contains("window_hashes")) {
       const nlohmann::json& hashes = record["window_hashes"];
       QEVAL_CHECK(hashes.is_object() && hashes.size() == full_rows.size(), "{}: window_hashes should name the {} windows",

@@ -818,6 +818,11 @@ std::vector<BadInput> corpus() {
          return "compare " + in.json_file("r.json", made().record) + " " +
                 record_with(in, "e.json", made().record, [](json& r) { r["schemes"][1]["vs_full"]["dppl"] = -1; });
        }, 2, {"e.json", "vs_full.dppl is -1"}});
+  // Deleting a record's window hashes must not switch the token-stream check off (issue 63, item 6).
+  add({"compare_window_hashes_deleted", [](Inputs& in) {
+         return "compare " + in.json_file("r.json", made().record) + " " +
+                record_with(in, "e.json", made().record, [](json& r) { r.erase("window_hashes"); });
+       }, 2, {"e.json", "no window_hashes"}});
   add({"compare_other_protocol", [](Inputs& in) {
          return "compare " + in.json_file("r.json", made().record) + " " +
                 record_with(in, "p.json", made().record, [](json& r) { r["protocol"]["seq_len"] = 33; });
