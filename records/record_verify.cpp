@@ -240,6 +240,21 @@ RecordVerification verify_record(const nlohmann::json& record, const std::string
         ++expected;
       }
     }
+    // A sequential `windows` record with fewer windows than max_windows must be one whose text ran
+    // out: the stream it read holds no further whole window. Otherwise windows were cut from it
+    // (a 3-window record claiming max_windows 4 would pass a gate against a 4-window baseline).
+    if (protocol_name == "windows" && !sampled && !shard && max_windows > 0 && out.windows < max_windows &&
+        record.contains("data") && record["data"].contains("stream_tokens_read")) {
+      const std::int64_t seq_len = integer_field(protocol, "seq_len", source + ": protocol");
+      const bool bos = protocol.value("bos_per_window", false);
+      const std::int64_t per_window = bos ? seq_len - 1 : seq_len;
+      const std::int64_t read = integer_field(record["data"], "stream_tokens_read", source + ": data");
+      if (per_window > 0 && read / per_window > out.windows)
+        out.partial.push_back(fmt::format("{}: {} of the {} windows its text holds (data.stream_tokens_read {} at {} "
+                                          "tokens a window, protocol.max_windows {})",
+                                          source, out.windows, std::min(max_windows, read / per_window), read,
+                                          per_window, max_windows));
+    }
     if (protocol_name == "gptq-c4" && !shard && out.windows != max_windows)
       out.partial.push_back(fmt::format("{}: {} of gptq-c4's {} samples", source, out.windows, max_windows));
 
