@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "common/build_info.h"
 #include "common/memory.h"
 #include "kernels/compute_threads.h"
@@ -56,6 +57,8 @@
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+using qeval::bench::load_average;
 
 bool g_cpu_clock = false;
 
@@ -126,13 +129,6 @@ std::string cpu_simd_flags() {
     break;
   }
   return present.empty() ? "none of avx2/fma/avx512" : present;
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
 }
 
 double median(std::vector<double> v) {

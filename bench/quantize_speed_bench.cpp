@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "model/block.h"
 #include "model/config.h"
 #include "quant/rewrite.h"
@@ -29,23 +30,8 @@
 
 namespace {
 
-double median_seconds(const std::function<void()>& fn, int reps) {
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
+using qeval::bench::load_average;
+using qeval::bench::median_seconds;
 
 std::string cpu_flags() {
   std::ifstream in("/proc/cpuinfo");

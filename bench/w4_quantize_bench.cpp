@@ -16,28 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "kernels/w4_quantize.h"
 #include "quant/packed_weights.h"
 
 namespace {
 
-double seconds_of(const std::function<void()>& fn, int reps) {
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];  // the median
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
+using qeval::bench::load_average;
+using qeval::bench::median_seconds;
 
 }  // namespace
 
@@ -65,8 +51,8 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "the kernel and the reference differ on [{}, {}]\n", N, K);
         return 1;
       }
-      const double ref = seconds_of([&] { (void)qeval::quantize_w4_weight_reference(w, spec, "w"); }, reps);
-      const double ker = seconds_of([&] { (void)qeval::quantize_w4_weight(w, spec, "w"); }, reps);
+      const double ref = median_seconds([&] { (void)qeval::quantize_w4_weight_reference(w, spec, "w"); }, reps);
+      const double ker = median_seconds([&] { (void)qeval::quantize_w4_weight(w, spec, "w"); }, reps);
       fmt::print("| [{}, {}] | {} | {:.4f} | {:.4f} | {:.1f} | {:.1f}x |\n", N, K,
                  spec.granularity == Granularity::channel ? "channel" : "group 128", ref, ker,
                  static_cast<double>(N * K * 4) / ker / 1e9, ref / ker);
