@@ -5,6 +5,8 @@
 #   mix_recipe RECIPE: the optimizer / attention / norm triple, into the array MIX_RECIPE
 #   mix_eval_window RUN_DIR: the window a trained run is evaluated with (its own length and BOS
 #              convention, read back from its train_state.json), into the array MIX_WINDOW
+#   mix_heldout DATA_DIR: writes the mixed text (configs/train/mix.py) into $MIX (default
+#              ~/.cache/qeval/train/mix) and sets MIX_HELDOUT to its held-out file
 MIX_SHAPE=(--arch gpt2 --d-model 128 --n-layers 4 --n-heads 4 --seq-len 128 --batch-size 16
            --min-lr-ratio 0.1 --clip 1 --beta2 0.95 --threads 1)
 
@@ -25,4 +27,11 @@ t = json.load(open(sys.argv[1]))["training"]
 print(t["seq_len"], 1 if t.get("bos_per_window") else 0)' "$1/train_state.json") || return 2
   MIX_WINDOW=(--seq-len "$seq")
   [ "$bos" = 0 ] || MIX_WINDOW+=(--bos-per-window)
+}
+
+mix_heldout() {
+  local mix=${MIX:-$HOME/.cache/qeval/train/mix}
+  mkdir -p "$mix" || return 2
+  python3 "$(dirname "${BASH_SOURCE[0]}")/mix.py" "$1" "$mix" > "$mix/mix.json" || return 2
+  MIX_HELDOUT=$mix/mix-heldout.txt
 }

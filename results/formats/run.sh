@@ -34,20 +34,21 @@ for model in $models; do
   done
 done
 # PAIRS (default: the d-256 seed-0 pair of results/train/mix) evaluates the Adam / OrthoAdam pair
-# the same way on its own held-out text (configs/train/mix.py's mix-heldout.txt, windows of 128,
+# the same way on its own held-out text (configs/train/mix.py's mix-heldout.txt, each run's own window: 128 here,
 # the first PAIR_WINDOWS of them): does lower kurtosis help the formats as it helps int8-coarse?
 # (PAIRS= skips it.)
 pairs=${PAIRS-A-d256-s0-10k B-d256-s0-10k}
 if [ -n "$pairs" ]; then
-  mix=${MIX:-$HOME/.cache/qeval/train/mix}
-  mkdir -p "$mix"
-  python3 "$root/configs/train/mix.py" "${QEVAL_DATA_DIR:-$root/../shared/data}" "$mix" > /dev/null
+  # shellcheck source=configs/train/mix-recipes.sh
+  source "$root/configs/train/mix-recipes.sh"
+  mix_heldout "${QEVAL_DATA_DIR:-$root/../shared/data}"
   for run in $pairs; do
+    mix_eval_window "$root/results/train/mix/$run"
     name=pair-$run
     echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
     /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$root/results/train/mix/$run" \
-      --data "$mix/mix-heldout.txt" --schemes "full,$seed_presets,$format_presets" --stats-for all \
-      --rounding-band "$band" --seq-len 128 --max-windows "${PAIR_WINDOWS:-512}" --seed 0 \
+      --data "$MIX_HELDOUT" --schemes "full,$seed_presets,$format_presets" --stats-for all \
+      --rounding-band "$band" "${MIX_WINDOW[@]}" --max-windows "${PAIR_WINDOWS:-512}" --seed 0 \
       --out "$here/$name.json" -q > "$here/$name.md"
     grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
   done

@@ -46,19 +46,20 @@ for model in $models; do
   if [ "$model" = gemma3-270m ]; then run "$model" "${SEQ_LEN_LONG:-1024}"; fi
 done
 # The Adam / OrthoAdam pair of results/train/mix (PAIRS; PAIRS= skips it) on its own held-out
-# text (configs/train/mix.py's mix-heldout.txt), windows of 128, the first PAIR_WINDOWS: does the
+# text (configs/train/mix.py's mix-heldout.txt), each run's own window (128 here), the first PAIR_WINDOWS: does the
 # OrthoAdam / softmax-1 model tolerate kv-q4_0 better, and does keeping the first token help Adam?
 pairs=${PAIRS-A-d256-s0-10k B-d256-s0-10k}
 if [ -n "$pairs" ]; then
-  mix=${MIX:-$HOME/.cache/qeval/train/mix}
-  mkdir -p "$mix"
-  python3 "$root/configs/train/mix.py" "${QEVAL_DATA_DIR:-$root/../shared/data}" "$mix" > /dev/null
+  # shellcheck source=configs/train/mix-recipes.sh
+  source "$root/configs/train/mix-recipes.sh"
+  mix_heldout "${QEVAL_DATA_DIR:-$root/../shared/data}"
   for run in $pairs; do
-    name=pair-$run-128x${PAIR_WINDOWS:-512}
+    mix_eval_window "$root/results/train/mix/$run"
+    name=pair-$run-${MIX_WINDOW[1]}x${PAIR_WINDOWS:-512}
     echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
     /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$root/results/train/mix/$run" \
-      --data "$mix/mix-heldout.txt" --schemes "full,$presets" --stats-for all --rounding-band "$band" \
-      --seq-len 128 --max-windows "${PAIR_WINDOWS:-512}" --seed 0 --out "$here/$name.json" -q > "$here/$name.md"
+      --data "$MIX_HELDOUT" --schemes "full,$presets" --stats-for all --rounding-band "$band" \
+      "${MIX_WINDOW[@]}" --max-windows "${PAIR_WINDOWS:-512}" --seed 0 --out "$here/$name.json" -q > "$here/$name.md"
     grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
     kv_error_table "$here/$name.json" >> "$here/$name.md"
   done
