@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "common/error.h"
 #include "quant/ggml_quants_internal.h"
@@ -128,18 +129,33 @@ at::Tensor ggml_activation_round_trip(const at::Tensor& x, GgmlActivationType t,
               to_string(t), block_elements(t));
   const at::Tensor xc = x.contiguous();
   const float limit = t == GgmlActivationType::f16 ? kF16Max : std::numeric_limits<float>::max();
-  const float amax = xc.numel() ? xc.abs().max().item<float>() : 0.f;
-  QEVAL_CHECK(std::isfinite(amax), "{}: an input activation is {}; llama.cpp's {} blocks would hold garbage", where,
-              std::isnan(amax) ? "NaN" : "infinite", to_string(t));
-  QEVAL_CHECK(amax <= limit, "{}: an input activation of magnitude {} exceeds F16's largest finite value 65504 "
-              "(llama.cpp's F16 dot product would overflow to infinity)", where, amax);
   at::Tensor out = at::empty_like(xc);
   const std::int64_t rows = k ? xc.numel() / k : 0;
   const float* src = xc.data_ptr<float>();
   float* dst = out.data_ptr<float>();
+  // Each row is screened while it is in cache (NaN kept as NaN, infinity as infinity) and rounded
+  // only when it is fit; the first unfit row is reported after the loop.
+  std::vector<float> row_amax(static_cast<std::size_t>(rows));
   at::parallel_for(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t r = begin; r < end; ++r) round_trip_row(src + r * k, dst + r * k, k, t);
+    for (std::int64_t r = begin; r < end; ++r) {
+      const float* row = src + r * k;
+      float amax = 0.f;
+      bool nan = false;
+      for (std::int64_t j = 0; j < k; ++j) {
+        const float a = std::fabs(row[j]);
+        nan |= a != a;
+        amax = std::max(amax, a);
+      }
+      row_amax[static_cast<std::size_t>(r)] = nan ? std::numeric_limits<float>::quiet_NaN() : amax;
+      if (!nan && amax <= limit) round_trip_row(row, dst + r * k, k, t);
+    }
   });
+  for (const float amax : row_amax) {
+    QEVAL_CHECK(std::isfinite(amax), "{}: an input activation is {}; llama.cpp's {} blocks would hold garbage", where,
+                std::isnan(amax) ? "NaN" : "infinite", to_string(t));
+    QEVAL_CHECK(amax <= limit, "{}: an input activation of magnitude {} exceeds F16's largest finite value 65504 "
+                "(llama.cpp's F16 dot product would overflow to infinity)", where, amax);
+  }
   return out;
 }
 
