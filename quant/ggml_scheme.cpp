@@ -275,21 +275,17 @@ GgmlTypePlan::GgmlTypePlan(const SchemeSpec& spec, const std::vector<std::string
       tied_(config.tied_embeddings) {
   std::vector<std::string> tensors = {"token_embedding"};
   tensors.insert(tensors.end(), linear_names.begin(), linear_names.end());
-  for (const auto& entry : spec.tensor_types) {
-    // A named reference, not a structured binding: C++17 lambdas cannot capture those (clang refuses).
-    const std::string& pattern = entry.first;
-    const GgmlType t = ggml_type_from_json_name(entry.second, "tensor_types['" + pattern + "']", true);
-    const bool any = std::any_of(tensors.begin(), tensors.end(), [&](const std::string& n) { return glob_match(pattern, n); });
-    QEVAL_CHECK(any, "scheme {}: tensor_types pattern '{}' matches no tensor of this model; its tensors are: {}",
-                spec.name, pattern, fmt::join(tensors, ", "));
-    // An override of a tensor the scheme leaves in full precision would change nothing.
+  for (const auto& [pattern, type_name] : spec.tensor_types) {
+    const GgmlType t = ggml_type_from_json_name(type_name, "tensor_types['" + pattern + "']", true);
     std::vector<std::string> matched;
-    bool selected = false;
+    bool selected = false;  // an override of tensors the scheme keeps in full precision would change nothing
     for (const std::string& n : tensors) {
       if (!glob_match(pattern, n)) continue;
       matched.push_back(n);
       selected = selected || (n == "token_embedding" ? selects_embedding(spec) : spec.selects(n));
     }
+    QEVAL_CHECK(!matched.empty(), "scheme {}: tensor_types pattern '{}' matches no tensor of this model; its tensors are: {}",
+                spec.name, pattern, fmt::join(tensors, ", "));
     QEVAL_CHECK(selected,
                 "scheme {}: tensor_types pattern '{}' matches only tensors the scheme does not quantise ({}): its "
                 "include/exclude, quantize_lm_head or quantize_embedding keep them in full precision, so the "
