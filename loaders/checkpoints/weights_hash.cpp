@@ -115,9 +115,10 @@ std::string TensorHashes::finish(std::uint64_t* bytes_read) {
       QEVAL_CHECK(!e->file.empty(), "weights hash: tensor {} was held in memory but its bytes [{}, {}) were not hashed",
                   name, e->next, e->bytes);
       const std::uint64_t begin = e->next;
-      read_pieces(e->file, e->offset + begin, e->bytes - begin, name, [&](const char* data, std::uint64_t n) {
-        e->take(e->next, data, n);
-      });
+      // A named entry, not the structured binding: C++17 lambdas may not capture bindings (clang refuses).
+      auto& entry = *e;
+      read_pieces(entry.file, entry.offset + begin, entry.bytes - begin, name,
+                  [&entry](const char* data, std::uint64_t n) { entry.take(entry.next, data, n); });
       if (bytes_read) *bytes_read += e->bytes - begin;
     }
     if (e->hex.empty()) e->close();
