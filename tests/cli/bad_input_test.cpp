@@ -147,11 +147,13 @@ std::vector<std::uint16_t> counting(std::size_t n, std::uint16_t modulo = 50) {
 
 // ---- outputs made once and shared: a record, two shard records, a resume state ----
 
-const std::string kTiny = test::kEval + " --seq-len 32 --max-windows 4 --schemes full,int8-coarse --no-attention-stats";
+const std::string kTinyOptions = " --seq-len 32 --schemes full,int8-coarse --no-attention-stats";
+const std::string kTiny = test::kEval + kTinyOptions + " --max-windows 4";
 
 struct Made {
   test::TempDir dir;
   json record, shard0, shard1, state;
+  json three_windows;  // the same evaluation cut at 3 windows while its text holds more
 };
 
 const Made& made() {
@@ -166,10 +168,12 @@ const Made& made() {
     run(kTiny + " --shard 0/2 --out " + (m.dir / "s0.json").string());
     run(kTiny + " --shard 1/2 --out " + (m.dir / "s1.json").string());
     run(kTiny + " --resume --stop-after 2 --out " + (m.dir / "resumed.json").string());
+    run(test::kEval + kTinyOptions + " --max-windows 3 --out " + (m.dir / "three.json").string());
     m.record = json::parse(read_file(m.dir / "r.json"));
     m.shard0 = json::parse(read_file(m.dir / "s0.json"));
     m.shard1 = json::parse(read_file(m.dir / "s1.json"));
     m.state = json::parse(read_file(m.dir / "resumed.json.state.json"));
+    m.three_windows = json::parse(read_file(m.dir / "three.json"));
     return owned;
   }();
   return *made;
@@ -735,6 +739,19 @@ std::vector<BadInput> corpus() {
   record_case("scheme_twice", [](json& r) { r["schemes"][1]["name"] = "full"; }, {"scheme \"full\" appears twice"});
   record_case("statistics_windows", [](json& r) { r["schemes"][0]["statistics"]["windows"] = 2; },
               {"statistics cover 2 windows, the perplexity 4"});
+  // A 3-window record edited to claim max_windows 4 while its text held a fourth window: its rows
+  // are untouched and verify, so only the windows its text held can show that some were cut. It
+  // must not pass a gate against the 4-window baseline (issue 63, item 6).
+  add({"check_fewer_windows_than_max", [](Inputs& in) {
+         const std::string base = in.json_file("base.json", made().record);
+         const std::string cut = record_with(in, "cut.json", made().three_windows,
+                                             [](json& r) { r["protocol"]["max_windows"] = 4; });
+         return "check --baseline " + base + " --tolerances " + tolerances(in, kTol) + " " + cut;
+       }, 2, {"cut.json is partial", "3 of the 4 windows its text holds", "--allow-partial"}});
+  add({"compare_fewer_windows_than_max", [](Inputs& in) {
+         return "compare " + in.json_file("r.json", made().record) + " " +
+                record_with(in, "cut.json", made().three_windows, [](json& r) { r["protocol"]["max_windows"] = 4; });
+       }, 2, {"cut.json is partial"}});
   add({"check_shard_refused", [](Inputs& in) { return check_args(in, in.json_file("s0.json", made().shard0)); }, 2,
        {"s0.json is partial", "shard 0/2", "--allow-partial"}});
   add({"check_baseline_edited", [](Inputs& in) {
