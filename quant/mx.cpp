@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+
+#include "common/error.h"
+#include "kernels/cpu/int8_quantize_cpu.h"
 
 namespace qeval {
 namespace {
@@ -23,8 +27,12 @@ void mx_round_trip_row(const float* x, float* y, std::int64_t n, const MxFormat&
   const ElementFormat& f = element_format(format.element);
   for (std::int64_t begin = 0, b = 0; begin < n; begin += format.block, ++b) {
     const std::int64_t len = std::min(format.block, n - begin);
-    float amax = 0;
-    for (std::int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(x[begin + i]));
+    const float amax = kernels::cpu::row_absmax(x + begin, len);
+    if (std::isnan(amax)) {  // a NaN input (activations; weights are checked finite when read): NaN out
+      QEVAL_CHECK(!exponents && !codes, "MX block {}: a value is NaN, which has no element code", b);
+      std::fill(y + begin, y + begin + len, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
     if (amax == 0) {
       std::fill(y + begin, y + begin + len, 0.0f);
       if (exponents) exponents[b] = -127;

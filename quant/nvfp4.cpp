@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/int8_quantize_cpu.h"
+
 #include "quant/minifloat.h"
 
 namespace qeval {
@@ -21,8 +23,7 @@ void nvfp4_round_trip(const float* x, float* y, std::int64_t rows, std::int64_t 
     float* yr = y + r * K;
     for (std::int64_t b = 0; b < blocks; ++b) {
       const std::int64_t begin = b * kNvfp4Block, len = std::min(kNvfp4Block, K - begin);
-      float amax_b = 0;
-      for (std::int64_t i = 0; i < len; ++i) amax_b = std::max(amax_b, std::fabs(xr[begin + i]));
+      const float amax_b = kernels::cpu::row_absmax(xr + begin, len);
       // t is 0 only when s_tensor is: then every scale and element is 0.
       const float s_block = t == 0 ? 0.0f : round_to_element(std::min(amax_b / t, 448.0f), e4m3);
       const float p = s_block * s_tensor;

@@ -4,7 +4,8 @@
 
 #include <atomic>
 #include <cmath>
-#include <limits>
+#include <cstdint>
+#include <cstring>
 
 #include "common/error.h"
 #include "kernels/int8_quantize.h"
@@ -15,26 +16,47 @@
 namespace qeval {
 namespace {
 
-// Whether every value is finite: on the CPU one threaded pass with no temporary (|x| <= FLT_MAX is
-// false for NaN and ±inf), where ATen's isfinite().all() wrote a bool tensor of the weight's size
-// and faulted its pages in (a third of a 4-bit weight's quantisation).
+// The largest magnitude bit pattern (sign cleared) of n floats: an unsigned max, which compilers
+// vectorise (a float compare-and-and loop did not: 12 % of int8 quantisation, against 4 % for the
+// vectorised absmax). NaN and ±inf are the patterns from 0x7f800000 on.
+__attribute__((target_clones("avx512f", "avx2", "default"))) std::uint32_t max_magnitude_bits(const float* p,
+                                                                                              std::int64_t n) {
+  std::uint32_t m = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, p + i, sizeof u);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  return m;
+}
+
+// Whether every value is finite: on the CPU one threaded pass with no temporary, where ATen's
+// isfinite().all() wrote a bool tensor of the weight's size and faulted its pages in (a third of
+// a 4-bit weight's quantisation).
 bool all_finite(const at::Tensor& w) {
   if (!w.is_cpu() || !w.is_contiguous()) return at::isfinite(w).all().item<bool>();
   const float* p = w.data_ptr<float>();
   std::atomic<bool> finite{true};
   at::parallel_for(0, w.numel(), 1 << 16, [&](std::int64_t begin, std::int64_t end) {
-    bool ok = true;
-    for (std::int64_t i = begin; i < end; ++i) ok &= std::fabs(p[i]) <= std::numeric_limits<float>::max();
-    if (!ok) finite = false;
+    if (max_magnitude_bits(p + begin, end - begin) >= 0x7f800000u) finite = false;
   });
   return finite;
 }
 
-void check_weight(const at::Tensor& w, const std::string& name) {
+void check_weight_shape(const at::Tensor& w, const std::string& name) {
   QEVAL_CHECK(w.defined() && w.dim() == 2 && w.scalar_type() == at::kFloat,
               "quantise {}: expected a float32 [out, in] weight", name);
   QEVAL_CHECK(w.size(0) > 0 && w.size(1) > 0, "quantise {}: empty weight [{}, {}]", name, w.size(0), w.size(1));
-  QEVAL_CHECK(all_finite(w), "quantise {}: the weight holds NaN or infinite values", name);
+}
+
+void check_finite(bool finite, const std::string& name) {
+  QEVAL_CHECK(finite, "quantise {}: the weight holds NaN or infinite values", name);
+}
+
+void check_weight(const at::Tensor& w, const std::string& name) {
+  check_weight_shape(w, name);
+  check_finite(all_finite(w), name);
 }
 
 void check_w4(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
@@ -81,9 +103,14 @@ at::Tensor W4Weight::dequantize() const { return kernels::w4_dequantize(qweight,
 std::int64_t W4Weight::bytes() const { return qweight.numel() + scales.numel() * 4 + zeros.numel() * 4; }
 
 Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
-  check_weight(w, name);
+  check_weight_shape(w, name);
   QEVAL_CHECK(spec.kind == QuantKind::int8_absmax, "quantise {}: expected an int8_absmax spec", name);
   const std::int64_t N = w.size(0), K = w.size(1);
+  // The CPU row kernel's scales are finite exactly when the weight is (its absmax keeps NaN and
+  // infinities): checking them spares a whole read of the weight. The other paths check first.
+  const bool scales_show_finite =
+      w.is_cpu() && (spec.granularity == Granularity::tensor || spec.granularity == Granularity::channel);
+  if (!scales_show_finite) check_finite(all_finite(w), name);
   Int8Weight out;
   switch (spec.granularity) {
     // Tensor and channel scales are the fused row kernel's groups of N rows and of one row
@@ -123,6 +150,7 @@ Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, cons
     }
     default: fail("quantise {}: weight granularity {} is not tensor, channel or group", name, spec.granularity_name());
   }
+  if (scales_show_finite) check_finite(all_finite(out.scales.contiguous()), name);
   out.q = out.q.contiguous();
   return out;
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -23,15 +24,22 @@
 #define QEVAL_QUANT_HAS_AVX512_VARIANT 1
 #endif
 
+#include "kernels/large_tensor.h"
 #include "kernels/cpu/int8_quantize_cpu.h"
 
 namespace qeval::kernels::cpu {
 namespace {
 
+// Every variant returns NaN when a value is NaN (max alone drops it), so that a scale says
+// whether its values were finite: an infinity gives an infinite max, a NaN a NaN one.
 float row_absmax_portable(const float* x, std::int64_t K) {
   float m = 0.0f;
-  for (std::int64_t k = 0; k < K; ++k) m = std::max(m, std::fabs(x[k]));
-  return m;
+  bool nan = false;
+  for (std::int64_t k = 0; k < K; ++k) {
+    m = std::max(m, std::fabs(x[k]));
+    nan |= std::isnan(x[k]);
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
 void quantize_row_portable(const float* x, std::int64_t K, float s, std::int8_t* q) {
@@ -53,13 +61,20 @@ void round_trip_row_portable(float* x, std::int64_t K, float s) {
 #ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
 __attribute__((target("avx512f"))) float row_absmax_avx512(const float* x, std::int64_t K) {
   __m512 m = _mm512_setzero_ps();
+  __mmask16 nan = 0;
   std::int64_t k = 0;
-  for (; k + 16 <= K; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+  for (; k + 16 <= K; k += 16) {
+    const __m512 v = _mm512_loadu_ps(x + k);
+    m = _mm512_max_ps(m, _mm512_abs_ps(v));
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
   if (k < K) {
     const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1u);
-    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, x + k)));
+    const __m512 v = _mm512_maskz_loadu_ps(mask, x + k);
+    m = _mm512_max_ps(m, _mm512_abs_ps(v));
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   }
-  return _mm512_reduce_max_ps(m);
+  return nan ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(m);
 }
 
 // 16 floats → 16 codes as int32: divide, round half to even, clamp (values are integral and
@@ -98,14 +113,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void round_trip_row_avx512(
 // 128-bit-lane interleaving one vpermd undoes); the tail runs the portable loop.
 __attribute__((target("avx2"))) float row_absmax_avx2(const float* x, std::int64_t K) {
   const __m256 no_sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 m = _mm256_setzero_ps();
+  __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
   std::int64_t k = 0;
-  for (; k + 8 <= K; k += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + k), no_sign));
+  for (; k + 8 <= K; k += 8) {
+    const __m256 v = _mm256_loadu_ps(x + k);
+    m = _mm256_max_ps(m, _mm256_and_ps(v, no_sign));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, m);
   float r = 0.0f;
   for (float v : lanes) r = std::max(r, v);
-  return std::max(r, row_absmax_portable(x + k, K - k));
+  const float tail = row_absmax_portable(x + k, K - k);
+  if (_mm256_movemask_ps(nan) != 0 || std::isnan(tail)) return std::numeric_limits<float>::quiet_NaN();
+  return std::max(r, tail);
 }
 
 __attribute__((target("avx2"))) inline __m256i codes8(__m256 v, __m256 s) {
@@ -182,7 +203,10 @@ at::Tensor group_scales(const float* px, std::int64_t M, std::int64_t K, std::in
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t r1 = std::min(M, (g + 1) * rows_per_scale);
     float amax = 0.0f;
-    for (std::int64_t r = g * rows_per_scale; r < r1; ++r) amax = std::max(amax, row_max[static_cast<std::size_t>(r)]);
+    for (std::int64_t r = g * rows_per_scale; r < r1; ++r) {
+      const float row = row_max[static_cast<std::size_t>(r)];
+      amax = std::isnan(row) || std::isnan(amax) ? row + amax : std::max(amax, row);  // a NaN row max stays NaN
+    }
     ps[g] = amax == 0.0f ? 1.0f : amax / 127.0f;
   }
   return scales;
@@ -197,17 +221,45 @@ void for_each_row(std::int64_t M, std::int64_t rows_per_scale, const at::Tensor&
   });
 }
 
+float absmax_variant(const float* x, std::int64_t K, Variant variant) {
+#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
+  if (variant == Variant::avx512) return row_absmax_avx512(x, K);
+  if (variant == Variant::avx2) return row_absmax_avx2(x, K);
+#endif
+  return row_absmax_portable(x, K);
+}
+
+void quantize_row_variant(const float* x, std::int64_t K, float s, std::int8_t* q, Variant variant) {
+#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
+  if (variant == Variant::avx512) return quantize_row_avx512(x, K, s, q);
+  if (variant == Variant::avx2) return quantize_row_avx2(x, K, s, q);
+#endif
+  quantize_row_portable(x, K, s, q);
+}
+
 Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, Variant variant) {
   const std::int64_t M = x.size(0), K = x.size(1);
   const float* px = x.data_ptr<float>();
-  Int8Rows out{at::empty({M, K}, at::TensorOptions().dtype(at::kChar)), group_scales(px, M, K, rows_per_scale, variant)};
-  std::int8_t* pq = out.q.data_ptr<std::int8_t>();
+  // A weight's codes are written once in full: huge pages spare most of their page faults.
+  at::Tensor q = empty_written_once({M, K}, at::kChar);
+  std::int8_t* pq = q.data_ptr<std::int8_t>();
+  if (rows_per_scale == 1) {
+    // One scale a row: the row's max and its codes in one pass over memory, the row still in
+    // cache for the second read (a 14,336-float row is 56 KiB).
+    at::Tensor scales = at::empty({M}, at::TensorOptions().dtype(at::kFloat));
+    float* ps = scales.data_ptr<float>();
+    at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t m = begin; m < end; ++m) {
+        const float amax = absmax_variant(px + m * K, K, variant);
+        ps[m] = amax == 0.0f ? 1.0f : amax / 127.0f;
+        quantize_row_variant(px + m * K, K, ps[m], pq + m * K, variant);
+      }
+    });
+    return {q, scales};
+  }
+  Int8Rows out{q, group_scales(px, M, K, rows_per_scale, variant)};
   for_each_row(M, rows_per_scale, out.scales, [&](std::int64_t m, float s) {
-#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
-    if (variant == Variant::avx512) return quantize_row_avx512(px + m * K, K, s, pq + m * K);
-    if (variant == Variant::avx2) return quantize_row_avx2(px + m * K, K, s, pq + m * K);
-#endif
-    quantize_row_portable(px + m * K, K, s, pq + m * K);
+    quantize_row_variant(px + m * K, K, s, pq + m * K, variant);
   });
   return out;
 }
@@ -232,6 +284,11 @@ Variant best_variant() {
 }  // namespace
 
 bool int8_quantize_uses_avx512() { return cpu_has_avx512f(); }
+
+float row_absmax(const float* x, std::int64_t K) {
+  static const Variant variant = best_variant();
+  return absmax_variant(x, K, variant);
+}
 
 bool int8_quantize_avx2_available() { return cpu_has_avx2(); }
 

@@ -12,6 +12,11 @@ Int8Rows quantize_int8_rows_cpu(const at::Tensor& x, std::int64_t rows_per_scale
 bool int8_quantize_uses_avx512();
 bool int8_quantize_avx2_available();
 
+// max |x[k]| over K floats (0 for K = 0), the best variant this CPU runs: the int8 scales', and
+// those of the floating-point formats (quant/float_formats.cpp). NaN when a value is NaN, so a
+// scale computed from it is finite exactly when its values are.
+float row_absmax(const float* x, std::int64_t K);
+
 // The portable loops alone, so tests cover both variants on one CPU.
 Int8Rows quantize_int8_rows_portable(const at::Tensor& x, std::int64_t rows_per_scale);
 // The AVX2 variant alone (refuses without AVX2), for the same reason.

@@ -16,6 +16,7 @@
 #define QEVAL_W4Q_HAS_AVX2_VARIANT 1
 #endif
 
+#include "kernels/large_tensor.h"
 #include "kernels/w4_quantize.h"
 
 namespace qeval::kernels {
@@ -99,7 +100,7 @@ W4Rows run(const at::Tensor& w_in, std::int64_t group_size, bool whole_tensor, M
   TORCH_CHECK(g >= 1, "quantize_w4_rows: group size must be at least 1, got ", group_size);
   const std::int64_t G = whole_tensor ? 1 : (K + g - 1) / g;
   W4Rows out;
-  out.packed = at::empty({N, (K + 1) / 2}, at::TensorOptions().dtype(at::kByte));
+  out.packed = empty_written_once({N, (K + 1) / 2}, at::kByte);  // huge pages: few page faults
   out.scales = at::empty({N, G}, at::TensorOptions().dtype(at::kFloat));
   out.zeros = at::empty({N, G}, at::TensorOptions().dtype(at::kFloat));
   const float* px = w.data_ptr<float>();

@@ -2,6 +2,9 @@
 // codes and scales bit for bit, including values that land exactly on .5 after division.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "kernels/cpu/int8_quantize_cpu.h"
 #include "kernels/int8_quantize.h"
 #include "quant/quantize.h"
@@ -39,6 +42,35 @@ TEST(Int8QuantizeRows, EqualsTheReferenceBitForBit) {
                                        : quantize_int8_rows(x, rows);
         EXPECT_TRUE(test::tensors_equal(got.scales, want.scales)) << "K " << K << " rows " << rows << " " << v;
         EXPECT_TRUE(test::tensors_equal(got.q, want.q)) << "K " << K << " rows " << rows << " " << v;
+      }
+    }
+  }
+}
+
+// A NaN gives its row (its group) a NaN scale in every variant, an infinity an infinite one: the
+// weight quantiser reads finiteness from the scales instead of a pass of its own.
+TEST(Int8QuantizeRows, NonFiniteValuesGiveNonFiniteScales) {
+  for (std::int64_t K : {3, 8, 13, 16, 29, 64, 100}) {
+    for (std::int64_t at_k : {std::int64_t{0}, K / 2, K - 1}) {
+      for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        at::Tensor x = at::randn({4, K});
+        x[2][at_k] = bad;
+        for (std::int64_t rows : {1, 2}) {
+          for (const char* variant : {"dispatch", "portable", "avx2"}) {
+            const std::string v = variant;
+            if (v == "avx2" && !cpu::int8_quantize_avx2_available()) continue;
+            Int8Rows got = v == "portable" ? cpu::quantize_int8_rows_portable(x, rows)
+                           : v == "avx2"   ? cpu::quantize_int8_rows_avx2(x, rows)
+                                           : quantize_int8_rows(x, rows);
+            const float s = got.scales[2 / rows].item<float>();
+            if (std::isnan(bad))
+              EXPECT_TRUE(std::isnan(s)) << "K " << K << " at " << at_k << " rows " << rows << " " << v << ": " << s;
+            else
+              EXPECT_TRUE(std::isinf(s)) << "K " << K << " at " << at_k << " rows " << rows << " " << v << ": " << s;
+            EXPECT_TRUE(std::isfinite(got.scales[0].item<float>())) << v;  // the other rows keep theirs
+          }
+          EXPECT_EQ(std::isnan(cpu::row_absmax(x[2].data_ptr<float>(), K)), std::isnan(bad));
+        }
       }
     }
   }

@@ -2,6 +2,8 @@
 // so every x / s is exact in float32, making the expected codes unambiguous).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "common/error.h"
 #include "kernels/w4_quantize.h"
 #include "quant/packed_weights.h"
@@ -106,6 +108,29 @@ TEST(PackedWeights, Int8GranularitiesStoreTheDocumentedScales) {
   EXPECT_TRUE(test::tensors_equal(g.scales, f32({4.0f / 127, 0.5f / 127, 1.0f, 0.5f}).reshape({2, 2})));
   EXPECT_TRUE(test::tensors_equal(g.q, i8({32, -64, 127, 127, 0, 0, 0, -127}).reshape({2, 4})));
   EXPECT_EQ(g.bytes(), 8 + 4 * 4);
+}
+
+// A NaN or an infinity anywhere in a weight is refused at every granularity: tensor and channel
+// read it from their scales (the row kernel's absmax keeps NaN), group from a pass of its own.
+TEST(PackedWeights, Int8RefusesNonFiniteWeightsAtEveryGranularity) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    for (const std::int64_t K : {5, 16, 37, 300}) {  // the vector loops and their tails
+      for (const Granularity g : {Granularity::tensor, Granularity::channel, Granularity::group}) {
+        at::Tensor w = at::randn({3, K});
+        w[1][K - 1] = bad;
+        QuantSpec spec{QuantKind::int8_absmax, g, g == Granularity::group ? 4 : 0};
+        try {
+          (void)quantize_int8_weight(w, spec, "layers.0.w");
+          ADD_FAILURE() << "accepted " << bad << " at K " << K << " granularity " << spec.granularity_name();
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("quantise layers.0.w: the weight holds NaN or infinite values"),
+                    std::string::npos)
+              << e.what();
+        }
+      }
+    }
+  }
 }
 
 // Tensor and channel weights go through the fused row kernel: the same bits as the reference
