@@ -21,6 +21,7 @@
 
 namespace qeval {
 
+using ggml_detail::round_half_away_small;
 using ggml_detail::check_row;
 using ggml_detail::store_block;
 using ggml_detail::trunc_to_int8;
@@ -59,7 +60,9 @@ void quantize_row_q8_0(const float* x, void* blocks, std::int64_t n) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     block_q8_0 b;
     b.d = fp32_to_fp16(d);
-    for (int j = 0; j < QK8_0; ++j) b.qs[j] = trunc_to_int8(std::round(x[j] * id));
+    // |x[j] · id| <= amax · (127 / amax) rounds to at most 127 (plus a few ulps): within
+    // round_half_away_small's range, and the same code as trunc_to_int8(roundf(...)).
+    for (int j = 0; j < QK8_0; ++j) b.qs[j] = static_cast<std::int8_t>(round_half_away_small(x[j] * id));
     store_block(blocks, i, b);
   }
 }

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <vector>
 
 #include "common/error.h"
+#include "kernels/large_tensor.h"
 #include "quant/ggml_quants_internal.h"  // no contraction in fp32_to_fp16
 
 namespace qeval {
@@ -172,9 +174,21 @@ at::Tensor quantize_dequantize_ggml(const at::Tensor& w, GgmlType type) {
   const GgmlQuantType& t = ggml_quant_type(type);
   const at::Tensor x = checked_weight(w, t, "quantize_dequantize_ggml");
   const std::int64_t n = x.size(0), k = x.size(1);
-  const at::Tensor blocks = quantize_ggml(x, type);
-  at::Tensor out = at::empty({n, k}, at::kFloat);
-  dequantize_rows_ggml(type, blocks.data_ptr<std::uint8_t>(), out.data_ptr<float>(), n, k);
+  // Row by row, each row's blocks in a buffer that stays in cache: one pass over the weight and no
+  // blocks tensor, where quantising every row and then dequantising every row read and wrote the
+  // blocks through memory. The same functions, so the same bits (tests/quant/ggml_quants_test.cpp).
+  at::Tensor out = kernels::empty_written_once({n, k}, at::kFloat);
+  const RowFunctions f = row_functions(type);
+  const std::int64_t row_bytes = k / t.block_elements * t.block_bytes;
+  const float* px = x.data_ptr<float>();
+  float* py = out.data_ptr<float>();
+  at::parallel_for(0, n, kRowsPerTask, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::uint8_t> row(static_cast<std::size_t>(row_bytes));
+    for (std::int64_t r = begin; r < end; ++r) {
+      f.quantize(px + r * k, row.data(), k);
+      f.dequantize(row.data(), py + r * k, k);
+    }
+  });
   return out;
 }
 

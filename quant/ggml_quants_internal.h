@@ -32,6 +32,16 @@ inline int nearest_int(float x) {
   return (i & 0x007fffff) - 0x00400000;
 }
 
+// (int)roundf(v), halves away from zero, for |v| < 2^23, branch-free so that q8_0's loop
+// vectorises: roundf is a libm call per value, and a branch on the fraction mispredicts on every
+// other random value (together 90 % of q8_0's quantisation). Exact: below 2^23 the truncation
+// and v − trunc(v) are exact floats.
+inline std::int32_t round_half_away_small(float v) {
+  const std::int32_t t = static_cast<std::int32_t>(v);
+  const float d = v - static_cast<float>(t);
+  return t + static_cast<std::int32_t>(d >= 0.5f) - static_cast<std::int32_t>(d <= -0.5f);
+}
+
 // C's (int8_t)f and (uint8_t)f as GCC compiles them on x86-64: truncate to int32 (cvttss2si,
 // which gives INT32_MIN for NaN and out-of-range values), keep the low byte.
 inline std::int32_t trunc_to_int32(float f) {

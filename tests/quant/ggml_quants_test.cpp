@@ -27,6 +27,7 @@
 
 #include "common/files.h"
 #include "quant/ggml_quants.h"
+#include "quant/ggml_quants_internal.h"
 #include "quant/minifloat.h"
 #include "tests/loaders/tokenizers/tokenizer_test_util.h"  // python_has, oracle_script
 #include "tests/support/test_data.h"
@@ -265,6 +266,30 @@ TEST(GgmlQuants, Fp16RoundingIsNearestEven) {
   EXPECT_EQ(fp32_to_fp16(-std::nanf("")), 0xfe00);
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);       // halfway to the smallest subnormal: even
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
+}
+
+// q8_0's inline (int)roundf equals libm's on random values below 2^23, on every half between
+// -300 and 300, next to the halves, and at the edges of its range.
+TEST(GgmlQuants, InlineRoundHalfAwayEqualsRoundf) {
+  const auto check = [](float v) {
+    ASSERT_EQ(ggml_detail::round_half_away_small(v), static_cast<std::int32_t>(std::round(v))) << fmt::format("{:a}", v);
+  };
+  std::mt19937 rng(12);
+  for (int i = 0; i < 400000; ++i) {
+    const std::uint32_t u = rng();
+    check(static_cast<float>(static_cast<std::int32_t>(u)) * 0x1p-24f);  // |v| < 128, q8_0's range
+    check(static_cast<float>(static_cast<std::int32_t>(u >> 8) - (1 << 23)) * 0x1p-1f);  // |v| <= 2^22, halves included
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::fabs(f) < 0x1p23f) check(f);
+  }
+  for (int k = -600; k <= 600; ++k) {
+    const float half = static_cast<float>(k) / 2;
+    for (const float v : {half, std::nextafter(half, -INFINITY), std::nextafter(half, INFINITY)}) check(v);
+  }
+  for (const float v : {0.0f, -0.0f, 0x1.fffffep22f, -0x1.fffffep22f, 8388607.5f, -8388607.5f, 0.49999997f, -0.49999997f,
+                        127.5f, -127.5f, 0x1p-149f})
+    check(v);
 }
 
 TEST(GgmlQuants, HandWorkedRoundingRules) {
