@@ -44,7 +44,8 @@ TEST(SchemeHostile, EveryValueOfTheWrongTypeNamesItsKey) {
        {"s.json: quantize_embedding", "true or false"}},
   };
   for (const auto& [text, parts] : cases) {
-    EXPECT_TRUE(throws_with([&] { parse(text); }, {"scheme file s.json"})) << text;
+    const std::string& named = text;  // lambdas may not capture a structured binding (C++17)
+    EXPECT_TRUE(throws_with([&named] { parse(named); }, {"scheme file s.json"})) << text;
     try {
       parse(text);
     } catch (const Error& e) {
