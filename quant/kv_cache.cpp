@@ -79,15 +79,57 @@ void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::i
   }
 }
 
-at::Tensor kv_round_trip_rows(const at::Tensor& x, const KvCacheSpec& spec) {
+std::int64_t kv_rotation_block(std::int64_t head_dim, bool is_key) {
+  QEVAL_CHECK(head_dim > 0 && head_dim % 64 == 0, "kv_cache rotation: head_dim {} is not a multiple of 64", head_dim);
+  std::int64_t b = 64;
+  if (is_key)
+    while (head_dim % (2 * b) == 0) b *= 2;
+  return b;
+}
+
+void hadamard_blocks(float* x, std::int64_t n, std::int64_t b) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(b));  // ggml_gen_hadamard's 1/sqrtf(n)
+  for (std::int64_t b0 = 0; b0 < n; b0 += b) {
+    float* v = x + b0;
+    for (std::int64_t h = 1; h < b; h *= 2)
+      for (std::int64_t i = 0; i < b; i += 2 * h)
+        for (std::int64_t j = i; j < i + h; ++j) {
+          const float a = v[j], c = v[j + h];
+          v[j] = a + c, v[j + h] = a - c;
+        }
+    for (std::int64_t i = 0; i < b; ++i) v[i] *= norm;
+  }
+}
+
+namespace {
+
+// One row in the spec's basis: rotated (rotation_block > 0), quantised, rotated back.
+void kv_row(const KvCacheSpec& spec, const float* x, float* y, std::int64_t n, std::int64_t rotation_block,
+            std::vector<float>& scratch) {
+  if (rotation_block == 0) return kv_round_trip_row(spec, x, y, n);
+  scratch.assign(x, x + n);
+  hadamard_blocks(scratch.data(), n, rotation_block);
+  kv_round_trip_row(spec, scratch.data(), y, n);
+  hadamard_blocks(y, n, rotation_block);
+}
+
+std::int64_t rotation_block_for(const KvCacheSpec& spec, std::int64_t head_dim, bool is_key) {
+  return spec.rotation == KvCacheRotation::hadamard ? kv_rotation_block(head_dim, is_key) : 0;
+}
+
+}  // namespace
+
+at::Tensor kv_round_trip_rows(const at::Tensor& x, const KvCacheSpec& spec, bool is_key) {
   QEVAL_CHECK(x.scalar_type() == at::kFloat && x.device().is_cpu() && x.dim() >= 1,
               "kv_round_trip_rows: expected float32 CPU values [..., hd]");
   at::Tensor in = x.contiguous(), out = at::empty_like(in);
   const std::int64_t n = in.size(-1), rows = n > 0 ? in.numel() / n : 0;
+  const std::int64_t block = rows > 0 ? rotation_block_for(spec, n, is_key) : 0;
   const float* src = in.data_ptr<float>();
   float* dst = out.data_ptr<float>();
   at::parallel_for(0, rows, 64, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t r = b; r < e; ++r) kv_round_trip_row(spec, src + r * n, dst + r * n, n);
+    std::vector<float> scratch;
+    for (std::int64_t r = b; r < e; ++r) kv_row(spec, src + r * n, dst + r * n, n, block, scratch);
   });
   return out;
 }
@@ -106,6 +148,10 @@ void check_kv_cache_fits(const KvCacheSpec& spec, const ModelConfig& config, con
               "scheme {}: kv_cache.format {} quantises blocks of 32 along head_dim, but layer {} (layers.{}.attn) of "
               "model {} has head_dim {}, not a multiple of 32 (llama.cpp refuses such a cache too); use int8, "
               "fp8-e4m3 or int4", scheme, to_string(spec.format), first, first, model, hd);
+  QEVAL_CHECK(spec.rotation == KvCacheRotation::none || hd % 64 == 0,
+              "scheme {}: kv_cache.rotation hadamard rotates blocks of 64 or more along head_dim, but layer {} "
+              "(layers.{}.attn) of model {} has head_dim {}, not a multiple of 64 (llama.cpp does not rotate such a "
+              "cache either); drop \"rotation\"", scheme, first, first, model, hd);
 }
 
 QuantizedKvCache::QuantizedKvCache(KvCacheSpec spec) : spec_(spec) {
@@ -122,15 +168,17 @@ at::Tensor QuantizedKvCache::round_trip(std::int64_t layer, const at::Tensor& x,
   const std::int64_t L = in.size(2), n = in.size(3), rows = in.numel() / std::max<std::int64_t>(n, 1);
   const float* src = in.data_ptr<float>();
   float* dst = out.data_ptr<float>();
+  const std::int64_t block = rotation_block_for(spec_, n, /*is_key=*/offset == 0);
   std::vector<double> err(static_cast<std::size_t>(rows)), norm(static_cast<std::size_t>(rows));
   at::parallel_for(0, rows, 16, [&](std::int64_t b, std::int64_t e) {
+    std::vector<float> scratch;
     for (std::int64_t r = b; r < e; ++r) {
       const float* xr = src + r * n;
       float* yr = dst + r * n;
       if (r % L < spec_.keep_first)
         std::copy(xr, xr + n, yr);
       else
-        kv_round_trip_row(spec_, xr, yr, n);
+        kv_row(spec_, xr, yr, n, block, scratch);
       double e2 = 0, x2 = 0;
       for (std::int64_t i = 0; i < n; ++i) {
         const double d = static_cast<double>(xr[i]) - yr[i];
@@ -174,10 +222,11 @@ nlohmann::json QuantizedKvCache::error_report() const {
   }
   for (int i = 0; i < 4; ++i)
     mean[kNames[i]] = sums_.empty() ? nlohmann::json(nullptr) : nlohmann::json(total[i] / static_cast<double>(sums_.size()));
-  return {{"format", to_string(spec_.format)},
-          {"keep_first", spec_.keep_first},
-          {"layers", std::move(layers)},
-          {"mean", std::move(mean)}};
+  nlohmann::json report = {{"format", to_string(spec_.format)}, {"keep_first", spec_.keep_first}};
+  if (spec_.rotation == KvCacheRotation::hadamard) report["rotation"] = "hadamard";  // errors in the original basis
+  report["layers"] = std::move(layers);
+  report["mean"] = std::move(mean);
+  return report;
 }
 
 void QuantizedKvCache::reset_errors() const {

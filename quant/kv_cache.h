@@ -12,7 +12,8 @@
 //             codes come from the float32 d through 1/d, dequantisation uses fp16(d)
 //   int4      qeval's 4-bit zero-point (quant/quantize.h) per group of `group_size` along the row,
 //             the last group shorter (one group when head_dim ≤ group_size)
-// Positions 0..keep_first−1 of each window (axis 2) are copied unchanged.
+// Positions 0..keep_first−1 of each window (axis 2) are copied unchanged. With rotation hadamard a
+// row is rotated, quantised and rotated back: x̂ = H · Q(H · x) (quant/scheme.h).
 //
 // The quantiser also accumulates, per layer, Σ‖x − x̂‖² and Σ‖x‖² over K and V rows, apart for
 // position 0 and for the others, in float64 summed in row order (so the same windows give the
@@ -38,7 +39,16 @@ namespace qeval {
 void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::int64_t n);
 
 // x [..., hd] float32 CPU → every row round-tripped (keep_first ignored): the tests' entry point.
-at::Tensor kv_round_trip_rows(const at::Tensor& x, const KvCacheSpec& spec);
+// With spec.rotation hadamard, rows are rotated as K's (is_key) or V's are.
+at::Tensor kv_round_trip_rows(const at::Tensor& x, const KvCacheSpec& spec, bool is_key = true);
+
+// llama.cpp's rotation block along head_dim (quant/scheme.h): K's, the largest power of two from
+// 64 that divides head_dim; V's, 64. Requires head_dim % 64 == 0.
+std::int64_t kv_rotation_block(std::int64_t head_dim, bool is_key);
+// x ← H_b · x on each block of b consecutive values (n a multiple of b, b a power of two): the
+// orthonormal Walsh-Hadamard matrix in Sylvester's order (H[i][j] = (−1)^popcount(i & j) / √b,
+// ggml_gen_hadamard's), by the fast transform. H is symmetric and H · H = I.
+void hadamard_blocks(float* x, std::int64_t n, std::int64_t b);
 
 // Throws when the spec cannot run on this model: a model without attention layers (naming the
 // model), or q8_0 / q4_0 on a head_dim that is not a multiple of 32 (naming the first attention

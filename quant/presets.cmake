@@ -9,7 +9,8 @@ set(QEVAL_SCHEME_PRESETS full int8-fine int8-moderate int8-coarse int8-vectorwis
     gguf-q8_0 gguf-q6_k gguf-q5_k_m gguf-q4_k_m gguf-q4_k_s gguf-q4_0 gguf-iq4_nl gguf-mxfp4-moe)
 
 # Quantised key/value caches (issue 62, docs/kv-cache.md).
-list(APPEND QEVAL_SCHEME_PRESETS kv-int8 kv-fp8 kv-q8_0 kv-q4_0 kv-int4 kv-q4_0-keep1 kv-int4-keep1 w8a8-kv8)
+list(APPEND QEVAL_SCHEME_PRESETS kv-int8 kv-fp8 kv-q8_0 kv-q4_0 kv-int4 kv-q4_0-keep1 kv-int4-keep1 w8a8-kv8
+     kv-q8_0-hadamard kv-q4_0-hadamard)
 
 file(GLOB _qeval_preset_files CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/configs/schemes/*.json)
 foreach(_file ${_qeval_preset_files})

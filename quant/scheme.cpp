@@ -273,8 +273,8 @@ KvCacheSpec kv_cache_from_json(const nlohmann::json& j, const std::string& sourc
   const std::string where = source + ": kv_cache";
   QEVAL_CHECK(j.is_object(), "{}: expected an object like {{\"format\": \"q8_0\"}}, got {}", where, j.dump());
   for (auto it = j.begin(); it != j.end(); ++it)
-    QEVAL_CHECK(it.key() == "format" || it.key() == "group_size" || it.key() == "keep_tokens",
-                "{}: unknown key '{}'; valid keys: format, group_size (int4), keep_tokens", where, it.key());
+    QEVAL_CHECK(it.key() == "format" || it.key() == "group_size" || it.key() == "keep_tokens" || it.key() == "rotation",
+                "{}: unknown key '{}'; valid keys: format, group_size (int4), keep_tokens, rotation", where, it.key());
   QEVAL_CHECK(j.contains("format"), "{}: missing \"format\"; valid: {}", where, kKvFormatList);
   KvCacheSpec kv;
   QEVAL_CHECK(j.at("format").is_string(), "{}.format: expected a string (valid: {}), got {}", where, kKvFormatList,
@@ -297,6 +297,13 @@ KvCacheSpec kv_cache_from_json(const nlohmann::json& j, const std::string& sourc
                 where, keep.dump());
     kv.keep_first = json_integer(keep.at("first"), where + ".keep_tokens.first");
   }
+  if (j.contains("rotation")) {
+    const nlohmann::json& r = j.at("rotation");
+    QEVAL_CHECK(r.is_string() && (r.get<std::string>() == "none" || r.get<std::string>() == "hadamard"),
+                "{}.rotation: expected \"hadamard\" (llama.cpp's Walsh-Hadamard rotation of K and V) or \"none\", got {}",
+                where, r.dump());
+    kv.rotation = r.get<std::string>() == "hadamard" ? KvCacheRotation::hadamard : KvCacheRotation::none;
+  }
   return kv;
 }
 
@@ -304,6 +311,8 @@ nlohmann::json kv_cache_to_json(const KvCacheSpec& kv) {
   nlohmann::json j = {{"format", to_string(kv.format)}};
   if (kv.format == KvCacheFormat::int4) j["group_size"] = kv.group_size;
   j["keep_tokens"] = {{"first", kv.keep_first}};
+  // Written only when on, so records of the unrotated presets keep their form.
+  if (kv.rotation == KvCacheRotation::hadamard) j["rotation"] = "hadamard";
   return j;
 }
 

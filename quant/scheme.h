@@ -152,23 +152,33 @@ struct KeepTokens {
 // before the attention reads them. Independent of the linear layers' spec.
 //   "kv_cache": {"format": "int8" | "fp8-e4m3" | "q8_0" | "q4_0" | "int4",
 //                "group_size": 32,              int4 only (default 32; last group shorter)
-//                "keep_tokens": {"first": k}}   K and V of positions 0..k-1 stay full precision
+//                "keep_tokens": {"first": k},   K and V of positions 0..k-1 stay full precision
+//                "rotation": "hadamard"}        llama.cpp's attention rotation (see below)
 //   int8      absmax per position and head, s = amax / 127, round half to even (quant/quantize.h)
 //   fp8-e4m3  per position and head, s = amax / 448 (1 where amax = 0), clamp, nearest even
 //   q8_0/q4_0 llama.cpp's blocks of 32 along head_dim (quant/ggml_quants.h); head_dim must be a
 //             multiple of 32
 //   int4      4-bit zero-point (qeval's w4 maths) per position and head in groups along head_dim
+// rotation "hadamard" (llama.cpp's default for a quantised cache since 2026, its attn_rot_k/v;
+// LLAMA_ATTN_ROT_DISABLE=1 turns it off there): K is quantised in the basis of the orthonormal
+// Walsh-Hadamard matrix H_n applied to consecutive blocks of n along head_dim, n the largest power
+// of two from 64 that divides head_dim; V the same with n = 64. llama.cpp rotates Q and K (and V,
+// un-rotating the attention's output); since H is orthonormal and symmetric, the same scores and
+// outputs come from x̂ = H · Q(H · x), which is what qeval stores: the attention is unchanged.
+// head_dim must be a multiple of 64 (llama.cpp's condition).
 // Written in the resolved spec only when present, so records of other schemes keep their form.
 enum class KvCacheFormat { none, int8, fp8_e4m3, q8_0, q4_0, int4 };
+enum class KvCacheRotation { none, hadamard };
 
 struct KvCacheSpec {
   KvCacheFormat format = KvCacheFormat::none;
   std::int64_t group_size = 32;  // int4's group along head_dim
   std::int64_t keep_first = 0;   // positions 0..keep_first-1 of each window kept in full precision
+  KvCacheRotation rotation = KvCacheRotation::none;
 
   bool enabled() const { return format != KvCacheFormat::none; }
   bool operator==(const KvCacheSpec& o) const {
-    return format == o.format && group_size == o.group_size && keep_first == o.keep_first;
+    return format == o.format && group_size == o.group_size && keep_first == o.keep_first && rotation == o.rotation;
   }
 };
 

@@ -302,6 +302,67 @@ TEST(KvCache, RefusesAttentionFreeModelsAndHeadDimsThatQ4_0CannotBlock) {
   EXPECT_NO_THROW(make_schemes(stories.config(), {"full", "int8-fine"}, fp64));
   // int8 / fp8 / int4 run on any head_dim.
   EXPECT_NO_THROW(quantize_model(stories, resolve_scheme("kv-int4")));
+  // The rotation needs head_dim % 64 == 0, as llama.cpp's does.
+  SchemeSpec rotated = resolve_scheme("kv-int4");
+  rotated.kv_cache.rotation = KvCacheRotation::hadamard;
+  expect_error([&] { quantize_model(stories, rotated); }, {"kv_cache.rotation hadamard", "head_dim 8", "multiple of 64"});
+}
+
+// The Walsh-Hadamard blocks: the fast transform equals the matrix ggml_gen_hadamard builds
+// (Sylvester's order, entries ±1/√n), applied twice gives the values back, and llama.cpp's block
+// sizes (K: the largest power of two from 64 dividing head_dim; V: 64).
+TEST(KvCacheRotation, FastTransformEqualsGgmlsMatrixAndIsItsOwnInverse) {
+  for (const std::int64_t n : {64, 128, 256}) {
+    // ggml_gen_hadamard, transcribed: H[0][0] = 1/sqrtf(n), then the Sylvester doubling.
+    std::vector<float> h(static_cast<std::size_t>(n * n));
+    h[0] = 1.0f / std::sqrt(static_cast<float>(n));
+    for (std::int64_t s = 1; s < n; s *= 2)
+      for (std::int64_t i = 0; i < s; ++i)
+        for (std::int64_t j = 0; j < s; ++j) {
+          const float val = h[static_cast<std::size_t>(i * n + j)];
+          h[static_cast<std::size_t>((i + s) * n + j)] = val;
+          h[static_cast<std::size_t>(i * n + j + s)] = val;
+          h[static_cast<std::size_t>((i + s) * n + j + s)] = -val;
+        }
+    const at::Tensor H = at::from_blob(h.data(), {n, n}, at::kFloat).to(at::kDouble);
+    at::manual_seed(n);
+    at::Tensor x = at::randn({3, 2 * n});  // two blocks a row
+    at::Tensor fast = x.clone();
+    for (std::int64_t r = 0; r < 3; ++r) hadamard_blocks(fast[r].data_ptr<float>(), 2 * n, n);
+    const at::Tensor want = at::matmul(x.to(at::kDouble).reshape({6, n}), H.t()).reshape({3, 2 * n});
+    EXPECT_TRUE(at::allclose(fast.to(at::kDouble), want, 1e-6, 1e-6)) << "n " << n;
+    at::Tensor back = fast.clone();
+    for (std::int64_t r = 0; r < 3; ++r) hadamard_blocks(back[r].data_ptr<float>(), 2 * n, n);
+    EXPECT_TRUE(at::allclose(back, x, 1e-5, 1e-5)) << "n " << n;
+  }
+  EXPECT_EQ(kv_rotation_block(64, true), 64);
+  EXPECT_EQ(kv_rotation_block(128, true), 128);
+  EXPECT_EQ(kv_rotation_block(192, true), 64);
+  EXPECT_EQ(kv_rotation_block(256, true), 256);
+  EXPECT_EQ(kv_rotation_block(256, false), 64);
+  expect_error([] { kv_rotation_block(96, true); }, {"head_dim 96", "multiple of 64"});
+}
+
+// A rotated q4_0 row is H · Q(H · x): the scores q · k̂ are llama.cpp's (H q) · Q(H k), and on rows
+// with an outlier channel (as K has) the rotation spreads it over the block, so the error is far
+// smaller than the unrotated cache's.
+TEST(KvCacheRotation, RotatedRowsAreTheRotatedQuantisationAndSpreadOutliers) {
+  const std::int64_t hd = 128;
+  const at::Tensor x = cache_rows(256, hd, 7).narrow(0, 32, 192).contiguous();  // the unscaled rows
+  KvCacheSpec plain = kv(KvCacheFormat::q4_0), rotated = plain;
+  rotated.rotation = KvCacheRotation::hadamard;
+  const at::Tensor y = kv_round_trip_rows(x, rotated, /*is_key=*/true);
+  // The definition, spelled out: rotate, quantise unrotated rows, rotate back.
+  at::Tensor hx = x.clone();
+  for (std::int64_t r = 0; r < hx.size(0); ++r) hadamard_blocks(hx[r].data_ptr<float>(), hd, 128);
+  at::Tensor want = kv_round_trip_rows(hx, plain);
+  for (std::int64_t r = 0; r < want.size(0); ++r) hadamard_blocks(want[r].data_ptr<float>(), hd, 128);
+  expect_bits_equal(y, want, "rotated q4_0 rows");
+  const double err_rot = (y - x).norm().item<double>() / x.norm().item<double>();
+  const double err_plain = (kv_round_trip_rows(x, plain) - x).norm().item<double>() / x.norm().item<double>();
+  EXPECT_LT(err_rot, 0.7 * err_plain) << "rotated " << err_rot << ", plain " << err_plain;
+  // V's blocks are 64: a different result from K's 128 on the same rows.
+  EXPECT_FALSE(at::equal(kv_round_trip_rows(x, rotated, /*is_key=*/false), y));
 }
 
 TEST(KvCache, BadKvCacheKeysAreRefusedNamingTheKey) {
@@ -316,6 +377,8 @@ TEST(KvCache, BadKvCacheKeysAreRefusedNamingTheKey) {
   expect_error(parse(R"({"kv_cache": {"format": "q8_0", "keep_tokens": {"top_norm": 1}}})"), {"kv_cache.keep_tokens"});
   expect_error(parse(R"({"kv_cache": {"format": "q8_0", "keep": 1}})"), {"kv_cache", "unknown key 'keep'"});
   expect_error(parse(R"({"kv_cache": {}})"), {"kv_cache", "missing \"format\""});
+  expect_error(parse(R"({"kv_cache": {"format": "q4_0", "rotation": "walsh"}})"), {"kv_cache.rotation", "\"walsh\"", "hadamard"});
+  expect_error(parse(R"({"kv_cache": {"format": "q4_0", "rotation": true}})"), {"kv_cache.rotation", "true"});
   expect_error(parse(R"({"kv_cache": "q8_0"})"), {"kv_cache", "expected an object"});
   SchemeSpec s;
   s.kv_cache = kv(KvCacheFormat::int8, -2);
@@ -328,7 +391,10 @@ TEST(KvCache, ResolvedSpecWritesKvCacheOnlyWhenPresent) {
   EXPECT_EQ(j.at("kv_cache"), (nlohmann::json{{"format", "int4"}, {"group_size", 32}, {"keep_tokens", {{"first", 1}}}}));
   EXPECT_EQ(scheme_to_json(resolve_scheme("kv-q8_0")).at("kv_cache"),
             (nlohmann::json{{"format", "q8_0"}, {"keep_tokens", {{"first", 0}}}}));
-  for (const char* name : {"kv-int8", "kv-fp8", "kv-q8_0", "kv-q4_0", "kv-int4", "kv-q4_0-keep1", "kv-int4-keep1", "w8a8-kv8"}) {
+  EXPECT_EQ(scheme_to_json(resolve_scheme("kv-q4_0-hadamard")).at("kv_cache"),
+            (nlohmann::json{{"format", "q4_0"}, {"keep_tokens", {{"first", 0}}}, {"rotation", "hadamard"}}));
+  for (const char* name : {"kv-int8", "kv-fp8", "kv-q8_0", "kv-q4_0", "kv-int4", "kv-q4_0-keep1", "kv-int4-keep1", "w8a8-kv8",
+                           "kv-q8_0-hadamard", "kv-q4_0-hadamard"}) {
     const SchemeSpec p = resolve_scheme(name);
     EXPECT_TRUE(scheme_from_json(scheme_to_json(p), name).kv_cache == p.kv_cache) << name;
     EXPECT_TRUE(p.quantizes_anything()) << name;

@@ -98,6 +98,8 @@ TEST(SchemePresets, MatchTheDesignTable) {
       {"kv-q4_0-keep1", kNone, kNone, kNone},
       {"kv-int4-keep1", kNone, kNone, kNone},
       {"w8a8-kv8", q(K::int8_absmax, G::channel), q(K::int8_absmax, G::token), kNone},
+      {"kv-q8_0-hadamard", kNone, kNone, kNone},
+      {"kv-q4_0-hadamard", kNone, kNone, kNone},
   };
   // Preset -> {format, int4 group, kept first positions}; every other preset has no kv_cache.
   const std::map<std::string, KvCacheSpec> kKvRows = {
@@ -105,6 +107,8 @@ TEST(SchemePresets, MatchTheDesignTable) {
       {"kv-q8_0", {KvCacheFormat::q8_0, 32, 0}},       {"kv-q4_0", {KvCacheFormat::q4_0, 32, 0}},
       {"kv-int4", {KvCacheFormat::int4, 32, 0}},       {"kv-q4_0-keep1", {KvCacheFormat::q4_0, 32, 1}},
       {"kv-int4-keep1", {KvCacheFormat::int4, 32, 1}}, {"w8a8-kv8", {KvCacheFormat::int8, 32, 0}},
+      {"kv-q8_0-hadamard", {KvCacheFormat::q8_0, 32, 0, KvCacheRotation::hadamard}},
+      {"kv-q4_0-hadamard", {KvCacheFormat::q4_0, 32, 0, KvCacheRotation::hadamard}},
   };
   std::vector<std::string> names;
   for (const auto& row : table) {
