@@ -31,6 +31,7 @@ for model in $models; do
       --schemes "full,$seed_presets,$format_presets" --stats-for all --rounding-band "$band" \
       --seq-len 512 --max-windows 8 --seed 0 --max-memory "${MAX_MEMORY:-8G}" --out "$here/$name.json" -q > "$here/$name.md"
     grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
+    gzip -9 -f "$here/$name.json"  # 9 MB of per-window rows and statistics; gunzip -k to read it with qeval
   done
 done
 # PAIRS (default: the d-256 seed-0 pair of results/train/mix) evaluates the Adam / OrthoAdam pair
@@ -51,5 +52,6 @@ if [ -n "$pairs" ]; then
       --rounding-band "$band" "${MIX_WINDOW[@]}" --max-windows "${PAIR_WINDOWS:-512}" --seed 0 \
       --out "$here/$name.json" -q > "$here/$name.md"
     grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
+    gzip -9 -f "$here/$name.json"
   done
 fi
