@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/int8_quantize_cpu.h"
+#include "quant/element_blocks_avx512.h"
 
 namespace qeval {
 namespace {
@@ -24,6 +25,15 @@ int mx_scale_exponent(float amax, const MxFormat& format) {
 
 void mx_round_trip_row(const float* x, float* y, std::int64_t n, const MxFormat& format, std::int8_t* exponents,
                        std::uint8_t* codes) {
+  // Blocks of 32 without codes (an evaluation's weights and activations) take the AVX-512 path on
+  // a CPU that has it: the same operations on 16 lanes, inlined per block.
+  if (!codes && format.block == 32 && element_blocks_avx512_available())
+    return mx_round_trip_row_avx512(x, y, n, format, exponents);
+  mx_round_trip_row_portable(x, y, n, format, exponents, codes);
+}
+
+void mx_round_trip_row_portable(const float* x, float* y, std::int64_t n, const MxFormat& format,
+                                std::int8_t* exponents, std::uint8_t* codes) {
   const ElementFormat& f = element_format(format.element);
   for (std::int64_t begin = 0, b = 0; begin < n; begin += format.block, ++b) {
     const std::int64_t len = std::min(format.block, n - begin);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/int8_quantize_cpu.h"
+#include "quant/element_blocks_avx512.h"
 
 #include "quant/minifloat.h"
 
@@ -13,6 +14,14 @@ float nvfp4_tensor_scale(float amax_t) { return amax_t / (448.0f * 6.0f); }
 
 void nvfp4_round_trip(const float* x, float* y, std::int64_t rows, std::int64_t K, float amax_t, float* block_scales,
                       std::uint8_t* codes) {
+  // Without codes (an evaluation), the AVX-512 path where the CPU has it (as for MX).
+  if (!codes && element_blocks_avx512_available())
+    return nvfp4_round_trip_avx512(x, y, rows, K, amax_t, block_scales);
+  nvfp4_round_trip_portable(x, y, rows, K, amax_t, block_scales, codes);
+}
+
+void nvfp4_round_trip_portable(const float* x, float* y, std::int64_t rows, std::int64_t K, float amax_t,
+                               float* block_scales, std::uint8_t* codes) {
   const ElementFormat& e4m3 = element_format(ElementType::e4m3);
   const ElementFormat& e2m1 = element_format(ElementType::e2m1);
   const float s_tensor = nvfp4_tensor_scale(amax_t);

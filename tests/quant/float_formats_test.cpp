@@ -6,12 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
+#include <vector>
 
 #include "common/error.h"
 #include "eval/static_scales.h"
 #include "quant/float_formats.h"
+#include "quant/element_blocks_avx512.h"
 #include "quant/mx.h"
+#include "quant/nvfp4.h"
 #include "quant/quantized_linear.h"
 #include "quant/scheme.h"
 #include "tests/support/test_data.h"
@@ -80,6 +85,76 @@ TEST(FloatFormats, MxRowsEndInAShorterBlockAsIfPaddedWithZeros) {
     mx_round_trip_row(padded.data(), y_padded.data(), 128, f);
     for (int i = 0; i < 100; ++i) ASSERT_EQ(y[i], y_padded[i]) << i;
   }
+}
+
+// Rows for the fast-vs-portable tests: Gaussian values over many binades, exact ties of the
+// element grids (small integers and halves), zero blocks, a loud block, float32 subnormals, and
+// (when `non_finite`) a NaN and an infinity.
+std::vector<float> hostile_row(std::int64_t n, std::uint32_t seed, bool non_finite) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_int_distribution<int> binade(-30, 30), pick(0, 9);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  for (auto& v : x) {
+    const int kind = pick(rng);
+    v = kind < 6 ? std::ldexp(g(rng), binade(rng)) : kind < 9 ? static_cast<float>(static_cast<int>(g(rng) * 8)) / 2 : 1e-40f;
+  }
+  for (std::int64_t i = 0; i < std::min<std::int64_t>(n, 40); ++i) x[static_cast<std::size_t>(i)] = 0.0f;  // zero blocks
+  if (n > 70) x[70] = 3.0e5f;
+  if (non_finite && n > 90) {
+    x[static_cast<std::size_t>(n - 5)] = std::numeric_limits<float>::quiet_NaN();
+    x[90] = -std::numeric_limits<float>::infinity();
+  }
+  return x;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The AVX-512 paths give the portable loops' bits on random rows of every MX element type, both
+// scale roundings and NVFP4, rows that 32 or 16 do not divide included, and NaN and infinities.
+TEST(FloatFormats, Avx512BlocksEqualThePortableLoopsBitForBit) {
+  if (!element_blocks_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512: the portable loops run alone";
+  std::int64_t rows_compared = 0;
+  for (const std::int64_t n : {1, 15, 16, 17, 31, 32, 33, 100, 576, 1000}) {
+    for (std::uint32_t seed = 0; seed < 8; ++seed) {
+      const bool non_finite = seed % 4 == 3;
+      const std::vector<float> x = hostile_row(n, seed * 131 + static_cast<std::uint32_t>(n), non_finite);
+      for (const ElementType t : {ElementType::e4m3, ElementType::e5m2, ElementType::e2m3, ElementType::e3m2, ElementType::e2m1}) {
+        for (const bool up : {false, true}) {
+          const MxFormat f{t, 32, up};
+          std::vector<float> fast(x.size()), portable(x.size());
+          std::vector<std::int8_t> fast_exp(static_cast<std::size_t>((n + 31) / 32)), portable_exp(fast_exp.size());
+          mx_round_trip_row_avx512(x.data(), fast.data(), n, f, nullptr);
+          mx_round_trip_row_portable(x.data(), portable.data(), n, f);
+          ASSERT_TRUE(same_bits(fast, portable)) << "mx " << to_string(t) << " n " << n << " seed " << seed;
+          if (!non_finite) {
+            mx_round_trip_row_avx512(x.data(), fast.data(), n, f, fast_exp.data());
+            mx_round_trip_row_portable(x.data(), portable.data(), n, f, portable_exp.data());
+            ASSERT_EQ(fast_exp, portable_exp) << "mx exponents " << to_string(t) << " n " << n;
+          }
+          ++rows_compared;
+        }
+      }
+      // NVFP4 over 3 rows of n with the tensor's amax (NaN when a value is NaN, as the callers give it).
+      std::vector<float> xs;
+      for (int r = 0; r < 3; ++r) xs.insert(xs.end(), x.begin(), x.end());
+      float amax = 0;
+      for (const float v : xs) amax = std::isnan(v) || std::isnan(amax) ? std::numeric_limits<float>::quiet_NaN() : std::max(amax, std::fabs(v));
+      for (const float scale_of : {1.0f, 1e-30f}) {  // 1e-30: block scales underflow, p = 0 blocks
+        const float a = amax * scale_of;
+        std::vector<float> fast(xs.size()), portable(xs.size());
+        std::vector<float> fast_s(static_cast<std::size_t>(3 * ((n + 15) / 16))), portable_s(fast_s.size());
+        nvfp4_round_trip_avx512(xs.data(), fast.data(), 3, n, a, fast_s.data());
+        nvfp4_round_trip_portable(xs.data(), portable.data(), 3, n, a, portable_s.data());
+        ASSERT_TRUE(same_bits(fast, portable)) << "nvfp4 n " << n << " seed " << seed << " amax " << a;
+        ASSERT_TRUE(same_bits(fast_s, portable_s)) << "nvfp4 block scales n " << n << " seed " << seed;
+        ++rows_compared;
+      }
+    }
+  }
+  EXPECT_EQ(rows_compared, 10 * 8 * (5 * 2 + 2));
 }
 
 TEST(FloatFormats, MxScaleRoundingUpSaturatesNothing) {
