@@ -36,7 +36,10 @@ inline int nearest_int(float x) {
 // vectorises: roundf is a libm call per value, and a branch on the fraction mispredicts on every
 // other random value (together 90 % of q8_0's quantisation). Exact: below 2^23 the truncation
 // and v − trunc(v) are exact floats.
+// NaN and |v| >= 2^23 (never a finite q8_0 value) give 0, as NaN does through ggml's
+// (int8_t)roundf on x86-64 (cvttss2si's INT32_MIN, low byte 0), and no undefined conversion.
 inline std::int32_t round_half_away_small(float v) {
+  v = std::fabs(v) < 8388608.0f ? v : 0.0f;  // a select: the loop still vectorises
   const std::int32_t t = static_cast<std::int32_t>(v);
   const float d = v - static_cast<float>(t);
   return t + static_cast<std::int32_t>(d >= 0.5f) - static_cast<std::int32_t>(d <= -0.5f);

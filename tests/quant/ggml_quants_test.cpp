@@ -290,6 +290,9 @@ TEST(GgmlQuants, InlineRoundHalfAwayEqualsRoundf) {
   for (const float v : {0.0f, -0.0f, 0x1.fffffep22f, -0x1.fffffep22f, 8388607.5f, -8388607.5f, 0.49999997f, -0.49999997f,
                         127.5f, -127.5f, 0x1p-149f})
     check(v);
+  // NaN (an infinite input's v = inf · 0) gives code 0, as trunc_to_int8(roundf(NaN)) does.
+  EXPECT_EQ(ggml_detail::round_half_away_small(std::nanf("")), 0);
+  EXPECT_EQ(static_cast<int>(ggml_detail::trunc_to_int8(std::round(std::nanf("")))), 0);
 }
 
 TEST(GgmlQuants, HandWorkedRoundingRules) {
