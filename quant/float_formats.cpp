@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/error.h"
 #include "kernels/large_tensor.h"
@@ -20,9 +21,16 @@ constexpr std::int64_t kGrain = 16;
 // Vectorised (the scalar loop is one dependent max per element: it was most of fp8's compute).
 float absmax(const float* x, std::int64_t n) { return kernels::cpu::row_absmax(x, n); }
 
+// max that keeps NaN (std::max drops it when it comes second): a NaN value makes its scale NaN,
+// so its row, block or tensor rounds to NaN instead of to a number.
+template <typename T>
+T max_keeping_nan(T a, T b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::max(a, b);
+}
+
 double absmax(const double* x, std::int64_t n) {
   double m = 0;
-  for (std::int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  for (std::int64_t i = 0; i < n; ++i) m = max_keeping_nan(m, std::fabs(x[i]));
   return m;
 }
 
@@ -61,8 +69,8 @@ void scaled_chunks(const T* x, T* y, std::int64_t n, T s, const ElementFormat& f
 template <typename T>
 T parallel_absmax(const T* x, std::int64_t n) {
   return at::parallel_reduce(
-      0, n, 1 << 16, T(0), [&](std::int64_t b, std::int64_t e, T m) { return std::max(m, absmax(x + b, e - b)); },
-      [](T a, T b) { return std::max(a, b); });
+      0, n, 1 << 16, T(0), [&](std::int64_t b, std::int64_t e, T m) { return max_keeping_nan(m, absmax(x + b, e - b)); },
+      [](T a, T b) { return max_keeping_nan(a, b); });
 }
 
 template <typename T>

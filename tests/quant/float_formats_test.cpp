@@ -157,6 +157,26 @@ TEST(FloatFormats, Avx512BlocksEqualThePortableLoopsBitForBit) {
   EXPECT_EQ(rows_compared, 10 * 8 * (5 * 2 + 2));
 }
 
+// A NaN activation comes out NaN under every format and granularity (never a finite ±max · scale),
+// wherever it sits: first or later token, first or later parallel chunk of a long sequence.
+TEST(FloatFormats, NanActivationsStayNan) {
+  const char* specs[] = {R"({"kind": "fp8", "element": "e4m3", "granularity": "token"})",
+                         R"({"kind": "fp8", "element": "e4m3", "granularity": "tensor"})",
+                         R"({"kind": "mx", "element": "e2m1", "granularity": "block:32"})",
+                         R"({"kind": "nvfp4", "granularity": "block:16"})"};
+  for (const char* text : specs) {
+    const QuantSpec spec =
+        scheme_from_json(nlohmann::json::parse(std::string(R"({"input_activations": )") + text + "}"), "test")
+            .input_activations;
+    for (const std::int64_t token : {std::int64_t{0}, std::int64_t{5}, std::int64_t{1500}}) {
+      at::Tensor x = at::randn({1, 2048, 64});  // 131,072 values: several chunks of the tensor absmax
+      x[0][token][7] = std::numeric_limits<float>::quiet_NaN();
+      const at::Tensor y = fake_quantize_float_activations(x, spec);
+      EXPECT_TRUE(std::isnan(y[0][token][7].item<float>())) << text << " token " << token;
+    }
+  }
+}
+
 TEST(FloatFormats, MxScaleRoundingUpSaturatesNothing) {
   // amax = 1.9 · 2^3 in a block of E2M1 (largest 6 = 1.5 · 2^2): the floor rule's scale 2^1 holds
   // at most 12, so 15.2 saturates to 12; rounding the scale up to 2^2 keeps it (16).
