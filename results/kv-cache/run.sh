@@ -15,7 +15,7 @@ qeval="${QEVAL_BUILD_DIR:-$root/build}/qeval"
 models=${MODELS-smollm2-135m}  # MODELS= runs the pair alone
 windows=${WINDOWS:-32}
 band=${BAND:-2}
-presets=kv-int8,kv-fp8,kv-q8_0,kv-q4_0,kv-q4_0-keep1,kv-int4,kv-int4-keep1,w8a8-kv8,int8-vectorwise
+presets=kv-int8,kv-fp8,kv-q8_0,kv-q4_0,kv-q4_0-keep1,kv-int4,kv-int4-keep1,w8a8-kv8,int8-vectorwise,kv-q8_0-hadamard,kv-q4_0-hadamard
 data=text/wikitext-2-raw-v1/test.joined.txt
 for model in $models; do "$root/scripts/models" --model "$model"; done
 # The K / V error per scheme (mean over layers), first position apart, from a record.
