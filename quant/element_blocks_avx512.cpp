@@ -94,7 +94,6 @@ __attribute__((target("avx512f"))) void mx_round_trip_row_avx512(const float* x,
 
 __attribute__((target("avx512f"))) void nvfp4_round_trip_avx512(const float* x, float* y, std::int64_t rows,
                                                                 std::int64_t K, float amax_t, float* block_scales) {
-  const ElementFormat& e4m3 = element_format(ElementType::e4m3);
   const ElementLanes e2m1 = element_lanes(element_format(ElementType::e2m1));
   const float s_tensor = nvfp4_tensor_scale(amax_t);
   const float t = 6.0f * s_tensor;
@@ -106,10 +105,8 @@ __attribute__((target("avx512f"))) void nvfp4_round_trip_avx512(const float* x, 
       const std::int64_t begin = b * kNvfp4Block;
       const __mmask16 m = lanes(K - begin);
       const __m512 v = _mm512_maskz_loadu_ps(m, xr + begin);
-      const float amax_b = block_absmax(v, _mm512_setzero_ps(), m, 0);
-      // The portable loop's scalar steps, verbatim (nvfp4.cpp).
-      const float s_block = t == 0 ? 0.0f : round_to_element(std::min(amax_b / t, 448.0f), e4m3);
-      const float p = s_block * s_tensor;
+      // The portable loop's scalar steps (nvfp4_block_scale), on this block's max.
+      const auto [s_block, p] = nvfp4_block_scale(block_absmax(v, _mm512_setzero_ps(), m, 0), t, s_tensor);
       if (block_scales) block_scales[r * blocks + b] = s_block;
       _mm512_mask_storeu_ps(yr + begin, m, p == 0 ? _mm512_setzero_ps() : round_trip16(v, _mm512_set1_ps(p), e2m1));
     }

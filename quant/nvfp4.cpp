@@ -12,6 +12,12 @@ namespace qeval {
 
 float nvfp4_tensor_scale(float amax_t) { return amax_t / (448.0f * 6.0f); }
 
+Nvfp4BlockScale nvfp4_block_scale(float amax_b, float t, float s_tensor) {
+  const float s_block =
+      t == 0 ? 0.0f : round_to_element(std::min(amax_b / t, 448.0f), element_format(ElementType::e4m3));
+  return {s_block, s_block * s_tensor};
+}
+
 void nvfp4_round_trip(const float* x, float* y, std::int64_t rows, std::int64_t K, float amax_t, float* block_scales,
                       std::uint8_t* codes) {
   // Without codes (an evaluation), the AVX-512 path where the CPU has it (as for MX).
@@ -22,7 +28,6 @@ void nvfp4_round_trip(const float* x, float* y, std::int64_t rows, std::int64_t 
 
 void nvfp4_round_trip_portable(const float* x, float* y, std::int64_t rows, std::int64_t K, float amax_t,
                                float* block_scales, std::uint8_t* codes) {
-  const ElementFormat& e4m3 = element_format(ElementType::e4m3);
   const ElementFormat& e2m1 = element_format(ElementType::e2m1);
   const float s_tensor = nvfp4_tensor_scale(amax_t);
   const float t = 6.0f * s_tensor;
@@ -32,10 +37,7 @@ void nvfp4_round_trip_portable(const float* x, float* y, std::int64_t rows, std:
     float* yr = y + r * K;
     for (std::int64_t b = 0; b < blocks; ++b) {
       const std::int64_t begin = b * kNvfp4Block, len = std::min(kNvfp4Block, K - begin);
-      const float amax_b = kernels::cpu::row_absmax(xr + begin, len);
-      // t is 0 only when s_tensor is: then every scale and element is 0.
-      const float s_block = t == 0 ? 0.0f : round_to_element(std::min(amax_b / t, 448.0f), e4m3);
-      const float p = s_block * s_tensor;
+      const auto [s_block, p] = nvfp4_block_scale(kernels::cpu::row_absmax(xr + begin, len), t, s_tensor);
       if (block_scales) block_scales[r * blocks + b] = s_block;
       if (p == 0) {
         std::fill(yr + begin, yr + begin + len, 0.0f);

@@ -24,6 +24,15 @@ constexpr std::int64_t kNvfp4Block = 16;
 // s_tensor of a tensor with largest |x| amax_t (0 when amax_t or the quotient is 0).
 float nvfp4_tensor_scale(float amax_t);
 
+// A block's E4M3 scale s_block and its product p = s_block · s_tensor, from the block's max |x|
+// and t = 6 · s_tensor (the steps above, in that order). t is 0 only when s_tensor is: then every
+// scale and element is 0.
+struct Nvfp4BlockScale {
+  float s_block;
+  float p;
+};
+Nvfp4BlockScale nvfp4_block_scale(float amax_b, float t, float s_tensor);
+
 // rows × K values sharing the tensor scale of amax_t (the caller's max |x| over the tensor).
 // y = x̂ (y may be x). When given, block_scales[rows · ceil(K / 16)] receives every s_block and
 // codes[rows · K] every element's E2M1 bits.

@@ -177,50 +177,6 @@ bool cpu_has_avx512f() {
 
 enum class Variant { portable, avx2, avx512 };
 
-// Pass 1: each row's max |x|; then each group's scale, as quant/quantize.h computes it.
-at::Tensor group_scales(const float* px, std::int64_t M, std::int64_t K, std::int64_t rows_per_scale,
-                        Variant variant) {
-  const std::int64_t groups = (M + rows_per_scale - 1) / rows_per_scale;
-  at::Tensor scales = at::empty({groups}, at::TensorOptions().dtype(at::kFloat));
-  std::vector<float> row_max(static_cast<std::size_t>(M));
-  at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t m = begin; m < end; ++m) {
-      float& r = row_max[static_cast<std::size_t>(m)];
-#ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
-      if (variant == Variant::avx512) {
-        r = row_absmax_avx512(px + m * K, K);
-        continue;
-      }
-      if (variant == Variant::avx2) {
-        r = row_absmax_avx2(px + m * K, K);
-        continue;
-      }
-#endif
-      r = row_absmax_portable(px + m * K, K);
-    }
-  });
-  float* ps = scales.data_ptr<float>();
-  for (std::int64_t g = 0; g < groups; ++g) {
-    const std::int64_t r1 = std::min(M, (g + 1) * rows_per_scale);
-    float amax = 0.0f;
-    for (std::int64_t r = g * rows_per_scale; r < r1; ++r) {
-      const float row = row_max[static_cast<std::size_t>(r)];
-      amax = std::isnan(row) || std::isnan(amax) ? row + amax : std::max(amax, row);  // a NaN row max stays NaN
-    }
-    ps[g] = amax == 0.0f ? 1.0f : amax / 127.0f;
-  }
-  return scales;
-}
-
-// Pass 2 over every row m with its group's scale: row(m, s).
-template <typename RowFn>
-void for_each_row(std::int64_t M, std::int64_t rows_per_scale, const at::Tensor& scales, RowFn row) {
-  const float* ps = scales.data_ptr<float>();
-  at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t m = begin; m < end; ++m) row(m, ps[m / rows_per_scale]);
-  });
-}
-
 float absmax_variant(const float* x, std::int64_t K, Variant variant) {
 #ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
   if (variant == Variant::avx512) return row_absmax_avx512(x, K);
@@ -237,6 +193,40 @@ void quantize_row_variant(const float* x, std::int64_t K, float s, std::int8_t* 
   quantize_row_portable(x, K, s, q);
 }
 
+// quant/quantize.h's int8 absmax scale of a max |x|.
+float int8_scale(float amax) { return amax == 0.0f ? 1.0f : amax / 127.0f; }
+
+// Pass 1: each row's max |x|; then each group's scale, as quant/quantize.h computes it.
+at::Tensor group_scales(const float* px, std::int64_t M, std::int64_t K, std::int64_t rows_per_scale,
+                        Variant variant) {
+  const std::int64_t groups = (M + rows_per_scale - 1) / rows_per_scale;
+  at::Tensor scales = at::empty({groups}, at::TensorOptions().dtype(at::kFloat));
+  std::vector<float> row_max(static_cast<std::size_t>(M));
+  at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t m = begin; m < end; ++m) row_max[static_cast<std::size_t>(m)] = absmax_variant(px + m * K, K, variant);
+  });
+  float* ps = scales.data_ptr<float>();
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::int64_t r1 = std::min(M, (g + 1) * rows_per_scale);
+    float amax = 0.0f;
+    for (std::int64_t r = g * rows_per_scale; r < r1; ++r) {
+      const float row = row_max[static_cast<std::size_t>(r)];
+      amax = std::isnan(row) || std::isnan(amax) ? row + amax : std::max(amax, row);  // a NaN row max stays NaN
+    }
+    ps[g] = int8_scale(amax);
+  }
+  return scales;
+}
+
+// Pass 2 over every row m with its group's scale: row(m, s).
+template <typename RowFn>
+void for_each_row(std::int64_t M, std::int64_t rows_per_scale, const at::Tensor& scales, RowFn row) {
+  const float* ps = scales.data_ptr<float>();
+  at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t m = begin; m < end; ++m) row(m, ps[m / rows_per_scale]);
+  });
+}
+
 Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, Variant variant) {
   const std::int64_t M = x.size(0), K = x.size(1);
   const float* px = x.data_ptr<float>();
@@ -250,8 +240,7 @@ Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, Variant variant) 
     float* ps = scales.data_ptr<float>();
     at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t m = begin; m < end; ++m) {
-        const float amax = absmax_variant(px + m * K, K, variant);
-        ps[m] = amax == 0.0f ? 1.0f : amax / 127.0f;
+        ps[m] = int8_scale(absmax_variant(px + m * K, K, variant));
         quantize_row_variant(px + m * K, K, ps[m], pq + m * K, variant);
       }
     });

@@ -26,6 +26,13 @@ Int8Rows reference(const at::Tensor& x, std::int64_t rows) {
   return {at::cat(qs, 0), at::cat(ss, 0)};
 }
 
+// The rows quantised by one variant: "dispatch" (this CPU's best), "portable" or "avx2".
+Int8Rows quantize_with(const std::string& variant, const at::Tensor& x, std::int64_t rows) {
+  if (variant == "portable") return cpu::quantize_int8_rows_portable(x, rows);
+  if (variant == "avx2") return cpu::quantize_int8_rows_avx2(x, rows);
+  return quantize_int8_rows(x, rows);
+}
+
 TEST(Int8QuantizeRows, EqualsTheReferenceBitForBit) {
   at::manual_seed(21);
   for (std::int64_t K : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 768}) {
@@ -37,9 +44,7 @@ TEST(Int8QuantizeRows, EqualsTheReferenceBitForBit) {
       for (const char* variant : {"dispatch", "portable", "avx2"}) {
         const std::string v = variant;
         if (v == "avx2" && !cpu::int8_quantize_avx2_available()) continue;
-        Int8Rows got = v == "portable" ? cpu::quantize_int8_rows_portable(x, rows)
-                       : v == "avx2"   ? cpu::quantize_int8_rows_avx2(x, rows)
-                                       : quantize_int8_rows(x, rows);
+        Int8Rows got = quantize_with(v, x, rows);
         EXPECT_TRUE(test::tensors_equal(got.scales, want.scales)) << "K " << K << " rows " << rows << " " << v;
         EXPECT_TRUE(test::tensors_equal(got.q, want.q)) << "K " << K << " rows " << rows << " " << v;
       }
@@ -59,9 +64,7 @@ TEST(Int8QuantizeRows, NonFiniteValuesGiveNonFiniteScales) {
           for (const char* variant : {"dispatch", "portable", "avx2"}) {
             const std::string v = variant;
             if (v == "avx2" && !cpu::int8_quantize_avx2_available()) continue;
-            Int8Rows got = v == "portable" ? cpu::quantize_int8_rows_portable(x, rows)
-                           : v == "avx2"   ? cpu::quantize_int8_rows_avx2(x, rows)
-                                           : quantize_int8_rows(x, rows);
+            Int8Rows got = quantize_with(v, x, rows);
             const float s = got.scales[2 / rows].item<float>();
             if (std::isnan(bad))
               EXPECT_TRUE(std::isnan(s)) << "K " << K << " at " << at_k << " rows " << rows << " " << v << ": " << s;
