@@ -154,7 +154,9 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
       transient = max(transient, b.transient);
     }
     schemes_layer = max(schemes_layer, largest);
-    if (spec->quantize_lm_head || spec->selects("lm_head")) heads += quantised_bytes(spec->weights, V, D);
+    // selects() is what the rewrite asks (eval/schemes.cpp): quantize_lm_head with an include list
+    // that leaves the head out (a sensitivity unit of a gguf-* preset) keeps it in full precision.
+    if (spec->selects("lm_head")) heads += quantised_bytes(spec->weights, V, D);
   }
   // A measured RSS already holds the weights of a reader that read them at open.
   add("process", in.process_rss > 0 ? in.process_rss + kProcessGrowth : kProcessBaseline + in.reader_resident, 0);
@@ -221,7 +223,7 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
   // logits of rewritten heads, and the scorer's per-token state.
   Size per_window = S * L * D * dsize + L * S * 48;
   for (const auto& spec : in.schemes)
-    if (spec && (spec->quantize_lm_head || spec->selects("lm_head"))) per_window += (L - 1) * V * 4;
+    if (spec && spec->selects("lm_head")) per_window += (L - 1) * V * 4;
   if (gpu) {
     t.per_window_device = per_window;
     t.per_window_host = L * 64;

@@ -214,6 +214,29 @@ TEST(MemoryPlan, TakesTheFastestPlanThatFitsAndRefusesWithNumbers) {
   EXPECT_GT(plans_more[0].host_bytes, plans[0].host_bytes);
 }
 
+// A scheme that sets quantize_lm_head but whose include list leaves the head out (every unit of
+// `sensitivity --by layer` on a gguf-* preset) holds no quantised head and no per-window logits
+// of its own: the planner counts what the rewrite does, not the flag (it asked 28 GiB for
+// SmolLM2's 210 units of gguf-q4_k_m).
+TEST(MemoryPlan, AHeadTheIncludeListLeavesOutIsNotCounted) {
+  const Transformer model = test::random_transformer(13, false, 300, 64, 4);
+  std::unique_ptr<ModelReader> reader = transformer_reader(model);
+  const MemoryBudget roomy{1ll << 40, "test", 0, ""};
+  auto streamed_bytes = [&](const SchemeSpec& spec) {
+    PlanInputs in = plan_inputs_for(model.config(), reader->part_sizes(), 0);
+    for (int i = 0; i < 8; ++i) in.schemes.push_back(spec);
+    in.attention_statistics.assign(in.schemes.size(), false);
+    return choose_plan(in, roomy, "streamed").host_bytes;
+  };
+  SchemeSpec unit = preset_scheme("gguf-q4_k_m");
+  ASSERT_TRUE(unit.quantize_lm_head);
+  unit.include = {"layers.0.attn.q"};
+  SchemeSpec no_head = unit;
+  no_head.quantize_lm_head = false;
+  EXPECT_EQ(streamed_bytes(unit), streamed_bytes(no_head));
+  EXPECT_GT(streamed_bytes(preset_scheme("gguf-q4_k_m")), streamed_bytes(unit));
+}
+
 // Issue 63: sizes whose product passes 64 bits saturate instead of wrapping to a negative estimate
 // that "fits" every budget, and a forced chunk holds no more windows than the run has.
 TEST(MemoryPlan, EstimatesPast64BitsSaturateAndNeverFit) {
