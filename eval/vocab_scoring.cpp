@@ -101,7 +101,9 @@ void VocabScorer::add(std::size_t s, std::int64_t begin, std::int64_t p0, const 
   const at::Tensor m_old = r.m.index_select(0, rows);
   const at::Tensor m_new = at::maximum(m_old, block_max);
   const at::Tensor rescale = (m_old.to(at::kDouble) - m_new.to(at::kDouble)).exp();  // exp(−inf) = 0 on the first block
-  at::Tensor e = (l - m_new.unsqueeze(1)).exp();
+  // In place where a temporary is ours: each pass over a [rows, n] block is a pass through memory
+  // (the block is larger than the caches), and the values are the same as out of place.
+  at::Tensor e = (l - m_new.unsqueeze(1)).exp_();
   r.S.index_copy_(0, rows, r.S.index_select(0, rows) * rescale + row_sums(e));
   r.m.index_copy_(0, rows, m_new);
   if (s == 0) {
@@ -112,7 +114,7 @@ void VocabScorer::add(std::size_t s, std::int64_t begin, std::int64_t p0, const 
     }
   } else {
     e = at::Tensor();  // before the KL terms: one temporary of the span at a time
-    r.A.index_copy_(0, rows, r.A.index_select(0, rows) * full_rescale_ + row_sums(full_exp_ * (full_logits_ - l)));
+    r.A.index_copy_(0, rows, r.A.index_select(0, rows) * full_rescale_ + row_sums((full_logits_ - l).mul_(full_exp_)));
   }
 }
 

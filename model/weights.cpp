@@ -1,8 +1,14 @@
 #include "model/weights.h"
 
+#include <ATen/Parallel.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
 #include "common/error.h"
+#include "kernels/cpu/int8_quantize_cpu.h"
 
 namespace qeval {
 namespace {
@@ -274,8 +280,33 @@ std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights
   return defined;
 }
 
+namespace {
+
+// Whether every value of a contiguous float32 CPU tensor is finite, in one threaded pass at memory
+// speed: the vectorised absmax keeps NaN and infinity, so it is finite exactly when every value
+// is. Every weight of every layer is checked as it is read (32 GB of float32 for an 8B model),
+// where isfinite().logical_not().any() made two byte temporaries and three passes: 15 of the 18
+// seconds of the read phase on a 2-core Zen 4.
+bool all_finite_float32(const at::Tensor& t) {
+  const float* p = t.data_ptr<float>();
+  constexpr std::int64_t kChunk = 1 << 16;
+  const std::int64_t n = t.numel(), chunks = (n + kChunk - 1) / kChunk;
+  std::atomic<bool> finite{true};
+  at::parallel_for(0, chunks, 16, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end && finite.load(std::memory_order_relaxed); ++c) {
+      const std::int64_t from = c * kChunk;
+      if (!std::isfinite(kernels::cpu::row_absmax(p + from, std::min(kChunk, n - from))))
+        finite.store(false, std::memory_order_relaxed);
+    }
+  });
+  return finite.load();
+}
+
+}  // namespace
+
 std::optional<NonFiniteElement> first_non_finite(const at::Tensor& t) {
   if (!t.defined() || t.is_meta() || !at::isFloatingType(t.scalar_type())) return std::nullopt;
+  if (t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous() && all_finite_float32(t)) return std::nullopt;
   const at::Tensor bad = t.isfinite().logical_not();
   if (!bad.any().item<bool>()) return std::nullopt;
   std::int64_t flat = bad.reshape({-1}).nonzero().select(1, 0)[0].item<std::int64_t>();
