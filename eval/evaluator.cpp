@@ -249,6 +249,10 @@ class ModelParts {
       ReadFloatsOnto onto(placement_.device);
       return reader_.block(layer);
     }();
+    // The next layer's bytes come from the disk while this one computes (a plan that prefetches
+    // reads the whole next block on its own thread instead).
+    if (!plan_.prefetch_next_layer && layer + 1 < config_->n_layers)
+      warmer_.warm(reader_.block_file_spans(layer + 1));
     for (const auto& [name, tensor] : named_tensors(weights, layer)) check_finite(tensor, name, source_);
     Block block(config_, layer, std::move(weights), source_);
     if (placement_.on_cpu()) return block;
@@ -331,6 +335,7 @@ class ModelParts {
   std::vector<std::shared_ptr<const Linear>> head_linears_;            // rewritten heads, per scheme
   std::future<Block> prefetch_;
   std::int64_t prefetch_layer_ = -1;
+  PageCacheWarmer warmer_;  // its thread reads its own copy of the spans; joined when the parts go
 };
 
 // The progress line's view of where this evaluation's time went so far: its three largest phases.

@@ -435,6 +435,9 @@ class HfReader final : public ModelReader {
 
   at::Tensor position_embedding() override { return hf_position_embedding(set_, m_); }
   BlockWeights block(std::int64_t layer) override { return hf_block(set_, m_, layer); }
+  std::vector<FileSpan> block_file_spans(std::int64_t layer) override {
+    return set_.spans_taken_by([&] { hf_block(set_, m_, layer); });
+  }
   NormWeights final_norm() override { return hf_final_norm(set_, m_); }
   at::Tensor lm_head_rows(std::int64_t begin, std::int64_t count) override {
     return set_.take_rows(lm_head_name(m_), {config().vocab_size, config().d_model}, begin, count);

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "common/page_cache.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -97,6 +98,9 @@ class ModelReader {
   // Rows [begin, begin + count) of the LM head, [count, D] float32 (of the embedding when tied).
   virtual at::Tensor lm_head_rows(std::int64_t begin, std::int64_t count) = 0;
   virtual at::Tensor lm_head_bias() { return {}; }  // [V] or undefined (only transforms make one)
+  // The file ranges block(layer) reads, for reading them into the page cache ahead of it
+  // (common/page_cache.h); empty where the reader does not know them or holds the weights.
+  virtual std::vector<FileSpan> block_file_spans(std::int64_t /*layer*/) { return {}; }
 
   // Every part at once: what load_checkpoint returns.
   LoadedCheckpoint read_all();

@@ -61,6 +61,8 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return infos_.count(name) != 0; }
   // Throws naming the file when `name` is absent.
   const SafetensorsTensorInfo& info(const std::string& name) const;
+  // File offset of the data area (a tensor's bytes are [data_start() + begin, data_start() + end)).
+  std::uint64_t data_start() const { return data_start_; }
 
   // The tensor in its stored dtype: owned, contiguous, on the CPU (in pinned memory when `pinned`,
   // which needs a CUDA LibTorch).

@@ -50,6 +50,7 @@ at::Tensor SafetensorsSet::take(const std::string& name, const std::vector<std::
                 "{}: tensor {} has dtype {}, expected a floating-point dtype (F32, F16, BF16 or F64)",
                 file.path().string(), name, entry.dtype);
     used_.insert(name);
+    if (taken_) taken_->push_back(name);
     return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
   }
   at::Tensor t = file_of(name).read_float32(name, shape);
@@ -69,6 +70,28 @@ at::Tensor SafetensorsSet::take_rows(const std::string& name, const std::vector<
     return at::empty(rows, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
   }
   return file.read_float32_rows(name, begin, count);
+}
+
+std::vector<FileSpan> SafetensorsSet::spans_taken_by(const std::function<void()>& reads) {
+  std::vector<std::string> names;
+  struct Restore {  // header-only mode and the record end with the call, also when `reads` throws
+    SafetensorsSet& set;
+    bool header_only;
+    ~Restore() {
+      set.header_only_ = header_only;
+      set.taken_ = nullptr;
+    }
+  } restore{*this, header_only_};
+  header_only_ = true;
+  taken_ = &names;
+  reads();
+  std::vector<FileSpan> spans;
+  for (const auto& name : names) {
+    const SafetensorsFile& file = file_of(name);
+    const SafetensorsTensorInfo& entry = file.info(name);
+    spans.push_back({file.path(), file.data_start() + entry.begin, entry.end - entry.begin});
+  }
+  return spans;
 }
 
 std::int64_t SafetensorsSet::stored_bytes() const {

@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/page_cache.h"
 #include "loaders/checkpoints/safetensors.h"
 
 namespace qeval {
@@ -43,6 +45,10 @@ class SafetensorsSet {
   // float32 tensor of that shape on the meta device: no data is read (a reader checks a
   // checkpoint's layout and measures its parts this way on open).
   void set_header_only(bool on) { header_only_ = on; }
+  // The file ranges of the tensors `reads` takes, found through the headers alone (header-only
+  // mode for its duration: no tensor data is read): what a caller warms in the page cache before
+  // the real reads (common/page_cache.h).
+  std::vector<FileSpan> spans_taken_by(const std::function<void()>& reads);
   // The tensor bytes of every file, as stored.
   std::int64_t stored_bytes() const;
   // Every file's tensors registered with `hashes`, which is handed every read's bytes
@@ -55,6 +61,7 @@ class SafetensorsSet {
   std::map<std::string, std::size_t> where_;  // tensor name → index into files_
   std::set<std::string> used_;
   bool header_only_ = false;
+  std::vector<std::string>* taken_ = nullptr;  // spans_taken_by's record of take()'s names
 };
 
 // Opens the weights of a Hugging Face-style folder: `model.safetensors.index.json` with its

@@ -79,6 +79,50 @@ TEST(ModelReader, EveryFormatReadByPartsEqualsTheWholeLoad) {
   expect_parts_equal_whole_load(dir.path());  // qeval's own
 }
 
+// The read-ahead's file ranges (block_file_spans, common/page_cache.h): for a safetensors folder,
+// exactly the stored bytes of the tensors block(layer) reads, within their files, found from the
+// headers without leaving the reader in header-only mode; read_into_page_cache reads them all,
+// skips a file it cannot open, and stops when told.
+TEST(ModelReader, BlockFileSpansAreTheBytesTheBlockReads) {
+  for (const char* fixture : {"fixtures/tiny-llama-hf", "fixtures/tiny-gpt2-hf"}) {
+    SCOPED_TRACE(fixture);
+    std::unique_ptr<ModelReader> reader = open_checkpoint(test::data_path(fixture));
+    const LoadedCheckpoint whole = load_checkpoint(test::data_path(fixture));
+    const std::int64_t last = reader->config().n_layers - 1;
+    const std::vector<FileSpan> first = reader->block_file_spans(0), later = reader->block_file_spans(last);
+    ASSERT_FALSE(first.empty());
+    std::uint64_t bytes = 0;
+    for (const FileSpan& span : first) {
+      EXPECT_LE(span.offset + span.bytes, std::filesystem::file_size(span.path)) << span.path;
+      bytes += span.bytes;
+      for (const FileSpan& other : later)  // another layer's tensors are elsewhere
+        EXPECT_TRUE(span.path != other.path || span.offset + span.bytes <= other.offset ||
+                    other.offset + other.bytes <= span.offset);
+    }
+    // As many bytes as the block's tensors hold as stored (float32 fixtures: 4 bytes a value).
+    std::uint64_t values = 0;
+    for (const auto& [name, t] : named_tensors(whole.weights.blocks[0], 0)) values += static_cast<std::uint64_t>(t.numel());
+    const bool fused_or_transposed = std::string(fixture).find("gpt2") != std::string::npos;  // c_attn splits into q, k, v
+    if (!fused_or_transposed) EXPECT_EQ(bytes, values * 4);
+    EXPECT_EQ(read_into_page_cache(first), bytes);
+    // Still reading data after asking for the spans.
+    const auto got = named_tensors(reader->block(0), 0);
+    const auto expected = named_tensors(whole.weights.blocks[0], 0);
+    ASSERT_EQ(got.size(), expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(test::tensors_equal(got[i].second, expected[i].second));
+  }
+  std::vector<FileSpan> missing = {{"/nonexistent/qeval-read-ahead", 0, 100}};
+  EXPECT_EQ(read_into_page_cache(missing), 0u);
+  std::unique_ptr<ModelReader> reader = open_checkpoint(test::data_path("fixtures/tiny-llama-hf"));
+  const std::atomic<bool> stopped{true};
+  EXPECT_EQ(read_into_page_cache(reader->block_file_spans(0), &stopped), 0u);
+  // Readers that do not know their files' ranges give none.
+  const Transformer model = test::random_transformer(23, false, 80, 32, 2);
+  test::TempDir dir;
+  save_qeval_checkpoint(dir.path(), model.config(), model.weights());
+  EXPECT_TRUE(open_checkpoint(dir.path())->block_file_spans(0).empty());
+}
+
 TEST(ModelReader, OpeningChecksTheLayoutBeforeReadingAnyWeight) {
   const Transformer model = test::random_transformer(22, false, 80, 32, 2);
   test::TempDir dir;
