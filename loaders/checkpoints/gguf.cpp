@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <memory>
 
 #include "common/error.h"
 #include "common/phases.h"
@@ -264,22 +265,23 @@ at::Tensor GgufFile::read_float32_rows(const std::string& name, std::int64_t beg
   const bool direct = t.type == static_cast<std::uint32_t>(GgmlType::F32);
   QEVAL_CHECK(!direct || bytes == n * sizeof(float), "{}: tensor {}: {} bytes for {} F32 elements", path_.string(),
               name, bytes, n);
-  std::vector<char> raw(direct ? 0 : bytes);
+  // Not value-initialised: the read fills every byte (a zero fill was a pass over the tensor).
+  std::unique_ptr<char[]> raw(direct ? nullptr : new char[bytes]);
   if (bytes > 0) {
     PhaseScope read(Phase::read);
     std::ifstream in(path_, std::ios::binary);
     QEVAL_CHECK(in.good(), "cannot open {} to read tensor {}", path_.string(), name);
     in.seekg(static_cast<std::streamoff>(data_offset_ + t.offset + row_bytes * static_cast<std::uint64_t>(begin)));
-    in.read(direct ? reinterpret_cast<char*>(out.data_ptr<float>()) : raw.data(), static_cast<std::streamsize>(bytes));
+    in.read(direct ? reinterpret_cast<char*>(out.data_ptr<float>()) : raw.get(), static_cast<std::streamsize>(bytes));
     QEVAL_CHECK(static_cast<std::uint64_t>(in.gcount()) == bytes, "{}: tensor {}: short read (file changed?)",
                 path_.string(), name);
     if (hashes_)
       hashes_->saw(name, row_bytes * static_cast<std::uint64_t>(begin),
-                   direct ? static_cast<const void*>(out.data_ptr<float>()) : static_cast<const void*>(raw.data()), bytes);
+                   direct ? static_cast<const void*>(out.data_ptr<float>()) : static_cast<const void*>(raw.get()), bytes);
   }
   if (!direct) {
     PhaseScope convert(Phase::convert);
-    dequantize_ggml(t.type, raw.data(), raw.size(), out.data_ptr<float>(), n,
+    dequantize_ggml(t.type, raw.get(), bytes, out.data_ptr<float>(), n,
                     fmt::format("{}: tensor {}", path_.string(), name));
   }
   return out;

@@ -17,6 +17,9 @@
 // are NaN (a NaN or infinite d and m), numpy returns the first operand's NaN, as x86 and ARM
 // hardware do for `a + b`; GCC 12 and clang 14 keep that operand order today, but + commutes
 // for a compiler, so add_first_nan() makes it a guarantee.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -328,19 +331,12 @@ GgmlBlockSize ggml_block_size(std::uint32_t type) {
   return s;
 }
 
-void dequantize_ggml(std::uint32_t type, const void* bytes, std::uint64_t n_bytes, float* out, std::uint64_t n,
-                     const std::string& what) {
-  GgmlBlockSize s{};
-  QEVAL_CHECK(block_size(type, &s), "{}: {} (ggml type {}) cannot be dequantised by qeval; supported: {}", what,
-              ggml_type_name(type), type, ggml_dequantizable_types());
-  QEVAL_CHECK(n % s.elements == 0, "{}: {} elements of type {} are not a whole number of {}-element blocks", what, n,
-              ggml_type_name(type), s.elements);
-  const std::uint64_t n_blocks = n / s.elements;
-  std::uint64_t expected = 0;
-  QEVAL_CHECK(!__builtin_mul_overflow(n_blocks, s.bytes, &expected) && expected == n_bytes,
-              "{}: {} elements of type {} take {} blocks of {} bytes, but {} bytes were given", what, n,
-              ggml_type_name(type), n_blocks, s.bytes, n_bytes);
-  const auto* src = static_cast<const std::uint8_t*>(bytes);
+namespace {
+
+// Blocks [0, n_blocks) of one type from `src` into `out` (n elements in all), on this thread.
+void dequantize_span(std::uint32_t type, const std::uint8_t* src, std::uint64_t n_blocks, const GgmlBlockSize& s,
+                     std::uint64_t n_bytes, float* out) {
+  const std::uint64_t n = n_blocks * s.elements;
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::F32:
       if (n_bytes > 0) std::memcpy(out, src, n_bytes);  // bits as they are, as gguf's view(np.float32)
@@ -373,6 +369,31 @@ void dequantize_ggml(std::uint32_t type, const void* bytes, std::uint64_t n_byte
     case GgmlType::IQ4_NL: return dequantize_blocks<block_iq4_nl>(src, n_blocks, s.elements, out);
     case GgmlType::MXFP4: return dequantize_blocks<block_mxfp4>(src, n_blocks, s.elements, out);
   }
+}
+
+}  // namespace
+
+void dequantize_ggml(std::uint32_t type, const void* bytes, std::uint64_t n_bytes, float* out, std::uint64_t n,
+                     const std::string& what) {
+  GgmlBlockSize s{};
+  QEVAL_CHECK(block_size(type, &s), "{}: {} (ggml type {}) cannot be dequantised by qeval; supported: {}", what,
+              ggml_type_name(type), type, ggml_dequantizable_types());
+  QEVAL_CHECK(n % s.elements == 0, "{}: {} elements of type {} are not a whole number of {}-element blocks", what, n,
+              ggml_type_name(type), s.elements);
+  const std::uint64_t n_blocks = n / s.elements;
+  std::uint64_t expected = 0;
+  QEVAL_CHECK(!__builtin_mul_overflow(n_blocks, s.bytes, &expected) && expected == n_bytes,
+              "{}: {} elements of type {} take {} blocks of {} bytes, but {} bytes were given", what, n,
+              ggml_type_name(type), n_blocks, s.bytes, n_bytes);
+  // Threaded over runs of blocks (64K elements a task): every block stands alone, so the values
+  // do not depend on the split. A tensor is dequantised as it is read (F16 checkpoints are
+  // converted here), so one thread per core matters as much as the disk.
+  const auto* src = static_cast<const std::uint8_t*>(bytes);
+  const std::int64_t grain = static_cast<std::int64_t>(std::max<std::uint64_t>(1, (std::uint64_t{1} << 16) / s.elements));
+  at::parallel_for(0, static_cast<std::int64_t>(n_blocks), grain, [&](std::int64_t b0, std::int64_t b1) {
+    const auto first = static_cast<std::uint64_t>(b0), count = static_cast<std::uint64_t>(b1 - b0);
+    dequantize_span(type, src + first * s.bytes, count, s, count * s.bytes, out + first * s.elements);
+  });
 }
 
 }  // namespace qeval

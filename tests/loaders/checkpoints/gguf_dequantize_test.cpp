@@ -89,6 +89,36 @@ TEST(GgufDequantize, Fp16ToFp32IsExact) {
     ASSERT_EQ(bits_of(fp16_to_fp32(static_cast<ggml_half>(h))), bits_of(static_cast<float>(c10::Half(h, c10::Half::from_bits())))) << h;
 }
 
+// dequantize_ggml runs in tasks of 64K elements: a tensor of every F16 bit pattern three times over
+// and a few more (tasks that end mid-pattern) equals fp16_to_fp32 value by value, and a Q8_0
+// tensor of many tasks equals its blocks dequantised one by one.
+TEST(GgufDequantize, ThreadedTasksEqualOneBlockAtATime) {
+  std::string f16;
+  for (std::uint32_t i = 0; i < 3 * 65536 + 5; ++i) {
+    const auto h = static_cast<ggml_half>(i * 40503u);  // every pattern, in a scattered order
+    f16.append(reinterpret_cast<const char*>(&h), 2);
+  }
+  const std::vector<float> got = dequantize(GgmlType::F16, f16);
+  std::vector<float> expected(got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ggml_half h;
+    std::memcpy(&h, f16.data() + 2 * i, 2);
+    expected[i] = fp16_to_fp32(h);
+  }
+  EXPECT_TRUE(bits_equal(got.data(), expected.data(), got.size(), 1));
+  std::mt19937 rng(64);
+  std::string q8(34 * 10001, '\0');
+  for (char& c : q8) c = static_cast<char>(rng());
+  for (std::size_t b = 0; b < 10001; ++b) {  // finite F16 scales (exponent below all ones)
+    q8[34 * b + 1] = static_cast<char>(q8[34 * b + 1] & 0x3b);
+  }
+  const std::vector<float> whole = dequantize(GgmlType::Q8_0, q8);
+  for (std::size_t b = 0; b < 10001; b += 997) {
+    const std::vector<float> one = dequantize(GgmlType::Q8_0, q8.substr(34 * b, 34));
+    EXPECT_TRUE(bits_equal(whole.data() + 32 * b, one.data(), 32, 32)) << "block " << b;
+  }
+}
+
 TEST(GgufDequantize, HandWorkedBlocks) {
   {  // Q4_0: low nibbles are elements 0..15, high nibbles 16..31; x = d * (q - 8)
     block_q4_0 b{};
