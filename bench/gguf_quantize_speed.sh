@@ -42,6 +42,7 @@ echo "| type | preset | llama.cpp s | qeval quantize s | qeval ÷ llama.cpp | qe
 echo "|---|---|---:|---:|---:|---:|---:|---|"
 for type in $types; do
   preset="gguf-$(tr '[:upper:]' '[:lower:]' <<< "$type")"
+  preset="${preset/mxfp4_moe/mxfp4-moe}"  # the one preset whose name is not the type's
   load="$(cut -d' ' -f1-3 /proc/loadavg)"
   llama_s=$("$llamacpp_python" - "$work/in.gguf" "$work/out.gguf" "$type" "$threads" 2>/dev/null <<'PY'
 import sys, time
