@@ -335,11 +335,11 @@ namespace {
 
 // Blocks [0, n_blocks) of one type from `src` into `out` (n elements in all), on this thread.
 void dequantize_span(std::uint32_t type, const std::uint8_t* src, std::uint64_t n_blocks, const GgmlBlockSize& s,
-                     std::uint64_t n_bytes, float* out) {
+                     float* out) {
   const std::uint64_t n = n_blocks * s.elements;
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::F32:
-      if (n_bytes > 0) std::memcpy(out, src, n_bytes);  // bits as they are, as gguf's view(np.float32)
+      if (n > 0) std::memcpy(out, src, n * sizeof(float));  // bits as they are, as gguf's view(np.float32)
       return;
     case GgmlType::F16:
       for (std::uint64_t i = 0; i < n; ++i) {
@@ -392,7 +392,7 @@ void dequantize_ggml(std::uint32_t type, const void* bytes, std::uint64_t n_byte
   const std::int64_t grain = static_cast<std::int64_t>(std::max<std::uint64_t>(1, (std::uint64_t{1} << 16) / s.elements));
   at::parallel_for(0, static_cast<std::int64_t>(n_blocks), grain, [&](std::int64_t b0, std::int64_t b1) {
     const auto first = static_cast<std::uint64_t>(b0), count = static_cast<std::uint64_t>(b1 - b0);
-    dequantize_span(type, src + first * s.bytes, count, s, count * s.bytes, out + first * s.elements);
+    dequantize_span(type, src + first * s.bytes, count, s, out + first * s.elements);
   });
 }
 
