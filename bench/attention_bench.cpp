@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
              qeval::kernels::fp32_gemm_description(), first_line_of("/proc/loadavg"));
   const std::vector<Shape> shapes = {{"smollm2", 9, 3, 64}, {"gpt2-small", 12, 12, 64}};
   using qeval::kernels::cpu::FusedAttentionIsa;
-  const FusedAttentionIsa widest = qeval::kernels::cpu::fused_attention_isa();
+  const FusedAttentionIsa widest = qeval::kernels::cpu::widest_cpu_isa();
   const bool fused_here = widest != FusedAttentionIsa::none, wide_here = widest == FusedAttentionIsa::avx512;
   fmt::print("# fused kernel: {}\n", !fused_here ? "not on this CPU (no AVX2 or FMA)"
                                      : wide_here  ? "avx2 + fma and avx512 variants"

@@ -2,53 +2,16 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "common/error.h"
 
 namespace qeval {
-namespace {
 
-template <typename T>
-void ordered_sums(const T* data, std::int64_t R, std::int64_t n, double* out) {
-  at::parallel_for(0, R, 16, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const T* p = data + r * n;
-      double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      std::int64_t v = 0;
-      for (; v + 8 <= n; v += 8)
-        for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(p[v + k]);
-      for (; v < n; ++v) lane[v & 7] += static_cast<double>(p[v]);
-      double sum = 0;
-      for (double l : lane) sum += l;
-      out[r] = sum;
-    }
-  });
-}
-
-// Row sums in float64: ordered on the CPU, LibTorch's reduction elsewhere.
-at::Tensor row_sums(const at::Tensor& x) {
-  if (!x.is_cpu()) return x.sum(at::IntArrayRef{-1}, /*keepdim=*/false, at::kDouble);
-  return ordered_row_sums(x);
-}
-
-}  // namespace
-
-at::Tensor ordered_row_sums(const at::Tensor& x) {
-  TORCH_CHECK(x.dim() == 2 && x.is_cpu(), "ordered_row_sums: expected a CPU [R, n] tensor, got ", x.sizes());
-  const at::Tensor c = x.contiguous();
-  const std::int64_t R = c.size(0), n = c.size(1);
-  at::Tensor out = at::empty({R}, at::TensorOptions().dtype(at::kDouble));
-  if (c.scalar_type() == at::kFloat)
-    ordered_sums(c.data_ptr<float>(), R, n, out.data_ptr<double>());
-  else if (c.scalar_type() == at::kDouble)
-    ordered_sums(c.data_ptr<double>(), R, n, out.data_ptr<double>());
-  else
-    TORCH_CHECK(false, "ordered_row_sums: expected float32 or float64, got ", c.scalar_type());
-  return out;
-}
-
-VocabScorer::VocabScorer(const at::Tensor& targets, std::size_t schemes) : running_(schemes) {
+VocabScorer::VocabScorer(const at::Tensor& targets, std::size_t schemes, Path path)
+    : path_(path), rows_(kernels::cpu::vocab_row_kernels(kernels::cpu::widest_cpu_isa())), running_(schemes) {
   TORCH_CHECK(targets.dim() == 2 && targets.size(1) >= 1, "VocabScorer: targets must be [B, L] with L >= 1, got ",
               targets.sizes());
   TORCH_CHECK(schemes >= 1, "VocabScorer: no scheme to score");
@@ -83,6 +46,63 @@ void VocabScorer::add(std::size_t s, std::int64_t begin, std::int64_t p0, const 
     TORCH_CHECK(begin == block_begin_ && p0 == span_begin_, "VocabScorer: scheme ", s, " sent rows from ", begin,
                 " at position ", p0, " before full precision's (", block_begin_, ", ", span_begin_, ")");
   }
+  if (l.is_cpu() && path_ == Path::automatic)
+    add_rows(s, begin, p0, np, l);
+  else
+    add_aten(s, begin, p0, np, l);
+}
+
+void VocabScorer::add_rows(std::size_t s, std::int64_t begin, std::int64_t p0, std::int64_t np, const at::Tensor& l) {
+  const std::int64_t rows = l.size(0), n = l.size(1);
+  const bool keep_full = s == 0 && running_.size() > 1;  // the schemes after it need its exponentials
+  if (keep_full) {
+    if (!full_exp_.defined() || full_exp_.numel() < rows * n) full_exp_ = at::empty({rows * n}, l.options());
+    full_rescale_ = at::empty({rows}, l.options().dtype(at::kDouble));
+    full_logits_ = l;
+  }
+  Running& r = running_[s];
+  float* m = r.m.data_ptr<float>();
+  double* S = r.S.data_ptr<double>();
+  double* A = r.A.data_ptr<double>();
+  float* target = r.target.data_ptr<float>();
+  float* best = r.best.data_ptr<float>();
+  std::int64_t* best_index = r.best_index.data_ptr<std::int64_t>();
+  const std::int64_t* targets = targets_.data_ptr<std::int64_t>();
+  const float* logits = l.data_ptr<float>();
+  float* full_exp = s == 0 && !keep_full ? nullptr : full_exp_.data_ptr<float>();
+  const float* full_logits = s == 0 ? nullptr : full_logits_.data_ptr<float>();
+  double* full_rescale = s == 0 && !keep_full ? nullptr : full_rescale_.data_ptr<double>();
+  const kernels::cpu::VocabRowKernels k = rows_;
+  // One thread per row: every value below is computed in one fixed order whatever the threads.
+  at::parallel_for(0, rows, 4, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const float* row = logits + i * n;
+      const std::int64_t slot = (i / np) * P_ + p0 + i % np;  // position p of sequence b is row b·P + p
+      std::int64_t first = 0;
+      const float block_max = k.max_first(row, n, &first);
+      // Top-1: a later block wins only when strictly larger, so ties go to the lowest index.
+      if (block_max > best[slot]) {
+        best[slot] = block_max;
+        best_index[slot] = begin + first;
+      }
+      if (targets[slot] >= begin && targets[slot] < begin + n) target[slot] = row[targets[slot] - begin];
+      const float m_old = m[slot];
+      const float m_new = std::isnan(block_max) ? block_max : std::max(m_old, block_max);
+      const double rescale = std::exp(static_cast<double>(m_old) - static_cast<double>(m_new));  // 0 on the first block
+      S[slot] = S[slot] * rescale + k.exp_sum(row, n, m_new, keep_full ? full_exp + i * n : nullptr);
+      m[slot] = m_new;
+      if (keep_full)
+        full_rescale[i] = rescale;
+      else if (s > 0)
+        A[slot] = A[slot] * full_rescale[i] + k.weighted_difference_sum(full_logits + i * n, full_exp + i * n, row, n);
+    }
+  });
+}
+
+void VocabScorer::add_aten(std::size_t s, std::int64_t begin, std::int64_t p0, std::int64_t np, const at::Tensor& l) {
+  const std::int64_t n = l.size(1);
+  Running& r = running_[s];
+  auto row_sums = [](const at::Tensor& x) { return x.sum(at::IntArrayRef{-1}, /*keepdim=*/false, at::kDouble); };
   // The rows of this span in the running state: position p of sequence b is row b·P + p.
   const at::Tensor rows = (at::arange(B_, targets_.options()).unsqueeze(1) * P_ +
                            at::arange(p0, p0 + np, targets_.options()).unsqueeze(0)).reshape({-1});
@@ -120,7 +140,7 @@ void VocabScorer::add(std::size_t s, std::int64_t begin, std::int64_t p0, const 
 
 void VocabScorer::end_block() {
   full_logits_ = at::Tensor();
-  full_exp_ = at::Tensor();
+  if (path_ == Path::aten || (full_exp_.defined() && !full_exp_.is_cpu())) full_exp_ = at::Tensor();
 }
 
 std::vector<TokenValues> VocabScorer::finish() const {

@@ -12,11 +12,13 @@
 //   NLL_s = Z_s − l_s(t)
 //   KL(P_f ‖ P_s) = Σ_v p_f (log p_f − log p_s) = A_s / S_f − Z_f + Z_s
 //   Δp_s = exp(l_s(t) − Z_s) − exp(l_f(t) − Z_f),   top-1 agreement: argmax_s = argmax_f.
-// The exponentials are float32 (LibTorch's vectorised exp, as log_softmax uses); every sum runs in
-// float64. On the CPU each position's sums run in a fixed order (eight lanes over the block, then
-// the lanes, then block after block), so the values do not depend on the thread count, the batch
-// size or the plan; on a GPU they are LibTorch reductions in float64 (the record says GPU results
-// may differ in the last bits for another batch size).
+// On the CPU each row of a block is reduced in one pass by kernels/cpu/vocab_rows_cpu.h: the
+// exponentials in float32 (the Cephes polynomial the fused attention uses, the same bits in its
+// scalar, AVX2 and AVX-512 variants), every sum in float64 in a fixed order (eight lanes over the
+// block, then the lanes, then block after block), so the values do not depend on the CPU's
+// instruction set, the thread count, the batch size or the plan. On a GPU (and where the caller
+// asks for it) they are LibTorch ops: exp in float32 and reductions in float64 (the record says GPU
+// results may differ in the last bits for another batch size).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "eval/token_scores.h"
+#include "kernels/cpu/vocab_rows_cpu.h"
 
 namespace qeval {
 
@@ -44,8 +47,12 @@ struct TokenValues {
 
 class VocabScorer {
  public:
+  // Where CPU logits are reduced: by the row kernels (automatic), or by the LibTorch ops the GPU
+  // runs (aten; the tests compare the two on the CPU).
+  enum class Path { automatic, aten };
+
   // targets [B, L] token ids of the batch; `schemes` scored, scheme 0 being full precision.
-  VocabScorer(const at::Tensor& targets, std::size_t schemes);
+  VocabScorer(const at::Tensor& targets, std::size_t schemes, Path path = Path::automatic);
 
   // Logits of scheme s for vocabulary rows [begin, begin + n) at prediction positions
   // [p0, p0 + np): [B, np, n], any float dtype and device. Blocks come in ascending order of
@@ -66,11 +73,18 @@ class VocabScorer {
     at::Tensor best;    // [R] float32 largest logit
     at::Tensor best_index;  // [R] int64
   };
+  // Scheme s's logits l [B·np, n] (float32, contiguous) of the span at p0, vocabulary rows from begin.
+  void add_rows(std::size_t s, std::int64_t begin, std::int64_t p0, std::int64_t np, const at::Tensor& l);
+  void add_aten(std::size_t s, std::int64_t begin, std::int64_t p0, std::int64_t np, const at::Tensor& l);
+
   at::Tensor targets_;     // [R] int64, R = B·(L − 1), on the logits' device once known
   std::int64_t B_ = 0, P_ = 0;
+  Path path_;
+  kernels::cpu::VocabRowKernels rows_;
   std::vector<Running> running_;
   // Full precision's current block: its logits and exp(l_f − m_f) with the new max, for the
-  // schemes' A (the blocks of scheme 0 come first).
+  // schemes' A (the blocks of scheme 0 come first). On the row kernels' path full_exp_ is a buffer
+  // kept from block to block (a fresh one would be fresh pages the kernel zeroes every block).
   at::Tensor full_logits_, full_exp_, full_rescale_;  // [B·np, n] float, [B·np, n] float, [B·np] float64
   std::int64_t block_begin_ = -1, span_begin_ = -1;
 };
@@ -80,10 +94,5 @@ class VocabScorer {
 // passing the same object as `scheme` scores full precision itself (no paired sums).
 std::vector<WindowScores> window_rows(const TokenValues& scheme, const TokenValues& full,
                                       const std::vector<std::int64_t>& first_scored);
-
-// Σ over the last axis of x [R, n] (float32 or float64, CPU, contiguous) in float64, each row
-// in a fixed order: eight lanes v ≡ k (mod 8) summed in index order, then the lanes in order.
-// Parallel over rows; the result does not depend on the thread count.
-at::Tensor ordered_row_sums(const at::Tensor& x);
 
 }  // namespace qeval

@@ -39,7 +39,7 @@ CpuAttention cpu_attention_asked() {
 // The widest variant of the fused kernel the switch allows on this CPU (for the record).
 kernels::cpu::FusedAttentionIsa fused_isa_allowed() {
   using kernels::cpu::FusedAttentionIsa;
-  const FusedAttentionIsa widest = kernels::cpu::fused_attention_isa();
+  const FusedAttentionIsa widest = kernels::cpu::widest_cpu_isa();
   switch (cpu_attention_asked()) {
     case CpuAttention::fused: return widest;
     case CpuAttention::fused_avx2: return widest == FusedAttentionIsa::none ? widest : FusedAttentionIsa::avx2;

@@ -9,14 +9,12 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cpu_isa.h"
+
 namespace qeval::kernels::cpu {
 
-// The kernel's variants, by instruction set.
-enum class FusedAttentionIsa { none, avx2, avx512 };
-const char* fused_attention_isa_name(FusedAttentionIsa isa);
-
-// The widest variant this CPU runs: avx512 (AVX-512 F and DQ), avx2 (AVX2 and FMA) or none.
-FusedAttentionIsa fused_attention_isa();
+// The kernel's variants, by instruction set (kernels/cpu/cpu_isa.h).
+using FusedAttentionIsa = CpuIsa;
 
 // Whether variant `isa` runs on this CPU and serves these operands: float32 CPU tensors
 // q [B, H, L, hd] and k, v [B, Hkv, L, hd] with H a multiple of Hkv and hd a multiple of the

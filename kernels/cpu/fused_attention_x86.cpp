@@ -44,52 +44,9 @@
 #include <limits>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), a self-initialised variable that
-// -Wmaybe-uninitialized reports once they are inlined (GCC bug 105593, fixed in GCC 13).
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#define QEVAL_ATTENTION_HAS_X86_VARIANTS 1
-#define QEVAL_AVX2_FMA __attribute__((target("avx2,fma")))
-#define QEVAL_AVX512 __attribute__((target("avx512f,avx512dq,avx2,fma")))
-#endif
+#include "kernels/cpu/simd_x86.h"
 
 namespace qeval::kernels::cpu {
-
-namespace {
-
-bool cpu_runs(FusedAttentionIsa isa) {
-#ifdef QEVAL_ATTENTION_HAS_X86_VARIANTS
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return isa == FusedAttentionIsa::avx2 ? avx2 : isa == FusedAttentionIsa::avx512 ? avx512 : false;
-#else
-  (void)isa;
-  return false;
-#endif
-}
-
-}  // namespace
-
-const char* fused_attention_isa_name(FusedAttentionIsa isa) {
-  switch (isa) {
-    case FusedAttentionIsa::avx2: return "avx2";
-    case FusedAttentionIsa::avx512: return "avx512";
-    case FusedAttentionIsa::none: break;
-  }
-  return "none";
-}
-
-FusedAttentionIsa fused_attention_isa() {
-  if (cpu_runs(FusedAttentionIsa::avx512)) return FusedAttentionIsa::avx512;
-  return cpu_runs(FusedAttentionIsa::avx2) ? FusedAttentionIsa::avx2 : FusedAttentionIsa::none;
-}
 
 bool fused_causal_attention_fits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, FusedAttentionIsa isa) {
   if (!cpu_runs(isa)) return false;
@@ -107,7 +64,7 @@ FusedAttentionIsa fused_attention_isa_for(const at::Tensor& q, const at::Tensor&
   return FusedAttentionIsa::none;
 }
 
-#ifdef QEVAL_ATTENTION_HAS_X86_VARIANTS
+#ifdef QEVAL_HAS_X86_VARIANTS
 namespace {
 
 constexpr std::int64_t kQueryBlock = 64;  // queries per work item, as model/causal_attention_cpu.cpp's blocks
@@ -134,98 +91,15 @@ struct Tile {
   std::int64_t m0, rows, first, last, lo;
 };
 
-// The vector operations of the AVX2 variant: 8 lanes, masks as lanes of all ones.
-struct Avx2Ops {
-  using V = __m256;
-  using Mask = __m256i;
-  static constexpr std::int64_t W = 8;
-  QEVAL_AVX2_FMA static V zero() { return _mm256_setzero_ps(); }
-  QEVAL_AVX2_FMA static V set1(float x) { return _mm256_set1_ps(x); }
-  QEVAL_AVX2_FMA static V loadu(const float* p) { return _mm256_loadu_ps(p); }
-  QEVAL_AVX2_FMA static void storeu(float* p, V v) { _mm256_storeu_ps(p, v); }
-  QEVAL_AVX2_FMA static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }
-  QEVAL_AVX2_FMA static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  QEVAL_AVX2_FMA static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
-  QEVAL_AVX2_FMA static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  QEVAL_AVX2_FMA static V div(V a, V b) { return _mm256_div_ps(a, b); }
-  QEVAL_AVX2_FMA static V min(V a, V b) { return _mm256_min_ps(a, b); }
-  QEVAL_AVX2_FMA static V max(V a, V b) { return _mm256_max_ps(a, b); }
-  QEVAL_AVX2_FMA static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  QEVAL_AVX2_FMA static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
-  QEVAL_AVX2_FMA static V round_nearest(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  // 2^n for integral n in [-127, 127], through the exponent field.
-  QEVAL_AVX2_FMA static V pow2(V n) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
-  }
-  // v, with 0 in the lanes where x < lo (false for NaN).
-  QEVAL_AVX2_FMA static V zero_where_less(V x, V lo, V v) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), v); }
-  // Lanes [0, n) set, n < 8.
-  QEVAL_AVX2_FMA static Mask first_lanes(std::int64_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-  QEVAL_AVX2_FMA static V mask_load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
-  QEVAL_AVX2_FMA static void mask_store(float* p, Mask m, V v) { _mm256_maskstore_ps(p, m, v); }
-  QEVAL_AVX2_FMA static V keep_lanes(Mask m, V v) { return _mm256_and_ps(v, _mm256_castsi256_ps(m)); }
-  // The lanes' sum in a fixed order.
-  QEVAL_AVX2_FMA static float lane_sum(V x) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-  }
-  QEVAL_AVX2_FMA static float lane_max(V x) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-  }
-  QEVAL_AVX2_FMA static float first_lane(V x) { return _mm256_cvtss_f32(x); }
-};
-
-// The vector operations of the AVX-512 variant: 16 lanes, masks as mask registers.
-struct Avx512Ops {
-  using V = __m512;
-  using Mask = __mmask16;
-  static constexpr std::int64_t W = 16;
-  QEVAL_AVX512 static V zero() { return _mm512_setzero_ps(); }
-  QEVAL_AVX512 static V set1(float x) { return _mm512_set1_ps(x); }
-  QEVAL_AVX512 static V loadu(const float* p) { return _mm512_loadu_ps(p); }
-  QEVAL_AVX512 static void storeu(float* p, V v) { _mm512_storeu_ps(p, v); }
-  QEVAL_AVX512 static V broadcast(const float* p) { return _mm512_set1_ps(*p); }
-  QEVAL_AVX512 static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  QEVAL_AVX512 static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-  QEVAL_AVX512 static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  QEVAL_AVX512 static V div(V a, V b) { return _mm512_div_ps(a, b); }
-  QEVAL_AVX512 static V min(V a, V b) { return _mm512_min_ps(a, b); }
-  QEVAL_AVX512 static V max(V a, V b) { return _mm512_max_ps(a, b); }
-  QEVAL_AVX512 static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  QEVAL_AVX512 static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
-  QEVAL_AVX512 static V round_nearest(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  QEVAL_AVX512 static V pow2(V n) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
-  }
-  QEVAL_AVX512 static V zero_where_less(V x, V lo, V v) { return _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), v); }
-  QEVAL_AVX512 static Mask first_lanes(std::int64_t n) { return static_cast<Mask>((1u << n) - 1u); }
-  QEVAL_AVX512 static V mask_load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
-  QEVAL_AVX512 static void mask_store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
-  QEVAL_AVX512 static V keep_lanes(Mask m, V v) { return _mm512_maskz_mov_ps(m, v); }
-  // The two halves added, then the AVX2 order.
-  QEVAL_AVX512 static float lane_sum(V x) {
-    return Avx2Ops::lane_sum(_mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
-  }
-  QEVAL_AVX512 static float lane_max(V x) {
-    return Avx2Ops::lane_max(_mm256_max_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
-  }
-  QEVAL_AVX512 static float first_lane(V x) { return _mm512_cvtss_f32(x); }
-};
-
 namespace avx2 {
-using S = Avx2Ops;
+using S = simd::Avx2Ops;
 #define QEVAL_SIMD QEVAL_AVX2_FMA
 #include "kernels/cpu/fused_attention_kernel.inc"
 #undef QEVAL_SIMD
 }  // namespace avx2
 
 namespace avx512 {
-using S = Avx512Ops;
+using S = simd::Avx512Ops;
 #define QEVAL_SIMD QEVAL_AVX512
 #include "kernels/cpu/fused_attention_kernel.inc"
 #undef QEVAL_SIMD
@@ -237,10 +111,10 @@ using S = Avx512Ops;
 at::Tensor fused_causal_attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                   std::int64_t window, double scale, bool softmax_one, at::Tensor* probs,
                                   FusedAttentionIsa isa) {
-  TORCH_CHECK(cpu_runs(isa), "fused_causal_attention: this CPU does not run the ", fused_attention_isa_name(isa),
+  TORCH_CHECK(cpu_runs(isa), "fused_causal_attention: this CPU does not run the ", cpu_isa_name(isa),
               " variant");
   TORCH_CHECK(fused_causal_attention_fits(q_in, k_in, v_in, isa), "fused_causal_attention (",
-              fused_attention_isa_name(isa), "): q ", q_in.sizes(), ", k ", k_in.sizes(), " and v ", v_in.sizes(),
+              cpu_isa_name(isa), "): q ", q_in.sizes(), ", k ", k_in.sizes(), " and v ", v_in.sizes(),
               " do not fit (float32 CPU [B, H, L, hd] and [B, Hkv, L, hd], H a multiple of Hkv, hd a multiple of ",
               isa == FusedAttentionIsa::avx512 ? 16 : 8, ")");
   auto unit_channel_stride = [](const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
@@ -249,7 +123,7 @@ at::Tensor fused_causal_attention(const at::Tensor& q_in, const at::Tensor& k_in
   at::Tensor out = at::empty({B, L, H * hd}, q.options());  // [B, L, H·hd]
   if (probs != nullptr) *probs = at::zeros({B, H, L, L}, q.options());
   if (B == 0 || L == 0) return out;
-#ifdef QEVAL_ATTENTION_HAS_X86_VARIANTS
+#ifdef QEVAL_HAS_X86_VARIANTS
   if (isa == FusedAttentionIsa::avx512)
     avx512::attend(q, k, v, window, scale, softmax_one, out, probs);
   else

@@ -109,17 +109,42 @@ TEST(VocabScorer, HandComputedNllKlAndAgreement) {
   EXPECT_EQ(self[0].kl_sum, 0.0);
 }
 
-TEST(VocabScorer, OrderedRowSumsDoNotDependOnTheThreadCount) {
+// The row kernels (the CPU's path) and LibTorch's ops (the GPU's) agree to float64 rounding, and
+// the row kernels' values do not depend on the thread count.
+TEST(VocabScorer, RowKernelsAgreeWithLibTorchOpsAndIgnoreTheThreadCount) {
   at::manual_seed(5);
-  const at::Tensor x = at::randn({37, 1003});
+  const std::int64_t B = 2, L = 9, V = kVocabBlock + 1003;
+  const at::Tensor full = 4 * at::randn({B, L, V});
+  const at::Tensor q = full + 0.3 * at::randn({B, L, V});
+  const at::Tensor targets = at::randint(V, {B, L}, at::kLong);
+  auto score = [&](VocabScorer::Path path) {
+    VocabScorer scorer(targets, 2, path);
+    for (std::int64_t begin = 0; begin < V; begin += kVocabBlock) {
+      const std::int64_t n = std::min(kVocabBlock, V - begin);
+      for (std::int64_t p0 = 0; p0 < L - 1; p0 += 3) {
+        const std::int64_t np = std::min<std::int64_t>(3, L - 1 - p0);
+        scorer.add(0, begin, p0, full.narrow(1, p0, np).narrow(2, begin, n));
+        scorer.add(1, begin, p0, q.narrow(1, p0, np).narrow(2, begin, n));
+        scorer.end_block();
+      }
+    }
+    return scorer.finish();
+  };
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
-  const at::Tensor one = ordered_row_sums(x);
+  const auto one = score(VocabScorer::Path::automatic);
   at::set_num_threads(2);
-  const at::Tensor two = ordered_row_sums(x);
+  const auto two = score(VocabScorer::Path::automatic);
   at::set_num_threads(threads);
-  EXPECT_TRUE(test::tensors_equal(one, two));
-  EXPECT_TRUE(test::tensors_close(one, x.to(at::kDouble).sum(-1), 1e-10));
+  const auto aten = score(VocabScorer::Path::aten);
+  for (std::size_t s = 0; s < 2; ++s) {
+    for (auto member : {&TokenValues::nll, &TokenValues::kl, &TokenValues::dp, &TokenValues::agree})
+      EXPECT_TRUE(test::tensors_equal(one[s].*member, two[s].*member)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_close(one[s].nll, aten[s].nll, 1e-6, 1e-6)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_close(one[s].kl, aten[s].kl, 1e-5, 1e-6)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_close(one[s].dp, aten[s].dp, 1e-6, 1e-7)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_equal(one[s].agree, aten[s].agree)) << "scheme " << s;
+  }
 }
 
 // --- every plan gives the same bits -----------------------------------------------------------

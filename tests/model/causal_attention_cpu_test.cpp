@@ -95,7 +95,7 @@ TEST(BlockedCausalAttention, RefusesShapesThatDoNotFit) {
 // The variants of the fused kernel this CPU runs (AVX2 and, where there is AVX-512, AVX-512).
 std::vector<kernels::cpu::FusedAttentionIsa> fused_variants_here() {
   std::vector<kernels::cpu::FusedAttentionIsa> here;
-  const auto best = kernels::cpu::fused_attention_isa();
+  const auto best = kernels::cpu::widest_cpu_isa();
   if (best != kernels::cpu::FusedAttentionIsa::none) here.push_back(kernels::cpu::FusedAttentionIsa::avx2);
   if (best == kernels::cpu::FusedAttentionIsa::avx512) here.push_back(best);
   return here;
@@ -142,7 +142,7 @@ TEST(FusedCausalAttention, MatchesTheWholeMatrixDefinitionForEveryThreadCount) {
       at::set_num_threads(1);
       at::Tensor expected_probs;
       const at::Tensor expected = reference(q, k, v, c, scale, &expected_probs);
-      const std::string name = std::string(kernels::cpu::fused_attention_isa_name(isa)) + ", L " + std::to_string(c.L) +
+      const std::string name = std::string(kernels::cpu::cpu_isa_name(isa)) + ", L " + std::to_string(c.L) +
                                ", hd " + std::to_string(f.hd) + ", window " + std::to_string(c.window) + ", spread " +
                                std::to_string(f.spread);
       // Scores of magnitude ~spread carry float32 rounding of ~spread · 2⁻²⁴ each, which e^s turns into
@@ -174,7 +174,7 @@ TEST(FusedCausalAttention, ReadsStridedViewsInPlace) {
     EXPECT_TRUE(test::tensors_equal(
         kernels::cpu::fused_causal_attention(q, k, v, 0, 0.2, false, nullptr, isa),
         kernels::cpu::fused_causal_attention(q.contiguous(), k.contiguous(), v.contiguous(), 0, 0.2, false, nullptr, isa)))
-        << kernels::cpu::fused_attention_isa_name(isa);
+        << kernels::cpu::cpu_isa_name(isa);
 }
 
 TEST(FusedCausalAttention, RefusesWhatItDoesNotServe) {
