@@ -8,6 +8,7 @@
 # Needs scripts/models and the shared data folder. From the repository root:
 #   results/kv-cache/run.sh
 #   MODELS="smollm2-135m gemma3-270m" WINDOWS=32 results/kv-cache/run.sh
+#   PRESETS=kv-q4_0,kv-q4_0-keep1 TAG=keep PAIRS= results/kv-cache/run.sh   (a subset; TAG names its files)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/results/kv-cache"
@@ -15,7 +16,7 @@ qeval="${QEVAL_BUILD_DIR:-$root/build}/qeval"
 models=${MODELS-smollm2-135m}  # MODELS= runs the pair alone
 windows=${WINDOWS:-32}
 band=${BAND:-2}
-presets=kv-int8,kv-fp8,kv-q8_0,kv-q4_0,kv-q4_0-keep1,kv-int4,kv-int4-keep1,w8a8-kv8,int8-vectorwise,kv-q8_0-hadamard,kv-q4_0-hadamard
+presets=${PRESETS:-kv-int8,kv-fp8,kv-q8_0,kv-q4_0,kv-q4_0-keep1,kv-int4,kv-int4-keep1,w8a8-kv8,int8-vectorwise,kv-q8_0-hadamard,kv-q4_0-hadamard}
 data=text/wikitext-2-raw-v1/test.joined.txt
 for model in $models; do "$root/scripts/models" --model "$model"; done
 # The K / V error per scheme (mean over layers), first position apart, from a record.
@@ -33,7 +34,7 @@ for s in r["schemes"]:
 PY
 }
 run() {  # model seq_len
-  local name=$1-wikitext2-$2x$windows
+  local name=$1-wikitext2-$2x$windows${TAG:+-$TAG}
   echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
   /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$1" --data "$data" --schemes "full,$presets" \
     --stats-for all --rounding-band "$band" --seq-len "$2" --max-windows "$windows" --seed 0 \
@@ -55,7 +56,7 @@ if [ -n "$pairs" ]; then
   mix_heldout "${QEVAL_DATA_DIR:-$root/../shared/data}"
   for run in $pairs; do
     mix_eval_window "$root/results/train/mix/$run"
-    name=pair-$run-${MIX_WINDOW[1]}x${PAIR_WINDOWS:-512}
+    name=pair-$run-${MIX_WINDOW[1]}x${PAIR_WINDOWS:-512}${TAG:+-$TAG}
     echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
     /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$root/results/train/mix/$run" \
       --data "$MIX_HELDOUT" --schemes "full,$presets" --stats-for all --rounding-band "$band" \
