@@ -123,10 +123,17 @@ void list_qeval_steps(const fs::path& dir, SeriesListing& out) {
     read_qeval_metadata(path, c, /*step_known=*/true);
     out.checkpoints.push_back(std::move(c));
   }
+  // Finished only when every step the manifest names is among the folders listed above, not merely
+  // on disk by now: the trainer may write its last step and the finished manifest between the
+  // listing and this read, and a watcher that believed the manifest then stopped one step short.
   if (const auto manifest = read_json(dir / "checkpoints.json"); manifest && manifest->value("finished", false)) {
     out.finished = true;
-    for (const auto& step : manifest->value("steps", nlohmann::json::array()))
-      if (!fs::is_directory(dir / ("step-" + step.dump()))) out.finished = false;
+    for (const auto& step : manifest->value("steps", nlohmann::json::array())) {
+      const bool listed = std::any_of(out.checkpoints.begin(), out.checkpoints.end(), [&](const SeriesCheckpoint& c) {
+        return step.is_number_integer() && c.step == step.get<std::int64_t>();
+      });
+      if (!listed) out.finished = false;
+    }
   }
 }
 
