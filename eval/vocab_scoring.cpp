@@ -56,8 +56,8 @@ void VocabScorer::add_rows(std::size_t s, std::int64_t begin, std::int64_t p0, s
   const std::int64_t rows = l.size(0), n = l.size(1);
   const bool keep_full = s == 0 && running_.size() > 1;  // the schemes after it need its exponentials
   if (keep_full) {
-    if (!full_exp_.defined() || full_exp_.numel() < rows * n) full_exp_ = at::empty({rows * n}, l.options());
-    full_rescale_ = at::empty({rows}, l.options().dtype(at::kDouble));
+    if (row_exp_.size() < static_cast<std::size_t>(rows * n)) row_exp_.resize(static_cast<std::size_t>(rows * n));
+    row_rescale_.resize(static_cast<std::size_t>(rows));
     full_logits_ = l;
   }
   Running& r = running_[s];
@@ -69,9 +69,9 @@ void VocabScorer::add_rows(std::size_t s, std::int64_t begin, std::int64_t p0, s
   std::int64_t* best_index = r.best_index.data_ptr<std::int64_t>();
   const std::int64_t* targets = targets_.data_ptr<std::int64_t>();
   const float* logits = l.data_ptr<float>();
-  float* full_exp = s == 0 && !keep_full ? nullptr : full_exp_.data_ptr<float>();
+  float* full_exp = row_exp_.data();
   const float* full_logits = s == 0 ? nullptr : full_logits_.data_ptr<float>();
-  double* full_rescale = s == 0 && !keep_full ? nullptr : full_rescale_.data_ptr<double>();
+  double* full_rescale = row_rescale_.data();
   const kernels::cpu::VocabRowKernels k = rows_;
   // One thread per row: every value below is computed in one fixed order whatever the threads.
   at::parallel_for(0, rows, 4, [&](std::int64_t i0, std::int64_t i1) {
@@ -140,7 +140,7 @@ void VocabScorer::add_aten(std::size_t s, std::int64_t begin, std::int64_t p0, s
 
 void VocabScorer::end_block() {
   full_logits_ = at::Tensor();
-  if (path_ == Path::aten || (full_exp_.defined() && !full_exp_.is_cpu())) full_exp_ = at::Tensor();
+  full_exp_ = at::Tensor();
 }
 
 std::vector<TokenValues> VocabScorer::finish() const {

@@ -83,9 +83,12 @@ class VocabScorer {
   kernels::cpu::VocabRowKernels rows_;
   std::vector<Running> running_;
   // Full precision's current block: its logits and exp(l_f − m_f) with the new max, for the
-  // schemes' A (the blocks of scheme 0 come first). On the row kernels' path full_exp_ is a buffer
-  // kept from block to block (a fresh one would be fresh pages the kernel zeroes every block).
+  // schemes' A (the blocks of scheme 0 come first).
   at::Tensor full_logits_, full_exp_, full_rescale_;  // [B·np, n] float, [B·np, n] float, [B·np] float64
+  // The row kernels' exponentials and rescales of full precision's block: buffers kept from block
+  // to block (a fresh one would be fresh pages the kernel zeroes every block).
+  std::vector<float> row_exp_;
+  std::vector<double> row_rescale_;
   std::int64_t block_begin_ = -1, span_begin_ = -1;
 };
 

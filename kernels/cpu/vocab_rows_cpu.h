@@ -6,7 +6,7 @@
 //
 // Every variant gives the same bits: the scalar reference (any CPU) and the AVX2 and AVX-512
 // variants (kernels/cpu/cpu_isa.h) compute each exponential with the same float32 operations
-// (kernels/cpu/simd_exp.inc) and every sum in float64 in one order: eight running sums, sum k taking
+// (kernels/cpu/simd_row_math.inc) and every sum in float64 in one order: eight running sums, sum k taking
 // the elements whose index is k mod 8 in index order, then the eight in order.
 #pragma once
 
@@ -29,7 +29,7 @@ struct VocabRowKernels {
 // Variant `isa` (none: the scalar reference). Refused (c10::Error) where this CPU does not run it.
 VocabRowKernels vocab_row_kernels(CpuIsa isa);
 
-// The scalar reference, and its exponential: the Cephes polynomial of kernels/cpu/simd_exp.inc for
+// The scalar reference, and its exponential: the Cephes polynomial of kernels/cpu/simd_row_math.inc for
 // one float (0 below −87.34; inputs ≤ 0 are what the scorer sends).
 VocabRowKernels vocab_row_reference();
 float exp_lane(float x);

@@ -93,7 +93,11 @@ TEST(VocabRows, ExpIsWithinTwoUlpsOfTheCorrectlyRoundedExp) {
 TEST(VocabRows, AVariantThisCpuDoesNotRunIsRefused) {
   for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512})
     if (!cpu_runs(isa)) EXPECT_THROW(vocab_row_kernels(isa), c10::Error) << cpu_isa_name(isa);
-  EXPECT_NO_THROW(vocab_row_kernels(CpuIsa::none));
+  // none is the scalar reference itself.
+  const VocabRowKernels none = vocab_row_kernels(CpuIsa::none), ref = vocab_row_reference();
+  EXPECT_EQ(none.max_first, ref.max_first);
+  EXPECT_EQ(none.exp_sum, ref.exp_sum);
+  EXPECT_EQ(none.weighted_difference_sum, ref.weighted_difference_sum);
 }
 
 }  // namespace
