@@ -155,10 +155,6 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
                   "scheme {}: kv_cache.keep_tokens.first {} keeps every position of a {}-token window, so nothing "
                   "of the cache would be quantised; keep fewer than {} positions (or use a longer --seq-len)",
                   spec.name, spec.kv_cache.keep_first, options.window_length, options.window_length);
-      QEVAL_CHECK(!spec.kv_cache.enabled() || options.placement.is_default(),
-                  "scheme {}: kv_cache runs on the default float32 CPU placement only (found {} {}); evaluate it "
-                  "without --device/--dtype", spec.name, options.placement.device.str(),
-                  dtype_name(options.placement.dtype));
       scheme.description = description_before_run(*rewrite);
       if (spec.needs_calibration()) scheme.description["static_scales"] = static_scales_description(spec, linears);
       use_rewrite(scheme, rewrite, config);

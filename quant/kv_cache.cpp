@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "quant/ggml_quants.h"
 #include "quant/ggml_types.h"
+#include "quant/kv_cache_tensor.h"
 #include "quant/minifloat.h"
 
 namespace qeval {
@@ -161,9 +162,14 @@ QuantizedKvCache::QuantizedKvCache(KvCacheSpec spec) : spec_(spec) {
 
 at::Tensor QuantizedKvCache::round_trip(std::int64_t layer, const at::Tensor& x, const char* what, Sums& sums,
                                         int offset) const {
-  QEVAL_CHECK(x.dim() == 4 && x.scalar_type() == at::kFloat && x.device().is_cpu(),
-              "kv_cache ({}): layer {}: {} is {} with {} dims on {}; a quantised cache runs on float32 CPU placements only",
-              to_string(spec_.format), layer, what, c10::toString(x.scalar_type()), x.dim(), x.device().str());
+  QEVAL_CHECK(x.dim() == 4 && at::isFloatingType(x.scalar_type()),
+              "kv_cache ({}): layer {}: {} is {} with {} dims; expected floating-point [windows, kv heads, positions, "
+              "head_dim]", to_string(spec_.format), layer, what, c10::toString(x.scalar_type()), x.dim());
+  if (x.scalar_type() == at::kFloat && x.device().is_cpu()) return round_trip_rows(x, sums, offset);
+  return round_trip_tensor(x, sums, offset);
+}
+
+at::Tensor QuantizedKvCache::round_trip_rows(const at::Tensor& x, Sums& sums, int offset) const {
   at::Tensor in = x.contiguous(), out = at::empty_like(in);
   const std::int64_t L = in.size(2), n = in.size(3), rows = in.numel() / std::max<std::int64_t>(n, 1);
   const float* src = in.data_ptr<float>();
@@ -191,6 +197,21 @@ at::Tensor QuantizedKvCache::round_trip(std::int64_t layer, const at::Tensor& x,
     const int slot = offset + (r % L == 0 ? 0 : 1);
     sums.err[slot] += err[static_cast<std::size_t>(r)];
     sums.norm[slot] += norm[static_cast<std::size_t>(r)];
+  }
+  return out;
+}
+
+at::Tensor QuantizedKvCache::round_trip_tensor(const at::Tensor& x, Sums& sums, int offset) const {
+  at::Tensor out = kv_round_trip_tensor(x, spec_, /*is_key=*/offset == 0);
+  const std::int64_t L = x.size(2), kept = std::min(spec_.keep_first, L);
+  if (kept > 0) out.narrow(2, 0, kept).copy_(x.narrow(2, 0, kept));
+  // The error of what the attention reads, in float64 on the device (ATen's summation order).
+  const at::Tensor x64 = x.to(at::kDouble), d2 = (x64 - out.to(at::kDouble)).square(), x2 = x64.square();
+  if (L > 0) {
+    sums.err[offset] += d2.narrow(2, 0, 1).sum().item<double>();
+    sums.norm[offset] += x2.narrow(2, 0, 1).sum().item<double>();
+    sums.err[offset + 1] += d2.narrow(2, 1, L - 1).sum().item<double>();
+    sums.norm[offset + 1] += x2.narrow(2, 1, L - 1).sum().item<double>();
   }
   return out;
 }

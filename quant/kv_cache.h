@@ -16,9 +16,10 @@
 // row is rotated, quantised and rotated back: x̂ = H · Q(H · x) (quant/scheme.h).
 //
 // The quantiser also accumulates, per layer, Σ‖x − x̂‖² and Σ‖x‖² over K and V rows, apart for
-// position 0 and for the others, in float64 summed in row order (so the same windows give the
-// same numbers whatever the thread count): error_report() turns them into relative Frobenius
-// errors pooled over heads and windows.
+// position 0 and for the others, in float64: on the float32 CPU placement summed in row order (so
+// the same windows give the same numbers whatever the thread count), elsewhere by ATen's sums on
+// the device. error_report() turns them into relative Frobenius errors pooled over heads and
+// windows.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -59,7 +60,9 @@ void check_kv_cache_fits(const KvCacheSpec& spec, const ModelConfig& config, con
 class QuantizedKvCache : public KvCacheQuantizer {
  public:
   explicit QuantizedKvCache(KvCacheSpec spec);
-  // k, v [B, Hkv, L, hd] float32 on the CPU (anything else is refused naming the layer).
+  // k, v [B, Hkv, L, hd] of any floating dtype and device (anything else is refused naming the
+  // layer): float32 on the CPU through the row kernels, the rest through quant/kv_cache_tensor.h's
+  // tensor operations (the same values bit for bit, in float32).
   void apply(std::int64_t layer, at::Tensor& k, at::Tensor& v) const override;
 
   const KvCacheSpec& spec() const { return spec_; }
@@ -78,6 +81,8 @@ class QuantizedKvCache : public KvCacheQuantizer {
   };
   // One tensor's rows round-tripped into a new contiguous tensor; adds to sums[offset], sums[offset + 1].
   at::Tensor round_trip(std::int64_t layer, const at::Tensor& x, const char* what, Sums& sums, int offset) const;
+  at::Tensor round_trip_rows(const at::Tensor& x, Sums& sums, int offset) const;    // float32 CPU
+  at::Tensor round_trip_tensor(const at::Tensor& x, Sums& sums, int offset) const;  // any other placement
 
   KvCacheSpec spec_;
   mutable std::mutex mutex_;

@@ -56,6 +56,10 @@ void absmax_quantize_int8(const void*, FloatType, std::int64_t, std::int64_t, st
   unavailable("absmax_quantize_int8");
 }
 void set_quantize_rows_kernel(QuantizeRowsKernel) {}
+bool absmax_quantize_rows_f16_config(const void*, std::int64_t, std::int64_t, int, int, std::int8_t*, float*, Stream) {
+  unavailable("absmax_quantize_rows_f16_config");
+  return false;
+}
 void absmax_quantize_int8_rows(const void*, FloatType, std::int64_t, std::int64_t, std::int64_t, std::int8_t*, float*,
                                float*, Stream) {
   unavailable("absmax_quantize_int8_rows");

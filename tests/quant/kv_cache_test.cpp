@@ -17,6 +17,7 @@
 #include "eval/schemes.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "quant/kv_cache.h"
+#include "quant/kv_cache_tensor.h"
 #include "quant/minifloat.h"
 #include "quant/quantize.h"
 #include "quant/rewrite.h"
@@ -294,12 +295,10 @@ TEST(KvCache, RefusesAttentionFreeModelsAndHeadDimsThatQ4_0CannotBlock) {
   expect_error([&] { quantize_model(stories, resolve_scheme("kv-q4_0")); },
                {"kv_cache.format q4_0", "layer 0", "head_dim 8", "multiple of 32"});
   expect_error([&] { make_schemes(stories.config(), {"full", "kv-q8_0"}, SchemeOptions{}); }, {"layer 0", "head_dim 8"});
-  // Only the default float32 CPU placement runs a cache (a GPU or another dtype is refused).
+  // Every placement runs a cache (another dtype or a GPU through the tensor path).
   SchemeOptions fp64;
   fp64.placement.dtype = at::kDouble;
-  expect_error([&] { make_schemes(stories.config(), {"full", "kv-int8"}, fp64); },
-               {"kv-int8", "kv_cache runs on the default float32 CPU placement only"});
-  EXPECT_NO_THROW(make_schemes(stories.config(), {"full", "int8-fine"}, fp64));
+  EXPECT_NO_THROW(make_schemes(stories.config(), {"full", "kv-int8"}, fp64));
   // int8 / fp8 / int4 run on any head_dim.
   EXPECT_NO_THROW(quantize_model(stories, resolve_scheme("kv-int4")));
   // The rotation needs head_dim % 64 == 0, as llama.cpp's does.
@@ -363,6 +362,108 @@ TEST(KvCacheRotation, RotatedRowsAreTheRotatedQuantisationAndSpreadOutliers) {
   EXPECT_LT(err_rot, 0.7 * err_plain) << "rotated " << err_rot << ", plain " << err_plain;
   // V's blocks are 64: a different result from K's 128 on the same rows.
   EXPECT_FALSE(at::equal(kv_round_trip_rows(x, rotated, /*is_key=*/false), y));
+}
+
+// Rows that probe every rounding rule of the tensor path: cache-like rows, the ggml tie rows,
+// rows whose scale is 1 with values on midpoints (int8 and int4 ties: x / s = k + 0.5; E4M3 ties
+// between grid points at 448 = amax), float32 subnormal rows, rows of −0 and of mixed ±0.
+at::Tensor tensor_path_rows(std::int64_t hd) {
+  std::int64_t unused = 0;
+  at::Tensor x = ggml_oracle_rows(hd, &unused);
+  std::mt19937 rng(66);
+  const std::int64_t extra = 512;
+  at::Tensor more = at::empty({extra, hd});
+  float* p = more.data_ptr<float>();
+  const float e4m3_max = element_format(ElementType::e4m3).max_finite;
+  for (std::int64_t r = 0; r < extra; ++r) {
+    float* row = p + r * hd;
+    for (std::int64_t i = 0; i < hd; ++i) {
+      switch (r % 4) {
+        case 0:  // int8: amax 127, so s = 1 and every k + 0.5 is a tie
+          row[i] = static_cast<float>(static_cast<int>(rng() % 253) - 126) + 0.5f;
+          break;
+        case 1: {  // E4M3: amax 448 (s = 1); midpoints of two neighbouring grid values (codes 0..126)
+          const auto code = static_cast<std::uint8_t>(rng() % 126);
+          const float a = element_value(code, ElementType::e4m3),
+                      b = element_value(static_cast<std::uint8_t>(code + 1), ElementType::e4m3);
+          row[i] = (rng() % 2 ? -1.0f : 1.0f) * (a + b) / 2;
+          break;
+        }
+        case 2:  // int4 groups from 0 to 15 (s = 1, z = 0): k + 0.5 ties
+          row[i] = static_cast<float>(rng() % 15) + 0.5f;
+          break;
+        default:  // float32 subnormals
+          row[i] = std::ldexp(static_cast<float>(static_cast<int>(rng() % 2001) - 1000), -140);
+      }
+    }
+    if (r % 4 == 0) row[0] = 127.0f;
+    if (r % 4 == 1) row[0] = e4m3_max;
+    if (r % 4 == 2)
+      for (std::int64_t g = 0; g < hd; g += 32) row[g] = 0.0f, row[std::min(g + 1, hd - 1)] = 15.0f;
+  }
+  more[3].fill_(-0.0f);
+  for (std::int64_t i = 0; i < hd; i += 2) more[7][i] = -0.0f, more[7][i + 1] = 0.0f;
+  return at::cat({x, more}, 0);
+}
+
+// The tensor path (a GPU's, or another dtype's) equals the row kernels bit for bit on the CPU.
+TEST(KvCacheTensorPath, EqualsTheRowKernelsBitForBit) {
+  for (const std::int64_t hd : {64, 128, 80}) {
+    const at::Tensor x = tensor_path_rows(hd);
+    ASSERT_GE(x.numel(), 100000);
+    for (auto f : {KvCacheFormat::int8, KvCacheFormat::fp8_e4m3, KvCacheFormat::q8_0, KvCacheFormat::q4_0,
+                   KvCacheFormat::int4}) {
+      if (hd % 32 != 0 && (f == KvCacheFormat::q8_0 || f == KvCacheFormat::q4_0)) continue;
+      for (const bool rotated : {false, true}) {
+        if (rotated && hd % 64 != 0) continue;
+        for (const bool is_key : {true, false}) {
+          KvCacheSpec spec = kv(f);
+          if (rotated) spec.rotation = KvCacheRotation::hadamard;
+          const std::string what = to_string(f) + " hd " + std::to_string(hd) + (rotated ? " rotated" : "") +
+                                   (is_key ? " K" : " V");
+          expect_bits_equal(kv_round_trip_tensor(x, spec, is_key), kv_round_trip_rows(x, spec, is_key), what.c_str());
+        }
+      }
+    }
+  }
+  // int4 with groups of 16 and of 48 (a shorter last group).
+  const at::Tensor x = tensor_path_rows(80);
+  for (const std::int64_t g : {16, 48})
+    expect_bits_equal(kv_round_trip_tensor(x, kv(KvCacheFormat::int4, 0, g), true),
+                      kv_round_trip_rows(x, kv(KvCacheFormat::int4, 0, g), true), "int4 other groups");
+}
+
+// A cache in float64 (or on a GPU) goes through the tensor path: its values are the float32 rows'
+// (K and V here are float32 values held in float64), its kept positions unchanged, its errors the
+// float32 path's.
+TEST(KvCacheTensorPath, QuantizedCacheOnAnotherDtypeMatchesTheFloat32Cache) {
+  at::manual_seed(11);
+  const std::int64_t B = 2, H = 2, L = 12, hd = 64;
+  at::Tensor k = at::randn({B, H, L, hd}), v = at::randn({B, H, L, hd});
+  k.select(2, 0).mul_(20.0);
+  for (auto f : {KvCacheFormat::q4_0, KvCacheFormat::int8, KvCacheFormat::fp8_e4m3}) {
+    SCOPED_TRACE(to_string(f));
+    QuantizedKvCache float_cache(kv(f, 1)), double_cache(kv(f, 1));
+    at::Tensor kf = k, vf = v, kd = k.to(at::kDouble), vd = v.to(at::kDouble);
+    float_cache.apply(2, kf, vf);
+    double_cache.apply(2, kd, vd);
+    ASSERT_EQ(kd.scalar_type(), at::kDouble);
+    expect_bits_equal(kd.to(at::kFloat), kf, "K");
+    expect_bits_equal(vd.to(at::kFloat), vf, "V");
+    const nlohmann::json a = float_cache.error_report().at("layers")[0], b = double_cache.error_report().at("layers")[0];
+    EXPECT_EQ(b.at("k_first").get<double>(), 0.0);
+    for (const char* key : {"k_rest", "v_rest"}) {
+      EXPECT_GT(a.at(key).get<double>(), 0.0) << key;
+      EXPECT_NEAR(b.at(key).get<double>(), a.at(key).get<double>(), 1e-12) << key;
+    }
+  }
+  // bfloat16: the float32 rounding of the bfloat16 values, cast back.
+  at::Tensor kb = k.to(at::kBFloat16), vb = v.to(at::kBFloat16);
+  const at::Tensor k32 = kb.to(at::kFloat);
+  QuantizedKvCache(kv(KvCacheFormat::q8_0)).apply(0, kb, vb);
+  EXPECT_EQ(kb.scalar_type(), at::kBFloat16);
+  expect_bits_equal(kb.to(at::kFloat), kv_round_trip_rows(k32, kv(KvCacheFormat::q8_0)).to(at::kBFloat16).to(at::kFloat),
+                    "bfloat16 K");
 }
 
 TEST(KvCache, BadKvCacheKeysAreRefusedNamingTheKey) {
