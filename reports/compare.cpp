@@ -228,12 +228,10 @@ std::string rounding_band_table(const std::vector<LabeledRecord>& records) {
                   : std::string());
 }
 
-// The format family of a scheme, from its resolved spec (docs/formats.md): what a reader groups
-// penalties by when int8, 4-bit, FP8, MX, NVFP4 and static-scale schemes sit in one record.
-// Empty for full precision.
-std::string format_family(const nlohmann::json& scheme) {
-  const nlohmann::json spec = lookup(scheme, {"description", "scheme"});
-  if (!spec.is_object()) return "";
+// The format family of a scheme's linear layers, from its resolved spec (docs/formats.md): what a
+// reader groups penalties by when int8, 4-bit, FP8, MX, NVFP4 and static-scale schemes sit in one
+// record. Empty when every linear stays in full precision.
+std::string linear_family(const nlohmann::json& spec) {
   auto kind = [&](const char* role) {
     const nlohmann::json k = lookup(spec, {role, "kind"});
     return k.is_string() ? k.get<std::string>() : std::string("none");
@@ -251,11 +249,23 @@ std::string format_family(const nlohmann::json& scheme) {
   return w == "none" && in == "none" && kind("output_activations") == "none" ? "" : "other";
 }
 
+// The family a scheme is shown under: its linears' family, "KV cache" for a scheme that quantises
+// the key/value cache alone (docs/kv-cache.md), "<family> + KV cache" for one that does both.
+// Empty for full precision.
+std::string format_family(const nlohmann::json& scheme) {
+  const nlohmann::json spec = lookup(scheme, {"description", "scheme"});
+  if (!spec.is_object()) return "";
+  const std::string linears = linear_family(spec);
+  if (!lookup(spec, {"kv_cache"}).is_object()) return linears;
+  return linears.empty() ? "KV cache" : linears + " + KV cache";
+}
+
 // Every scheme of every record grouped by format family, ΔPPL and paired ΔNLL ± se: printed when
-// a record holds one of the floating-point formats (the paper's table has no column for them).
+// a record holds a family beyond the paper's int8 and 4-bit ones. Families in kOrder's order,
+// combined ones ("int8 + KV cache") after them.
 std::string format_family_table(const std::vector<LabeledRecord>& records) {
-  static const char* kOrder[] = {"int8", "4-bit zero-point", "FP8", "OCP MX", "NVFP4", "static scales", "llama.cpp types",
-                                 "other"};
+  static const std::vector<std::string> kOrder = {"int8", "4-bit zero-point", "FP8", "OCP MX", "NVFP4",
+                                                  "static scales", "llama.cpp types", "KV cache", "other"};
   bool any_new = false;
   std::map<std::string, std::string> rows;  // family → its rows
   for (const auto& r : records) {
@@ -263,8 +273,7 @@ std::string format_family_table(const std::vector<LabeledRecord>& records) {
       if (is_rounding_variant(s)) continue;
       const std::string family = format_family(s);
       if (family.empty()) continue;
-      any_new = any_new || family == "FP8" || family == "OCP MX" || family == "NVFP4" || family == "static scales" ||
-                family == "llama.cpp types";
+      any_new = any_new || (family != "int8" && family != "4-bit zero-point" && family != "other");
       const nlohmann::json& v = s.at("vs_full");
       const std::string dnll = v.at("paired_dnll_mean").is_number() && v.at("paired_dnll_se").is_number()
                                    ? fmt::format("{:+.5f} ± {:.5f}", v.at("paired_dnll_mean").get<double>(),
@@ -277,8 +286,11 @@ std::string format_family_table(const std::vector<LabeledRecord>& records) {
   if (!any_new) return "";
   std::string out = "\nPenalties by format family (docs/formats.md)\n\n| family | model | scheme | ΔPPL | paired ΔNLL ± se |\n"
                     "|---|---|---|---:|---:|\n";
-  for (const char* family : kOrder)
-    if (rows.count(family)) out += rows[family];
+  for (const std::string& family : kOrder) {
+    auto it = rows.find(family);
+    if (it != rows.end()) out += it->second, rows.erase(it);
+  }
+  for (const auto& [family, text] : rows) out += text;
   return out;
 }
 

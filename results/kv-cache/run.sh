@@ -54,11 +54,13 @@ if [ -n "$pairs" ]; then
   # shellcheck source=configs/train/mix-recipes.sh
   source "$root/configs/train/mix-recipes.sh"
   mix_heldout "${QEVAL_DATA_DIR:-$root/../shared/data}"
+  # The pair's checkpoints hold no tokenizer: they were trained with stories260K's (configs/train/mix-run.sh).
+  tokenizer="${QEVAL_DATA_DIR:-$root/../shared/data}/models/stories260K/tok512.model"
   for run in $pairs; do
     mix_eval_window "$root/results/train/mix/$run"
     name=pair-$run-${MIX_WINDOW[1]}x${PAIR_WINDOWS:-512}${TAG:+-$TAG}
     echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
-    /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$root/results/train/mix/$run" \
+    /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$root/results/train/mix/$run" --tokenizer "$tokenizer" \
       --data "$MIX_HELDOUT" --schemes "full,$presets" --stats-for all --rounding-band "$band" \
       "${MIX_WINDOW[@]}" --max-windows "${PAIR_WINDOWS:-512}" --seed 0 --out "$here/$name.json" -q > "$here/$name.md"
     grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2

@@ -71,6 +71,11 @@ TEST(KvCacheCli, KvSchemesEvaluateInOnePassWithStatisticsErrorsAndABand) {
   EXPECT_GT(scheme(record, "kv-int4").at("vs_full").at("paired_dnll_mean").get<double>(),
             std::fabs(scheme(record, "kv-int8").at("vs_full").at("paired_dnll_mean").get<double>()));
   EXPECT_FALSE(scheme(record, "full").at("description").at("scheme").contains("kv_cache"));
+  // compare groups them: the cache alone, and a cache beside int8 linears.
+  const CommandResult c = test::run_qeval("compare " + out);
+  ASSERT_EQ(c.status, 0) << c.output;
+  EXPECT_TRUE(contains(c.output, "| KV cache | stories260K | kv-int4-keep1 |")) << c.output;
+  EXPECT_TRUE(contains(c.output, "| int8 + KV cache | stories260K | w8a8-kv8 |")) << c.output;
 }
 
 TEST(KvCacheCli, BadKvCacheSpecsAreRefusedNamingTheKeyOrTheLayer) {
