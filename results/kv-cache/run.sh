@@ -33,6 +33,14 @@ for s in r["schemes"]:
         print(f"| {s['name']} | {m['k_first']:.4f} | {m['k_rest']:.4f} | {m['v_first']:.4f} | {m['v_rest']:.4f} |")
 PY
 }
+# The table's last parts: each scheme's K / V error, keep-or-not paired window by window
+# (keep_vs_not.py), then the record gzipped when it is over 1 MB (gunzip -k it to read it with qeval).
+finish() {
+  kv_error_table "$1" >> "${1%.json}.md"
+  echo >> "${1%.json}.md"
+  python3 "$here/keep_vs_not.py" "$1" >> "${1%.json}.md"
+  [ "$(stat -c %s "$1")" -le 1048576 ] || gzip -9 -f "$1"
+}
 run() {  # model seq_len
   local name=$1-wikitext2-$2x$windows${TAG:+-$TAG}
   echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
@@ -40,7 +48,7 @@ run() {  # model seq_len
     --stats-for all --rounding-band "$band" --seq-len "$2" --max-windows "$windows" --seed 0 \
     --out "$here/$name.json" -q > "$here/$name.md"
   grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
-  kv_error_table "$here/$name.json" >> "$here/$name.md"
+  finish "$here/$name.json"
 }
 for model in $models; do
   run "$model" 512
@@ -64,6 +72,6 @@ if [ -n "$pairs" ]; then
       --data "$MIX_HELDOUT" --schemes "full,$presets" --stats-for all --rounding-band "$band" \
       "${MIX_WINDOW[@]}" --max-windows "${PAIR_WINDOWS:-512}" --seed 0 --out "$here/$name.json" -q > "$here/$name.md"
     grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
-    kv_error_table "$here/$name.json" >> "$here/$name.md"
+    finish "$here/$name.json"
   done
 fi
