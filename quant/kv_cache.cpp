@@ -16,8 +16,6 @@
 namespace qeval {
 namespace {
 
-constexpr std::int64_t kGgmlBlock = 32;  // QK8_0 = QK4_0
-
 float kv_row_absmax(const float* x, std::int64_t n) {
   float m = 0.0f;
   for (std::int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
@@ -51,7 +49,7 @@ template <typename BlockT>
 void ggml_row(const float* x, float* y, std::int64_t n, void (*quantize)(const float*, void*, std::int64_t),
               void (*dequantize)(const void*, float*, std::int64_t)) {
   BlockT blocks[64];  // head_dim ≤ 2048
-  QEVAL_CHECK(n % kGgmlBlock == 0 && n / kGgmlBlock <= 64, "kv_cache: a row of {} values is not whole blocks of 32 "
+  QEVAL_CHECK(n % kKvGgmlBlock == 0 && n / kKvGgmlBlock <= 64, "kv_cache: a row of {} values is not whole blocks of 32 "
               "(at most 2048 values)", n);
   quantize(x, blocks, n);
   dequantize(blocks, y, n);
@@ -145,7 +143,7 @@ void check_kv_cache_fits(const KvCacheSpec& spec, const ModelConfig& config, con
               "{} has none (its {} layers are all state-space mixers); use a scheme without kv_cache",
               scheme, to_string(spec.format), model, config.n_layers);
   const std::int64_t hd = config.head_dim();
-  QEVAL_CHECK(!((spec.format == KvCacheFormat::q8_0 || spec.format == KvCacheFormat::q4_0) && hd % kGgmlBlock != 0),
+  QEVAL_CHECK(!((spec.format == KvCacheFormat::q8_0 || spec.format == KvCacheFormat::q4_0) && hd % kKvGgmlBlock != 0),
               "scheme {}: kv_cache.format {} quantises blocks of 32 along head_dim, but layer {} (layers.{}.attn) of "
               "model {} has head_dim {}, not a multiple of 32 (llama.cpp refuses such a cache too); use int8, "
               "fp8-e4m3 or int4", scheme, to_string(spec.format), first, first, model, hd);

@@ -36,6 +36,9 @@
 
 namespace qeval {
 
+// llama.cpp's block along head_dim for q8_0 and q4_0 caches (QK8_0 = QK4_0 = 32).
+constexpr std::int64_t kKvGgmlBlock = 32;
+
 // y[0..n) = x[0..n) quantised and dequantised as one row under spec's format (y may be x).
 void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::int64_t n);
 

@@ -11,13 +11,11 @@
 namespace qeval {
 namespace {
 
-constexpr std::int64_t kGgmlBlock = 32;  // QK8_0 = QK4_0
-
 // A constant as a 0-dim tensor beside x: dividing by it is an IEEE division on every device (a
 // host scalar divisor becomes a reciprocal multiply on CUDA).
 at::Tensor constant_like(const at::Tensor& x, double value) { return at::full({}, value, x.options()); }
 
-at::Tensor row_absmax(const at::Tensor& x) { return x.abs().amax(-1, /*keepdim=*/true); }
+at::Tensor absmax_along_rows(const at::Tensor& x) { return x.abs().amax(-1, /*keepdim=*/true); }
 
 // amax / divisor, 1 where amax = 0.
 at::Tensor absmax_scale(const at::Tensor& amax, double divisor) {
@@ -48,21 +46,21 @@ at::Tensor round_to_element(const at::Tensor& v, const ElementFormat& f) {
 }
 
 at::Tensor int8_rows(const at::Tensor& x) {
-  const at::Tensor s = absmax_scale(row_absmax(x), 127.0);
+  const at::Tensor s = absmax_scale(absmax_along_rows(x), 127.0);
   return ((x / s).round().clamp(-127, 127) + 0.0) * s;  // + 0 turns a −0 code into +0, as the rows do
 }
 
 at::Tensor fp8_e4m3_rows(const at::Tensor& x) {
   const ElementFormat& f = element_format(ElementType::e4m3);
-  const at::Tensor s = absmax_scale(row_absmax(x), f.max_finite);
+  const at::Tensor s = absmax_scale(absmax_along_rows(x), f.max_finite);
   return round_to_element(x / s, f) * s;
 }
 
 // [..., n] → [rows, n / 32, 32] blocks of ggml's formats.
 at::Tensor ggml_blocks(const at::Tensor& x, const char* format) {
   const std::int64_t n = x.size(-1);
-  QEVAL_CHECK(n % kGgmlBlock == 0, "kv_cache: a row of {} values is not whole blocks of 32 ({})", n, format);
-  return x.reshape({-1, n / kGgmlBlock, kGgmlBlock});
+  QEVAL_CHECK(n % kKvGgmlBlock == 0, "kv_cache: a row of {} values is not whole blocks of 32 ({})", n, format);
+  return x.reshape({-1, n / kKvGgmlBlock, kKvGgmlBlock});
 }
 
 // ggml's quantize_row_q8_0 then dequantize_row_q8_0. Where d is a float32 subnormal, 1/d is
@@ -70,7 +68,7 @@ at::Tensor ggml_blocks(const at::Tensor& x, const char* format) {
 // does) gives those code 0, and so does this.
 at::Tensor q8_0_rows(const at::Tensor& x) {
   const at::Tensor b = ggml_blocks(x, "q8_0");
-  const at::Tensor d = row_absmax(b) / constant_like(b, 127.0);
+  const at::Tensor d = absmax_along_rows(b) / constant_like(b, 127.0);
   const at::Tensor scaled = b * reciprocal_or_zero(d);
   const at::Tensor q = round_half_away(at::where(scaled.abs() < 8388608.0, scaled, at::zeros_like(scaled)));
   return (q * through_fp16(d)).reshape(x.sizes());
