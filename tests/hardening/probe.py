@@ -921,9 +921,12 @@ for fixture, presets, frags in [("tiny-mamba-hf", ["kv-int8", "kv-fp8", "kv-q8_0
 for preset in ["kv-q8_0", "kv-q4_0", "kv-q4_0-keep1"]:
     case(f"kv-model-stories-{preset}", lambda d, p=preset: f"{NEW_EVAL} --schemes full,{p} --out " + str(Path(d) / "o.json"),
          [preset, "head_dim 8"])
-for opt in ["--dtype fp16", "--dtype bf16", "--dtype fp64", "--device cuda"]:  # the CPU's refusal may come first
+for opt in ["--dtype fp16", "--dtype bf16", "--device cuda"]:  # the CPU's own refusals (no half precision, no GPU)
     case(f"kv-placement-{opt.split()[1]}", lambda d, o=opt: f"{NEW_EVAL} --schemes full,kv-int8 {o} --out " + str(Path(d) / "o.json"),
          [opt.split()[0]])
+# Every placement runs a cache (quant/kv_cache_tensor.h): float64 on the CPU is evaluated.
+case("kv-placement-fp64", lambda d: f"{NEW_EVAL} --schemes full,kv-int8 --dtype fp64 --out " + str(Path(d) / "o.json"),
+     ["record written"], expect="accept")
 case("kv-sensitivity", lambda d: f"sensitivity -q --tokenizer {TOKENIZER} --seq-len 32 --max-windows 2 --scheme kv-int8",
      ["kv-int8", "kv_cache"])
 scheme_case("kv-with-ggml", dict(KV_ONLY, weights={"kind": "ggml", "file_type": "q8_0"},
