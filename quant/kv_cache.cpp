@@ -203,14 +203,15 @@ at::Tensor QuantizedKvCache::round_trip_tensor(const at::Tensor& x, Sums& sums, 
   at::Tensor out = kv_round_trip_tensor(x, spec_, /*is_key=*/offset == 0);
   const std::int64_t L = x.size(2), kept = std::min(spec_.keep_first, L);
   if (kept > 0) out.narrow(2, 0, kept).copy_(x.narrow(2, 0, kept));
-  // The error of what the attention reads, in float64 on the device (ATen's summation order).
+  if (L == 0) return out;
+  // The error of what the attention reads, in float64 on the device (ATen's summation order),
+  // brought to the host in one transfer.
   const at::Tensor x64 = x.to(at::kDouble), d2 = (x64 - out.to(at::kDouble)).square(), x2 = x64.square();
-  if (L > 0) {
-    sums.err[offset] += d2.narrow(2, 0, 1).sum().item<double>();
-    sums.norm[offset] += x2.narrow(2, 0, 1).sum().item<double>();
-    sums.err[offset + 1] += d2.narrow(2, 1, L - 1).sum().item<double>();
-    sums.norm[offset + 1] += x2.narrow(2, 1, L - 1).sum().item<double>();
-  }
+  const at::Tensor totals = at::stack({d2.narrow(2, 0, 1).sum(), x2.narrow(2, 0, 1).sum(), d2.narrow(2, 1, L - 1).sum(),
+                                       x2.narrow(2, 1, L - 1).sum()}).cpu();
+  const double* t = totals.data_ptr<double>();
+  sums.err[offset] += t[0], sums.norm[offset] += t[1];
+  sums.err[offset + 1] += t[2], sums.norm[offset + 1] += t[3];
   return out;
 }
 

@@ -7,24 +7,16 @@
 #include "common/error.h"
 #include "quant/kv_cache.h"
 #include "quant/minifloat.h"
+#include "quant/quantize.h"
 
 namespace qeval {
 namespace {
 
-// A constant as a 0-dim tensor beside x: dividing by it is an IEEE division on every device (a
-// host scalar divisor becomes a reciprocal multiply on CUDA).
-at::Tensor constant_like(const at::Tensor& x, double value) { return at::full({}, value, x.options()); }
-
 at::Tensor absmax_along_rows(const at::Tensor& x) { return x.abs().amax(-1, /*keepdim=*/true); }
-
-// amax / divisor, 1 where amax = 0.
-at::Tensor absmax_scale(const at::Tensor& amax, double divisor) {
-  return at::where(amax == 0, at::ones_like(amax), amax / constant_like(amax, divisor));
-}
 
 // 1 / d, 0 where d = 0 (ggml's `d ? 1.0f/d : 0.0f`).
 at::Tensor reciprocal_or_zero(const at::Tensor& d) {
-  return at::where(d != 0, constant_like(d, 1.0) / d, at::zeros_like(d));
+  return at::where(d != 0, divisor(1.0f, d) / d, at::zeros_like(d));
 }
 
 // roundf: half away from zero. y − trunc(y) is exact, so the comparison with 0.5 is too.
@@ -45,14 +37,16 @@ at::Tensor round_to_element(const at::Tensor& v, const ElementFormat& f) {
   return at::copysign((a + c) - c, v);
 }
 
+// quant/quantize.h's int8 absmax per row.
 at::Tensor int8_rows(const at::Tensor& x) {
-  const at::Tensor s = absmax_scale(absmax_along_rows(x), 127.0);
-  return ((x / s).round().clamp(-127, 127) + 0.0) * s;  // + 0 turns a −0 code into +0, as the rows do
+  const at::Tensor s = int8_absmax_scale(x, {-1});
+  return int8_dequantize(int8_quantize(x, s), s);
 }
 
 at::Tensor fp8_e4m3_rows(const at::Tensor& x) {
   const ElementFormat& f = element_format(ElementType::e4m3);
-  const at::Tensor s = absmax_scale(absmax_along_rows(x), f.max_finite);
+  const at::Tensor amax = absmax_along_rows(x);
+  const at::Tensor s = at::where(amax == 0, at::ones_like(amax), amax / divisor(f.max_finite, amax));
   return round_to_element(x / s, f) * s;
 }
 
@@ -68,7 +62,7 @@ at::Tensor ggml_blocks(const at::Tensor& x, const char* format) {
 // does) gives those code 0, and so does this.
 at::Tensor q8_0_rows(const at::Tensor& x) {
   const at::Tensor b = ggml_blocks(x, "q8_0");
-  const at::Tensor d = absmax_along_rows(b) / constant_like(b, 127.0);
+  const at::Tensor d = absmax_along_rows(b) / divisor(127.0f, b);
   const at::Tensor scaled = b * reciprocal_or_zero(d);
   const at::Tensor q = round_half_away(at::where(scaled.abs() < 8388608.0, scaled, at::zeros_like(scaled)));
   return (q * through_fp16(d)).reshape(x.sizes());
@@ -80,7 +74,7 @@ at::Tensor q4_0_rows(const at::Tensor& x) {
   const at::Tensor b = ggml_blocks(x, "q4_0");
   const at::Tensor first_largest = b.gather(-1, b.abs().argmax(-1, /*keepdim=*/true));
   const at::Tensor m = at::where(first_largest == 0, at::zeros_like(first_largest), first_largest);
-  const at::Tensor d = m / constant_like(m, -8.0);
+  const at::Tensor d = m / divisor(-8.0f, m);
   // x·(1/d) + 8.5 lies in [0, 16.5] for every finite 1/d; an infinite one (d a float32 subnormal)
   // makes it ±inf or NaN, which ggml's (int8_t) cast on x86-64 turns into code 0.
   const at::Tensor t = b * reciprocal_or_zero(d) + 8.5;
@@ -90,13 +84,8 @@ at::Tensor q4_0_rows(const at::Tensor& x) {
 
 // quant/quantize.h's 4-bit zero-point on groups [..., groups, size] (constant groups exact).
 at::Tensor int4_groups(const at::Tensor& g) {
-  const at::Tensor mn = g.amin(-1, /*keepdim=*/true), mx = g.amax(-1, /*keepdim=*/true);
-  const at::Tensor ones = at::ones_like(mn), zeros = at::zeros_like(mn);
-  const at::Tensor varying = mx != mn;
-  const at::Tensor s_varying = (mx - mn) / constant_like(mn, 15.0);
-  const at::Tensor s = at::where(varying, s_varying, at::where(mn == 0, ones, mn.abs()));
-  const at::Tensor z = at::where(varying, ((-mn) / s_varying).round() + 0.0, at::where(mn < 0, ones, zeros));
-  return (((g / s).round() + z).clamp(0, 15) - z) * s;
+  const ZeroPointParams p = zeropoint4_params(g, {-1});
+  return zeropoint4_dequantize(zeropoint4_quantize(g, p), p);
 }
 
 // Groups of `size` along the row, the last one shorter.

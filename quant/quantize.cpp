@@ -5,13 +5,9 @@
 
 namespace qeval {
 
-namespace {
-
-// A constant divisor as a tensor on x's device. ATen's CUDA division by a plain number multiplies
-// by its reciprocal (one rounding more, and a last bit that can differ); its CPU division divides.
-// A divisor tensor on the same device is divided by on both, so the GPU's scales, zero points and
-// codes are the CPU's bit for bit (tests/gpu/device_quantize_test.cpp).
 at::Tensor divisor(float value, const at::Tensor& like) { return at::scalar_tensor(value, like.options()); }
+
+namespace {
 
 // float32 is the product's arithmetic; float64 is `--dtype fp64`'s, the rounding-free reference.
 void check_float_or_double(const at::Tensor& x, const char* what) {

@@ -20,6 +20,12 @@
 
 namespace qeval {
 
+// A constant divisor as a 0-dim tensor on like's device and dtype. ATen's CUDA division by a plain
+// number multiplies by its reciprocal (one rounding more, and a last bit that can differ); its CPU
+// division divides. A divisor tensor on the same device is divided by on both, so the GPU's
+// scales, zero points and codes are the CPU's bit for bit (tests/gpu/device_quantize_test.cpp).
+at::Tensor divisor(float value, const at::Tensor& like);
+
 // int8 absmax scale over `reduce_dims` (keepdim), float32.
 at::Tensor int8_absmax_scale(const at::Tensor& x, at::IntArrayRef reduce_dims);
 // int8 codes for x with a scale broadcastable to x.

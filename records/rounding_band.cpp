@@ -38,16 +38,19 @@ double penalty(const nlohmann::json& entry, const char* key) {
   return v.is_number() ? v.get<double>() : std::nan("");
 }
 
-// What the jitter adds to a variant's description (its identity), and what the variant measures
-// on its own jittered forward (a quantised cache's K / V error, docs/kv-cache.md): neither is
-// shared with its scheme.
+// What the jitter adds to a variant's description: its identity.
 constexpr const char* kJitterKeys[] = {"rounding_band_of", "rounding_seed", "rounding_eps"};
-constexpr const char* kVariantOwnKeys[] = {"rounding_band_of", "rounding_seed", "rounding_eps", "kv_cache_error"};
+// What a variant measures on its own jittered forward (a quantised cache's K / V error,
+// docs/kv-cache.md).
+constexpr const char* kVariantMeasurements[] = {"kv_cache_error"};
 
-// The description without the variant's own keys: what a variant shares with its scheme.
+// The description without the jitter's keys and the variant's measurements: what a variant
+// shares with its scheme.
 nlohmann::json without_jitter(nlohmann::json description) {
-  if (description.is_object())
-    for (const char* key : kVariantOwnKeys) description.erase(key);
+  if (description.is_object()) {
+    for (const char* key : kJitterKeys) description.erase(key);
+    for (const char* key : kVariantMeasurements) description.erase(key);
+  }
   return description;
 }
 
