@@ -13,7 +13,8 @@ namespace qeval {
 //     curve, continuously: SmolLM2-135M, 8 × 512, three schemes took 4.2 million page faults and
 //     14.6 s, 0.23 million and 10.9 s with purging off (common/memory.cpp sets malloc_conf), at
 //     +2 % peak RSS (docs/memory.md).
-// Peak memory is what the live tensors need either way; freed memory is reused, not returned,
+// Peak memory is what the live tensors need either way: freed memory is reused (any freed extent
+// may be split for a smaller request, so it does not pile up window after window), not returned,
 // until release_free_memory() or exit. Call once, first thing in main(). Harmless under
 // sanitizers (their allocator ignores it).
 void keep_freed_memory_for_reuse();
