@@ -36,8 +36,7 @@ for model in $models; do
 done
 # PAIRS (default: the d-256 seed-0 pair of results/train/mix) evaluates the Adam / OrthoAdam pair
 # the same way on its own held-out text (configs/train/mix.py's mix-heldout.txt, each run's own window: 128 here,
-# the first PAIR_WINDOWS (32) of them): does lower kurtosis help the formats as it helps int8-coarse? More windows
-# run into the statistics' memory growth on the OrthoAdam model (README.md, "Memory").
+# the first PAIR_WINDOWS (512) of them): does lower kurtosis help the formats as it helps int8-coarse?
 # (PAIRS= skips it.)
 pairs=${PAIRS-A-d256-s0-10k B-d256-s0-10k}
 if [ -n "$pairs" ]; then
@@ -52,7 +51,7 @@ if [ -n "$pairs" ]; then
     echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores)" >&2
     /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$root/results/train/mix/$run" --tokenizer "$tokenizer" \
       --data "$MIX_HELDOUT" --schemes "full,$seed_presets,$format_presets" --stats-for all \
-      --rounding-band "$band" "${MIX_WINDOW[@]}" --max-windows "${PAIR_WINDOWS:-32}" --seed 0 \
+      --rounding-band "$band" "${MIX_WINDOW[@]}" --max-windows "${PAIR_WINDOWS:-512}" --seed 0 \
       --out "$here/$name.json" -q > "$here/$name.md"
     grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
     gzip -9 -f "$here/$name.json"
