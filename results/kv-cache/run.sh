@@ -9,6 +9,7 @@
 #   results/kv-cache/run.sh
 #   MODELS="smollm2-135m gemma3-270m" WINDOWS=32 results/kv-cache/run.sh
 #   PRESETS=kv-q4_0,kv-q4_0-keep1 TAG=keep PAIRS= results/kv-cache/run.sh   (a subset; TAG names its files)
+#   MODELS=gemma3-270m PRESETS=kv-q4_0,kv-q4_0-keep1,kv-int4,kv-int4-keep1 TAG=keep SEQ_LEN_LONG= PAIRS= results/kv-cache/run.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/results/kv-cache"
@@ -52,7 +53,7 @@ run() {  # model seq_len
 }
 for model in $models; do
   run "$model" 512
-  if [ "$model" = gemma3-270m ]; then run "$model" "${SEQ_LEN_LONG:-1024}"; fi
+  if [ "$model" = gemma3-270m ] && [ -n "${SEQ_LEN_LONG-1024}" ]; then run "$model" "${SEQ_LEN_LONG-1024}"; fi  # SEQ_LEN_LONG= skips it
 done
 # The Adam / OrthoAdam pair of results/train/mix (PAIRS; PAIRS= skips it) on its own held-out
 # text (configs/train/mix.py's mix-heldout.txt), each run's own window (128 here), the first PAIR_WINDOWS: does the
