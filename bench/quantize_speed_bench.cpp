@@ -5,8 +5,11 @@
 // the same run: a read-and-reduce (at::sum of every matrix) and a copy. Prints, per preset, the
 // median seconds and the ratio quantise / read pass (the goal: at most 2x). The weights are far
 // larger than any cache, so every pass comes from memory. It measures, it never passes or fails.
+// The blocks carry each weight's max |w| as an evaluation's read leaves it (its finiteness check
+// computes it, eval/evaluator.cpp), so per-tensor scales take no pass of their own;
+// --no-read-maxima builds them without, as before that change, for an A/B in one binary.
 //
-//   quantize_speed_bench [--reps 3] [--threads N] [--presets a,b,...] [--layers 1]
+//   quantize_speed_bench [--reps 3] [--threads N] [--presets a,b,...] [--layers 1] [--no-read-maxima]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -25,6 +29,7 @@
 #include "bench/bench_support.h"
 #include "model/block.h"
 #include "model/config.h"
+#include "model/weights.h"
 #include "quant/rewrite.h"
 #include "quant/scheme.h"
 
@@ -76,6 +81,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads (0: LibTorch's default)")->check(CLI::Range(0, 1024));
   app.add_option("--presets", presets, "comma-separated presets (default: every preset that quantises linears)");
   app.add_option("--layers", layers, "layers of weights (each 0.87 GB float32)")->check(CLI::Range(1, 32));
+  bool no_read_maxima = false;
+  app.add_flag("--no-read-maxima", no_read_maxima, "blocks without the read's weight maxima (per-tensor scales then "
+               "take their own pass)");
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) at::set_num_threads(threads);
 
@@ -97,14 +105,18 @@ int main(int argc, char** argv) {
     w.down.weight = at::randn({D, F}) * 0.02f;
     for (const at::Tensor& t : {w.q.weight, w.k.weight, w.v.weight, w.o.weight, w.gate.weight, w.up.weight, w.down.weight})
       matrices.push_back(t);
-    blocks.emplace_back(config, l, std::move(w), "bench");
+    const std::map<std::string, float> max_abs =
+        no_read_maxima ? std::map<std::string, float>{} : qeval::checked_block_max_abs(w, l, "bench");
+    blocks.emplace_back(config, l, std::move(w), "bench", max_abs);
   }
   std::int64_t elements = 0;
   for (const auto& m : matrices) elements += m.numel();
   const double gb = static_cast<double>(elements) * 4 / 1e9;
 
-  fmt::print("threads {}, CPU flags: {}, {} layer(s) of Llama-3-8B linears: {:.3f} GB float32, load average at start {}\n",
-             at::get_num_threads(), cpu_flags(), layers, gb, load_average());
+  fmt::print("threads {}, CPU flags: {}, {} layer(s) of Llama-3-8B linears: {:.3f} GB float32, {}, load average at start "
+             "{}\n",
+             at::get_num_threads(), cpu_flags(), layers, gb,
+             no_read_maxima ? "without the read's maxima" : "with the read's maxima", load_average());
   double sink = 0;
   const double read_s = median_seconds([&] {
     for (const auto& m : matrices) sink += m.sum().item<double>();

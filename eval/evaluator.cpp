@@ -253,8 +253,10 @@ class ModelParts {
     // reads the whole next block on its own thread instead).
     if (!plan_.prefetch_next_layer && layer + 1 < config_->n_layers)
       warmer_.warm(reader_.block_file_spans(layer + 1));
-    for (const auto& [name, tensor] : named_tensors(weights, layer)) check_finite(tensor, name, source_);
-    Block block(config_, layer, std::move(weights), source_);
+    // The finiteness check reads every tensor whole; its maxima spare the per-tensor quantisers
+    // (int8-moderate, -coarse) a pass of their own over each weight.
+    const std::map<std::string, float> max_abs = checked_block_max_abs(weights, layer, source_);
+    Block block(config_, layer, std::move(weights), source_, max_abs);
     if (placement_.on_cpu()) return block;
     PhaseScope copy(Phase::copy);
     PlacementCache float32_on_device(Placement{placement_.device, at::kFloat});

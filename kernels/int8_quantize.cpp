@@ -3,6 +3,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <cmath>
+
 #include "kernels/cpu/int8_quantize_cpu.h"
 
 namespace qeval::kernels {
@@ -16,6 +18,15 @@ Int8Rows quantize_int8_rows(const at::Tensor& x, std::int64_t rows_per_scale) {
   // CUDA backends (kernels/cuda/) hook in here; until then a CUDA tensor is refused, never copied.
   TORCH_CHECK(x.is_cpu(), "quantize_int8_rows: no backend for device ", x.device(), " in this build");
   return cpu::quantize_int8_rows_cpu(x.contiguous(), rows_per_scale);
+}
+
+Int8Rows quantize_int8_matrix_with_max_abs(const at::Tensor& x, float max_abs) {
+  TORCH_CHECK(x.defined() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous(),
+              "quantize_int8_matrix_with_max_abs: expected contiguous float32 [M, K]");
+  TORCH_CHECK(std::isfinite(max_abs) && max_abs >= 0.0f, "quantize_int8_matrix_with_max_abs: max |x| must be finite "
+              "and non-negative, got ", max_abs);
+  TORCH_CHECK(x.is_cpu(), "quantize_int8_matrix_with_max_abs: no backend for device ", x.device(), " in this build");
+  return cpu::quantize_int8_matrix_with_max_abs_cpu(x, max_abs);
 }
 
 void fake_quantize_int8_rows_(at::Tensor& x, std::int64_t rows_per_scale) {

@@ -22,6 +22,11 @@ struct Int8Rows {
 
 Int8Rows quantize_int8_rows(const at::Tensor& x, std::int64_t rows_per_scale);
 
+// quantize_int8_rows(x, M) (one scale for the whole matrix) when the caller has read x whole
+// already and knows `max_abs` = max |x|: the same codes and scale in one pass over x instead of two.
+// `max_abs` must be exactly that maximum (a maximum is exact in any order) and finite.
+Int8Rows quantize_int8_matrix_with_max_abs(const at::Tensor& x, float max_abs);
+
 // x ← float(q) · s in place, with q and s as quantize_int8_rows(x, rows_per_scale) gives them: the
 // round trip of a scheme's output quantisation, equal bit for bit to int8_dequantize(q, s) of
 // quant/quantize.h, in two passes over x and no int8 tensor. x: contiguous float32 [M, K], CPU.

@@ -57,7 +57,8 @@ LinearTarget linear_target(const BlockWeights& b, const std::string& kind, Block
 
 }  // namespace
 
-Block::Block(std::shared_ptr<const ModelConfig> config, std::int64_t layer, BlockWeights weights, const std::string& source)
+Block::Block(std::shared_ptr<const ModelConfig> config, std::int64_t layer, BlockWeights weights, const std::string& source,
+             const std::map<std::string, float>& weight_max_abs)
     : config_(std::move(config)), layer_(layer), weights_(std::move(weights)) {
   QEVAL_CHECK(config_ != nullptr, "Block: no config");
   QEVAL_CHECK(layer_ >= 0 && layer_ < config_->n_layers, "Block: layer {} outside the model's {} layers", layer_,
@@ -66,7 +67,10 @@ Block::Block(std::shared_ptr<const ModelConfig> config, std::int64_t layer, Bloc
   for (const std::string& name : block_linear_names(*config_, layer_)) {
     const std::string kind = name.substr(name.find('.', name.find('.') + 1) + 1);  // "attn.q", "mlp.down", ...
     const LinearTarget target = linear_target(weights_, kind, slots_);
-    linears_.push_back({name, std::make_shared<FloatLinear>(target.weights->weight, target.weights->bias)});
+    const auto max_abs = weight_max_abs.find(name + ".weight");
+    linears_.push_back({name, std::make_shared<FloatLinear>(
+                                  target.weights->weight, target.weights->bias,
+                                  max_abs == weight_max_abs.end() ? std::nullopt : std::optional<float>(max_abs->second))});
     *target.slot = static_cast<int>(linears_.size() - 1);
   }
 }

@@ -19,6 +19,7 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,8 +55,10 @@ class Block {
  public:
   // Validates the weights against the config (throws naming `source`, the tensor and both shapes)
   // and wraps every linear weight in a FloatLinear. Copies are cheap and share all tensors.
+  // `weight_max_abs`: max |tensor| by tensor name (named_tensors' names) of the tensors `weights`
+  // holds now, as the read's finiteness check found them; each linear's FloatLinear carries its own.
   Block(std::shared_ptr<const ModelConfig> config, std::int64_t layer, BlockWeights weights,
-        const std::string& source = "model");
+        const std::string& source = "model", const std::map<std::string, float>& weight_max_abs = {});
 
   // x [B, L, D] → the block's output, written to x (the residual stream is updated in place
   // when no gradient is recorded).

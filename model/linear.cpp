@@ -20,6 +20,7 @@ std::shared_ptr<const Linear> LinearDecorator::with_inner(std::shared_ptr<const 
 }
 
 std::shared_ptr<const Linear> FloatLinear::placed(PlacementCache& cache) const {
+  // Without the maximum: another dtype rounds the weight, and a device's quantisers take their own.
   return std::make_shared<FloatLinear>(cache.move(weight_), cache.move(bias_));
 }
 
@@ -27,7 +28,8 @@ LinearDecorator::LinearDecorator(std::shared_ptr<const Linear> inner) : inner_(s
   QEVAL_CHECK(inner_ != nullptr, "LinearDecorator: null linear to wrap");
 }
 
-FloatLinear::FloatLinear(at::Tensor weight, at::Tensor bias) : weight_(std::move(weight)), bias_(std::move(bias)) {
+FloatLinear::FloatLinear(at::Tensor weight, at::Tensor bias, std::optional<float> weight_max_abs)
+    : weight_(std::move(weight)), bias_(std::move(bias)), weight_max_abs_(weight_max_abs) {
   QEVAL_CHECK(weight_.defined() && weight_.dim() == 2, "FloatLinear: weight must be 2-D [out, in]");
   QEVAL_CHECK(!bias_.defined() || (bias_.dim() == 1 && bias_.size(0) == weight_.size(0)),
               "FloatLinear: bias must be [{}]", weight_.size(0));

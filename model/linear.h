@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace qeval {
@@ -54,7 +55,11 @@ class LinearDecorator : public Linear {
 // differently for another row count: the record says so, tests/eval bound the difference).
 class FloatLinear final : public Linear {
  public:
-  FloatLinear(at::Tensor weight /*[out, in]*/, at::Tensor bias /*[out] or undefined*/);
+  // `weight_max_abs`: max |weight| when whoever made the weight has read it whole (the read's
+  // finiteness check does, eval/evaluator.cpp): a per-tensor quantiser then needs no pass of its
+  // own for the scale. It must be the maximum of exactly `weight`: never pass one across a change.
+  FloatLinear(at::Tensor weight /*[out, in]*/, at::Tensor bias /*[out] or undefined*/,
+              std::optional<float> weight_max_abs = std::nullopt);
   at::Tensor forward(const at::Tensor& x) const override;
   std::int64_t in_features() const override { return weight_.size(1); }
   std::int64_t out_features() const override { return weight_.size(0); }
@@ -63,10 +68,12 @@ class FloatLinear final : public Linear {
   std::shared_ptr<const Linear> placed(PlacementCache& cache) const override;
   const at::Tensor& weight() const { return weight_; }
   const at::Tensor& bias() const { return bias_; }
+  const std::optional<float>& weight_max_abs() const { return weight_max_abs_; }
 
  private:
   at::Tensor weight_;
   at::Tensor bias_;
+  std::optional<float> weight_max_abs_;
 };
 
 }  // namespace qeval

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -112,5 +113,13 @@ std::optional<NonFiniteElement> first_non_finite(const at::Tensor& t);
 // Throws naming `source`, the tensor `name` and its first non-finite element (index and value)
 // when `t` holds a NaN or an infinity (DESIGN.md §9: a checkpoint never yields a number silently).
 void check_finite(const at::Tensor& t, const std::string& name, const std::string& source);
+// check_finite, keeping what its one pass computed: max |t| when `t` is a contiguous float32 CPU
+// tensor (a maximum is exact in any order, so it is the value a quantiser's own pass would find),
+// nullopt for any other tensor (checked all the same).
+std::optional<float> checked_max_abs(const at::Tensor& t, const std::string& name, const std::string& source);
+// checked_max_abs of every tensor of a block: the maxima by named_tensors' name (what Block takes),
+// for the tensors it read on the fast path.
+std::map<std::string, float> checked_block_max_abs(const BlockWeights& block, std::int64_t layer,
+                                                   const std::string& source);
 
 }  // namespace qeval

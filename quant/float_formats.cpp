@@ -85,8 +85,7 @@ void mx_rows(const T* x, T* y, std::int64_t rows, std::int64_t K, const MxFormat
   });
 }
 
-void nvfp4_tensor(const float* x, float* y, std::int64_t rows, std::int64_t K) {
-  const float amax_t = parallel_absmax(x, rows * K);
+void nvfp4_tensor(const float* x, float* y, std::int64_t rows, std::int64_t K, float amax_t) {
   at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
     nvfp4_round_trip(x + begin * K, y + begin * K, end - begin, K, amax_t);
   });
@@ -100,7 +99,7 @@ void check_float_format(const QuantSpec& spec, const char* what) {
 
 }  // namespace
 
-at::Tensor fake_quantize_float_weight(const at::Tensor& w_in, const QuantSpec& spec) {
+at::Tensor fake_quantize_float_weight(const at::Tensor& w_in, const QuantSpec& spec, std::optional<float> max_abs) {
   check_float_format(spec, "fake_quantize_float_weight");
   QEVAL_CHECK(w_in.dim() == 2 && w_in.scalar_type() == at::kFloat, "fake_quantize_float_weight: expected [N, K] float32");
   const at::Tensor w = w_in.contiguous();
@@ -109,15 +108,17 @@ at::Tensor fake_quantize_float_weight(const at::Tensor& w_in, const QuantSpec& s
   const float* x = w.data_ptr<float>();
   float* y = out.data_ptr<float>();
   const ElementFormat& f = element_format(spec.element);
+  // The tensor's max |w|: the read's when known (a maximum is exact in any order), else a pass.
+  auto tensor_max_abs = [&] { return max_abs ? *max_abs : parallel_absmax(x, N * K); };
   switch (spec.kind) {
     case QuantKind::fp8:
       if (spec.granularity == Granularity::channel)
         fp8_rows(x, y, N, K, f);
       else
-        scaled_chunks(x, y, N * K, fp8_scale(parallel_absmax(x, N * K), f), f);
+        scaled_chunks(x, y, N * K, fp8_scale(tensor_max_abs(), f), f);
       break;
     case QuantKind::mx: mx_rows(x, y, N, K, mx_format(spec)); break;
-    case QuantKind::nvfp4: nvfp4_tensor(x, y, N, K); break;
+    case QuantKind::nvfp4: nvfp4_tensor(x, y, N, K, tensor_max_abs()); break;
     default: break;
   }
   return out;
@@ -148,7 +149,7 @@ at::Tensor fake_quantize_float_activations(const at::Tensor& x_in, const QuantSp
       case QuantKind::nvfp4:
         for (std::int64_t b = 0; b < B; ++b) {  // the tensor scale of each sequence
           if constexpr (std::is_same_v<T, float>) {
-            nvfp4_tensor(px + b * L * K, py + b * L * K, L, K);
+            nvfp4_tensor(px + b * L * K, py + b * L * K, L, K, parallel_absmax(px + b * L * K, L * K));
           } else {
             // float64: the float32 order of operations on float32-rounded inputs is NVFP4's
             // definition; the reference computes it (float64 inputs are rounded to float32 first).

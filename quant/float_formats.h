@@ -18,12 +18,17 @@
 
 #include <cstdint>
 
+#include <optional>
+
 #include "quant/scheme.h"
 
 namespace qeval {
 
-// w: [N, K] float32, finite; spec.is_float_format(). → x̂ [N, K] float32.
-at::Tensor fake_quantize_float_weight(const at::Tensor& w, const QuantSpec& spec);
+// w: [N, K] float32, finite; spec.is_float_format(). → x̂ [N, K] float32. `max_abs`: max |w| when
+// the caller has read w whole already (FloatLinear::weight_max_abs): a per-tensor FP8 scale and
+// NVFP4's tensor scale then take no pass of their own, with the same bits.
+at::Tensor fake_quantize_float_weight(const at::Tensor& w, const QuantSpec& spec,
+                                      std::optional<float> max_abs = std::nullopt);
 
 // x: [B, L, K] float32 or float64; spec.is_float_format(), not static.
 at::Tensor fake_quantize_float_activations(const at::Tensor& x, const QuantSpec& spec);

@@ -102,7 +102,8 @@ at::Tensor W4Weight::dequantize() const { return kernels::w4_dequantize(qweight,
 
 std::int64_t W4Weight::bytes() const { return qweight.numel() + scales.numel() * 4 + zeros.numel() * 4; }
 
-Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
+Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name,
+                                std::optional<float> max_abs) {
   check_weight_shape(w, name);
   QEVAL_CHECK(spec.kind == QuantKind::int8_absmax, "quantise {}: expected an int8_absmax spec", name);
   const std::int64_t N = w.size(0), K = w.size(1);
@@ -124,7 +125,8 @@ Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, cons
         out.q = int8_quantize(w, out.scales);
         break;
       }
-      kernels::Int8Rows rows = kernels::quantize_int8_rows(w, N);
+      kernels::Int8Rows rows =
+          max_abs ? kernels::quantize_int8_matrix_with_max_abs(w, *max_abs) : kernels::quantize_int8_rows(w, N);
       out.q = rows.q;
       out.scales = rows.scales.reshape({1});
       break;

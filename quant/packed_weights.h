@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "quant/scheme.h"
 
@@ -40,7 +42,10 @@ struct W4Weight {
 };
 
 // w: [N, K] float32 with finite values; spec.kind must match the function. `name` is for errors.
-Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name);
+// `max_abs`: max |w| when the caller has read w whole already (FloatLinear::weight_max_abs): a
+// per-tensor scale on the CPU then takes one pass over w instead of two, with the same bits.
+Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name,
+                                std::optional<float> max_abs = std::nullopt);
 // On the CPU 4-bit weights go through kernels/w4_quantize.h's fused pass; on a GPU, and for tests,
 // through the reference composition of quant/quantize.h (zeropoint4_params, zeropoint4_quantize,
 // pack_u4), which gives the same bits.

@@ -70,7 +70,8 @@ std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
 std::shared_ptr<QuantizedLinearLog> QuantizedLinear::make_log() { return std::make_shared<QuantizedLinearLog>(); }
 
 QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weight, const at::Tensor& bias,
-                                 const SchemeSpec& spec, ExecutionPath path, std::shared_ptr<QuantizedLinearLog> log)
+                                 const SchemeSpec& spec, ExecutionPath path, std::shared_ptr<QuantizedLinearLog> log,
+                                 std::optional<float> weight_max_abs)
     : name_(name),
       weights_(spec.weights),
       inputs_(spec.input_activations),
@@ -91,14 +92,16 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
     QEVAL_CHECK(why.empty(), "QuantizedLinear {}: scheme {} cannot run on the kernel path: {}", name, spec.name, why);
   }
   switch (weights_.kind) {
-    case QuantKind::int8_absmax: int8_ = quantize_int8_weight(weight.contiguous(), weights_, name); break;
+    case QuantKind::int8_absmax:
+      int8_ = quantize_int8_weight(weight.contiguous(), weights_, name, weight_max_abs);
+      break;
     case QuantKind::int4_zeropoint: w4_ = quantize_w4_weight(weight.contiguous(), weights_, name); break;
     case QuantKind::none: float_weight_ = weight; break;
     case QuantKind::fp8:
     case QuantKind::mx:
     case QuantKind::nvfp4:
       // Dequantised once: the CPU's exact path is the float32 product of the dequantised values.
-      float_weight_ = fake_quantize_float_weight(weight, weights_);
+      float_weight_ = fake_quantize_float_weight(weight, weights_, weight_max_abs);
       break;
     case QuantKind::ggml:
       // The float32 a GGUF of this layer's type holds (SchemeRewrite resolved the type per tensor).

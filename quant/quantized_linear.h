@@ -75,9 +75,11 @@ class QuantizedLinear final : public Linear {
  public:
   // weight [out, in] float32, bias [out] float32 or undefined. Throws when `path` is kernel and
   // kernel_path_unavailable_reason(spec) is not empty. `name` is the canonical linear name.
-  // `log`: where it logs (null: a log of its own).
+  // `log`: where it logs (null: a log of its own). `weight_max_abs`: max |weight| when the caller
+  // knows it (FloatLinear::weight_max_abs), which spares a per-tensor scale its own pass.
   QuantizedLinear(const std::string& name, const at::Tensor& weight, const at::Tensor& bias, const SchemeSpec& spec,
-                  ExecutionPath path, std::shared_ptr<QuantizedLinearLog> log = nullptr);
+                  ExecutionPath path, std::shared_ptr<QuantizedLinearLog> log = nullptr,
+                  std::optional<float> weight_max_abs = std::nullopt);
   // A new empty log to share between layers rebuilt for one linear.
   static std::shared_ptr<QuantizedLinearLog> make_log();
 

@@ -166,7 +166,7 @@ std::shared_ptr<const Linear> SchemeRewrite::rewrite_linear(const std::string& n
       tensor_spec.weights.ggml_file_type.clear();
     }
     auto q = std::make_shared<QuantizedLinear>(name, fl->weight(), fl->bias(), ggml ? tensor_spec : spec_, path_,
-                                               logged.log);
+                                               logged.log, fl->weight_max_abs());
     layer["quantized"] = true;
     layer["describe"] = q->describe();
     layer["weight_bytes"] = q->weight_bytes();

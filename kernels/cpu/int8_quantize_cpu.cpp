@@ -253,6 +253,19 @@ Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, Variant variant) 
   return out;
 }
 
+// One scale for the matrix from its known max |x|: the codes pass alone.
+Int8Rows run_with_max_abs(const at::Tensor& x, float max_abs, Variant variant) {
+  const std::int64_t M = x.size(0), K = x.size(1);
+  const float* px = x.data_ptr<float>();
+  at::Tensor q = empty_written_once({M, K}, at::kChar);
+  std::int8_t* pq = q.data_ptr<std::int8_t>();
+  Int8Rows out{q, at::full({1}, int8_scale(max_abs), at::TensorOptions().dtype(at::kFloat))};
+  for_each_row(M, std::max<std::int64_t>(M, 1), out.scales, [&](std::int64_t m, float s) {
+    quantize_row_variant(px + m * K, K, s, pq + m * K, variant);
+  });
+  return out;
+}
+
 void round_trip(at::Tensor& x, std::int64_t rows_per_scale, Variant variant) {
   const std::int64_t M = x.size(0), K = x.size(1);
   float* px = x.data_ptr<float>();
@@ -283,6 +296,10 @@ bool int8_quantize_avx2_available() { return cpu_has_avx2(); }
 
 Int8Rows quantize_int8_rows_cpu(const at::Tensor& x, std::int64_t rows_per_scale) {
   return run(x, rows_per_scale, best_variant());
+}
+
+Int8Rows quantize_int8_matrix_with_max_abs_cpu(const at::Tensor& x, float max_abs) {
+  return run_with_max_abs(x, max_abs, best_variant());
 }
 
 void fake_quantize_int8_rows_cpu_(at::Tensor& x, std::int64_t rows_per_scale) {

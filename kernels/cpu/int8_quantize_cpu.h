@@ -6,6 +6,8 @@
 namespace qeval::kernels::cpu {
 
 Int8Rows quantize_int8_rows_cpu(const at::Tensor& x, std::int64_t rows_per_scale);
+// kernels::quantize_int8_matrix_with_max_abs on the CPU (checked by the caller).
+Int8Rows quantize_int8_matrix_with_max_abs_cpu(const at::Tensor& x, float max_abs);
 
 // Whether the AVX-512 variant runs on this CPU (else the AVX2 one where the CPU has AVX2, else the
 // portable loops).

@@ -1,5 +1,6 @@
 // first_non_finite: the one-pass check every weight goes through as it is read (its vectorised
-// float32 path) finds exactly what isfinite() finds, at the same index with the same value.
+// float32 path) finds exactly what isfinite() finds, at the same index with the same value; and
+// checked_max_abs, the same check keeping its maximum, returns exactly max |t|.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "common/error.h"
 #include "model/weights.h"
 
 namespace qeval {
@@ -63,6 +65,42 @@ TEST(NonFinite, TheFastCheckFindsWhatIsfiniteFinds) {
     }
   }
   EXPECT_EQ(cases, 96);
+}
+
+// The maximum a per-tensor quantiser then takes instead of its own pass: exactly at::abs(t).max(),
+// over the chunk boundaries, with -0 and zeros, a negative maximum and a maximum in the last
+// element; none for a tensor the fast path does not read (another dtype, a view); a non-finite
+// value refused naming the tensor and the source.
+TEST(NonFinite, CheckedMaxAbsIsExactlyTheMaximumAndRefusesWhatCheckFiniteRefuses) {
+  at::manual_seed(7);
+  for (const std::vector<std::int64_t>& shape : std::vector<std::vector<std::int64_t>>{
+           {1}, {17}, {65536}, {3 * 65536 + 5}, {700, 1031}}) {
+    at::Tensor t = at::randn(shape, at::kFloat) * 3.0f;
+    const std::int64_t n = t.numel();
+    SCOPED_TRACE(n);
+    t.view({-1})[n - 1] = -1000.5f;  // the maximum negative, in the last chunk's last element
+    const auto got = checked_max_abs(t, "w", "model.bin");
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(*got, at::abs(t).max().item<float>());
+    EXPECT_EQ(*got, 1000.5f);
+    t.zero_();
+    t.view({-1})[0] = -0.0f;
+    EXPECT_EQ(checked_max_abs(t, "w", "model.bin"), std::optional<float>(0.0f));
+  }
+  const at::Tensor w = at::randn({40, 33});
+  EXPECT_FALSE(checked_max_abs(w.to(at::kDouble), "w", "model.bin").has_value());
+  EXPECT_FALSE(checked_max_abs(w.t(), "w", "model.bin").has_value());
+  at::Tensor bad = w.clone();
+  bad[39][32] = std::numeric_limits<float>::infinity();
+  try {
+    (void)checked_max_abs(bad, "layers.0.attn.q.weight", "model.bin");
+    FAIL() << "an infinite weight was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.bin: tensor layers.0.attn.q.weight holds a non-finite value: inf at "
+                                         "index [39, 32]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

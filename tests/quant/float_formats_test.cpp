@@ -59,6 +59,12 @@ TEST(FloatFormats, Fp8ScalesPerChannelTensorAndToken) {
   const float s_t = w.abs().max().item<float>() / 57344.0f;
   for (std::int64_t i = 0; i < w.numel(); ++i)
     ASSERT_EQ(got_t.data_ptr<float>()[i], fp8_reference(w.data_ptr<float>()[i], s_t, ElementType::e5m2)) << i;
+  // With max |w| known (the read's finiteness check found it), per tensor and NVFP4's tensor scale
+  // take it instead of their own pass: the same bits.
+  const float amax_w = w.abs().max().item<float>();
+  EXPECT_TRUE(fake_quantize_float_weight(w, tensor, amax_w).equal(got_t));
+  const QuantSpec nvfp4 = preset_scheme("nvfp4").weights;
+  EXPECT_TRUE(fake_quantize_float_weight(w, nvfp4, amax_w).equal(fake_quantize_float_weight(w, nvfp4)));
 
   // Activations: per token, and per sequence; each sequence alone gives the same bits (batch independence).
   at::Tensor x = at::randn({3, 5, 40}) * 3;

@@ -154,8 +154,19 @@ TEST(PackedWeights, Int8TensorAndChannelEqualTheReferenceOnRandomWeightsWithTies
                                                                           : std::vector<std::int64_t>{1});
       EXPECT_TRUE(test::tensors_equal(got.q, int8_quantize(w, s)));
       EXPECT_TRUE(test::tensors_equal(got.scales, s.reshape({-1})));
+      // With max |w| known (the read's finiteness check found it): one pass, the same bits.
+      const Int8Weight known = quantize_int8_weight(w, QuantSpec{QuantKind::int8_absmax, g, 0}, "w",
+                                                    at::abs(w).max().item<float>());
+      EXPECT_TRUE(test::tensors_equal(known.q, got.q));
+      EXPECT_TRUE(test::tensors_equal(known.scales, got.scales));
     }
   }
+  // An all-zero weight with its known maximum 0: scale 1, codes 0, as without it.
+  const at::Tensor zeros = at::zeros({4, 40});
+  const QuantSpec tensor{QuantKind::int8_absmax, Granularity::tensor, 0};
+  const Int8Weight known = quantize_int8_weight(zeros, tensor, "z", 0.0f);
+  EXPECT_TRUE(test::tensors_equal(known.scales, f32({1.0f})));
+  EXPECT_TRUE(test::tensors_equal(known.q, quantize_int8_weight(zeros, tensor, "z").q));
 }
 
 TEST(PackedWeights, W4OddKGroupsPackAndDequantizeLikeTheReference) {
