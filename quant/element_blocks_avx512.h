@@ -1,8 +1,10 @@
-// AVX-512 paths of the MX and NVFP4 round trips (quant/mx.h, quant/nvfp4.h): per block, the
-// absmax, the scale and the element rounding of 16 lanes at a time, inlined, where the portable
-// loops call a function per block for each. The same float32 operations in the same order
-// (minifloat.h's round_to_element), so the same bits, NaN and infinities included
-// (tests/quant/float_formats_test.cpp holds them to the portable loops on random rows). Only
+// AVX-512 paths of the MX and NVFP4 round trips (quant/mx.h, quant/nvfp4.h), 16 blocks at a time:
+// their maxima, then their 16 scales on 16 lanes, then their elements, 16 lanes of rounding
+// inlined, where the portable loops compute each block's scale with scalar code (and library calls)
+// before its elements. The same float32 operations in the same order (minifloat.h's
+// round_to_element; the MX exponent by VGETEXPPS and VSCALEFPS, exact as ilogb and ldexp are), so
+// the same bits, NaN and infinities included (tests/quant/float_formats_test.cpp holds them to the
+// portable loops on random rows and on block maxima at every edge of the scale rules). Only
 // without element codes: the oracle tests' codes come from the portable loops.
 #pragma once
 

@@ -148,7 +148,8 @@ TEST(FloatFormats, Avx512BlocksEqualThePortableLoopsBitForBit) {
       for (int r = 0; r < 3; ++r) xs.insert(xs.end(), x.begin(), x.end());
       float amax = 0;
       for (const float v : xs) amax = std::isnan(v) || std::isnan(amax) ? std::numeric_limits<float>::quiet_NaN() : std::max(amax, std::fabs(v));
-      for (const float scale_of : {1.0f, 1e-30f}) {  // 1e-30: block scales underflow, p = 0 blocks
+      // 1e-30: block scales underflow, p = 0 blocks; 0: a tensor maximum of 0, every scale 0.
+      for (const float scale_of : {1.0f, 1e-30f, 0.0f}) {
         const float a = amax * scale_of;
         std::vector<float> fast(xs.size()), portable(xs.size());
         std::vector<float> fast_s(static_cast<std::size_t>(3 * ((n + 15) / 16))), portable_s(fast_s.size());
@@ -160,7 +161,59 @@ TEST(FloatFormats, Avx512BlocksEqualThePortableLoopsBitForBit) {
       }
     }
   }
-  EXPECT_EQ(rows_compared, 10 * 8 * (5 * 2 + 2));
+  EXPECT_EQ(rows_compared, 10 * 8 * (5 * 2 + 3));
+}
+
+// The block scales where the AVX-512 paths compute them apart from the portable loops (16 blocks
+// on 16 lanes): block maxima that are float32 subnormals (the smallest included), powers of two,
+// exactly max_elem · 2^k and the next float above it (where rounding the scale up moves it),
+// infinite, and at the clamps of the E8M0 range; more than 16 blocks so that the lanes wrap.
+TEST(FloatFormats, Avx512BlockScalesEqualThePortableLoopsAtTheirEdges) {
+  if (!element_blocks_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512: the portable loops run alone";
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> maxima = {std::numeric_limits<float>::denorm_min(), 3 * std::numeric_limits<float>::denorm_min(),
+                               1e-40f, std::numeric_limits<float>::min(), std::nextafter(std::numeric_limits<float>::min(), 0.0f),
+                               1.0f, 0.5f, 3.0e38f, std::numeric_limits<float>::max(), inf, 1e-30f, 7.0f};
+  for (const ElementType t : {ElementType::e4m3, ElementType::e5m2, ElementType::e2m3, ElementType::e3m2, ElementType::e2m1}) {
+    const float max_elem = element_format(t).max_finite;
+    for (const int k : {-140, -130, -127, -126, -3, 0, 5, 100, 119})
+      for (const float m : {std::ldexp(max_elem, k), std::nextafter(std::ldexp(max_elem, k), inf)})
+        if (std::isfinite(m) && m > 0) maxima.push_back(m);
+  }
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> fraction(-1.0f, 1.0f);
+  for (const std::int64_t block : {16, 32}) {
+    std::vector<float> x;
+    for (const float m : maxima)
+      for (std::int64_t i = 0; i < block; ++i)
+        x.push_back(i == block / 3 ? -m : m * fraction(rng));  // the maximum, negative, inside the block
+    const auto n = static_cast<std::int64_t>(x.size());
+    if (block == 32) {
+      for (const ElementType t : {ElementType::e4m3, ElementType::e5m2, ElementType::e2m3, ElementType::e3m2, ElementType::e2m1}) {
+        for (const bool up : {false, true}) {
+          SCOPED_TRACE(testing::Message() << to_string(t) << (up ? " up" : " floor"));
+          const MxFormat f{t, 32, up};
+          std::vector<float> fast(x.size()), portable(x.size());
+          std::vector<std::int8_t> fast_exp(static_cast<std::size_t>(n / 32)), portable_exp(fast_exp.size());
+          mx_round_trip_row_avx512(x.data(), fast.data(), n, f, fast_exp.data());
+          mx_round_trip_row_portable(x.data(), portable.data(), n, f, portable_exp.data());
+          EXPECT_TRUE(same_bits(fast, portable));
+          EXPECT_EQ(fast_exp, portable_exp);
+        }
+      }
+    } else {
+      // NVFP4 with tensor maxima that put block scales at E4M3's subnormals, its saturation and 0.
+      for (const float amax_t : {1.0f, 1e-30f, 3.0e38f, 448.0f * 6.0f, 1e-42f}) {
+        SCOPED_TRACE(amax_t);
+        std::vector<float> fast(x.size()), portable(x.size());
+        std::vector<float> fast_s(static_cast<std::size_t>(n / 16)), portable_s(fast_s.size());
+        nvfp4_round_trip_avx512(x.data(), fast.data(), 1, n, amax_t, fast_s.data());
+        nvfp4_round_trip_portable(x.data(), portable.data(), 1, n, amax_t, portable_s.data());
+        EXPECT_TRUE(same_bits(fast, portable));
+        EXPECT_TRUE(same_bits(fast_s, portable_s));
+      }
+    }
+  }
 }
 
 // A NaN activation comes out NaN under every format and granularity (never a finite ±max · scale),
