@@ -18,15 +18,6 @@
 namespace qeval {
 namespace {
 
-nlohmann::json formats_record(const test::TempDir& dir, const std::string& name, const std::string& args) {
-  const std::string out = (dir / (name + ".json")).string();
-  test::CommandResult r =
-      test::run_qeval(test::kEval + " --data-dir " + test::data_dir().string() + " " + args + " --out " + out);
-  EXPECT_EQ(r.status, 0) << r.output;
-  std::ifstream in(out);
-  return in ? nlohmann::json::parse(in) : nlohmann::json();
-}
-
 // NLL within 5e-3 of the CPU's in fp32 (as the KV cache's device test asks), within 0.03 in fp16.
 TEST(GpuFormats, EvaluationOnTheDeviceAgreesWithTheCpu) {
   QEVAL_SKIP_WITHOUT_GPU();
@@ -34,9 +25,9 @@ TEST(GpuFormats, EvaluationOnTheDeviceAgreesWithTheCpu) {
   const std::string common =
       "--max-windows 16 --batch-size 4 --stats-for all --schemes full,fp8-e4m3,fp8-e4m3-tensor,fp8-e4m3-static,"
       "fp8-e4m3-static-keep1,fp8-e5m2,mxfp8,mxfp6,mxfp4,mxfp4-keep1,mxfp4-weights,nvfp4,nvfp4-weights,int8-moderate-static";
-  const nlohmann::json cpu = formats_record(dir, "cpu", common);
-  const nlohmann::json gpu = formats_record(dir, "gpu", common + " --device cuda --dtype fp32");
-  const nlohmann::json half = formats_record(dir, "fp16", common + " --device cuda");
+  const nlohmann::json cpu = test::stories_eval_record(dir, "cpu", common);
+  const nlohmann::json gpu = test::stories_eval_record(dir, "gpu", common + " --device cuda --dtype fp32");
+  const nlohmann::json half = test::stories_eval_record(dir, "fp16", common + " --device cuda");
   ASSERT_FALSE(cpu.is_null() || gpu.is_null() || half.is_null());
   ASSERT_EQ(cpu["schemes"].size(), gpu["schemes"].size());
   std::cout << "\n| scheme | CPU NLL | GPU fp32 − CPU | GPU fp16 − CPU |\n|---|---:|---:|---:|\n";

@@ -71,15 +71,6 @@ TEST(GpuKvCache, TensorPathOnTheDeviceEqualsTheCpuRowsBitForBit) {
   }
 }
 
-nlohmann::json eval_record(const test::TempDir& dir, const std::string& name, const std::string& args) {
-  const std::string out = (dir / (name + ".json")).string();
-  test::CommandResult r =
-      test::run_qeval(test::kEval + " --data-dir " + test::data_dir().string() + " " + args + " --out " + out);
-  EXPECT_EQ(r.status, 0) << r.output;
-  std::ifstream in(out);
-  return in ? nlohmann::json::parse(in) : nlohmann::json();
-}
-
 // stories260K (head_dim 8: the formats that take any head_dim) on the GPU in fp32 and fp16 against
 // the CPU: NLL within 5e-3 as every quantised scheme's, the cache errors within 1 % of the CPU's.
 TEST(GpuKvCache, EvaluationOnTheDeviceAgreesWithTheCpu) {
@@ -87,9 +78,9 @@ TEST(GpuKvCache, EvaluationOnTheDeviceAgreesWithTheCpu) {
   test::TempDir dir;
   const std::string common =
       "--max-windows 16 --batch-size 4 --stats-for all --schemes full,kv-int8,kv-fp8,kv-int4,kv-int4-keep1";
-  const nlohmann::json cpu = eval_record(dir, "cpu", common);
-  const nlohmann::json gpu = eval_record(dir, "gpu", common + " --device cuda --dtype fp32");
-  const nlohmann::json half = eval_record(dir, "fp16", common + " --device cuda");
+  const nlohmann::json cpu = test::stories_eval_record(dir, "cpu", common);
+  const nlohmann::json gpu = test::stories_eval_record(dir, "gpu", common + " --device cuda --dtype fp32");
+  const nlohmann::json half = test::stories_eval_record(dir, "fp16", common + " --device cuda");
   ASSERT_FALSE(cpu.is_null() || gpu.is_null() || half.is_null());
   std::cout << "\n| scheme | CPU NLL | GPU fp32 − CPU | GPU fp16 − CPU | K err rest CPU / GPU fp32 |\n|---|---:|---:|---:|---:|\n";
   for (std::size_t i = 0; i < cpu["schemes"].size(); ++i) {
