@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/w4_quantize.h"
 #include "quant/packed_weights.h"
 
@@ -38,7 +39,10 @@ int main(int argc, char** argv) {
   using qeval::QuantKind;
   using qeval::QuantSpec;
   fmt::print("threads {}, kernel variant {}, load average {}\n", at::get_num_threads(),
-             qeval::kernels::cpu::w4_quantize_avx2_available() ? "avx2" : "portable", load_average());
+             qeval::kernels::cpu::cpu_runs(qeval::kernels::cpu::CpuIsa::avx512) ? "avx512"
+             : qeval::kernels::cpu::w4_quantize_avx2_available()                ? "avx2"
+                                                                                : "portable",
+             load_average());
   fmt::print("| shape [N, K] | granularity | reference s | kernel s | kernel GB/s | speed-up |\n|---|---|---:|---:|---:|---:|\n");
   at::manual_seed(0);
   for (const auto& [N, K] : std::vector<std::pair<std::int64_t, std::int64_t>>{{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}}) {

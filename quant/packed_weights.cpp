@@ -54,17 +54,18 @@ void check_finite(bool finite, const std::string& name) {
   QEVAL_CHECK(finite, "quantise {}: the weight holds NaN or infinite values", name);
 }
 
-void check_weight(const at::Tensor& w, const std::string& name) {
+// The shape and spec of a 4-bit weight; check_w4 adds the finiteness pass.
+void check_w4_spec(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
   check_weight_shape(w, name);
-  check_finite(all_finite(w), name);
-}
-
-void check_w4(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
-  check_weight(w, name);
   QEVAL_CHECK(spec.kind == QuantKind::int4_zeropoint, "quantise {}: expected an int4_zeropoint spec", name);
   QEVAL_CHECK(spec.granularity == Granularity::tensor || spec.granularity == Granularity::channel ||
                   spec.granularity == Granularity::group,
               "quantise {}: weight granularity {} is not tensor, channel or group", name, spec.granularity_name());
+}
+
+void check_w4(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
+  check_w4_spec(w, spec, name);
+  check_finite(all_finite(w), name);
 }
 
 W4Weight w4_composition(const at::Tensor& w, const QuantSpec& spec);
@@ -158,15 +159,20 @@ Int8Weight quantize_int8_weight(const at::Tensor& w, const QuantSpec& spec, cons
 }
 
 W4Weight quantize_w4_weight(const at::Tensor& w, const QuantSpec& spec, const std::string& name) {
-  check_w4(w, spec, name);
-  if (!w.is_cpu()) return w4_composition(w, spec);
+  check_w4_spec(w, spec, name);
+  if (!w.is_cpu()) {
+    check_finite(all_finite(w), name);
+    return w4_composition(w, spec);
+  }
   // On the CPU: one threaded, vectorised pass (kernels/w4_quantize.h), the same bits as the
-  // reference composition (tests/quant/quantize_test.cpp).
+  // reference composition (tests/quant/quantize_test.cpp); its min/max pass finds whether the
+  // weight is finite, so no pass of its own checks it.
   const std::int64_t K = w.size(1);
   W4Weight out;
   out.K = K;
   out.group_size = spec.granularity == Granularity::tensor ? K : group_size_for(spec, K);
   kernels::W4Rows rows = kernels::quantize_w4_rows(w, out.group_size, spec.granularity == Granularity::tensor);
+  check_finite(rows.finite, name);
   out.qweight = rows.packed;
   out.scales = rows.scales;
   out.zeros = rows.zeros;

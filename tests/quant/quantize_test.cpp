@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/w4_quantize.h"
 #include "quant/packed_weights.h"
 #include "quant/quantize.h"
@@ -169,6 +170,40 @@ TEST(PackedWeights, Int8TensorAndChannelEqualTheReferenceOnRandomWeightsWithTies
   EXPECT_TRUE(test::tensors_equal(known.q, quantize_int8_weight(zeros, tensor, "z").q));
 }
 
+// The kernel's min/max pass is the weight's finiteness check (quantize_w4_weight makes no other on
+// the CPU): every variant, every granularity, reports a NaN or an infinity wherever it sits (the
+// first value, inside the vector loop, in a row's tail, in a short last group) and a finite weight
+// as finite; quantize_w4_weight refuses the non-finite ones.
+TEST(PackedWeights, W4KernelFindsEveryNonFiniteValue) {
+  using Quantizer = kernels::W4Rows (*)(const at::Tensor&, std::int64_t, bool);
+  std::vector<std::pair<const char*, Quantizer>> variants = {{"portable", kernels::cpu::quantize_w4_rows_portable}};
+  if (kernels::cpu::w4_quantize_avx2_available()) variants.push_back({"avx2", kernels::cpu::quantize_w4_rows_avx2});
+  if (kernels::cpu::cpu_runs(kernels::cpu::CpuIsa::avx512))
+    variants.push_back({"avx512", kernels::cpu::quantize_w4_rows_avx512});
+  at::manual_seed(14);
+  const at::Tensor w = at::randn({3, 301});
+  const std::vector<std::pair<std::int64_t, bool>> layouts = {{301, true}, {301, false}, {128, false}, {3, false}};
+  for (const auto& [name, quantize] : variants) {
+    for (const auto& [g, whole] : layouts) {
+      SCOPED_TRACE(testing::Message() << name << ", group " << g << (whole ? " (tensor)" : ""));
+      EXPECT_TRUE(quantize(w, g, whole).finite);
+      for (const float bad : {NAN, INFINITY, -INFINITY}) {
+        for (const std::int64_t at : {std::int64_t{0}, std::int64_t{40}, std::int64_t{300}}) {
+          at::Tensor v = w.clone();
+          v[1][at] = bad;
+          EXPECT_FALSE(quantize(v, g, whole).finite) << bad << " at column " << at;
+        }
+      }
+    }
+  }
+  at::Tensor v = w.clone();
+  v[2][77] = NAN;
+  for (const QuantSpec& spec : {QuantSpec{QuantKind::int4_zeropoint, Granularity::tensor, 0},
+                                QuantSpec{QuantKind::int4_zeropoint, Granularity::channel, 0},
+                                QuantSpec{QuantKind::int4_zeropoint, Granularity::group, 128}})
+    EXPECT_THROW(quantize_w4_weight(v, spec, "w"), Error) << spec.granularity_name();
+}
+
 TEST(PackedWeights, W4OddKGroupsPackAndDequantizeLikeTheReference) {
   // K = 5 with groups of 2: the last group holds one value (a constant group, exact).
   at::manual_seed(11);
@@ -224,10 +259,11 @@ TEST(FakeQuantizeActivations, ScalesArePerSequenceAndNeverShared) {
 }
 
 // 4-bit weights on the CPU go through the fused kernel (kernels/w4_quantize.h): each variant this
-// CPU runs (the dispatched one, the portable loops, AVX2) gives the reference composition's packed
-// codes, scales and zero points bit for bit, on random weights of mixed magnitudes with exact ties
-// (x / s = k + 0.5), constant rows and groups (zero, negative, positive), odd K and a short last
-// group, per tensor, per channel and per group.
+// CPU runs (the dispatched one, the portable loops, AVX2, AVX-512) gives the reference
+// composition's packed codes, scales and zero points bit for bit, on random weights of mixed
+// magnitudes with exact ties (x / s = k + 0.5), constant rows and groups (zero, negative,
+// positive), odd K and a short last group, per tensor, per channel and per group (an odd group
+// size: groups that start inside a byte).
 TEST(PackedWeights, W4KernelEqualsTheReferenceCompositionOnRandomWeightsWithTies) {
   for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 301}, {8, 4096}, {1, 5}, {5, 1}}) {
     const std::int64_t N = rows, K = cols;  // plain variables: clang 14 refuses bindings captured by lambdas
@@ -245,7 +281,7 @@ TEST(PackedWeights, W4KernelEqualsTheReferenceCompositionOnRandomWeightsWithTies
     }
     std::vector<QuantSpec> specs = {{QuantKind::int4_zeropoint, Granularity::tensor, 0},
                                     {QuantKind::int4_zeropoint, Granularity::channel, 0}};
-    for (std::int64_t g : {2, 32, 128}) specs.push_back({QuantKind::int4_zeropoint, Granularity::group, g});
+    for (std::int64_t g : {2, 3, 32, 128}) specs.push_back({QuantKind::int4_zeropoint, Granularity::group, g});
     for (const QuantSpec& spec : specs) {
       SCOPED_TRACE(testing::Message() << N << "x" << K << " " << spec.granularity_name() << " " << spec.group_size);
       const W4Weight ref = quantize_w4_weight_reference(w, spec, "w");
@@ -272,6 +308,8 @@ TEST(PackedWeights, W4KernelEqualsTheReferenceCompositionOnRandomWeightsWithTies
       expect_equal(as_weight(kernels::cpu::quantize_w4_rows_portable(w, g, whole)), "portable");
       if (kernels::cpu::w4_quantize_avx2_available())
         expect_equal(as_weight(kernels::cpu::quantize_w4_rows_avx2(w, g, whole)), "avx2");
+      if (kernels::cpu::cpu_runs(kernels::cpu::CpuIsa::avx512))
+        expect_equal(as_weight(kernels::cpu::quantize_w4_rows_avx512(w, g, whole)), "avx512");
     }
   }
 }
