@@ -282,28 +282,11 @@ std::vector<std::pair<std::string, at::Tensor>> named_tensors(const BlockWeights
 namespace {
 
 // max |x| of a contiguous float32 CPU tensor, in one threaded pass at memory speed; NaN or
-// infinite when a value is (the vectorised absmax keeps both), so the tensor is finite exactly
-// when its maximum is. Every weight of every layer is checked as it is read (32 GB of float32 for
-// an 8B model), where isfinite().logical_not().any() made two byte temporaries and three passes:
-// 15 of the 18 seconds of the read phase on a 2-core Zen 4. The maximum is exact in any order.
-float max_abs_float32(const at::Tensor& t) {
-  const float* p = t.data_ptr<float>();
-  constexpr std::int64_t kChunk = 1 << 16;
-  const std::int64_t n = t.numel(), chunks = (n + kChunk - 1) / kChunk;
-  std::vector<float> chunk_max(static_cast<std::size_t>(chunks), 0.0f);
-  at::parallel_for(0, chunks, 16, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t c = begin; c < end; ++c) {
-      const std::int64_t from = c * kChunk;
-      chunk_max[static_cast<std::size_t>(c)] = kernels::cpu::row_absmax(p + from, std::min(kChunk, n - from));
-    }
-  });
-  float m = 0.0f;
-  for (const float c : chunk_max) {
-    if (std::isnan(c)) return c;
-    m = std::max(m, c);
-  }
-  return m;
-}
+// infinite when a value is, so the tensor is finite exactly when its maximum is. Every weight of
+// every layer is checked as it is read (32 GB of float32 for an 8B model), where
+// isfinite().logical_not().any() made two byte temporaries and three passes: 15 of the 18 seconds
+// of the read phase on a 2-core Zen 4.
+float max_abs_float32(const at::Tensor& t) { return kernels::cpu::parallel_absmax(t.data_ptr<float>(), t.numel()); }
 
 bool is_float32_on_cpu(const at::Tensor& t) {
   return t.defined() && !t.is_meta() && t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();

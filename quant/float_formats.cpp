@@ -66,11 +66,13 @@ void scaled_chunks(const T* x, T* y, std::int64_t n, T s, const ElementFormat& f
   });
 }
 
-template <typename T>
-T parallel_absmax(const T* x, std::int64_t n) {
+// A whole tensor's (or sequence's) max |x| on every thread, NaN kept: float32 through the read's
+// pass (kernels/cpu/int8_quantize_cpu.h), float64 (`--dtype fp64`) here.
+float parallel_absmax(const float* x, std::int64_t n) { return kernels::cpu::parallel_absmax(x, n); }
+double parallel_absmax(const double* x, std::int64_t n) {
   return at::parallel_reduce(
-      0, n, 1 << 16, T(0), [&](std::int64_t b, std::int64_t e, T m) { return max_keeping_nan(m, absmax(x + b, e - b)); },
-      [](T a, T b) { return max_keeping_nan(a, b); });
+      0, n, 1 << 16, 0.0, [&](std::int64_t b, std::int64_t e, double m) { return max_keeping_nan(m, absmax(x + b, e - b)); },
+      [](double a, double b) { return max_keeping_nan(a, b); });
 }
 
 template <typename T>

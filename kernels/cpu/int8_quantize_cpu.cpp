@@ -305,6 +305,24 @@ float row_absmax(const float* x, std::int64_t K) {
   return absmax_variant(x, K, variant);
 }
 
+float parallel_absmax(const float* x, std::int64_t n) {
+  constexpr std::int64_t kChunk = 1 << 16;
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<float> chunk_max(static_cast<std::size_t>(chunks), 0.0f);
+  at::parallel_for(0, chunks, 16, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end; ++c) {
+      const std::int64_t from = c * kChunk;
+      chunk_max[static_cast<std::size_t>(c)] = row_absmax(x + from, std::min(kChunk, n - from));
+    }
+  });
+  float m = 0.0f;
+  for (const float c : chunk_max) {
+    if (std::isnan(c)) return c;
+    m = std::max(m, c);
+  }
+  return m;
+}
+
 bool int8_quantize_avx2_available() { return cpu_has_avx2(); }
 
 Int8Rows quantize_int8_rows_cpu(const at::Tensor& x, std::int64_t rows_per_scale) {

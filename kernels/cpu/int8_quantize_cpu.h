@@ -19,6 +19,12 @@ bool int8_quantize_avx2_available();
 // scale computed from it is finite exactly when its values are.
 float row_absmax(const float* x, std::int64_t K);
 
+// max |x| over n floats in one threaded pass at memory speed (chunks of 64K on every thread, each
+// chunk's row_absmax, combined in chunk order): the read's finiteness check of every weight
+// (model/weights.cpp) and the per-tensor scales of the floating-point formats. NaN when a value
+// is NaN, infinite when one is and none is NaN; a maximum is exact in any order.
+float parallel_absmax(const float* x, std::int64_t n);
+
 // The portable loops alone, so tests cover both variants on one CPU.
 Int8Rows quantize_int8_rows_portable(const at::Tensor& x, std::int64_t rows_per_scale);
 // The AVX2 variant alone (refuses without AVX2), for the same reason.
