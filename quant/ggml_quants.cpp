@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "kernels/large_tensor.h"
+#include "quant/ggml_legacy_round_trip_avx512.h"
 #include "quant/ggml_quants_internal.h"  // no contraction in fp32_to_fp16
 
 namespace qeval {
@@ -182,7 +183,16 @@ at::Tensor quantize_dequantize_ggml(const at::Tensor& w, GgmlType type) {
   const std::int64_t row_bytes = k / t.block_elements * t.block_bytes;
   const float* px = x.data_ptr<float>();
   float* py = out.data_ptr<float>();
+  // Q8_0 and Q4_0 fused on AVX-512 (quant/ggml_legacy_round_trip_avx512.h): the same bits.
+  using FusedRow = void (*)(const float*, float*, std::int64_t);
+  FusedRow fused = nullptr;
+  if (ggml_legacy_round_trip_avx512_available())
+    fused = type == GgmlType::Q8_0 ? q8_0_round_trip_avx512 : type == GgmlType::Q4_0 ? q4_0_round_trip_avx512 : nullptr;
   at::parallel_for(0, n, kRowsPerTask, [&](std::int64_t begin, std::int64_t end) {
+    if (fused) {
+      for (std::int64_t r = begin; r < end; ++r) fused(px + r * k, py + r * k, k);
+      return;
+    }
     std::vector<std::uint8_t> row(static_cast<std::size_t>(row_bytes));
     for (std::int64_t r = begin; r < end; ++r) {
       f.quantize(px + r * k, row.data(), k);

@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "quant/ggml_legacy_round_trip_avx512.h"
 #include "quant/ggml_quants.h"
 #include "quant/ggml_quants_internal.h"
 #include "quant/minifloat.h"
@@ -385,6 +386,64 @@ TEST(GgmlQuants, ErrorsAreSmallOnWeightLikeRows) {
     EXPECT_LT(relative, bound.at(t.name)) << t.name;
     RecordProperty(std::string("relative_rms_error_") + t.name, fmt::format("{:.4f}", relative));
   }
+}
+
+// The fused AVX-512 Q8_0 and Q4_0 round trips (what quantize_dequantize_ggml runs where the CPU has
+// them) give the row functions' float32 bits on every kind of block: random values over 30 binades,
+// exact ties of each rounding rule, zero blocks (−0 first among them), constant blocks, the largest
+// magnitude as +a and −a in either order, block scales that are fp16 subnormals, that round to the
+// largest fp16 or overflow it, float32-subnormal maxima whose reciprocal scale overflows, and
+// blocks with NaN or ±inf (which take the row functions).
+TEST(GgmlQuants, FusedQ8_0AndQ4_0RoundTripsEqualTheRowFunctions) {
+  if (!ggml_legacy_round_trip_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512 F + F16C";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> blocks;
+  auto block = [&](auto value) {
+    std::vector<float> b(32);
+    for (int j = 0; j < 32; ++j) b[static_cast<std::size_t>(j)] = value(j);
+    blocks.push_back(b);
+  };
+  for (int i = 0; i < 400; ++i) {
+    const float magnitude = std::ldexp(1.0f, static_cast<int>(rng() % 30) - 20);
+    block([&](int) { return normal(rng) * magnitude; });
+  }
+  block([](int j) { return j == 0 ? 127.0f : 0.5f + static_cast<float>(j) - 16.0f; });  // Q8_0: d = 1, x.5 ties
+  block([](int j) { return j == 0 ? -8.0f : 0.5f * static_cast<float>(j) - 8.0f; });  // Q4_0: d = 1, halves
+  block([](int) { return 0.0f; });
+  block([](int j) { return j == 0 ? -0.0f : 0.0f; });
+  block([](int j) { return j % 2 ? -0.0f : 0.0f; });
+  block([](int) { return 3.25f; });
+  block([](int) { return -3.25f; });
+  block([](int j) { return j == 3 ? 2.0f : j == 20 ? -2.0f : 0.25f * static_cast<float>(j % 7); });
+  block([](int j) { return j == 3 ? -2.0f : j == 20 ? 2.0f : 0.25f * static_cast<float>(j % 7); });
+  for (const float amax : {127.0f * 0x1p-20f, 127.0f * 0x1p-24f, 127.0f * 65504.0f, 127.0f * 65520.0f, 127.0f * 70000.0f,
+                           8.0f * 65520.0f, 8.0f * 0x1p-25f, 1e-40f, 3e-39f, 1e-44f, 3.0e38f})
+    block([&](int j) { return j == 5 ? amax : amax * static_cast<float>(j - 16) / 17.0f; });
+  for (const float bad : {NAN, INFINITY, -INFINITY})
+    for (const int at : {0, 17, 31}) block([&](int j) { return j == at ? bad : 0.1f * static_cast<float>(j); });
+  std::vector<float> row;
+  for (const auto& b : blocks) row.insert(row.end(), b.begin(), b.end());
+  const std::int64_t n = static_cast<std::int64_t>(row.size());
+
+  auto expect_same_bits = [&](void (*quantize)(const float*, void*, std::int64_t),
+                              void (*dequantize)(const void*, float*, std::int64_t),
+                              void (*fused)(const float*, float*, std::int64_t), std::size_t block_bytes, const char* type) {
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n) / 32 * block_bytes);
+    std::vector<float> expected(row.size()), got(row.size());
+    quantize(row.data(), bytes.data(), n);
+    dequantize(bytes.data(), expected.data(), n);
+    fused(row.data(), got.data(), n);
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      if (std::memcmp(&expected[i], &got[i], sizeof(float)) != 0) {
+        ADD_FAILURE() << type << ": value " << i << " (block " << i / 32 << ", x = " << row[i] << "): expected "
+                      << expected[i] << ", got " << got[i];
+        return;
+      }
+    }
+  };
+  expect_same_bits(quantize_row_q8_0, dequantize_row_q8_0, q8_0_round_trip_avx512, sizeof(block_q8_0), "q8_0");
+  expect_same_bits(quantize_row_q4_0, dequantize_row_q4_0, q4_0_round_trip_avx512, sizeof(block_q4_0), "q4_0");
 }
 
 TEST(GgmlQuants, ThreadedRowsAndTheAtenWrappersEqualRowByRow) {
