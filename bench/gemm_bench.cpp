@@ -115,22 +115,6 @@ class CacheFlusher {
   at::Tensor buffer_;
 };
 
-// The SIMD features that decide the kernels, as /proc/cpuinfo names them (those present).
-std::string cpu_simd_flags() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, present;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::stringstream words(line.substr(line.find(':') + 1));
-    std::vector<std::string> have;
-    for (std::string w; words >> w;) have.push_back(w);
-    for (const char* f : {"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8"})
-      if (std::find(have.begin(), have.end(), f) != have.end()) present += (present.empty() ? "" : " ") + std::string(f);
-    break;
-  }
-  return present.empty() ? "none of avx2/fma/avx512" : present;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -201,7 +185,7 @@ int main(int argc, char** argv) {
                            {"int8_backend", qeval::kernels::to_string(qeval::kernels::int8_gemm_cpu_backend())},
                            {"w4_variant", qeval::kernels::w4_gemm_variant()},
                            {"fp32_gemm", qeval::kernels::fp32_gemm_description()},
-                           {"cpu_flags", cpu_simd_flags()},
+                           {"cpu_flags", qeval::bench::cpu_flags()},
                            {"load_average_start", load_average()},
                            {"results", nlohmann::json::array()}};
   fmt::print("# gemm_bench: {} threads, {} time, median of {} reps, caches {}; ratios = fp32 time / kernel time\n",

@@ -36,20 +36,8 @@
 namespace {
 
 using qeval::bench::load_average;
+using qeval::bench::cpu_flags;
 using qeval::bench::median_seconds;
-
-std::string cpu_flags() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::string out;
-    for (const char* f : {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_int8"})
-      if ((" " + line + " ").find(std::string(" ") + f + " ") != std::string::npos) out += std::string(out.empty() ? "" : " ") + f;
-    return out;
-  }
-  return "unknown";
-}
 
 // Llama-3-8B's shapes (one layer unless --layers).
 qeval::ModelConfig llama3_8b(std::int64_t layers) {
