@@ -18,7 +18,7 @@ namespace qeval {
 
 bool ggml_legacy_round_trip_avx512_available() {
 #ifdef QEVAL_GGML_LEGACY_AVX512
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
+  static const bool has = __builtin_cpu_supports("avx512f");
   return has;
 #else
   return false;
@@ -45,10 +45,10 @@ __attribute__((target("avx512f"))) inline bool finite32(__m512 a0, __m512 a1) {
   return (_mm512_cmp_ps_mask(a0, inf, _CMP_LT_OQ) & _mm512_cmp_ps_mask(a1, inf, _CMP_LT_OQ)) == 0xFFFF;
 }
 
-// ggml's fp32 -> fp16 -> fp32 of a block scale: VCVTPS2PH rounds to nearest even, as ggml's
-// conversion does for every finite value (subnormal halves and overflow to inf included).
-__attribute__((target("avx512f,f16c"))) inline float through_fp16(float d) {
-  return _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+// ggml's fp32 -> fp16 -> fp32 of a block scale, on every lane: VCVTPS2PH rounds to nearest even,
+// as ggml's conversion does for every finite value (subnormal halves and overflow to inf included).
+__attribute__((target("avx512f"))) inline __m512 through_fp16(float d) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_set1_ps(d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 // ggml_detail::round_half_away_small on 16 lanes, its integer steps: |v| >= 2^23 and NaN give 0;
@@ -65,14 +65,14 @@ __attribute__((target("avx512f"))) inline __m512 round_half_away16(__m512 v) {
 }
 
 // Q8_0: d = amax / 127, id = 1 / d (0 for d = 0), q = roundf(x · id), y = q · fp16(d).
-__attribute__((target("avx512f,f16c"))) void q8_0_block(const float* x, float* y) {
+__attribute__((target("avx512f"))) void q8_0_block(const float* x, float* y) {
   const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
   const __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
   if (!finite32(a0, a1)) return reference_block<block_q8_0>(quantize_row_q8_0, dequantize_row_q8_0, x, y);
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));  // finite: any order is exact
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  const __m512 vid = _mm512_set1_ps(id), vd = _mm512_set1_ps(through_fp16(d));
+  const __m512 vid = _mm512_set1_ps(id), vd = through_fp16(d);
   // |x · id| <= 127 and a little: the codes are int8 without wrapping, as float32 integers.
   _mm512_storeu_ps(y, _mm512_mul_ps(round_half_away16(_mm512_mul_ps(x0, vid)), vd));
   _mm512_storeu_ps(y + 16, _mm512_mul_ps(round_half_away16(_mm512_mul_ps(x1, vid)), vd));
@@ -92,7 +92,7 @@ __attribute__((target("avx512f"))) inline __m512 q4_0_values16(__m512 x, __m512 
 
 // Q4_0: max = the signed value of largest |x| (the first of equal magnitudes; +0 for a zero
 // block), d = max / −8, id = 1 / d (0 for d = 0), y = (q − 8) · fp16(d).
-__attribute__((target("avx512f,f16c"))) void q4_0_block(const float* x, float* y) {
+__attribute__((target("avx512f"))) void q4_0_block(const float* x, float* y) {
   const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
   const __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
   if (!finite32(a0, a1)) return reference_block<block_q4_0>(quantize_row_q4_0, dequantize_row_q4_0, x, y);
@@ -106,7 +106,7 @@ __attribute__((target("avx512f,f16c"))) void q4_0_block(const float* x, float* y
   }
   const float d = max / -8.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  const __m512 vid = _mm512_set1_ps(id), vd = _mm512_set1_ps(through_fp16(d));
+  const __m512 vid = _mm512_set1_ps(id), vd = through_fp16(d);
   __mmask16 bad = 0;
   const __m512 v0 = q4_0_values16(x0, vid, bad), v1 = q4_0_values16(x1, vid, bad);
   if (bad) return reference_block<block_q4_0>(quantize_row_q4_0, dequantize_row_q4_0, x, y);

@@ -12,7 +12,7 @@
 
 namespace qeval {
 
-// Whether this CPU runs the functions below (AVX-512 F and F16C, by CPUID).
+// Whether this CPU runs the functions below (AVX-512 F, by CPUID).
 bool ggml_legacy_round_trip_avx512_available();
 
 // y[0, n) = dequantize(quantize(x[0, n))), n a multiple of 32.
