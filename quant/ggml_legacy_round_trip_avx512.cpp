@@ -16,15 +16,6 @@
 
 namespace qeval {
 
-bool ggml_legacy_round_trip_avx512_available() {
-#ifdef QEVAL_GGML_LEGACY_AVX512
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-#else
-  return false;
-#endif
-}
-
 #ifdef QEVAL_GGML_LEGACY_AVX512
 namespace {
 

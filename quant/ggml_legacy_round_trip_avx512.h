@@ -10,10 +10,9 @@
 
 #include <cstdint>
 
-namespace qeval {
+// Callers run these where kernels::cpu::cpu_runs(CpuIsa::avx512) (kernels/cpu/cpu_isa.h).
 
-// Whether this CPU runs the functions below (AVX-512 F, by CPUID).
-bool ggml_legacy_round_trip_avx512_available();
+namespace qeval {
 
 // y[0, n) = dequantize(quantize(x[0, n))), n a multiple of 32.
 void q8_0_round_trip_avx512(const float* x, float* y, std::int64_t n);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/large_tensor.h"
 #include "quant/ggml_legacy_round_trip_avx512.h"
 #include "quant/ggml_quants_internal.h"  // no contraction in fp32_to_fp16
@@ -28,18 +29,24 @@ constexpr GgmlQuantType entry(GgmlType t, const char* name, int elements) {
 using RowQuantizer = void (*)(const float*, void*, std::int64_t);
 using RowDequantizer = void (*)(const void*, float*, std::int64_t);
 
+using RowRoundTrip = void (*)(const float*, float*, std::int64_t);
+
+// A type's row functions, and where this CPU has one, a fused round trip with their bits
+// (quant/ggml_legacy_round_trip_avx512.h: Q8_0 and Q4_0 on AVX-512).
 struct RowFunctions {
   RowQuantizer quantize;
   RowDequantizer dequantize;
+  RowRoundTrip round_trip = nullptr;
 };
 
 RowFunctions row_functions(GgmlType t) {
+  const bool avx512 = kernels::cpu::cpu_runs(kernels::cpu::CpuIsa::avx512);
   switch (t) {
-    case GgmlType::Q4_0: return {quantize_row_q4_0, dequantize_row_q4_0};
+    case GgmlType::Q4_0: return {quantize_row_q4_0, dequantize_row_q4_0, avx512 ? q4_0_round_trip_avx512 : nullptr};
     case GgmlType::Q4_1: return {quantize_row_q4_1, dequantize_row_q4_1};
     case GgmlType::Q5_0: return {quantize_row_q5_0, dequantize_row_q5_0};
     case GgmlType::Q5_1: return {quantize_row_q5_1, dequantize_row_q5_1};
-    case GgmlType::Q8_0: return {quantize_row_q8_0, dequantize_row_q8_0};
+    case GgmlType::Q8_0: return {quantize_row_q8_0, dequantize_row_q8_0, avx512 ? q8_0_round_trip_avx512 : nullptr};
     case GgmlType::Q2_K: return {quantize_row_q2_K, dequantize_row_q2_K};
     case GgmlType::Q3_K: return {quantize_row_q3_K, dequantize_row_q3_K};
     case GgmlType::Q4_K: return {quantize_row_q4_K, dequantize_row_q4_K};
@@ -183,14 +190,9 @@ at::Tensor quantize_dequantize_ggml(const at::Tensor& w, GgmlType type) {
   const std::int64_t row_bytes = k / t.block_elements * t.block_bytes;
   const float* px = x.data_ptr<float>();
   float* py = out.data_ptr<float>();
-  // Q8_0 and Q4_0 fused on AVX-512 (quant/ggml_legacy_round_trip_avx512.h): the same bits.
-  using FusedRow = void (*)(const float*, float*, std::int64_t);
-  FusedRow fused = nullptr;
-  if (ggml_legacy_round_trip_avx512_available())
-    fused = type == GgmlType::Q8_0 ? q8_0_round_trip_avx512 : type == GgmlType::Q4_0 ? q4_0_round_trip_avx512 : nullptr;
   at::parallel_for(0, n, kRowsPerTask, [&](std::int64_t begin, std::int64_t end) {
-    if (fused) {
-      for (std::int64_t r = begin; r < end; ++r) fused(px + r * k, py + r * k, k);
+    if (f.round_trip) {
+      for (std::int64_t r = begin; r < end; ++r) f.round_trip(px + r * k, py + r * k, k);
       return;
     }
     std::vector<std::uint8_t> row(static_cast<std::size_t>(row_bytes));

@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "quant/ggml_legacy_round_trip_avx512.h"
 #include "quant/ggml_quants.h"
 #include "quant/ggml_quants_internal.h"
@@ -395,7 +396,7 @@ TEST(GgmlQuants, ErrorsAreSmallOnWeightLikeRows) {
 // largest fp16 or overflow it, float32-subnormal maxima whose reciprocal scale overflows, and
 // blocks with NaN or ±inf (which take the row functions).
 TEST(GgmlQuants, FusedQ8_0AndQ4_0RoundTripsEqualTheRowFunctions) {
-  if (!ggml_legacy_round_trip_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512 F";
+  if (!kernels::cpu::cpu_runs(kernels::cpu::CpuIsa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512";
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   std::vector<std::vector<float>> blocks;
