@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # ctest `slurm`: configs/cluster/slurm-shards.sbatch run as it is under a real Slurm scheduler.
 #
-# Brings up a one-node Slurm cluster in a temporary folder: Debian's slurm-wlm and munge (installed
-# with apt-get when missing), munged, slurmctld and slurmd started directly as daemons (no
-# systemd) with a generated slurm.conf whose node is this machine as `slurmd -C` sees it, on free
-# ports, so nothing outside the folder is touched; stopped on exit whatever happens. Then, on
+# First, without Slurm: tests/cluster/slurm_script_test.sh, the sbatch file's checks of its
+# environment and arguments (numbers as decimal data, options it sets refused when given again,
+# no finished record of another layout overwritten), with a stub qeval; a failure there fails this
+# test wherever it runs, even where the Slurm part below reports skipped.
+#
+# Then it brings up a one-node Slurm cluster in a temporary folder: Debian's slurm-wlm and munge
+# (installed with apt-get when missing), munged, slurmctld and slurmd started directly as daemons
+# (no systemd) with a generated slurm.conf whose node is this machine as `slurmd -C` sees it, on
+# free ports, so nothing outside the folder is touched; stopped on exit whatever happens. Then, on
 # stories260K (../shared/data):
 #   1. one process evaluates the windows (the reference record);
 #   2. the sbatch file runs as a job array of 4 shards, merged by the dependent job the sbatch
@@ -20,16 +25,20 @@
 # Environment: QEVAL_SLURM_KEEP=1 keeps the temporary folder (logs, records, slurm.conf).
 set -euo pipefail
 [[ $# -eq 1 ]] || { echo "usage: $0 QEVAL_BINARY" >&2; exit 2; }
-qeval="$(realpath "$1")"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 sbatch_file="$root/configs/cluster/slurm-shards.sbatch"
-[[ -x "$qeval" ]] || { echo "FAIL: no qeval binary at $1" >&2; exit 1; }
 
 SKIP=77
 skip() { echo "SKIPPED: $*"; exit "$SKIP"; }
 fail() { echo "FAIL: $*"; exit 1; }
 say() { echo "== $*"; }
 test_start=$SECONDS
+
+say "the sbatch file's checks of its environment and arguments (stub qeval, no Slurm)"
+"$root/tests/cluster/slurm_script_test.sh" "$sbatch_file" || fail "the sbatch file's checks above"
+
+[[ -x "$1" ]] || fail "no qeval binary at $1"
+qeval="$(realpath "$1")"
 
 # --- Slurm and munge: installed here when missing (CI starts from a fresh Debian) --------------
 need=(munged slurmctld slurmd sbatch squeue scancel scontrol sinfo)
