@@ -3,11 +3,14 @@
 A record is verified by the qeval binary before anything here reads it: ``Record.load`` runs
 ``qeval compare PATH --format json`` (series records: the same command gives their trajectory), and
 a record the binary refuses raises QevalError with the binary's words. The binary's own tables are
-used wherever it offers them (``compare --format json``: headline statistics and the Table 3
-ΔPPL columns; ``compare --timings --format json``; a series' trajectory; the rounding band of
-``compare``'s Markdown). What the binary prints only for a terminal (the per-scheme table of
-``eval``) is read as stored in the verified record: values are taken as they are, none is
-recomputed and no check of the binary is repeated here.
+used wherever it offers them as JSON (``compare --format json``: headline statistics and the
+Table 3 ΔPPL columns; ``compare --timings --format json``; a series' trajectory). What the binary
+prints only as text for a terminal or gnuplot (the per-scheme table of ``eval``, the rounding band
+of ``compare``'s Markdown and ``plot``'s penalties.dat) is read as stored in the verified record,
+entry by entry: values are taken as they are, none is recomputed and no check of the binary is
+repeated here. No text table is parsed, so a scheme is found under any name the binary accepts
+(spaces, "|", "±", a leading "#", non-ASCII): Markdown escapes "|" and gnuplot's data file turns
+spaces and "#" into "_", so a name read back from them is not the scheme's name.
 """
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ import html
 import json
 import math
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
@@ -43,10 +45,6 @@ def _get(j: Any, *path: str) -> Any:
             return None
         j = j[key]
     return j
-
-
-_BAND_ROW = re.compile(r"^\| (?P<label>.*?) \| (?P<scheme>[^|]+?) \| (?P<dnll>\S+) ± (?P<se>\S+) ± (?P<band>\S+) \| "
-                       r"(?P<range>\S+) \| (?P<variants>\d+) \| (?P<eps>\S+) \|")
 
 
 def _statistic_name(path: Sequence[str]) -> str:
@@ -86,7 +84,6 @@ class Record:
         self._data = data
         self.stdout = stdout  # what the run that made it printed (qeval.evaluate), else ""
         self._timings = None
-        self._band = None
         self._figures: Optional[List[Path]] = None
 
     # -- loading -------------------------------------------------------------------------------------------------
@@ -137,40 +134,17 @@ class Record:
         self._eval_only("comparison row")
         return self.summary["rows"][0]
 
-    def _bands(self) -> Dict[str, float]:
-        """Each scheme's rounding band (σ of its paired ΔNLL over its rounding variants) as the
-        binary gives it: `qeval plot`'s penalties.dat (9 significant digits) where gnuplot is
-        installed, else `qeval compare`'s Markdown (5 decimals). Empty when the record has none."""
-        if self._band is None:
-            self._band = {}
-            if any(isinstance(s.get("description"), dict) and "rounding_band_of" in s["description"]
-                   for s in self._data.get("schemes", [])):
-                with tempfile.TemporaryDirectory(prefix="qeval-band-") as folder:
-                    try:
-                        self._run(["plot", f"--out={folder}"] + _record_args(self.path))
-                        rows = (Path(folder) / "penalties.dat").read_text().splitlines()
-                    except (QevalError, OSError):
-                        rows = []
-                for line in rows:
-                    words = line.split()
-                    if len(words) == 6 and not line.startswith("#") and words[4] != "NaN":
-                        self._band[words[1]] = float(words[4])
-                if not self._band:
-                    text = self._run(["compare", "--allow-partial"] + _record_args(self.path)).stdout
-                    section = text.split("Rounding band", 1)[1] if "Rounding band" in text else ""
-                    for line in section.splitlines():
-                        m = _BAND_ROW.match(line)
-                        if m:
-                            self._band[m.group("scheme").strip()] = float(m.group("band"))
-        return self._band
-
     def penalties(self):
         """One row per scheme: PPL ± (95 % half-width) and se of the NLL, ΔPPL and ΔPPL %, the paired
         ΔNLL ± se (± rounding band where the record has one), KL(full‖q), top-1 agreement,
-        Δp(correct), tokens/s."""
+        Δp(correct), tokens/s.
+
+        The rounding band (σ of the paired ΔNLL over the scheme and its rounding variants) is the
+        ``rounding_band.delta_nll_sd`` of the scheme's own entry, which the binary held to what the
+        variants give (1e-9) when it verified the record: the number `qeval compare` and `qeval
+        plot` print, at full precision. NaN where the scheme has no rounding variants."""
         self._eval_only("penalties")
         pd = _pandas()
-        bands = self._bands()
         rows = []
         for s in self._schemes():
             p, v = s.get("perplexity") or {}, s.get("vs_full") or {}
@@ -185,7 +159,7 @@ class Record:
                 "dppl_pct": 100 * _number(v.get("dppl_rel")),
                 "paired_dnll_mean": _number(v.get("paired_dnll_mean")),
                 "paired_dnll_se": _number(v.get("paired_dnll_se")),
-                "rounding_band": bands.get(s["name"], math.nan),
+                "rounding_band": _number(_get(s, "rounding_band", "delta_nll_sd")),
                 "kl_mean": _number(v.get("kl_mean")),
                 "top1_agreement": _number(v.get("top1_agreement")),
                 "dp_correct_mean": _number(v.get("dp_correct_mean")),
