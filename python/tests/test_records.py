@@ -148,20 +148,20 @@ def test_rounding_band_equals_the_binary_tables(repo, binary, has_gnuplot, tmp_p
         assert pen.loc[scheme, "rounding_band"] == pytest.approx(float(band), rel=1e-8)
 
 
-def test_sensitivity(repo):
-    r = qeval.Record.load(repo / SENSITIVITY)
+def test_sensitivity(repo, binary):
+    r = qeval.Record.load(repo / SENSITIVITY, binary=binary)
     s = r.sensitivity()
     assert len(s) > 0 and s.index.name == "rank"
     assert list(s.index) == sorted(s.index)
 
 
-def test_a_record_the_binary_refuses_raises_its_message(repo, tmp_path):
+def test_a_record_the_binary_refuses_raises_its_message(repo, binary, tmp_path):
     bad = json.loads((repo / STORIES[0]).read_text())
     bad["schemes"][1]["perplexity"]["ppl"] *= 1.01  # no longer what its per-window rows say
     path = tmp_path / "tampered.json"
     path.write_text(json.dumps(bad))
     with pytest.raises(qeval.QevalError) as e:
-        qeval.Record.load(path)
+        qeval.Record.load(path, binary=binary)
     assert e.value.returncode == 2
     assert "tampered.json" in e.value.message
 
