@@ -25,13 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "quant/schemes/presets.h"
 #include "stats/statistics.h"
 #include "kernels/cuda/device.h"
 #include "model/init.h"
 #include "model/placement.h"
 #include "model/transformer.h"
 #include "quant/rewrite.h"
-#include "quant/scheme.h"
+#include "quant/schemes/spec.h"
 
 using namespace qeval;
 using Clock = std::chrono::steady_clock;

@@ -22,6 +22,7 @@
 #include "model/init.h"
 #include "model/transformer.h"
 #include "quant/rewrite.h"
+#include "quant/schemes/presets.h"
 
 namespace {
 

@@ -31,7 +31,8 @@
 #include "model/config.h"
 #include "model/weights.h"
 #include "quant/rewrite.h"
-#include "quant/scheme.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/spec.h"
 
 namespace {
 

@@ -24,6 +24,7 @@
 #include "common/host_memory.h"
 #include "common/model_cache.h"
 #include "common/printable.h"
+#include "eval/calibration_pass.h"
 #include "loaders/tokenizers/tokenizer_discovery.h"
 #include "kernels/device.h"
 #include "loaders/checkpoints/weights_hash.h"
@@ -35,7 +36,6 @@
 #include "eval/rounding_band.h"
 #include "records/run_state.h"
 #include "eval/schemes.h"
-#include "eval/static_scales.h"
 #include "reports/table.h"
 #include "quant/rewrite.h"
 
@@ -364,7 +364,7 @@ void run_eval(const EvalArgs& a) {
   record["plan"]["measured_peak_rss_bytes"] = peak_rss();
   if (!inputs.placement.on_cpu())
     record["plan"]["measured_peak_device_bytes"] = kernels::peak_allocated_bytes(inputs.placement.device);
-  // Schemes that keep tokens in full precision (quant/scheme.h keep_tokens) say which positions
+  // Schemes that keep tokens in full precision (quant/schemes/spec.h keep_tokens) say which positions
   // they kept, over the windows this process evaluated (a resumed run's earlier windows and
   // other shards are not in these counts; "sequences" says how many are).
   for (std::size_t i = 0; i < prepared.schemes.size(); ++i) {

@@ -84,7 +84,7 @@ struct EvalInputs {
   // A fresh source of the evaluation windows (the first one is consumed by the evaluation).
   std::unique_ptr<WindowSource> open_windows() const;
   // The first n windows of the evaluation data that the evaluation does not use (static
-  // activation scales' calibration, eval/static_scales.h; the rule of eval/model_transforms.h).
+  // activation scales' calibration, eval/calibration_pass.h; the rule of eval/model_transforms.h).
   CalibrationWindows calibration_windows_from_data(std::int64_t n) const;
 };
 

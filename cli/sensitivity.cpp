@@ -12,17 +12,19 @@
 #include "cli/option_checks.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "eval/calibration_pass.h"
+#include "quant/schemes/presets.h"
 #include "reports/plot.h"
 #include "records/record.h"
 #include "records/rounding_band.h"
 #include "eval/schemes.h"
 #include "eval/rounding_band.h"
 #include "eval/sensitivity.h"
-#include "eval/static_scales.h"
+#include "quant/calibration/static_scales.h"
 #include "common/phases.h"
 #include "model/block.h"
 #include "reports/sensitivity_report.h"
-#include "quant/scheme.h"
+#include "quant/schemes/spec.h"
 
 namespace qeval::cli {
 namespace {

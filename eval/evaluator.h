@@ -50,7 +50,7 @@ struct EvalScheme {
   std::function<std::shared_ptr<const Linear>(const std::shared_ptr<const Linear>&)> rewrite_head;
   // This scheme's token embedding rows from the full-precision rows a batch looks up ([n, D]
   // float32 -> [n, D]): empty when the scheme keeps the embedding (then it shares full precision's
-  // stream until its first rewritten layer). Kind ggml's quantize_embedding (quant/ggml_scheme.h).
+  // stream until its first rewritten layer). Kind ggml's quantize_embedding (quant/schemes/ggml_rules.h).
   std::function<at::Tensor(const at::Tensor&)> rewrite_embedding_rows;
   // After placement: decorators that watch the block's linears (sensitivity's input recorders).
   std::function<Block(const Block&)> wrap_block;

@@ -80,7 +80,7 @@ Size quantised_bytes(const QuantSpec& w, Size out, Size in) {
     case QuantKind::fp8:
     case QuantKind::mx:
     case QuantKind::nvfp4:
-    case QuantKind::ggml: return out * in * 4;  // dequantised once to float32 (quant/float_formats.h, quant/ggml_scheme.h)
+    case QuantKind::ggml: return out * in * 4;  // dequantised once to float32 (quant/float_quantize.h, quant/schemes/ggml_rules.h)
     case QuantKind::none: return 0;
   }
   return 0;

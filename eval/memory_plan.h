@@ -26,7 +26,7 @@
 #include "eval/evaluator.h"
 #include "loaders/checkpoints/model_reader.h"
 #include "model/placement.h"
-#include "quant/scheme.h"
+#include "quant/schemes/spec.h"
 
 namespace qeval {
 

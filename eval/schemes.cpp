@@ -1,13 +1,15 @@
 #include "eval/schemes.h"
 
 #include "eval/rounding_band.h"
-#include "eval/static_scales.h"
+#include "quant/calibration/static_scales.h"
 
 #include <algorithm>
 #include <set>
 
 #include "common/error.h"
-#include "quant/scheme.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
+#include "quant/schemes/spec.h"
 
 namespace qeval {
 

@@ -35,7 +35,7 @@ struct SchemeOptions {
   // > 0: every quantised scheme itself runs with the input jitter of this seed (its name kept,
   // its description saying "rounding_seed"): another valid implementation of the same schemes.
   std::int64_t rounding_seed = 0;
-  // Static activation scales (eval/static_scales.h): called for each scheme whose input
+  // Static activation scales (eval/calibration_pass.h): called for each scheme whose input
   // activations are calibrated; a scheme that needs it fails naming the scheme when it is empty.
   std::function<std::shared_ptr<const CalibratedScales>(const SchemeSpec&)> calibrate;
   // The evaluation's window length (0: not known here): a kv_cache that keeps this many first

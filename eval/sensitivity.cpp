@@ -15,6 +15,8 @@
 #include "eval/rounding_band.h"
 #include "eval/schemes.h"
 #include "quant/rewrite.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
 
 namespace qeval {
 namespace {

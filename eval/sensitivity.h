@@ -56,7 +56,7 @@
 #include "eval/token_scores.h"
 #include "model/transformer.h"
 #include "quant/rewrite.h"
-#include "quant/scheme.h"
+#include "quant/schemes/spec.h"
 
 #include <functional>
 

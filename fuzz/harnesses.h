@@ -33,7 +33,7 @@
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/text/documents.h"
 #include "loaders/checkpoints/gguf.h"
-#include "loaders/checkpoints/gguf_blocks.h"
+#include "quant/formats/ggml/blocks.h"
 #include "loaders/tokenizers/gguf_tokenizer.h"
 #include "loaders/tokenizers/gpt2_bpe.h"
 #include "loaders/tokenizers/llama2c_tokenizer.h"
@@ -176,7 +176,7 @@ inline void gguf(std::string_view data) {
   (void)load_gguf_checkpoint(path);
 }
 
-// GGUF block decoders alone (gguf_blocks.h), without the container: byte 0 picks a ggml type id
+// GGUF block decoders alone (quant/formats/ggml/blocks.h), without the container: byte 0 picks a ggml type id
 // (mod 42, so ids qeval refuses come up too: dequantize_ggml must throw qeval::Error for them),
 // the rest is blocks of that type (a partial block at the end is dropped), decoded from an
 // odd address. A block decodes alone as it does within the run.

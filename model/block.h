@@ -26,7 +26,7 @@
 
 #include "model/config.h"
 #include "model/forward_context.h"
-#include "model/kv_cache.h"
+#include "model/kv_cache_hook.h"
 #include "model/linear.h"
 #include "model/observer.h"
 #include "model/weights.h"
@@ -79,7 +79,7 @@ class Block {
   // keep their float32 source alive beside them).
   Block placed(PlacementCache& cache, bool keep_linear_sources = true) const;
   std::int64_t linear_weight_bytes() const;
-  // A scheme's key/value cache quantiser (model/kv_cache.h), applied by attention layers; null
+  // A scheme's key/value cache quantiser (model/kv_cache_hook.h), applied by attention layers; null
   // (the default): K and V are read in the block's own precision. Copies and placed() share it.
   void set_kv_cache(std::shared_ptr<const KvCacheQuantizer> kv_cache) { kv_cache_ = std::move(kv_cache); }
   const std::shared_ptr<const KvCacheQuantizer>& kv_cache() const { return kv_cache_; }

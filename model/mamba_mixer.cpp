@@ -4,7 +4,7 @@
 //   (Jamba: RMSNorm of Δ, B and C);  Δ = softplus(dt_proj(Δ));  y = scan(x, Δ, A, B, C) + D x
 //   out_proj(y · silu(z))
 // in_proj, x_proj, dt_proj and out_proj are Linears (quantisable; x_proj and dt_proj only when a
-// scheme asks, quant/scheme.h); the convolution, A, D and the norms stay full precision. An observer
+// scheme asks, quant/schemes/spec.h); the convolution, A, D and the norms stay full precision. An observer
 // may ask for what the scan selects with (model/observer.h SsmSelection).
 #include "model/block.h"
 #include "model/norms.h"

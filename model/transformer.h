@@ -58,7 +58,7 @@ class Transformer {
   // Routes the named projection through `replacement` (same in/out features); throws with
   // the valid names when `name` is unknown.
   void replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement);
-  // Every attention layer reads its K and V through `kv_cache` (model/kv_cache.h; null: none).
+  // Every attention layer reads its K and V through `kv_cache` (model/kv_cache_hook.h; null: none).
   void set_kv_cache(const std::shared_ptr<const KvCacheQuantizer>& kv_cache);
   // Bytes of all linear weights as stored for execution (blocks + lm_head).
   std::int64_t linear_weight_bytes() const;

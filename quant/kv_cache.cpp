@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "common/error.h"
-#include "quant/ggml_quants.h"
-#include "quant/ggml_types.h"
+#include "quant/formats/ggml/quants.h"
+#include "quant/formats/ggml/types.h"
 #include "quant/kv_cache_tensor.h"
-#include "quant/minifloat.h"
+#include "quant/formats/minifloat.h"
 
 namespace qeval {
 namespace {

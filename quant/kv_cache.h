@@ -1,19 +1,19 @@
 // Quantised key/value caches (issue 62; definitions in docs/kv-cache.md, the scheme key in
-// quant/scheme.h): the model/kv_cache.h hook implemented for each element format.
+// quant/schemes/spec.h): the model/kv_cache_hook.h hook implemented for each element format.
 //
 // A row is one position of one kv head: head_dim values of K (after k-norm and rotary) or of V.
 // Each row is quantised and dequantised on its own (float32 throughout):
 //   int8      s = amax / 127 (1 where amax = 0), q = clamp(round_half_even(x / s), ±127), x̂ = q·s
 //             (an IEEE division, as quant/quantize.h's int8_absmax)
 //   fp8-e4m3  s = amax / 448 (1 where amax = 0), x̂ = round_to_element(x / s)·s: clamp to ±448,
-//             nearest with ties to even (quant/minifloat.h's element_round_trip)
+//             nearest with ties to even (quant/formats/minifloat.h's element_round_trip)
 //   q8_0      llama.cpp's quantize_row_q8_0 then dequantize_row_q8_0 over blocks of 32
-//   q4_0      llama.cpp's quantize_row_q4_0 then dequantize_row_q4_0 (quant/ggml_quants.h): the
+//   q4_0      llama.cpp's quantize_row_q4_0 then dequantize_row_q4_0 (quant/formats/ggml/quants.h): the
 //             codes come from the float32 d through 1/d, dequantisation uses fp16(d)
 //   int4      qeval's 4-bit zero-point (quant/quantize.h) per group of `group_size` along the row,
 //             the last group shorter (one group when head_dim ≤ group_size)
 // Positions 0..keep_first−1 of each window (axis 2) are copied unchanged. With rotation hadamard a
-// row is rotated, quantised and rotated back: x̂ = H · Q(H · x) (quant/scheme.h).
+// row is rotated, quantised and rotated back: x̂ = H · Q(H · x) (quant/schemes/spec.h).
 //
 // The quantiser also accumulates, per layer, Σ‖x − x̂‖² and Σ‖x‖² over K and V rows, apart for
 // position 0 and for the others, in float64: on the float32 CPU placement summed in row order (so
@@ -31,13 +31,12 @@
 #include <string>
 
 #include "model/config.h"
-#include "model/kv_cache.h"
-#include "quant/scheme.h"
+#include "model/kv_cache_hook.h"
+#include "quant/kv_cache_tensor.h"  // kKvGgmlBlock
+#include "quant/schemes/spec.h"
 
 namespace qeval {
 
-// llama.cpp's block along head_dim for q8_0 and q4_0 caches (QK8_0 = QK4_0 = 32).
-constexpr std::int64_t kKvGgmlBlock = 32;
 
 // y[0..n) = x[0..n) quantised and dequantised as one row under spec's format (y may be x).
 void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::int64_t n);
@@ -46,7 +45,7 @@ void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::i
 // With spec.rotation hadamard, rows are rotated as K's (is_key) or V's are.
 at::Tensor kv_round_trip_rows(const at::Tensor& x, const KvCacheSpec& spec, bool is_key = true);
 
-// llama.cpp's rotation block along head_dim (quant/scheme.h): K's, the largest power of two from
+// llama.cpp's rotation block along head_dim (quant/schemes/spec.h): K's, the largest power of two from
 // 64 that divides head_dim; V's, 64. Requires head_dim % 64 == 0.
 std::int64_t kv_rotation_block(std::int64_t head_dim, bool is_key);
 // x ← H_b · x on each block of b consecutive values (n a multiple of b, b a power of two): the

@@ -5,9 +5,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "quant/kv_cache.h"
-#include "quant/minifloat.h"
-#include "quant/quantize.h"
+#include "quant/formats/integer.h"
+#include "quant/formats/minifloat.h"
 
 namespace qeval {
 namespace {
@@ -28,7 +27,7 @@ at::Tensor round_half_away(const at::Tensor& y) {
 // ggml's fp16(d) as dequantisation reads it: float32 → float16 (nearest, ties to even) → float32.
 at::Tensor through_fp16(const at::Tensor& d) { return d.to(at::kHalf).to(at::kFloat); }
 
-// quant/minifloat.h's round_to_element, operation for operation: a = min(|v|, max), the grid's
+// quant/formats/minifloat.h's round_to_element, operation for operation: a = min(|v|, max), the grid's
 // spacing from a's float32 exponent, (a + C) − C rounds to it, the sign put back.
 at::Tensor round_to_element(const at::Tensor& v, const ElementFormat& f) {
   const at::Tensor a = v.abs().clamp_max(f.max_finite);
@@ -58,7 +57,7 @@ at::Tensor ggml_blocks(const at::Tensor& x, const char* format) {
 }
 
 // ggml's quantize_row_q8_0 then dequantize_row_q8_0. Where d is a float32 subnormal, 1/d is
-// infinite and x·(1/d) is ±inf or NaN: quant/ggml_legacy_quants.cpp (as ggml compiled for x86-64
+// infinite and x·(1/d) is ±inf or NaN: quant/formats/ggml/legacy_quants.cpp (as ggml compiled for x86-64
 // does) gives those code 0, and so does this.
 at::Tensor q8_0_rows(const at::Tensor& x) {
   const at::Tensor b = ggml_blocks(x, "q8_0");

@@ -14,9 +14,14 @@
 
 #include <ATen/ATen.h>
 
-#include "quant/scheme.h"
+#include <cstdint>
+
+#include "quant/schemes/spec.h"
 
 namespace qeval {
+
+// llama.cpp's block along head_dim for q8_0 and q4_0 caches (QK8_0 = QK4_0 = 32).
+constexpr std::int64_t kKvGgmlBlock = 32;
 
 // x [..., hd] of any floating dtype and device → every row quantised and dequantised under spec's
 // format (and rotation, as K's rows when is_key), same shape, dtype and device. keep_first is not

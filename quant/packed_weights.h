@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "quant/scheme.h"
+#include "quant/schemes/spec.h"
 
 namespace qeval {
 

@@ -14,10 +14,12 @@
 #include "kernels/w4_gemm.h"
 #include "kernels/w4_linear.h"
 #include "model/placement.h"
-#include "quant/float_formats.h"
-#include "quant/ggml_activations.h"
-#include "quant/ggml_scheme.h"
+#include "quant/float_quantize.h"
+#include "quant/formats/ggml/activations.h"
+#include "quant/formats/ggml/quants.h"
+#include "quant/schemes/ggml_rules.h"
 #include "quant/quantize.h"
+#include "quant/schemes/scheme_json.h"
 
 namespace qeval {
 

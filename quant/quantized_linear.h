@@ -56,9 +56,9 @@
 #include <string>
 
 #include "model/linear.h"
-#include "quant/ggml_activations.h"
+#include "quant/formats/ggml/activations.h"
 #include "quant/packed_weights.h"
-#include "quant/scheme.h"
+#include "quant/schemes/spec.h"
 
 namespace qeval {
 
@@ -167,7 +167,7 @@ class QuantizedLinear final : public Linear {
   std::optional<double> outlier_threshold_;
   std::optional<float> static_input_scale_;  // a calibrated input scale (spec.calibrated), if static
   // Kind ggml with "activations": "gguf-q8": the block type llama.cpp's CPU product rounds this
-  // layer's inputs to (quant/ggml_activations.h).
+  // layer's inputs to (quant/formats/ggml/activations.h).
   std::optional<GgmlActivationType> ggml_activations_;
   std::shared_ptr<QuantizedLinearLog> log_;
 };

@@ -9,6 +9,8 @@
 #include "common/error.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/w4_gemm.h"
+#include "quant/formats/ggml/quants.h"
+#include "quant/schemes/scheme_json.h"
 
 namespace qeval {
 namespace {
@@ -32,7 +34,7 @@ nlohmann::json kernel_backends(const SchemeSpec& spec) {
     return {{"w4_gemm", fmt::format("vectorized ({}) for small row counts, dequantise + fp32 GEMM for large",
                                     kernels::w4_gemm_variant())}};
   if (spec.weights.is_float_format() || spec.input_activations.is_float_format())
-    return {{"element_rounding", "quant/minifloat.h, one branch-free loop dispatched by CPUID (AVX-512, AVX2, baseline)"},
+    return {{"element_rounding", "quant/formats/minifloat.h, one branch-free loop dispatched by CPUID (AVX-512, AVX2, baseline)"},
             {"gemm", "dequantised weight (once per layer) + fp32 GEMM"}};
   return nlohmann::json::object();
 }

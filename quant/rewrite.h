@@ -6,9 +6,10 @@
 
 #include "model/transformer.h"
 #include "quant/kv_cache.h"
-#include "quant/ggml_scheme.h"
+#include "quant/schemes/ggml_rules.h"
 #include "quant/quantized_linear.h"
-#include "quant/scheme.h"
+#include "quant/schemes/scheme_json.h"
+#include "quant/schemes/spec.h"
 
 #include <map>
 #include <memory>
@@ -72,7 +73,7 @@ class SchemeRewrite {
   // The head (a float [V, D] linear) quantised when the scheme selects lm_head; else `full_head`.
   std::shared_ptr<const Linear> rewrite_head(const std::shared_ptr<const Linear>& full_head);
 
-  // Weights of kind ggml (quant/ggml_scheme.h): each tensor's type depends on the model (layer
+  // Weights of kind ggml (quant/schemes/ggml_rules.h): each tensor's type depends on the model (layer
   // count, GQA ratio, experts, tied embedding), so the rewrite needs its config before the first
   // tensor: use_model() (idempotent; rewrite() calls it with the block's config when not called,
   // and use_rewrite in eval/schemes.h calls it up front, which also checks tensor_types patterns).

@@ -15,7 +15,7 @@ bool int8_quantize_uses_avx512();
 bool int8_quantize_avx2_available();
 
 // max |x[k]| over K floats (0 for K = 0), the best variant this CPU runs: the int8 scales', and
-// those of the floating-point formats (quant/float_formats.cpp). NaN when a value is NaN, so a
+// those of the floating-point formats (quant/float_quantize.cpp). NaN when a value is NaN, so a
 // scale computed from it is finite exactly when its values are.
 float row_absmax(const float* x, std::int64_t K);
 

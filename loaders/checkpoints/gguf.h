@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "quant/formats/ggml/blocks.h"  // ggml_type_name, ggml_type_traits: the codecs' table of ggml types
+
 namespace qeval {
 
 struct GgufTensorInfo {
@@ -60,8 +62,8 @@ class GgufFile {
 
   // The tensor as an owned float32 tensor of shape(): F32 as stored, F16/BF16 widened, and
   // the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4
-  // dequantised (gguf_blocks.h; bit-identical to llama.cpp's gguf.quants.dequantize; every type
-  // quant/ggml_quants.h writes). Any other type (IQ4_XS and the other IQ*, TQ*, Q8_1, Q8_K,
+  // dequantised (quant/formats/ggml/blocks.h; bit-identical to llama.cpp's gguf.quants.dequantize; every type
+  // quant/formats/ggml/quants.h writes). Any other type (IQ4_XS and the other IQ*, TQ*, Q8_1, Q8_K,
   // integers, F64, ...) is refused with an error naming the file, the tensor and its type.
   at::Tensor read_float32(const std::string& name) const;
   // Rows [begin, begin + count) of shape()'s first axis, read by offset and dequantised the same
@@ -83,8 +85,5 @@ class GgufFile {
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, std::size_t> index_;
 };
-
-// "F32", "Q4_K", ... or "type N" for ids this build does not know.
-std::string ggml_type_name(std::uint32_t type);
 
 }  // namespace qeval

@@ -1,5 +1,5 @@
 // GGUF "llama", "qwen2", "qwen3" and "gemma3" models mapped onto ModelConfig + ModelWeights. F32/F16/BF16 tensors and the
-// block types Q4_0 ... Q6_K (gguf_blocks.h) are read as float32; for a quantised file the notes
+// block types Q4_0 ... Q6_K (quant/formats/ggml/blocks.h) are read as float32; for a quantised file the notes
 // say which types were dequantised ("dequantized_from", tensor counts per type) and that the
 // model's "full precision" means these dequantised weights.
 //
@@ -29,7 +29,7 @@
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/checkpoint_internal.h"
 #include "loaders/checkpoints/gguf.h"
-#include "loaders/checkpoints/gguf_blocks.h"
+#include "quant/formats/ggml/blocks.h"
 #include "loaders/checkpoints/model_reader_internal.h"
 #include "loaders/checkpoints/gguf_config.h"
 #include "loaders/checkpoints/weights_hash.h"

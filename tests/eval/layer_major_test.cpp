@@ -14,6 +14,7 @@
 #include "eval/evaluator.h"
 #include "eval/memory_plan.h"
 #include "eval/schemes.h"
+#include "quant/schemes/presets.h"
 #include "stats/statistics.h"
 #include "eval/vocab_scoring.h"
 #include "loaders/checkpoints/model_reader.h"

@@ -11,6 +11,7 @@
 #include "eval/evaluator.h"
 #include "eval/schemes.h"
 #include "eval/sensitivity.h"
+#include "quant/schemes/presets.h"
 #include "stats/statistics.h"
 #include "loaders/checkpoints/model_reader.h"
 #include "loaders/protocols/protocol.h"

@@ -3,6 +3,7 @@
 // come sorted by harm; which tokens carry the penalty matches a direct per-window computation;
 // bad input fails before any window is read.
 #include "eval/sensitivity.h"
+#include "quant/schemes/presets.h"
 #include "reports/sensitivity_report.h"
 
 #include <gtest/gtest.h>

@@ -14,7 +14,8 @@
 #include "model/weights.h"
 #include "quant/quantized_linear.h"
 #include "quant/rewrite.h"
-#include "quant/scheme.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/spec.h"
 #include "tests/support/test_data.h"
 #include "tests/support/test_models.h"
 

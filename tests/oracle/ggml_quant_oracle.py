@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Oracle for qeval's ggml quantisers (quant/ggml_quants.h): llama.cpp's own Python package
+"""Oracle for qeval's ggml quantisers (quant/formats/ggml/quants.h): llama.cpp's own Python package
 `gguf` (gguf.quants.quantize / dequantize, numpy).
 
   ggml_quant_oracle.py DIR TYPE [TYPE ...]

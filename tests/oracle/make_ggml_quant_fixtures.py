@@ -16,7 +16,7 @@ so only the quantised bytes (hex) are committed, and for the large cases (256 ro
   /work/cache/llamacpp-venv/bin/python tests/oracle/make_ggml_quant_fixtures.py [OUT.json]
 
 llama.cpp on x86-64 compiles ggml-quants.c without FMA; fixtures made on another architecture
-could differ in the last bit of a sum, and so in a chosen scale (quant/ggml_types.h).
+could differ in the last bit of a sum, and so in a chosen scale (quant/formats/ggml/types.h).
 """
 import ctypes
 import glob

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "common/files.h"
-#include "quant/minifloat.h"
-#include "quant/mx.h"
-#include "quant/nvfp4.h"
+#include "quant/formats/minifloat.h"
+#include "quant/formats/mx.h"
+#include "quant/formats/nvfp4.h"
 #include "tests/loaders/tokenizers/tokenizer_test_util.h"
 #include "tests/support/test_data.h"
 

@@ -12,13 +12,15 @@
 #include <vector>
 
 #include "common/error.h"
-#include "eval/static_scales.h"
-#include "quant/float_formats.h"
-#include "quant/element_blocks_avx512.h"
-#include "quant/mx.h"
-#include "quant/nvfp4.h"
+#include "quant/calibration/static_scales.h"
+#include "quant/float_quantize.h"
+#include "quant/formats/minifloat.h"
+#include "quant/formats/mx.h"
+#include "quant/formats/nvfp4.h"
 #include "quant/quantized_linear.h"
-#include "quant/scheme.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
+#include "quant/schemes/spec.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {

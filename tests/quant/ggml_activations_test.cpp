@@ -1,4 +1,4 @@
-// llama.cpp's activation blocks ("activations": "gguf-q8", quant/ggml_activations.h): the fast
+// llama.cpp's activation blocks ("activations": "gguf-q8", quant/formats/ggml/activations.h): the fast
 // round trip equals the block-by-block reference bit for bit on random rows with exact ties, the
 // rounding rules are x86 llama.cpp's (ties to even, 127 / amax), and a layer with the option
 // computes the dequantised product of the rounded inputs.
@@ -11,10 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "quant/ggml_activations.h"
-#include "quant/ggml_scheme.h"
+#include "quant/formats/ggml/activations.h"
+#include "quant/schemes/ggml_rules.h"
 #include "quant/quantized_linear.h"
-#include "quant/scheme.h"
+#include "quant/schemes/scheme_json.h"
+#include "quant/schemes/spec.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {

@@ -1,4 +1,4 @@
-// llama.cpp's quantisation types (quant/ggml_quants.h), checked three ways:
+// llama.cpp's quantisation types (quant/formats/ggml/quants.h), checked three ways:
 //   * GgmlQuantOracle: against llama.cpp's Python package `gguf` (tests/oracle/ggml_quant_oracle.py):
 //     every type gguf.quants.quantize handles (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 in gguf 0.19)
 //     byte for byte on >= 1e5 values per type (random blocks over 48 binades, exact rounding
@@ -27,10 +27,9 @@
 
 #include "common/files.h"
 #include "kernels/cpu/cpu_isa.h"
-#include "quant/ggml_legacy_round_trip_avx512.h"
-#include "quant/ggml_quants.h"
-#include "quant/ggml_quants_internal.h"
-#include "quant/minifloat.h"
+#include "quant/formats/ggml/quants.h"
+#include "quant/formats/ggml/quants_internal.h"
+#include "quant/formats/minifloat.h"
 #include "tests/loaders/tokenizers/tokenizer_test_util.h"  // python_has, oracle_script
 #include "tests/support/test_data.h"
 
@@ -352,7 +351,7 @@ TEST(GgmlQuants, HandWorkedRoundingRules) {
 
 TEST(GgmlQuants, Mxfp4TiesDifferFromOcp) {
   // In units of the block scale (amax 6 -> scale 1): llama.cpp's MXFP4 sends a tie to the value
-  // nearer zero, OCP's E2M1 (qeval's `mx` scheme, quant/minifloat.h) to the even mantissa.
+  // nearer zero, OCP's E2M1 (qeval's `mx` scheme, quant/formats/minifloat.h) to the even mantissa.
   const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
   const float llama[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f};
   const float ocp[] = {0.0f, 1.0f, 1.0f, 2.0f, 2.0f, 4.0f, 4.0f};

@@ -1,4 +1,4 @@
-// Kind ggml (issue 64, quant/ggml_scheme.h): llama-quantize's choice of each tensor's type, the
+// Kind ggml (issue 64, quant/schemes/ggml_rules.h): llama-quantize's choice of each tensor's type, the
 // layer's weight (the GGUF round trip, dequantised once) and its bytes, bad input refused naming
 // the tensor, and whole evaluations: a gguf-* preset on a model equals `full` on the model whose
 // weights (embedding and head included) are the types' round trips.
@@ -11,10 +11,12 @@
 #include "eval/evaluator.h"
 #include "eval/schemes.h"
 #include "model/block.h"
-#include "quant/ggml_quants.h"
-#include "quant/ggml_scheme.h"
+#include "quant/formats/ggml/quants.h"
+#include "quant/schemes/ggml_rules.h"
 #include "quant/quantized_linear.h"
 #include "quant/rewrite.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
 #include "tests/support/test_data.h"
 #include "tests/support/plan_runs.h"
 #include "tests/support/test_models.h"

@@ -1,6 +1,6 @@
 // Quantised key/value caches (issue 62, quant/kv_cache.h): each element format's rows against its
 // definition (int8 and int4 against quant/quantize.h's reference maths, fp8-e4m3 against the
-// float64 reference rounding of quant/minifloat.h), Q8_0 / Q4_0 rows against llama.cpp's own
+// float64 reference rounding of quant/formats/minifloat.h), Q8_0 / Q4_0 rows against llama.cpp's own
 // Python package `gguf` (tests/oracle/kv_cache_oracle.py; skipped, visibly, without it), the
 // kept first position, the error report, whole models (GQA + RoPE, GPT-2's fused qkv) and the
 // refusals: kv_cache on an attention-free model, q8_0 / q4_0 on a head_dim that 32 does not
@@ -18,9 +18,11 @@
 #include "loaders/checkpoints/checkpoint.h"
 #include "quant/kv_cache.h"
 #include "quant/kv_cache_tensor.h"
-#include "quant/minifloat.h"
+#include "quant/formats/minifloat.h"
 #include "quant/quantize.h"
 #include "quant/rewrite.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
 #include "tests/loaders/tokenizers/tokenizer_test_util.h"
 #include "tests/quant/quant_models.h"
 #include "tests/support/test_data.h"

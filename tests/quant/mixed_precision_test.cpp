@@ -21,6 +21,8 @@
 #include "quant/quantize.h"
 #include "quant/quantized_linear.h"
 #include "quant/rewrite.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
 #include "tests/quant/quant_models.h"
 #include "tests/support/test_data.h"
 #include "tests/support/test_models.h"

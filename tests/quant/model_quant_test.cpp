@@ -29,6 +29,7 @@
 #include "quant/quantize.h"
 #include "quant/quantized_linear.h"
 #include "quant/rewrite.h"
+#include "quant/schemes/presets.h"
 #include "tests/support/test_data.h"
 #include "tests/quant/quant_models.h"
 #include "tests/support/test_models.h"

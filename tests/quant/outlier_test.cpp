@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "quant/rewrite.h"
+#include "quant/schemes/presets.h"
 #include "tests/quant/quant_models.h"
 #include "tests/support/test_models.h"
 

@@ -12,6 +12,8 @@
 #include "common/error.h"
 #include "quant/quantize.h"
 #include "quant/quantized_linear.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {

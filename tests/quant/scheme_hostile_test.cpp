@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "quant/scheme.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
+#include "quant/schemes/spec.h"
 #include "tests/support/test_data.h"
 
 #include <fstream>

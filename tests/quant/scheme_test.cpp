@@ -11,7 +11,9 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "quant/quantized_linear.h"
-#include "quant/scheme.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
+#include "quant/schemes/spec.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {
@@ -46,7 +48,7 @@ TEST(SchemePresets, MatchTheDesignTable) {
     std::optional<double> outlier_threshold = std::nullopt;
     bool gguf = false;  // issue 64: llama-quantize's file types quantise the embedding and the head too
   };
-  // A llama.cpp file type's rule (quant/ggml_scheme.h).
+  // A llama.cpp file type's rule (quant/schemes/ggml_rules.h).
   auto gg = [](const char* file_type) {
     QuantSpec s;
     s.kind = QuantKind::ggml;

@@ -1,4 +1,4 @@
-// GGUF block dequantisers (loaders/checkpoints/gguf_blocks.h): hand-worked blocks packed from
+// GGUF block dequantisers (quant/formats/ggml/blocks.h): hand-worked blocks packed from
 // the layouts as documented, the dispatch's refusals, and bit-for-bit agreement with llama.cpp's
 // Python package `gguf` (tests/oracle/gguf_dequant_oracle.py, gguf.quants.dequantize) on
 // seeded random blocks with zero, subnormal, largest, infinite and NaN scales, and on every
@@ -20,7 +20,7 @@
 #include "common/model_cache.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/gguf.h"
-#include "loaders/checkpoints/gguf_blocks.h"
+#include "quant/formats/ggml/blocks.h"
 #include "tests/loaders/tokenizers/tokenizer_test_util.h"  // python_has, oracle_script
 #include "tests/support/test_data.h"
 

@@ -1,4 +1,4 @@
-// The GGUF reader reads every type qeval writes (quant/ggml_quants.h): a GGUF holding one tensor
+// The GGUF reader reads every type qeval writes (quant/formats/ggml/quants.h): a GGUF holding one tensor
 // of each of the 12 types, its blocks made by qeval's quantisers, reads back as those blocks'
 // dequantised values, and as llama.cpp's Python package `gguf` reads the same file
 // (tests/oracle/gguf_dequant_oracle.py "file" mode), bit for bit; IQ4_NL and MXFP4 included,
@@ -11,7 +11,7 @@
 
 #include "common/files.h"
 #include "loaders/checkpoints/gguf.h"
-#include "quant/ggml_quants.h"
+#include "quant/formats/ggml/quants.h"
 #include "tests/loaders/tokenizers/tokenizer_test_util.h"  // python_has, oracle_script
 #include "tests/support/gguf_builder.h"
 #include "tests/support/test_data.h"

@@ -11,7 +11,8 @@
 #include "eval/sensitivity.h"
 #include "loaders/checkpoints/checkpoint.h"
 #include "quant/rewrite.h"
-#include "quant/scheme.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/spec.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {

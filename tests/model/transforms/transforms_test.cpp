@@ -12,6 +12,7 @@
 #include "loaders/checkpoints/checkpoint.h"
 #include "model/observer.h"
 #include "quant/rewrite.h"
+#include "quant/schemes/presets.h"
 #include "tests/support/test_data.h"
 #include "tests/support/test_models.h"
 #include "transforms/orthogonal.h"
