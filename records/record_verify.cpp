@@ -17,6 +17,7 @@
 #include "eval/evaluator.h"
 #include "records/rounding_band.h"
 #include "records/run_state.h"
+#include "records/scheme_sections_verify.h"
 #include "records/statistics_verify.h"
 #include "records/timings_verify.h"
 #include "stats/statistics.h"
@@ -263,6 +264,10 @@ RecordVerification verify_record(const nlohmann::json& record, const std::string
     const StatisticsShape shape = statistics_shape(record, source);
     for (std::size_t i = 0; i < rows.size(); ++i)
       check_summary(schemes[i], schemes[i]["name"].get<std::string>(), summarize(rows[i]), full, shape, source);
+    // What each scheme says of itself: its spec, static scales, KV-cache errors, tensor types and bytes.
+    std::set<std::int64_t> evaluated;
+    for (const auto& [w, row] : full_rows) evaluated.insert(w);
+    verify_scheme_sections(record, evaluated, source);
     // What else a reader takes from a record: its rounding bands (a gate's width) and its timings.
     verify_rounding_bands(record, source);
     verify_timings(record, source);
@@ -292,6 +297,15 @@ std::vector<std::string> scheme_definition_differences(const nlohmann::json& a, 
     if (d.is_object()) d.erase("description");  // free text, not the definition
     // A rounding variant is also which scheme it varies, with which seed and ε (records/rounding_band.h).
     if (const nlohmann::json jitter = rounding_identity(scheme); !jitter.is_null()) d["rounding_variant"] = jitter;
+    // Static scales are also where they were calibrated: the data (by hash: paths differ between
+    // machines) and the windows, which a baseline calibrated on other text does not share.
+    if (d.is_object() && scheme.contains("description") && scheme["description"].contains("static_scales")) {
+      const nlohmann::json& s = scheme["description"]["static_scales"];
+      const nlohmann::json cal = s.value("calibration", nlohmann::json::object());
+      d["static_scales_calibrated_on"] = {{"data_hash", cal.value("hash", nlohmann::json(nullptr))},
+                                          {"windows", cal.value("windows", nlohmann::json(nullptr))},
+                                          {"window_hashes", s.value("window_hashes", nlohmann::json(nullptr))}};
+    }
     return d;
   };
   if (!a.contains("schemes") || !b.contains("schemes") || !a["schemes"].is_array() || !b["schemes"].is_array()) return out;

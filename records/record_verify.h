@@ -18,7 +18,9 @@
 //   - every rounding variant belongs to a scheme of the record, with the run's ε, and every band
 //     summary is the one its variants give (records/rounding_band.h);
 //   - the timings are measurements: finite, ≥ 0, the phases adding up to the total and the
-//     per-scheme phases within theirs (records/timings_verify.h).
+//     per-scheme phases within theirs (records/timings_verify.h);
+//   - every scheme's own sections agree with its spec: a preset's name holds the preset, static
+//     scales, KV-cache errors, tensor types and byte counts (records/scheme_sections_verify.h).
 // Every reader (compare, check, plot, merge, the series reader) verifies through here, so what one
 // refuses, all refuse, with the same message (naming the file and the key).
 // A record that passes may still be partial: a shard, or a record that says it covers fewer
@@ -48,7 +50,8 @@ std::vector<std::string> require_verified_record(const nlohmann::json& record, c
 
 // The resolved definitions of the schemes two records share by name, where they differ
 // ("int8-coarse: scheme.weights.granularity: \"tensor\" vs \"channel\""): the spec without its
-// free-text description and, for a rounding variant, the scheme it varies with its seed and ε.
+// free-text description, for a rounding variant the scheme it varies with its seed and ε, and for
+// static scales the data (hash) and windows they were calibrated on.
 // Empty when every shared scheme is defined the same way.
 std::vector<std::string> scheme_definition_differences(const nlohmann::json& a, const nlohmann::json& b);
 

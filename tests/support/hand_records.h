@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "eval/token_scores.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
 
 namespace qeval::test {
 
@@ -140,6 +143,14 @@ inline nlohmann::json sealed(nlohmann::json record) {
   return record;
 }
 
+// The resolved spec a record stores for a scheme: a preset's own (records are verified against it,
+// records/scheme_sections_verify.h), or only the name for a scheme the tests make up.
+inline nlohmann::json hand_scheme_spec(const std::string& name) {
+  const std::vector<std::string> presets = preset_names();
+  if (std::find(presets.begin(), presets.end(), name) != presets.end()) return scheme_to_json(preset_scheme(name));
+  return {{"name", name}};
+}
+
 inline nlohmann::json hand_record(const std::string& model_path, const std::string& softmax,
                                   std::optional<std::string> optimizer, const std::vector<HandScheme>& schemes,
                                   nlohmann::json protocol = hand_protocol(), const std::string& data_hash = "d0d0") {
@@ -148,7 +159,7 @@ inline nlohmann::json hand_record(const std::string& model_path, const std::stri
   nlohmann::json list = nlohmann::json::array();
   for (const auto& s : schemes)
     list.push_back({{"name", s.name},
-                    {"description", {{"execution", "fp32"}, {"scheme", {{"name", s.name}}}}},
+                    {"description", {{"execution", "fp32"}, {"scheme", hand_scheme_spec(s.name)}}},
                     {"perplexity", {{"ppl", s.ppl}}},
                     {"vs_full", {{"dppl", s.dppl}}},
                     {"statistics", s.statistics}});

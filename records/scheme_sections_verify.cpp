@@ -1,0 +1,254 @@
+#include "records/scheme_sections_verify.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "common/error.h"
+#include "common/json_integer.h"
+#include "common/printable.h"
+#include "model/block.h"
+#include "model/config.h"
+#include "quant/float_quantize.h"
+#include "quant/formats/ggml/quants.h"
+#include "quant/schemes/ggml_rules.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
+#include "records/rounding_band.h"
+
+namespace qeval {
+namespace {
+
+using nlohmann::json;
+
+// The model's resolved config, where the record carries one that parses (hand-made records in
+// tests carry a few keys only): the checks that need the model's shape run with it.
+std::optional<ModelConfig> record_config(const json& record) {
+  if (!record.contains("model") || !record["model"].is_object() || !record["model"].contains("config")) return std::nullopt;
+  try {
+    return config_from_json(record["model"]["config"], "model.config");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+double finite_number(const json& v, const std::string& what) {
+  QEVAL_CHECK(v.is_number() && std::isfinite(v.get<double>()), "{} is {}: expected a finite number", what,
+              json_text(v, 60));
+  return v.get<double>();
+}
+
+// A spec under a preset's name is the preset, with only the run's options applied.
+void check_preset_spec(const json& entry, const std::string& name, const SchemeSpec& spec, const json& record,
+                       const std::string& where) {
+  const std::vector<std::string> presets = preset_names();
+  if (std::find(presets.begin(), presets.end(), name) == presets.end()) return;
+  if (is_rounding_variant(entry)) return;  // named after its scheme with ~r<k>; verified with it
+  QEVAL_CHECK(!entry["description"].contains("scheme_file"),
+              "{}: a scheme file ({}) is shown under the preset name {}; a scheme file cannot take a preset's name",
+              where, json_text(entry["description"]["scheme_file"], 80), in_quotes(name));
+  SchemeSpec preset = preset_scheme(name);
+  const json options = record.value("options", json::object());
+  if (options.is_object() && options.value("quantize_lm_head", false) == true) preset.quantize_lm_head = true;
+  if (options.is_object() && options.value("quantize_ssm_inner", false) == true) preset.quantize_ssm_inner = true;
+  json stored = scheme_to_json(spec), expected = scheme_to_json(preset);
+  stored.erase("description"), expected.erase("description");  // free text
+  if (stored == expected) return;
+  std::string first;
+  for (auto it = expected.begin(); it != expected.end() && first.empty(); ++it)
+    if (!stored.contains(it.key()) || stored[it.key()] != it.value())
+      first = fmt::format("{} is {}, the preset's is {}", it.key(), json_text(stored.value(it.key(), json(nullptr)), 80),
+                          json_text(it.value(), 80));
+  fail("{}: the spec under the preset name {} is not that preset's (description.scheme.{}); a record's scheme named "
+       "like a preset must be the preset",
+       where, in_quotes(name), first);
+}
+
+void check_static_scales(const json& d, const SchemeSpec& spec, const std::set<std::int64_t>& evaluated,
+                         const std::string& where) {
+  if (!spec.needs_calibration()) {
+    QEVAL_CHECK(!d.contains("static_scales"), "{}: has \"static_scales\", but its spec's input activations are not "
+                "static (no calibration): a dynamic scheme has no calibrated scales", where);
+    return;
+  }
+  QEVAL_CHECK(d.contains("static_scales") && d["static_scales"].is_object(),
+              "{}: its spec's input activations are static (calibration {} windows), but the record has no "
+              "\"static_scales\" object saying which windows and which scales", where,
+              spec.input_activations.calibration->windows);
+  const json& s = d["static_scales"];
+  const std::string at = where + ": static_scales";
+  const ActivationCalibration& c = *spec.input_activations.calibration;
+  QEVAL_CHECK(s.value("statistic", json(nullptr)) == c.statistic_name(), "{}.statistic is {}, the spec's is {}", at,
+              json_text(s.value("statistic", json(nullptr))), c.statistic_name());
+  QEVAL_CHECK(s.contains("windows") && json_integer(s["windows"], at + ".windows") == c.windows,
+              "{}.windows is {}, the spec calibrates on {}", at, json_text(s.value("windows", json(nullptr))), c.windows);
+  const std::int64_t keep = spec.keep_tokens.rule == KeepRule::first ? spec.keep_tokens.count : 0;
+  QEVAL_CHECK(s.contains("keep_first") && json_integer(s["keep_first"], at + ".keep_first") == keep,
+              "{}.keep_first is {}, the spec keeps {}", at, json_text(s.value("keep_first", json(nullptr))), keep);
+  QEVAL_CHECK(s.contains("calibration") && s["calibration"].is_object(), "{}: has no \"calibration\" object", at);
+  const json& cal = s["calibration"];
+  QEVAL_CHECK(cal.contains("windows") && cal["windows"].is_array() &&
+                  static_cast<std::int64_t>(cal["windows"].size()) == c.windows,
+              "{}.calibration.windows should list the {} calibration windows, found {}", at, c.windows,
+              json_text(cal.value("windows", json(nullptr)), 80));
+  std::set<std::int64_t> windows;
+  for (const json& w : cal["windows"]) {
+    const std::int64_t i = json_integer(w, at + ".calibration.windows[]");
+    QEVAL_CHECK(i >= 0 && windows.insert(i).second, "{}.calibration.windows: window {} is negative or listed twice", at, i);
+  }
+  const bool same_data = cal.value("same_data_as_evaluation", true) != false;
+  if (same_data)
+    for (std::int64_t w : windows)
+      QEVAL_CHECK(!evaluated.count(w), "{}.calibration.windows holds window {}, which the record also evaluates: "
+                  "calibration and evaluation windows must be disjoint", at, w);
+  QEVAL_CHECK(!cal.contains("disjoint_from_evaluation") || cal["disjoint_from_evaluation"] == true,
+              "{}.calibration.disjoint_from_evaluation is {}: qeval never calibrates on evaluated windows", at,
+              json_text(cal["disjoint_from_evaluation"]));
+  QEVAL_CHECK(s.contains("layers") && s["layers"].is_array(), "{}.layers should list each calibrated linear", at);
+  std::set<std::string> seen;
+  for (const json& layer : s["layers"]) {
+    QEVAL_CHECK(layer.is_object() && layer.contains("name") && layer["name"].is_string(),
+                "{}.layers: an entry without a \"name\": {}", at, json_text(layer, 80));
+    const std::string name = layer["name"].get<std::string>();
+    const std::string lat = fmt::format("{}.layers[{}]", at, in_quotes(name));
+    QEVAL_CHECK(spec.selects(name), "{}: the spec does not quantise this linear", lat);
+    QEVAL_CHECK(seen.insert(name).second, "{}: listed twice", lat);
+    const double amax = finite_number(layer.value("amax", json(nullptr)), lat + ".amax");
+    QEVAL_CHECK(amax >= 0, "{}.amax is {}: a largest magnitude is >= 0", lat, amax);
+    const double scale = finite_number(layer.value("scale", json(nullptr)), lat + ".scale");
+    const float expected = static_activation_scale(spec.input_activations, amax);
+    QEVAL_CHECK(static_cast<double>(expected) == scale, "{}.scale is {}, but amax {} gives {} under {} (amax / {})", lat,
+                scale, amax, expected, to_string(spec.input_activations.kind),
+                spec.input_activations.kind == QuantKind::fp8 ? "the element's largest finite" : "127");
+  }
+}
+
+void check_kv_cache_error(const json& d, const SchemeSpec& spec, const std::optional<ModelConfig>& config,
+                          std::int64_t windows, const std::string& where) {
+  if (!spec.kv_cache.enabled()) {
+    QEVAL_CHECK(!d.contains("kv_cache_error"), "{}: has \"kv_cache_error\", but its spec leaves the KV cache "
+                "unquantised (kv_cache.format none)", where);
+    return;
+  }
+  if (!d.contains("kv_cache_error")) return;  // written after the run; a record cut before it has none
+  const json& e = d["kv_cache_error"];
+  const std::string at = where + ": kv_cache_error";
+  QEVAL_CHECK(e.is_object(), "{} is {}: expected an object", at, json_text(e, 60));
+  QEVAL_CHECK(e.value("format", json(nullptr)) == to_string(spec.kv_cache.format), "{}.format is {}, the spec's is {}",
+              at, json_text(e.value("format", json(nullptr))), to_string(spec.kv_cache.format));
+  QEVAL_CHECK(e.contains("keep_first") && json_integer(e["keep_first"], at + ".keep_first") == spec.kv_cache.keep_first,
+              "{}.keep_first is {}, the spec keeps {}", at, json_text(e.value("keep_first", json(nullptr))),
+              spec.kv_cache.keep_first);
+  const bool hadamard = spec.kv_cache.rotation == KvCacheRotation::hadamard;
+  QEVAL_CHECK(e.contains("rotation") == hadamard && (!hadamard || e["rotation"] == "hadamard"),
+              "{}.rotation is {}, the spec's is {}", at, json_text(e.value("rotation", json(nullptr))),
+              hadamard ? "hadamard" : "none (absent)");
+  QEVAL_CHECK(e.contains("layers") && e["layers"].is_array(), "{}.layers should be a list", at);
+  static const char* kNames[] = {"k_first", "k_rest", "v_first", "v_rest"};
+  const double bound = config ? 2.0 * std::sqrt(static_cast<double>(std::max<std::int64_t>(config->head_dim(), 1)))
+                              : std::numeric_limits<double>::infinity();
+  std::set<std::int64_t> layers;
+  double total[4] = {0, 0, 0, 0};
+  for (const json& row : e["layers"]) {
+    QEVAL_CHECK(row.is_object() && row.contains("layer"), "{}.layers: a row without \"layer\": {}", at, json_text(row, 80));
+    const std::int64_t layer = json_integer(row["layer"], at + ".layers[].layer");
+    const std::string lat = fmt::format("{}.layers[layer {}]", at, layer);
+    QEVAL_CHECK(layers.insert(layer).second, "{}: listed twice", lat);
+    if (config) {
+      QEVAL_CHECK(layer >= 0 && layer < config->n_layers, "{}: the model has layers 0..{}", lat, config->n_layers - 1);
+      QEVAL_CHECK(config->mixer(layer) == MixerKind::attention, "{}: layer {} has no attention, so no KV cache",
+                  lat, layer);
+    }
+    QEVAL_CHECK(row.contains("windows") && json_integer(row["windows"], lat + ".windows") == windows,
+                "{}.windows is {}, but the record evaluates {} windows", lat,
+                json_text(row.value("windows", json(nullptr))), windows);
+    for (int i = 0; i < 4; ++i) {
+      const double v = finite_number(row.value(kNames[i], json(nullptr)), lat + "." + kNames[i]);
+      QEVAL_CHECK(v >= 0 && v <= bound, "{}.{} is {}: a relative RMS error lies in [0, 2·sqrt(head_dim)] = [0, {:.4g}]",
+                  lat, kNames[i], v, bound);
+      QEVAL_CHECK(!(spec.kv_cache.keep_first > 0 && (i == 0 || i == 2)) || v == 0,
+                  "{}.{} is {}, but the spec keeps position 0 in full precision: its error is 0", lat, kNames[i], v);
+      total[i] += v;
+    }
+  }
+  if (config) {
+    std::int64_t attention = 0;
+    for (std::int64_t l = 0; l < config->n_layers; ++l) attention += config->mixer(l) == MixerKind::attention;
+    QEVAL_CHECK(static_cast<std::int64_t>(layers.size()) == attention,
+                "{}.layers has {} rows, the model has {} attention layers", at, layers.size(), attention);
+  }
+  if (e.contains("mean") && !layers.empty())
+    for (int i = 0; i < 4; ++i) {
+      const double mean = total[i] / static_cast<double>(layers.size());
+      const double written = finite_number(e["mean"].value(kNames[i], json(nullptr)), at + ".mean." + kNames[i]);
+      QEVAL_CHECK(std::fabs(written - mean) <= 1e-9 * std::max(1.0, std::fabs(mean)),
+                  "{}.mean.{} is {}, the layers' rows give {}", at, kNames[i], written, mean);
+    }
+}
+
+void check_layers(const json& d, const SchemeSpec& spec, const std::optional<ModelConfig>& config,
+                  const std::string& where) {
+  if (!d.contains("layers") || !d["layers"].is_array()) return;
+  std::optional<GgmlTypePlan> plan;
+  if (spec.weights.kind == QuantKind::ggml && config) plan.emplace(spec, model_linear_names(*config), *config);
+  for (const json& layer : d["layers"]) {
+    if (!layer.is_object() || !layer.contains("name") || !layer["name"].is_string()) continue;
+    const std::string lat = fmt::format("{}: layers[{}]", where, in_quotes(layer["name"].get<std::string>()));
+    for (const char* key : {"weight_bytes", "fp32_weight_bytes"})
+      if (layer.contains(key))
+        QEVAL_CHECK(json_integer(layer[key], lat + "." + key) > 0, "{}.{} is {}: a tensor takes a positive number of "
+                    "bytes", lat, key, json_text(layer[key]));
+    if (!layer.contains("ggml_type")) continue;
+    QEVAL_CHECK(spec.weights.kind == QuantKind::ggml, "{}: has a ggml_type, but the scheme's weights are {}", lat,
+                to_string(spec.weights.kind));
+    QEVAL_CHECK(layer["ggml_type"].is_string(), "{}.ggml_type is {}: expected a type name", lat, json_text(layer["ggml_type"]));
+    const GgmlType type = ggml_type_from_json_name(layer["ggml_type"].get<std::string>(), lat + ".ggml_type", true);
+    const std::int64_t in = json_integer(layer.value("in_features", json(nullptr)), lat + ".in_features");
+    const std::int64_t out = json_integer(layer.value("out_features", json(nullptr)), lat + ".out_features");
+    QEVAL_CHECK(in > 0 && out > 0 && in % ggml_block_elements(type) == 0,
+                "{}: type {} stores rows in blocks of {}, but the tensor's rows hold {} values", lat,
+                ggml_type_label(type), ggml_block_elements(type), in);
+    if (plan) {
+      const GgmlTensorChoice choice = plan->choose(layer["name"].get<std::string>(), in);
+      QEVAL_CHECK(choice.type == type, "{}.ggml_type is {}, but the scheme's rules give {} ({})", lat,
+                  ggml_type_label(type), ggml_type_label(choice.type), choice.rule);
+    }
+    if (type != GgmlType::F32 && layer.contains("weight_bytes")) {
+      const std::int64_t bytes = json_integer(layer["weight_bytes"], lat + ".weight_bytes");
+      const std::int64_t blocks = ggml_tensor_bytes(type, out, in);
+      QEVAL_CHECK(bytes >= blocks && bytes <= blocks + out * 4, "{}.weight_bytes is {}: a [{}, {}] tensor of type {} "
+                  "takes {} bytes (and its bias at most {})", lat, bytes, out, in, ggml_type_label(type), blocks, out * 4);
+    }
+  }
+}
+
+}  // namespace
+
+void verify_scheme_sections(const nlohmann::json& record, const std::set<std::int64_t>& evaluated,
+                            const std::string& source) {
+  const std::optional<ModelConfig> config = record_config(record);
+  for (const json& entry : record.at("schemes")) {
+    const std::string name = entry.at("name").get<std::string>();
+    const std::string where = fmt::format("{}: scheme {}", source, in_quotes(name));
+    if (!entry.contains("description") || !entry["description"].is_object()) continue;
+    const json& d = entry["description"];
+    if (!d.contains("scheme")) continue;
+    SchemeSpec spec;
+    try {
+      spec = scheme_from_json(d["scheme"], where + ": description.scheme");
+    } catch (const Error& e) {
+      fail("{} (the record's resolved spec does not parse)", e.what());
+    }
+    check_preset_spec(entry, name, spec, record, where);
+    check_static_scales(d, spec, evaluated, where);
+    check_kv_cache_error(d, spec, config, static_cast<std::int64_t>(evaluated.size()), where);
+    check_layers(d, spec, config, where);
+  }
+}
+
+}  // namespace qeval

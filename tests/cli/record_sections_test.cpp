@@ -1,0 +1,150 @@
+// The sections schemes add to a record's description, verified (records/scheme_sections_verify.h):
+// a record qeval wrote on stories260K with a static, a KV-cache and two llama.cpp schemes passes,
+// and each edit an attacker of a CI gate could make to those sections — a scale that is not its
+// amax's, calibration windows that overlap the evaluated ones, KV errors out of their domain or on a
+// scheme without a cache, a ggml type the rows or the rules do not allow, a preset's spec edited or
+// two presets' names swapped, zero or negative byte counts — is refused naming the scheme and key.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "records/record_verify.h"
+#include "tests/cli/stories_eval.h"
+#include "tests/support/test_data.h"
+
+namespace qeval {
+namespace {
+
+using nlohmann::json;
+
+json& scheme(json& record, const std::string& name) {
+  for (auto& s : record.at("schemes"))
+    if (s.at("name") == name) return s;
+  throw std::runtime_error("no scheme " + name);
+}
+
+json& layer_named(json& layers, const std::string& name) {
+  for (auto& l : layers)
+    if (l.at("name") == name) return l;
+  throw std::runtime_error("no layer " + name);
+}
+
+struct Edit {
+  std::string what;
+  std::function<void(json&)> apply;
+  std::string message;  // a part of the refusal
+};
+
+TEST(RecordSections, EveryEditOfASchemeSectionIsRefusedNamingTheKey) {
+  test::TempDir dir;
+  const json record = test::stories_eval_record(
+      dir, "sections",
+      "--model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt --seq-len 64 "
+      "--max-windows 4 --schemes full,int8-moderate-static,kv-int4-keep1,gguf-q8_0,gguf-q4_k_m");
+  ASSERT_FALSE(record.is_null());
+  ASSERT_NO_THROW(verify_record(record, "r.json"));
+
+  const std::string q = "layers.0.attn.q";
+  const std::vector<Edit> edits = {
+      {"a static scale that is not its amax's", [&](json& r) {
+         json& l = scheme(r, "int8-moderate-static")["description"]["static_scales"]["layers"][0];
+         l["scale"] = l["scale"].get<double>() * 1.001;
+       }, "static_scales.layers[\"layers.0.attn.q\"].scale is"},
+      {"a negative amax", [&](json& r) {
+         scheme(r, "int8-moderate-static")["description"]["static_scales"]["layers"][0]["amax"] = -1.0;
+       }, ".amax is -1"},
+      {"an amax as a string", [&](json& r) {
+         scheme(r, "int8-moderate-static")["description"]["static_scales"]["layers"][0]["amax"] = "1.5";
+       }, "expected a finite number"},
+      {"calibration windows that are evaluated", [&](json& r) {
+         scheme(r, "int8-moderate-static")["description"]["static_scales"]["calibration"]["windows"][0] = 1;
+       }, "which the record also evaluates"},
+      {"static scales on a dynamic scheme", [&](json& r) {
+         scheme(r, "gguf-q8_0")["description"]["static_scales"] =
+             scheme(r, "int8-moderate-static")["description"]["static_scales"];
+       }, "scheme \"gguf-q8_0\": has \"static_scales\""},
+      {"no static scales on a static scheme", [&](json& r) {
+         scheme(r, "int8-moderate-static")["description"].erase("static_scales");
+       }, "has no \"static_scales\""},
+      {"a negative KV error", [&](json& r) {
+         scheme(r, "kv-int4-keep1")["description"]["kv_cache_error"]["layers"][1]["k_rest"] = -0.1;
+       }, "k_rest is -0.1"},
+      {"a KV error of 1e300", [&](json& r) {
+         scheme(r, "kv-int4-keep1")["description"]["kv_cache_error"]["layers"][1]["v_rest"] = 1e300;
+       }, "a relative RMS error lies in"},
+      {"more KV windows than the record", [&](json& r) {
+         scheme(r, "kv-int4-keep1")["description"]["kv_cache_error"]["layers"][0]["windows"] = 99;
+       }, "but the record evaluates 4 windows"},
+      {"an error at a kept position", [&](json& r) {
+         scheme(r, "kv-int4-keep1")["description"]["kv_cache_error"]["layers"][2]["k_first"] = 0.01;
+       }, "keeps position 0 in full precision"},
+      {"a layer the model does not have", [&](json& r) {
+         scheme(r, "kv-int4-keep1")["description"]["kv_cache_error"]["layers"][4]["layer"] = 7;
+       }, "the model has layers 0..4"},
+      {"a KV error on full precision", [&](json& r) {
+         scheme(r, "full")["description"]["kv_cache_error"] = scheme(r, "kv-int4-keep1")["description"]["kv_cache_error"];
+       }, "scheme \"full\": has \"kv_cache_error\""},
+      {"a KV error of another format", [&](json& r) {
+         scheme(r, "kv-int4-keep1")["description"]["kv_cache_error"]["format"] = "int8";
+       }, "kv_cache_error.format is \"int8\""},
+      {"a K-quant on rows of 64", [&](json& r) {
+         layer_named(scheme(r, "gguf-q4_k_m")["description"]["layers"], q)["ggml_type"] = "Q4_K";
+       }, "stores rows in blocks of 256"},
+      {"an unknown ggml type", [&](json& r) {
+         layer_named(scheme(r, "gguf-q8_0")["description"]["layers"], q)["ggml_type"] = "Q9_9";
+       }, "unknown llama.cpp type 'Q9_9'"},
+      {"a type the rules do not give", [&](json& r) {
+         layer_named(scheme(r, "gguf-q8_0")["description"]["layers"], q)["ggml_type"] = "Q4_0";
+       }, "but the scheme's rules give Q8_0"},
+      {"a preset's spec edited", [&](json& r) {
+         scheme(r, "int8-moderate-static")["description"]["scheme"]["weights"]["granularity"] = "channel";
+       }, "is not that preset's"},
+      {"two presets' names swapped", [&](json& r) {
+         scheme(r, "gguf-q8_0")["name"] = "swap";
+         scheme(r, "gguf-q4_k_m")["name"] = "gguf-q8_0";
+         scheme(r, "swap")["name"] = "gguf-q4_k_m";
+       }, "is not that preset's"},
+      {"zero weight bytes", [&](json& r) {
+         layer_named(scheme(r, "gguf-q8_0")["description"]["layers"], q)["weight_bytes"] = 0;
+       }, "weight_bytes is 0"},
+      {"negative fp32 bytes", [&](json& r) {
+         layer_named(scheme(r, "gguf-q8_0")["description"]["layers"], q)["fp32_weight_bytes"] = -4;
+       }, "fp32_weight_bytes is -4"},
+  };
+  for (const Edit& e : edits) {
+    SCOPED_TRACE(e.what);
+    json r = record;
+    e.apply(r);
+    EXPECT_TRUE(test::throws_with([&] { verify_record(r, "r.json"); }, {"r.json: scheme", e.message}));
+  }
+
+  // check and compare take static scales calibrated on other text for another scheme.
+  json other = record;
+  scheme(other, "int8-moderate-static")["description"]["static_scales"]["calibration"]["hash"] = "0123456789abcdef";
+  const std::vector<std::string> differ = scheme_definition_differences(record, other);
+  ASSERT_EQ(differ.size(), 1u);
+  EXPECT_NE(differ[0].find("int8-moderate-static"), std::string::npos) << differ[0];
+  EXPECT_NE(differ[0].find("static_scales_calibrated_on"), std::string::npos) << differ[0];
+  EXPECT_TRUE(scheme_definition_differences(record, record).empty());
+}
+
+// A rounding variant is named after its scheme and verified with it; a user's scheme under its own
+// name may hold any valid spec.
+TEST(RecordSections, SchemesOfTheirOwnNameAndRoundingVariantsPass) {
+  test::TempDir dir;
+  std::ofstream(dir / "mine.json") << R"({"name": "mine", "weights": {"kind": "fp8", "element": "e4m3",
+      "granularity": "channel"}, "input_activations": {"kind": "none"}})";
+  const json record = test::stories_eval_record(
+      dir, "own", "--model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt --seq-len 64 "
+                  "--max-windows 3 --rounding-band 1 --schemes full,int8-coarse," + (dir / "mine.json").string());
+  ASSERT_FALSE(record.is_null());
+  EXPECT_NO_THROW(verify_record(record, "r.json"));
+}
+
+}  // namespace
+}  // namespace qeval
