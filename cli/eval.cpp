@@ -109,9 +109,8 @@ Shard parse_shard(const std::string& text) {
 // The state of an interrupted run, checked before a single row is kept: it must be a state file of
 // this very evaluation (identity), pass its checksum and every rule of run_state_from_json, and each
 // kept window must be the window the data gives at its index (hash and scored tokens).
-EvalResult load_resume_state(const std::string& state_path, const nlohmann::json& identity,
-                             std::vector<std::shared_ptr<StatisticsCollector>>& statistics, const EvalInputs& inputs,
-                             const std::function<bool(std::int64_t)>& in_shard) {
+EvalResult load_resume_state(const std::string& state_path, const nlohmann::json& identity, PreparedSchemes& prepared,
+                             const EvalInputs& inputs, const std::function<bool(std::int64_t)>& in_shard) {
   QEVAL_CHECK(std::filesystem::is_regular_file(state_path), "--resume: {} is not a file", state_path);
   nlohmann::json saved = nlohmann::json::parse(read_file(state_path), nullptr, /*allow_exceptions=*/false);
   QEVAL_CHECK(saved.is_object() && saved.contains("identity") && saved.contains("state"),
@@ -130,9 +129,12 @@ EvalResult load_resume_state(const std::string& state_path, const nlohmann::json
   QEVAL_CHECK(saved["identity"] == identity,
               "--resume: {} was written by a different evaluation (the state's vs this run's: {}); remove it or drop "
               "--resume", state_path, fmt::join(json_differences(saved["identity"], identity, 4), "; "));
-  EvalResult resumed = run_state_from_json(saved["state"], statistics, state_path, inputs.protocol.seq_len);
+  SchemeMeasuresList measures;
+  EvalResult resumed =
+      run_state_from_json(saved["state"], prepared.statistics, state_path, inputs.protocol.seq_len, &measures);
   std::unique_ptr<WindowSource> windows = inputs.open_windows();
   verify_resumed_windows(resumed, *windows, in_shard, state_path);
+  prepared.add_measures(measures, state_path);  // the earlier windows' KV error and kept positions
   return resumed;
 }
 
@@ -312,7 +314,7 @@ void run_eval(const EvalArgs& a) {
   std::function<bool(std::int64_t)> in_shard;
   if (shard.count > 1) in_shard = [shard](std::int64_t w) { return w % shard.count == shard.index; };
   if (a.resume && std::filesystem::exists(state_path)) {
-    resumed = load_resume_state(state_path, identity, prepared.statistics, inputs, in_shard);
+    resumed = load_resume_state(state_path, identity, prepared, inputs, in_shard);
     fmt::print(stderr, "resuming from {}: {} windows already done (each checked against the data)\n", state_path,
                resumed.windows);
   }
@@ -332,7 +334,7 @@ void run_eval(const EvalArgs& a) {
   };
   auto last_save = std::chrono::steady_clock::now();
   auto save_state = [&](const EvalResult& r) {
-    write_file_atomic(state_path, nlohmann::json{{"identity", identity}, {"state", run_state_to_json(r, prepared.statistics)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_file_atomic(state_path, nlohmann::json{{"identity", identity}, {"state", run_state_to_json(r, prepared.statistics, prepared.measures())}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     last_save = std::chrono::steady_clock::now();
   };
   if (a.resume || a.stop_after > 0) {
@@ -365,8 +367,8 @@ void run_eval(const EvalArgs& a) {
   if (!inputs.placement.on_cpu())
     record["plan"]["measured_peak_device_bytes"] = kernels::peak_allocated_bytes(inputs.placement.device);
   // Schemes that keep tokens in full precision (quant/schemes/spec.h keep_tokens) say which positions
-  // they kept, over the windows this process evaluated (a resumed run's earlier windows and
-  // other shards are not in these counts; "sequences" says how many are).
+  // they kept, over the windows of this record (a resumed run's earlier windows included, from its
+  // state; a shard's own windows, which merge adds up).
   for (std::size_t i = 0; i < prepared.schemes.size(); ++i) {
     if (nlohmann::json kept = prepared.kept_positions_report(i); !kept.is_null()) record["schemes"][i]["kept_positions"] = kept;
     // LLM.int8()-style schemes: how many input features ran in float, per layer.
@@ -383,7 +385,7 @@ void run_eval(const EvalArgs& a) {
     record["shard"] = {{"index", shard.index},
                        {"count", shard.count},
                        {"protocol_windows", protocol_windows.count},
-                       {"state", run_state_to_json(result, prepared.statistics)}};
+                       {"state", run_state_to_json(result, prepared.statistics, prepared.measures())}};
     if (!protocol_windows.sequential) record["shard"]["protocol_window_indices"] = protocol_windows.indices;
   }
 

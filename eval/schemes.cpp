@@ -102,13 +102,44 @@ std::vector<std::int64_t> PreparedSchemes::linear_weight_bytes() const {
 }
 
 nlohmann::json PreparedSchemes::kept_positions_report(std::size_t i) const {
-  return rewrites[i] ? rewrites[i]->kept_positions_report() : nlohmann::json(nullptr);
+  const nlohmann::json now = rewrites[i] ? rewrites[i]->kept_positions_report() : nlohmann::json(nullptr);
+  if (i >= earlier_kept_positions.size()) return now;
+  return add_kept_positions(earlier_kept_positions[i], now, "scheme " + schemes[i].name);
 }
 nlohmann::json PreparedSchemes::outlier_features_report(std::size_t i) const {
   return rewrites[i] ? rewrites[i]->outlier_features_report() : nlohmann::json(nullptr);
 }
 nlohmann::json PreparedSchemes::engines_used_report(std::size_t i) const {
   return rewrites[i] ? rewrites[i]->engines_used_report() : nlohmann::json(nullptr);
+}
+
+SchemeMeasuresList PreparedSchemes::measures() const {
+  SchemeMeasuresList out(schemes.size());
+  for (std::size_t i = 0; i < schemes.size(); ++i) {
+    if (rewrites[i] && rewrites[i]->kv_cache()) out[i].kv_cache_errors = rewrites[i]->kv_cache()->error_sums();
+    out[i].kept_positions = kept_positions_report(i);
+  }
+  return out;
+}
+
+void PreparedSchemes::add_measures(const SchemeMeasuresList& earlier, const std::string& source) {
+  QEVAL_CHECK(earlier.size() == schemes.size(), "{}: has measures of {} schemes, this run has {}", source,
+              earlier.size(), schemes.size());
+  earlier_kept_positions.resize(schemes.size());
+  for (std::size_t i = 0; i < schemes.size(); ++i) {
+    const bool has_cache = rewrites[i] && rewrites[i]->kv_cache();
+    QEVAL_CHECK(has_cache == earlier[i].kv_cache_errors.has_value(),
+                "{}: scheme {} {} a quantised KV cache, but the state {} its error sums{}", source, schemes[i].name,
+                has_cache ? "has" : "has no", earlier[i].kv_cache_errors ? "holds" : "lacks",
+                has_cache ? " (written by a qeval that did not keep them); remove it to start again" : "");
+    if (has_cache) rewrites[i]->kv_cache()->add_error_sums(*earlier[i].kv_cache_errors, source);
+    const bool keeps = rewrites[i] && rewrites[i]->spec().keep_tokens.enabled();
+    QEVAL_CHECK(keeps == !earlier[i].kept_positions.is_null(),
+                "{}: scheme {} {} tokens in full precision, but the state {} the positions kept{}", source,
+                schemes[i].name, keeps ? "keeps" : "keeps no", earlier[i].kept_positions.is_null() ? "lacks" : "holds",
+                keeps ? " (written by a qeval that did not keep them); remove it to start again" : "");
+    earlier_kept_positions[i] = earlier[i].kept_positions;
+  }
 }
 
 void use_rewrite(EvalScheme& scheme, const std::shared_ptr<SchemeRewrite>& rewrite, const ModelConfig& config) {
@@ -119,6 +150,14 @@ void use_rewrite(EvalScheme& scheme, const std::shared_ptr<SchemeRewrite>& rewri
   rewrite->use_model(config);  // kind ggml: each tensor's type, and its tensor_types patterns checked, now
   if (rewrite->quantizes_embedding())
     scheme.rewrite_embedding_rows = [rewrite](const at::Tensor& rows) { return rewrite->rewrite_embedding_rows(rows); };
+  // A quantised cache keeps its error sums by window, so any split of the windows reports the same.
+  if (const std::shared_ptr<QuantizedKvCache>& cache = rewrite->kv_cache()) {
+    auto inner = scheme.begin_batch;
+    scheme.begin_batch = [cache, inner](const std::vector<std::int64_t>& windows) {
+      cache->begin_windows(windows);
+      if (inner) inner(windows);
+    };
+  }
 }
 
 PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::string>& names,
@@ -181,8 +220,9 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       statistics.experts = config.moe_experts;
       stats = std::make_shared<StatisticsCollector>(statistics);
       scheme.observer = stats;
-      scheme.begin_batch = [collector = stats.get()](const std::vector<std::int64_t>& windows) {
+      scheme.begin_batch = [collector = stats.get(), inner = scheme.begin_batch](const std::vector<std::int64_t>& windows) {
         collector->begin_batch(windows);
+        if (inner) inner(windows);
       };
     }
     if (rewrite && options.rounding_seed > 0) {

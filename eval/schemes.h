@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "stats/figure_data.h"
 #include "stats/statistics.h"
 #include "model/placement.h"
+#include "quant/kv_cache.h"
 #include "quant/rewrite.h"
 
 namespace qeval {
@@ -46,6 +48,17 @@ struct SchemeOptions {
 // Splits "full,int8-fine,my.json" into names; "full" is put first when missing.
 std::vector<std::string> parse_scheme_list(const std::string& list);
 
+// What a scheme measures besides its scores and statistics, carried by run states and shard records
+// (records/run_state.h) so that resumed and merged runs report every window: its quantised KV
+// cache's error sums by layer and window (none without kv_cache), and the positions its linears
+// kept in full precision (SchemeRewrite's kept_positions_report: integer counts; null without
+// keep_tokens).
+struct SchemeMeasures {
+  std::optional<KvErrorSums> kv_cache_errors;
+  nlohmann::json kept_positions;
+};
+using SchemeMeasuresList = std::vector<SchemeMeasures>;
+
 struct PreparedSchemes {
   std::vector<EvalScheme> schemes;
   std::vector<std::shared_ptr<SchemeRewrite>> rewrites;  // per scheme; null for full precision
@@ -60,6 +73,13 @@ struct PreparedSchemes {
   nlohmann::json kept_positions_report(std::size_t scheme) const;
   nlohmann::json outlier_features_report(std::size_t scheme) const;
   nlohmann::json engines_used_report(std::size_t scheme) const;
+  // Each scheme's measures over the windows run so far, an earlier process's included.
+  SchemeMeasuresList measures() const;
+  // Adds the measures of windows an earlier process ran (a resumed state); throws naming `source`
+  // when a scheme measures something the state lacks, or the state holds what no scheme measures.
+  void add_measures(const SchemeMeasuresList& earlier, const std::string& source);
+  // What add_measures took that the rewrites do not hold (kept positions), per scheme.
+  std::vector<nlohmann::json> earlier_kept_positions;
 };
 
 // Routes `scheme`'s block and head rewrites (and which layers it rewrites) through `rewrite`.

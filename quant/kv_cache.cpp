@@ -158,8 +158,8 @@ QuantizedKvCache::QuantizedKvCache(KvCacheSpec spec) : spec_(spec) {
               "QuantizedKvCache: needs a format, group_size >= 1 and keep_first >= 0");
 }
 
-at::Tensor QuantizedKvCache::round_trip(std::int64_t layer, const at::Tensor& x, const char* what, Sums& sums,
-                                        int offset) const {
+at::Tensor QuantizedKvCache::round_trip(std::int64_t layer, const at::Tensor& x, const char* what,
+                                        std::vector<Window>& sums, int offset) const {
   QEVAL_CHECK(x.dim() == 4 && at::isFloatingType(x.scalar_type()),
               "kv_cache ({}): layer {}: {} is {} with {} dims; expected floating-point [windows, kv heads, positions, "
               "head_dim]", to_string(spec_.format), layer, what, c10::toString(x.scalar_type()), x.dim());
@@ -167,9 +167,10 @@ at::Tensor QuantizedKvCache::round_trip(std::int64_t layer, const at::Tensor& x,
   return round_trip_tensor(x, sums, offset);
 }
 
-at::Tensor QuantizedKvCache::round_trip_rows(const at::Tensor& x, Sums& sums, int offset) const {
+at::Tensor QuantizedKvCache::round_trip_rows(const at::Tensor& x, std::vector<Window>& sums, int offset) const {
   at::Tensor in = x.contiguous(), out = at::empty_like(in);
   const std::int64_t L = in.size(2), n = in.size(3), rows = in.numel() / std::max<std::int64_t>(n, 1);
+  const std::int64_t rows_per_window = in.size(1) * L;
   const float* src = in.data_ptr<float>();
   float* dst = out.data_ptr<float>();
   const std::int64_t block = rotation_block_for(spec_, n, /*is_key=*/offset == 0);
@@ -191,48 +192,87 @@ at::Tensor QuantizedKvCache::round_trip_rows(const at::Tensor& x, Sums& sums, in
       err[static_cast<std::size_t>(r)] = e2, norm[static_cast<std::size_t>(r)] = x2;
     }
   });
+  // Each window's rows in row order, from zero: the window's sums whatever else shares its batch.
   for (std::int64_t r = 0; r < rows; ++r) {
     const int slot = offset + (r % L == 0 ? 0 : 1);
-    sums.err[slot] += err[static_cast<std::size_t>(r)];
-    sums.norm[slot] += norm[static_cast<std::size_t>(r)];
+    Window& w = sums[static_cast<std::size_t>(r / std::max<std::int64_t>(rows_per_window, 1))];
+    w.err[slot] += err[static_cast<std::size_t>(r)];
+    w.norm[slot] += norm[static_cast<std::size_t>(r)];
   }
   return out;
 }
 
-at::Tensor QuantizedKvCache::round_trip_tensor(const at::Tensor& x, Sums& sums, int offset) const {
+at::Tensor QuantizedKvCache::round_trip_tensor(const at::Tensor& x, std::vector<Window>& sums, int offset) const {
   at::Tensor out = kv_round_trip_tensor(x, spec_, /*is_key=*/offset == 0);
   const std::int64_t L = x.size(2), kept = std::min(spec_.keep_first, L);
   if (kept > 0) out.narrow(2, 0, kept).copy_(x.narrow(2, 0, kept));
   if (L == 0) return out;
-  // The error of what the attention reads, in float64 on the device (ATen's summation order),
-  // brought to the host in one transfer.
+  // The error of what the attention reads, per window in float64 on the device (ATen's summation
+  // order), brought to the host in one transfer: [4, B].
   const at::Tensor x64 = x.to(at::kDouble), d2 = (x64 - out.to(at::kDouble)).square(), x2 = x64.square();
-  const at::Tensor totals = at::stack({d2.narrow(2, 0, 1).sum(), x2.narrow(2, 0, 1).sum(), d2.narrow(2, 1, L - 1).sum(),
-                                       x2.narrow(2, 1, L - 1).sum()}).cpu();
+  const std::vector<std::int64_t> dims = {1, 2, 3};
+  const at::Tensor totals =
+      at::stack({d2.narrow(2, 0, 1).sum(dims), x2.narrow(2, 0, 1).sum(dims), d2.narrow(2, 1, L - 1).sum(dims),
+                 x2.narrow(2, 1, L - 1).sum(dims)})
+          .cpu()
+          .contiguous();
+  const std::int64_t B = x.size(0);
   const double* t = totals.data_ptr<double>();
-  sums.err[offset] += t[0], sums.norm[offset] += t[1];
-  sums.err[offset + 1] += t[2], sums.norm[offset + 1] += t[3];
+  for (std::int64_t b = 0; b < B; ++b) {
+    Window& w = sums[static_cast<std::size_t>(b)];
+    w.err[offset] += t[b], w.norm[offset] += t[B + b];
+    w.err[offset + 1] += t[2 * B + b], w.norm[offset + 1] += t[3 * B + b];
+  }
   return out;
 }
 
 void QuantizedKvCache::apply(std::int64_t layer, at::Tensor& k, at::Tensor& v) const {
-  Sums sums;
-  sums.windows = k.size(0);
+  QEVAL_CHECK(k.dim() == 4 && v.dim() == 4 && k.size(0) == v.size(0),
+              "kv_cache ({}): layer {}: K and V should be [windows, kv heads, positions, head_dim] with the same windows",
+              to_string(spec_.format), layer);
+  std::vector<Window> sums(static_cast<std::size_t>(k.size(0)));
   k = round_trip(layer, k, "K", sums, 0);
   v = round_trip(layer, v, "V", sums, 2);
   std::lock_guard<std::mutex> lock(mutex_);
-  Sums& total = sums_[layer];
-  total.windows += sums.windows;
-  for (int i = 0; i < 4; ++i) total.err[i] += sums.err[i], total.norm[i] += sums.norm[i];
+  std::map<std::int64_t, Window>& windows = sums_.layers[layer];
+  for (std::size_t b = 0; b < sums.size(); ++b) {
+    std::int64_t index;
+    if (batch_windows_.empty()) {
+      index = windows.empty() ? 0 : windows.rbegin()->first + 1;
+    } else {
+      QEVAL_CHECK(batch_windows_.size() == sums.size(), "kv_cache ({}): layer {}: a batch of {} windows, but {} were "
+                  "announced (begin_windows)", to_string(spec_.format), layer, sums.size(), batch_windows_.size());
+      index = batch_windows_[b];
+    }
+    QEVAL_CHECK(windows.emplace(index, sums[b]).second,
+                "kv_cache ({}): layer {} quantised window {} twice; its error would count twice", to_string(spec_.format),
+                layer, index);
+  }
 }
 
-nlohmann::json QuantizedKvCache::error_report() const {
-  static const char* kNames[] = {"k_first", "k_rest", "v_first", "v_rest"};
+void QuantizedKvCache::begin_windows(std::vector<std::int64_t> windows) const {
   std::lock_guard<std::mutex> lock(mutex_);
+  batch_windows_ = std::move(windows);
+}
+
+void KvErrorSums::merge(const KvErrorSums& other, const std::string& source) {
+  for (const auto& [layer, windows] : other.layers) {
+    std::map<std::int64_t, Window>& into = layers[layer];
+    for (const auto& [index, w] : windows)
+      QEVAL_CHECK(into.emplace(index, w).second, "{}: the KV cache's error of layer {}, window {} is already counted",
+                  source, layer, index);
+  }
+}
+
+nlohmann::json kv_error_report(const KvErrorSums& sums, nlohmann::json head) {
+  static const char* kNames[] = {"k_first", "k_rest", "v_first", "v_rest"};
   nlohmann::json layers = nlohmann::json::array(), mean = nlohmann::json::object();
   double total[4] = {0, 0, 0, 0};
-  for (const auto& [layer, s] : sums_) {
-    nlohmann::json entry = {{"layer", layer}, {"windows", s.windows}};
+  for (const auto& [layer, windows] : sums.layers) {
+    KvErrorSums::Window s;
+    for (const auto& [index, w] : windows)  // window order
+      for (int i = 0; i < 4; ++i) s.err[i] += w.err[i], s.norm[i] += w.norm[i];
+    nlohmann::json entry = {{"layer", layer}, {"windows", static_cast<std::int64_t>(windows.size())}};
     for (int i = 0; i < 4; ++i) {
       const double rel = s.norm[i] > 0 ? std::sqrt(s.err[i] / s.norm[i]) : 0.0;
       entry[kNames[i]] = rel;
@@ -241,17 +281,38 @@ nlohmann::json QuantizedKvCache::error_report() const {
     layers.push_back(std::move(entry));
   }
   for (int i = 0; i < 4; ++i)
-    mean[kNames[i]] = sums_.empty() ? nlohmann::json(nullptr) : nlohmann::json(total[i] / static_cast<double>(sums_.size()));
-  nlohmann::json report = {{"format", to_string(spec_.format)}, {"keep_first", spec_.keep_first}};
-  if (spec_.rotation == KvCacheRotation::hadamard) report["rotation"] = "hadamard";  // errors in the original basis
-  report["layers"] = std::move(layers);
-  report["mean"] = std::move(mean);
-  return report;
+    mean[kNames[i]] =
+        sums.layers.empty() ? nlohmann::json(nullptr) : nlohmann::json(total[i] / static_cast<double>(sums.layers.size()));
+  head["layers"] = std::move(layers);
+  head["mean"] = std::move(mean);
+  return head;
+}
+
+nlohmann::json QuantizedKvCache::report_head() const {
+  nlohmann::json head = {{"format", to_string(spec_.format)}, {"keep_first", spec_.keep_first}};
+  if (spec_.rotation == KvCacheRotation::hadamard) head["rotation"] = "hadamard";  // errors in the original basis
+  return head;
+}
+
+nlohmann::json QuantizedKvCache::error_report() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return kv_error_report(sums_, report_head());
+}
+
+KvErrorSums QuantizedKvCache::error_sums() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sums_;
+}
+
+void QuantizedKvCache::add_error_sums(const KvErrorSums& sums, const std::string& source) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sums_.merge(sums, source);
 }
 
 void QuantizedKvCache::reset_errors() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  sums_.clear();
+  sums_.layers.clear();
+  batch_windows_.clear();
 }
 
 }  // namespace qeval

@@ -15,11 +15,13 @@
 // Positions 0..keep_first−1 of each window (axis 2) are copied unchanged. With rotation hadamard a
 // row is rotated, quantised and rotated back: x̂ = H · Q(H · x) (quant/schemes/spec.h).
 //
-// The quantiser also accumulates, per layer, Σ‖x − x̂‖² and Σ‖x‖² over K and V rows, apart for
-// position 0 and for the others, in float64: on the float32 CPU placement summed in row order (so
-// the same windows give the same numbers whatever the thread count), elsewhere by ATen's sums on
-// the device. error_report() turns them into relative Frobenius errors pooled over heads and
-// windows.
+// The quantiser also accumulates, per layer and window, Σ‖x − x̂‖² and Σ‖x‖² over K and V rows,
+// apart for position 0 and for the others, in float64: on the float32 CPU placement summed in row
+// order (so the same windows give the same numbers whatever the thread count), elsewhere by ATen's
+// sums on the device. error_report() reduces them in window order into relative Frobenius errors
+// pooled over heads and windows, so the same windows give the same report bit for bit whichever
+// batches, chunks, shards or resumed processes they ran in (the sums travel in run states and shard
+// records: records/run_state.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -29,6 +31,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/kv_cache_hook.h"
@@ -59,6 +62,21 @@ void hadamard_blocks(float* x, std::int64_t n, std::int64_t b);
 void check_kv_cache_fits(const KvCacheSpec& spec, const ModelConfig& config, const std::string& model,
                          const std::string& scheme);
 
+// A quantised cache's error sums by layer and window (each window's K and V rows summed in row order).
+struct KvErrorSums {
+  struct Window {
+    double err[4] = {0, 0, 0, 0};   // k_first, k_rest, v_first, v_rest: Σ (x − x̂)²
+    double norm[4] = {0, 0, 0, 0};  // Σ x²
+  };
+  std::map<std::int64_t, std::map<std::int64_t, Window>> layers;  // layer → window index → sums
+  // Adds `other`'s windows; throws naming `source` when a layer already holds one of them.
+  void merge(const KvErrorSums& other, const std::string& source);
+};
+
+// The report of QuantizedKvCache::error_report from `sums`: `head` ({"format", "keep_first",
+// "rotation" when hadamard}) followed by "layers" and "mean"; each layer's sums added in window order.
+nlohmann::json kv_error_report(const KvErrorSums& sums, nlohmann::json head);
+
 class QuantizedKvCache : public KvCacheQuantizer {
  public:
   explicit QuantizedKvCache(KvCacheSpec spec);
@@ -74,21 +92,27 @@ class QuantizedKvCache : public KvCacheQuantizer {
   // head and window seen (0 where ‖x‖ = 0; null before any window).
   nlohmann::json error_report() const;
   void reset_errors() const;
+  // The global window indices of the rows (axis 0) of the batches apply() sees next, until the next
+  // call (the evaluator's begin_batch). Without it, each layer numbers its windows 0, 1, … as they come.
+  void begin_windows(std::vector<std::int64_t> windows) const;
+  // The sums so far, and sums of windows run elsewhere (an interrupted run's state) added to them.
+  KvErrorSums error_sums() const;
+  void add_error_sums(const KvErrorSums& sums, const std::string& source) const;
 
  private:
-  struct Sums {
-    std::int64_t windows = 0;
-    double err[4] = {0, 0, 0, 0};   // k_first, k_rest, v_first, v_rest: Σ (x − x̂)²
-    double norm[4] = {0, 0, 0, 0};  // Σ x²
-  };
-  // One tensor's rows round-tripped into a new contiguous tensor; adds to sums[offset], sums[offset + 1].
-  at::Tensor round_trip(std::int64_t layer, const at::Tensor& x, const char* what, Sums& sums, int offset) const;
-  at::Tensor round_trip_rows(const at::Tensor& x, Sums& sums, int offset) const;    // float32 CPU
-  at::Tensor round_trip_tensor(const at::Tensor& x, Sums& sums, int offset) const;  // any other placement
+  using Window = KvErrorSums::Window;
+  // One tensor's rows round-tripped into a new contiguous tensor; adds each window's (axis 0) rows
+  // to sums[w][offset] (position 0) and sums[w][offset + 1] (the others).
+  at::Tensor round_trip(std::int64_t layer, const at::Tensor& x, const char* what, std::vector<Window>& sums,
+                        int offset) const;
+  at::Tensor round_trip_rows(const at::Tensor& x, std::vector<Window>& sums, int offset) const;    // float32 CPU
+  at::Tensor round_trip_tensor(const at::Tensor& x, std::vector<Window>& sums, int offset) const;  // any other placement
+  nlohmann::json report_head() const;
 
   KvCacheSpec spec_;
   mutable std::mutex mutex_;
-  mutable std::map<std::int64_t, Sums> sums_;  // by layer
+  mutable std::vector<std::int64_t> batch_windows_;
+  mutable KvErrorSums sums_;
 };
 
 }  // namespace qeval

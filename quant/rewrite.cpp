@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/printable.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/w4_gemm.h"
 #include "quant/formats/ggml/quants.h"
@@ -289,6 +290,42 @@ std::vector<LayerLog> logs_in_order(const std::vector<std::string>& names,
   return out;
 }
 }  // namespace
+
+namespace {
+
+std::map<std::int64_t, std::int64_t> position_counts(const nlohmann::json& list) {
+  std::map<std::int64_t, std::int64_t> counts;
+  for (const auto& pair : list) counts[pair[0].get<std::int64_t>()] += pair[1].get<std::int64_t>();
+  return counts;
+}
+
+}  // namespace
+
+nlohmann::json add_kept_positions(const nlohmann::json& a, const nlohmann::json& b, const std::string& source) {
+  if (a.is_null()) return b;
+  if (b.is_null()) return a;
+  QEVAL_CHECK(a.at("rule") == b.at("rule") && a.at("count") == b.at("count") && a.at("layers").size() == b.at("layers").size(),
+              "{}: kept positions of rule {} {} over {} layers cannot be added to those of rule {} {} over {} layers",
+              source, json_text(b.at("rule")), json_text(b.at("count")), b.at("layers").size(), json_text(a.at("rule")),
+              json_text(a.at("count")), a.at("layers").size());
+  auto add = [](const nlohmann::json& x, const nlohmann::json& y) {
+    std::map<std::int64_t, std::int64_t> counts = position_counts(x);
+    for (const auto& [position, n] : position_counts(y)) counts[position] += n;
+    return pairs(counts);
+  };
+  nlohmann::json out = a;
+  out["sequences"] = a.at("sequences").get<std::int64_t>() + b.at("sequences").get<std::int64_t>();
+  out["positions"] = add(a.at("positions"), b.at("positions"));
+  for (std::size_t l = 0; l < a.at("layers").size(); ++l) {
+    const nlohmann::json &x = a["layers"][l], &y = b["layers"][l];
+    QEVAL_CHECK(x.at("name") == y.at("name"), "{}: kept positions of layer {} cannot be added to those of layer {}",
+                source, json_text(y.at("name")), json_text(x.at("name")));
+    nlohmann::json& into = out["layers"][l];
+    into["sequences"] = x.at("sequences").get<std::int64_t>() + y.at("sequences").get<std::int64_t>();
+    into["positions"] = add(x.at("positions"), y.at("positions"));
+  }
+  return out;
+}
 
 nlohmann::json SchemeRewrite::kept_positions_report() const {
   if (!spec_.keep_tokens.enabled()) return nullptr;

@@ -121,6 +121,9 @@ class SchemeRewrite {
 //    "layers": [{"name", "sequences", "positions": [[position, n], ...]}, ...]  in execution order}
 // Bounded by the sequence length: at most L entries per list, whatever the number of windows.
 nlohmann::json kept_positions_report(const Transformer& model);
+// Two such reports of disjoint windows of one scheme added up (sequences and every position's
+// count, exact); null + r is r. Throws naming `source` when their rules or layers differ.
+nlohmann::json add_kept_positions(const nlohmann::json& a, const nlohmann::json& b, const std::string& source);
 void reset_kept_positions(const Transformer& model);
 
 // Which input features the quantised linears of `model` ran in fp32 (scheme outlier_threshold,

@@ -10,8 +10,10 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_diff.h"
 #include "common/json_integer.h"
 #include "common/printable.h"
+#include "quant/rewrite.h"  // add_kept_positions
 #include "records/record.h"
 #include "records/record_verify.h"
 #include "records/run_state.h"
@@ -34,6 +36,7 @@ nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, co
   std::set<std::int64_t> seen;
   EvalResult merged;
   std::vector<std::shared_ptr<StatisticsCollector>> merged_stats;
+  SchemeMeasuresList merged_measures;
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const auto& r = shards[i];
     const std::string& path = paths[i];
@@ -45,15 +48,39 @@ nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, co
     if (i == 0) count = n;
     QEVAL_CHECK(n == count, "merge: {} is shard {}/{}, but {} is of {} shards", path, index, n, paths[0], count);
     QEVAL_CHECK(seen.insert(index).second, "merge: shard {}/{} is given twice ({})", index, n, path);
-    QEVAL_CHECK(evaluation_identity(r) == identity,
-                "merge: {} evaluated something else than {} (model, data, protocol, schemes or options differ)", path,
-                paths[0]);
+    if (const nlohmann::json these = evaluation_identity(r); these != identity)
+      fail("merge: {} evaluated something else than {}: {} (the value in {} first)", path, paths[0],
+           fmt::join(json_differences(identity, these, 4), "; "), paths[0]);
     // Collectors shaped like the shard's: null where the shard collected no statistics.
     std::vector<std::shared_ptr<StatisticsCollector>> stats;
     for (const auto& st : sh.at("state").at("statistics"))
       stats.push_back(st.is_null() ? nullptr : std::make_shared<StatisticsCollector>());
-    EvalResult part = run_state_from_json(sh.at("state"), stats, path);
+    SchemeMeasuresList measures;
+    EvalResult part = run_state_from_json(sh.at("state"), stats, path, 0, &measures);
     merge_results(merged, part, path);
+    // What the schemes measured besides their scores: each quantised KV cache's error sums by window
+    // (reduced in window order below, as one process does) and the positions kept, added up.
+    merged_measures.resize(measures.size());
+    for (std::size_t s = 0; s < measures.size(); ++s) {
+      const nlohmann::json& scheme = r.at("schemes").at(s);
+      const bool has_cache = scheme.at("description").contains("kv_cache_error");
+      const bool keeps = scheme.contains("kept_positions");
+      // A shard written before states carried these cannot give the one-process numbers.
+      QEVAL_CHECK(has_cache == measures[s].kv_cache_errors.has_value(),
+                  "merge: {}: scheme {} {} a kv_cache_error, but its shard state {} the per-window error sums; "
+                  "evaluate the shard again with this qeval", path, json_text(scheme.at("name")),
+                  has_cache ? "reports" : "reports no", measures[s].kv_cache_errors ? "holds" : "lacks");
+      QEVAL_CHECK(keeps == !measures[s].kept_positions.is_null(),
+                  "merge: {}: scheme {} {} kept_positions, but its shard state {} them; evaluate the shard again "
+                  "with this qeval", path, json_text(scheme.at("name")), keeps ? "reports" : "reports no",
+                  measures[s].kept_positions.is_null() ? "lacks" : "holds");
+      SchemeMeasures& into = merged_measures[s];
+      if (measures[s].kv_cache_errors) {
+        if (!into.kv_cache_errors) into.kv_cache_errors.emplace();
+        into.kv_cache_errors->merge(*measures[s].kv_cache_errors, path);
+      }
+      into.kept_positions = add_kept_positions(into.kept_positions, measures[s].kept_positions, path);
+    }
     if (merged_stats.empty()) {
       merged_stats = stats;
     } else {
@@ -91,7 +118,17 @@ nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, co
   context.options["merged_from_shards"] = count;
   std::vector<nlohmann::json> statistics;
   for (const auto& s : merged_stats) statistics.push_back(s ? s->summary() : nlohmann::json(nullptr));
-  nlohmann::json record = build_record(context, scheme_infos(first), merged, statistics);
+  std::vector<SchemeInfo> infos = scheme_infos(first);
+  for (std::size_t s = 0; s < infos.size() && s < merged_measures.size(); ++s) {
+    if (!merged_measures[s].kv_cache_errors) continue;
+    nlohmann::json head = infos[s].description.at("kv_cache_error");  // format, keep_first, rotation
+    head.erase("layers");
+    head.erase("mean");
+    infos[s].description["kv_cache_error"] = kv_error_report(*merged_measures[s].kv_cache_errors, head);
+  }
+  nlohmann::json record = build_record(context, infos, merged, statistics);
+  for (std::size_t s = 0; s < infos.size() && s < merged_measures.size(); ++s)
+    if (!merged_measures[s].kept_positions.is_null()) record["schemes"][s]["kept_positions"] = merged_measures[s].kept_positions;
   attach_rounding_bands(record);  // from the merged variants' numbers, not a shard's
   // The merged record must hold the protocol's windows: 0..n-1 for the sequential protocols, and
   // as many as the shards recorded.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "common/error.h"
@@ -32,12 +33,93 @@ double seconds_value(const nlohmann::json& v, const std::string& where) {
   return v.get<double>();
 }
 
+nlohmann::json kv_sums_to_json(const KvErrorSums& sums) {
+  nlohmann::json layers = nlohmann::json::object();
+  for (const auto& [layer, windows] : sums.layers) {
+    nlohmann::json by_window = nlohmann::json::object();
+    for (const auto& [index, w] : windows)
+      by_window[std::to_string(index)] = {w.err[0], w.err[1], w.err[2], w.err[3], w.norm[0], w.norm[1], w.norm[2], w.norm[3]};
+    layers[std::to_string(layer)] = std::move(by_window);
+  }
+  return layers;
+}
+
+// One scheme's sums, read back: every value a finite sum of squares (>= 0), every layer holding
+// exactly `windows` (the state's).
+KvErrorSums kv_sums_from_json(const nlohmann::json& layers, const std::map<std::int64_t, std::uint64_t>& windows,
+                              const std::string& where) {
+  QEVAL_CHECK(layers.is_object(), "{}: expected an object of layers, found {}", where, json_text(layers));
+  KvErrorSums sums;
+  for (const auto& [layer_key, by_window] : layers.items()) {
+    const std::string layer_where = fmt::format("{}.\"{}\"", where, layer_key);
+    const std::int64_t layer = window_index_key(layer_key, where + " (a layer)");
+    QEVAL_CHECK(by_window.is_object(), "{}: expected an object of windows, found {}", layer_where, json_text(by_window));
+    std::map<std::int64_t, KvErrorSums::Window>& into = sums.layers[layer];
+    for (const auto& [window_key, values] : by_window.items()) {
+      const std::string value_where = fmt::format("{}.\"{}\"", layer_where, window_key);
+      const std::int64_t index = window_index_key(window_key, layer_where);
+      QEVAL_CHECK(values.is_array() && values.size() == 8, "{}: expected 8 numbers (4 error sums, 4 norm sums), found {}",
+                  value_where, json_text(values, 80));
+      KvErrorSums::Window w;
+      for (std::size_t i = 0; i < 8; ++i) {
+        const nlohmann::json& v = values[i];
+        QEVAL_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0,
+                    "{}[{}]: expected a finite sum of squares >= 0, found {}", value_where, i, json_text(v));
+        (i < 4 ? w.err[i] : w.norm[i - 4]) = v.get<double>();
+      }
+      into.emplace(index, w);
+    }
+    std::vector<std::int64_t> held, expected;
+    for (const auto& entry : into) held.push_back(entry.first);
+    for (const auto& entry : windows) expected.push_back(entry.first);
+    QEVAL_CHECK(held == expected, "{}: holds windows [{}], the state's rows [{}]: they must be the same windows",
+                layer_where, fmt::join(held.begin(), held.begin() + std::min<std::size_t>(held.size(), 8), ", "),
+                fmt::join(expected.begin(), expected.begin() + std::min<std::size_t>(expected.size(), 8), ", "));
+  }
+  return sums;
+}
+
+// A kept_positions report over `windows` windows: each linear saw each window once, and kept a
+// position at most once per window.
+void check_kept_positions(const nlohmann::json& kept, std::int64_t windows, const std::string& where) {
+  QEVAL_CHECK(kept.is_object() && kept.contains("rule") && kept["rule"].is_string() && kept.contains("count") &&
+                  kept.contains("layers") && kept["layers"].is_array(),
+              "{}: expected a kept_positions report (rule, count, sequences, positions, layers), found {}", where,
+              json_text(kept, 80));
+  auto positions = [&](const nlohmann::json& list, const std::string& at) {
+    QEVAL_CHECK(list.is_array(), "{}.positions: expected a list of [position, count], found {}", at, json_text(list, 80));
+    for (const auto& pair : list) {
+      QEVAL_CHECK(pair.is_array() && pair.size() == 2, "{}.positions: expected [position, count], found {}", at,
+                  json_text(pair, 80));
+      json_integer(pair[0], at + ".positions: a position");
+      json_integer(pair[1], at + ".positions: a count");
+    }
+  };
+  QEVAL_CHECK(json_integer(kept.at("sequences"), where + ".sequences") == windows,
+              "{}.sequences is {}, but the state holds {} windows", where, json_text(kept.at("sequences")), windows);
+  positions(kept.at("positions"), where);
+  for (std::size_t l = 0; l < kept["layers"].size(); ++l) {
+    const nlohmann::json& layer = kept["layers"][l];
+    const std::string at = fmt::format("{}.layers[{}]", where, l);
+    QEVAL_CHECK(layer.is_object() && layer.contains("name") && layer.contains("sequences") && layer.contains("positions"),
+                "{}: expected {{name, sequences, positions}}, found {}", at, json_text(layer, 80));
+    QEVAL_CHECK(json_integer(layer["sequences"], at + ".sequences") == windows,
+                "{}.sequences is {}, but the state holds {} windows", at, json_text(layer["sequences"]), windows);
+    positions(layer["positions"], at);
+    for (const auto& pair : layer["positions"])
+      QEVAL_CHECK(pair[0].get<std::int64_t>() >= 0 && pair[1].get<std::int64_t>() >= 0 &&
+                      pair[1].get<std::int64_t>() <= windows,
+                  "{}.positions: {} is not a position kept by 0 to {} windows", at, json_text(pair), windows);
+  }
+}
+
 }  // namespace
 
 std::uint64_t window_content_hash(const Window& w) { return window_hash(w); }  // the evaluator's, one definition
 
 nlohmann::json run_state_to_json(const EvalResult& result,
-                                 const std::vector<std::shared_ptr<StatisticsCollector>>& statistics) {
+                                 const std::vector<std::shared_ptr<StatisticsCollector>>& statistics,
+                                 const SchemeMeasuresList& measures) {
   nlohmann::json hashes = nlohmann::json::object();
   for (const auto& [index, hash] : result.window_hashes) hashes[std::to_string(index)] = hash_hex(hash);
   nlohmann::json schemes = nlohmann::json::array();
@@ -55,13 +137,24 @@ nlohmann::json run_state_to_json(const EvalResult& result,
                           {"window_hashes", hashes},
                           {"schemes", schemes},
                           {"statistics", stats}};
+  if (std::any_of(measures.begin(), measures.end(), [](const auto& m) { return m.kv_cache_errors.has_value(); })) {
+    nlohmann::json kv = nlohmann::json::array();
+    for (const auto& m : measures)
+      kv.push_back(m.kv_cache_errors ? kv_sums_to_json(*m.kv_cache_errors) : nlohmann::json(nullptr));
+    state["kv_cache_errors"] = std::move(kv);
+  }
+  if (std::any_of(measures.begin(), measures.end(), [](const auto& m) { return !m.kept_positions.is_null(); })) {
+    nlohmann::json kept = nlohmann::json::array();
+    for (const auto& m : measures) kept.push_back(m.kept_positions);
+    state["kept_positions"] = std::move(kept);
+  }
   state["checksum"] = state_checksum(state);
   return state;
 }
 
 EvalResult run_state_from_json(const nlohmann::json& state,
                                std::vector<std::shared_ptr<StatisticsCollector>>& statistics, const std::string& source,
-                               std::int64_t max_window_tokens) {
+                               std::int64_t max_window_tokens, SchemeMeasuresList* measures) {
   EvalResult r;
   try {
     QEVAL_CHECK(state.is_object(), "{}: the evaluation state is {}, not an object", source, state.type_name());
@@ -98,6 +191,25 @@ EvalResult run_state_from_json(const nlohmann::json& state,
                   statistics[i] ? "collects them" : "does not");
       // Assign in place: the schemes' observers point at these very collectors.
       if (statistics[i]) *statistics[i] = StatisticsCollector::state_from_json(stats[i], source);
+    }
+    if (measures) measures->assign(r.schemes.size(), SchemeMeasures{});
+    for (const char* key : {"kv_cache_errors", "kept_positions"}) {
+      if (!state.contains(key)) continue;
+      const nlohmann::json& list = state[key];
+      QEVAL_CHECK(list.is_array() && list.size() == r.schemes.size(),
+                  "{}: {}: expected a list of {} entries (one per scheme), found {}", source, key, r.schemes.size(),
+                  json_text(list, 80));
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        if (list[i].is_null()) continue;
+        const std::string where = fmt::format("{}: {}[{}]", source, key, i);
+        if (std::string(key) == "kv_cache_errors") {
+          KvErrorSums sums = kv_sums_from_json(list[i], r.window_hashes, where);
+          if (measures) (*measures)[i].kv_cache_errors = std::move(sums);
+        } else {
+          check_kept_positions(list[i], r.windows, where);
+          if (measures) (*measures)[i].kept_positions = list[i];
+        }
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed evaluation state: {}", source, e.what());

@@ -13,10 +13,12 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "eval/evaluator.h"
+#include "eval/schemes.h"  // SchemeMeasures
 #include "stats/statistics.h"
 #include "loaders/protocols/protocol.h"
 
@@ -24,17 +26,25 @@ namespace qeval {
 
 // {"windows", "scored_tokens", "processed_tokens", "seconds",
 //  "window_hashes": {"<index>": "<16 hex>"}, "schemes": [{"forward_seconds", "rows": {"<index>": row}}],
-//  "statistics": [collector state or null per scheme], "checksum": "<16 hex>"}
+//  "statistics": [collector state or null per scheme],
+//  "kv_cache_errors": [null or {"<layer>": {"<index>": [k_first, k_rest, v_first, v_rest errors, then
+//                      the same four norms]}} per scheme] (only when a scheme has a quantised KV cache),
+//  "kept_positions": [null or the scheme's report over the state's windows] (only when a scheme keeps
+//                    tokens),
+//  "checksum": "<16 hex>"}
 nlohmann::json run_state_to_json(const EvalResult& result,
-                                 const std::vector<std::shared_ptr<StatisticsCollector>>& statistics);
+                                 const std::vector<std::shared_ptr<StatisticsCollector>>& statistics,
+                                 const SchemeMeasuresList& measures = {});
 
 // Restores `result` and replaces each non-null collector's state. Throws naming `source` when
 // the state does not fit (scheme count, statistics presence), is malformed, or breaks a rule
 // above. `max_window_tokens`: the protocol's window length (a row scores at most that many; 0:
-// not checked).
+// not checked). `measures`, when given, receives each scheme's measures (none where the state has
+// none); KV error sums must hold, in every layer, exactly the state's windows, and kept positions
+// count each of them once.
 EvalResult run_state_from_json(const nlohmann::json& state,
                                std::vector<std::shared_ptr<StatisticsCollector>>& statistics, const std::string& source,
-                               std::int64_t max_window_tokens = 0);
+                               std::int64_t max_window_tokens = 0, SchemeMeasuresList* measures = nullptr);
 
 // XXH3 of a window's first scored position and tokens: the hash EvalResult::window_hashes holds
 // (the evaluator computes the same; a test holds them equal).
