@@ -272,6 +272,18 @@ void run_eval(const EvalArgs& a) {
     PhaseScope calibration(Phase::transform, kNoScheme);
     return calibrator.scales_for(spec);
   };
+  if (a.quantize_ssm_inner) {  // acts on Mamba layers' x_proj and dt_proj (quant/schemes/spec.h): none, nothing to do
+    const std::vector<std::string> linears = model_linear_names(inputs.model->config());
+    auto ends_with = [](const std::string& n, const std::string& suffix) {
+      return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const bool inner = std::any_of(linears.begin(), linears.end(), [&](const std::string& n) {
+      return ends_with(n, ".mamba.x_proj") || ends_with(n, ".mamba.dt_proj");
+    });
+    QEVAL_CHECK(inner, "--quantize-ssm-inner: quantises the x_proj and dt_proj of Mamba layers, and {} has no Mamba "
+                "layer (none of its {} layers has such a linear); leave it out", inputs.model_path.string(),
+                inputs.model->config().n_layers);
+  }
   PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
   check_rounding_options(a, prepared, inputs.placement.dtype);
   if (a.mamba_channels_given && !inputs.model->config().has_mixer(MixerKind::mamba))

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json_diff.h"
 #include "quant/schemes/presets.h"
 #include "quant/schemes/scheme_json.h"
 #include "quant/schemes/spec.h"
@@ -66,6 +67,52 @@ nlohmann::json description_before_run(const SchemeRewrite& rewrite) {
     report.erase(key);
   report["execution"] = report.at("execution_path");
   return report;
+}
+
+// A scheme that would measure full precision under a quantised name is refused with the reason:
+// linears that keep every position of the window in full precision (as the KV cache's keep is), and
+// include / exclude / tensor_types that leave no linear to quantise. `given`: the --schemes entry.
+void check_measures_something(const SchemeSpec& spec, const SchemeRewrite& rewrite, const ModelConfig& config,
+                              const std::string& given, std::int64_t window_length) {
+  if (!spec.quantizes_linears()) return;
+  const std::string scheme = spec.name == given ? spec.name : fmt::format("{} ({})", spec.name, given);
+  QEVAL_CHECK(!spec.keep_tokens.enabled() || window_length <= 0 || spec.keep_tokens.count < window_length,
+              "scheme {}: keep_tokens.{} {} keeps every position of a {}-token window, so nothing of the linears would "
+              "be quantised; keep fewer than {} positions (or use a longer --seq-len)",
+              scheme, to_string(spec.keep_tokens.rule), spec.keep_tokens.count, window_length, window_length);
+  if (!rewrite.quantized_linears(config).empty() || rewrite.quantizes_embedding()) return;
+  std::int64_t in_blocks = 0, selected = 0;
+  for (const std::string& name : model_linear_names(config)) {
+    if (name.rfind("layers.", 0) == 0) ++in_blocks;
+    if (spec.selects(name)) ++selected;
+  }
+  if (selected == 0) {
+    std::string patterns;
+    if (!spec.include.empty()) patterns = "include " + nlohmann::json(spec.include).dump();
+    if (!spec.exclude.empty()) patterns += (patterns.empty() ? "" : " with ") + ("exclude " + nlohmann::json(spec.exclude).dump());
+    fail("scheme {}: {} leaves no linear to quantise (of the model's {} linears in its blocks), so the record would show "
+         "full precision under a quantised name; select at least one linear", scheme, patterns, in_blocks);
+  }
+  fail("scheme {}: tensor_types leaves every linear the scheme selects ({} of the model's {} linears in its blocks) in "
+       "f32, so no linear would be quantised and the record would show full precision under a quantised name; give at "
+       "least one a quantised type", scheme, selected, in_blocks);
+}
+
+// A scheme file may take a preset's name only when it is that preset (its description text aside):
+// compare and check know a scheme by its name.
+void check_preset_name(const SchemeSpec& spec, const std::string& given, const std::vector<std::string>& names) {
+  if (spec.name == given) return;  // the preset itself
+  // Beside the preset itself, two schemes of one name: make_schemes says that.
+  if (std::find(names.begin(), names.end(), spec.name) != names.end()) return;
+  const std::vector<std::string> presets = preset_names();
+  if (std::find(presets.begin(), presets.end(), spec.name) == presets.end()) return;
+  nlohmann::json file = scheme_to_json(spec), preset = scheme_to_json(preset_scheme(spec.name));
+  file.erase("description");
+  preset.erase("description");
+  QEVAL_CHECK(file == preset,
+              "scheme file {}: \"name\" is \"{}\", the preset {}'s name, but its spec is not the preset's ({}; the file's "
+              "value first); give the scheme a name of its own", given, spec.name, spec.name,
+              fmt::join(json_differences(file, preset, 4), "; "));
 }
 
 std::int64_t linear_bytes(std::int64_t out, std::int64_t in, bool bias) { return (out * in + (bias ? out : 0)) * 4; }
@@ -178,6 +225,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
     } else {
       QEVAL_CHECK(i > 0, "make_schemes: the first scheme must be full precision, found '{}'", name);
       SchemeSpec spec = resolve_scheme(name);
+      check_preset_name(spec, name, names);
       if (options.quantize_lm_head) spec.quantize_lm_head = true;
       if (options.quantize_ssm_inner) spec.quantize_ssm_inner = true;
       if (spec.needs_calibration()) {
@@ -199,6 +247,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       scheme.description = description_before_run(*rewrite);
       if (spec.needs_calibration()) scheme.description["static_scales"] = static_scales_description(spec, linears);
       use_rewrite(scheme, rewrite, config);
+      check_measures_something(spec, *rewrite, config, name, options.window_length);
       // A scheme file is shown by its "name" (its stem when it has none); the path is recorded.
       if (spec.name != name) {
         scheme.name = spec.name;
@@ -234,6 +283,18 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
     prepared.statistics.push_back(stats);
     prepared.rewrites.push_back(rewrite);
     prepared.schemes.push_back(std::move(scheme));
+  }
+  // --quantize-lm-head acts through the schemes that quantise linears: without one it changes nothing.
+  if (options.quantize_lm_head) {
+    std::vector<std::string> given;
+    bool linears = false;
+    for (std::size_t i = 0; i < prepared.schemes.size(); ++i) {
+      given.push_back(prepared.schemes[i].name);
+      linears = linears || (prepared.rewrites[i] && prepared.rewrites[i]->spec().quantizes_linears());
+    }
+    QEVAL_CHECK(linears, "--quantize-lm-head: quantises the LM head of every scheme that quantises linears, and no scheme "
+                "quantises a linear (--schemes {}); leave it out, or add a scheme that quantises linears",
+                fmt::join(given, ","));
   }
   // The rounding band's variants, after every named scheme so that those keep their places.
   QEVAL_CHECK(options.rounding_band >= 0 && options.rounding_band <= 64,

@@ -212,6 +212,20 @@ std::shared_ptr<const Linear> SchemeRewrite::rewrite_head(const std::shared_ptr<
   return rewrite_linear("lm_head", full_head);
 }
 
+std::vector<std::string> SchemeRewrite::quantized_linears(const ModelConfig& config) const {
+  std::vector<std::string> out;
+  for (const std::string& name : names_) {
+    if (!spec_.selects(name)) continue;
+    if (spec_.weights.kind == QuantKind::ggml) {
+      QEVAL_CHECK(ggml_plan_.has_value(), "scheme {}: kind ggml needs the model's config (SchemeRewrite::use_model)",
+                  spec_.name);
+      if (ggml_plan_->choose(name, linear_shape(config, name).in).type == GgmlType::F32) continue;
+    }
+    out.push_back(name);
+  }
+  return out;
+}
+
 void SchemeRewrite::use_model(const ModelConfig& config) {
   if (ggml_plan_ || spec_.weights.kind != QuantKind::ggml) return;
   ggml_plan_.emplace(spec_, names_, config);

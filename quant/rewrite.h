@@ -82,6 +82,9 @@ class SchemeRewrite {
   // full-precision table -> those rows of the table's round trip through its type (rows are
   // quantised independently, so the rows looked up equal the dequantised table's). Needs use_model.
   bool quantizes_embedding() const { return selects_embedding(spec_); }
+  // The linears of `config` the scheme quantises: selected by include / exclude (and lm_head,
+  // ssm-inner), and for kind ggml not left in f32 by its type plan. Needs use_model for kind ggml.
+  std::vector<std::string> quantized_linears(const ModelConfig& config) const;
   at::Tensor rewrite_embedding_rows(const at::Tensor& rows);
 
   // quantize_model's report over the linears rewritten so far (each counted once, in execution
