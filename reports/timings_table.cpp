@@ -46,7 +46,9 @@ std::string format_timings(const std::vector<LabeledRecord>& records, CompareFor
   }
   for (const auto& r : records) {
     const std::vector<nlohmann::json> cells = phase_cells(r.record);
-    out += csv ? r.label : "| " + r.label;
+    // A label is the user's text: escaped like every other name in a table ('|' in Markdown, a
+    // leading '=' in CSV).
+    out += csv ? csv_field(r.label) : "| " + markdown_cell(r.label);
     for (std::size_t i = 0; i < columns.size(); ++i) {
       const std::string text = i < cells.size() ? seconds_text(cells[i]) : std::string("—");
       out += csv ? "," + (text == "—" ? std::string() : text) : " | " + text;
