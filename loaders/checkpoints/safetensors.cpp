@@ -36,7 +36,10 @@ struct DtypeEntry {
   at::ScalarType type;
   std::uint64_t bytes;
 };
-const std::array<DtypeEntry, 10> kDtypes{{{"F32", at::kFloat, 4},
+// LibTorch 1.13 has no float8 dtypes: F8_E4M3 and F8_E5M2 are read as their bytes (uint8), which
+// the checkpoint codecs decode (quant/formats/stored_tensors.h, minifloat.h). After U8, so a
+// uint8 tensor is written as U8 unless the writer names an F8 dtype.
+const std::array<DtypeEntry, 12> kDtypes{{{"F32", at::kFloat, 4},
                                           {"F16", at::kHalf, 2},
                                           {"BF16", at::kBFloat16, 2},
                                           {"F64", at::kDouble, 8},
@@ -45,7 +48,9 @@ const std::array<DtypeEntry, 10> kDtypes{{{"F32", at::kFloat, 4},
                                           {"I16", at::kShort, 2},
                                           {"I8", at::kChar, 1},
                                           {"U8", at::kByte, 1},
-                                          {"BOOL", at::kBool, 1}}};
+                                          {"BOOL", at::kBool, 1},
+                                          {"F8_E4M3", at::kByte, 1},
+                                          {"F8_E5M2", at::kByte, 1}}};
 
 const DtypeEntry* find_dtype(const std::string& name) {
   for (const auto& d : kDtypes)
@@ -238,10 +243,17 @@ void read_span(const std::filesystem::path& path, std::uint64_t offset, std::uin
 constexpr std::uint64_t kBytesPerReadThread = 32ull << 20;
 constexpr int kMaxReadThreads = 8;
 
+// FP8 weights have no meaning without their scales: the quantised-checkpoint reader decodes them.
+std::string fp8_hint(const SafetensorsTensorInfo& entry) {
+  return entry.dtype.rfind("F8_", 0) == 0 ? " (FP8 bytes are decoded with their scales by the quantised-checkpoint reader)"
+                                          : "";
+}
+
 }  // namespace
 
 ReadFloatsOnto::ReadFloatsOnto(const at::Device& device) : previous_(read_floats_onto) { read_floats_onto = device; }
 ReadFloatsOnto::~ReadFloatsOnto() { read_floats_onto = previous_; }
+at::Device ReadFloatsOnto::current() { return read_floats_onto; }
 
 at::Tensor SafetensorsFile::read(const std::string& name, bool pinned) const {
   PhaseScope read(Phase::read);
@@ -268,8 +280,8 @@ at::Tensor SafetensorsFile::read(const std::string& name, bool pinned) const {
 at::Tensor SafetensorsFile::read_float32(const std::string& name) const {
   const auto& entry = info(name);
   QEVAL_CHECK(at::isFloatingType(entry.scalar_type),
-              "{}: tensor {} has dtype {}, expected a floating-point dtype (F32, F16, BF16 or F64)", path_.string(),
-              name, entry.dtype);
+              "{}: tensor {} has dtype {}, expected a floating-point dtype (F32, F16, BF16 or F64){}", path_.string(),
+              name, entry.dtype, fp8_hint(entry));
   const at::Device onto = read_floats_onto;
   if (!onto.is_cpu()) {
     const at::Tensor stored = read(name, /*pinned=*/true);
@@ -341,7 +353,8 @@ std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& 
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata,
+                       const std::map<std::string, std::string>& stored_dtypes) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<at::Tensor> data;  // contiguous CPU copies, in name order
@@ -352,6 +365,12 @@ void write_safetensors(const std::filesystem::path& path, const std::map<std::st
     const DtypeEntry* dtype = find_dtype(tensor.scalar_type());
     QEVAL_CHECK(dtype != nullptr, "write_safetensors {}: tensor {} has dtype {}, expected one of {}", path.string(),
                 name, std::string(c10::toString(tensor.scalar_type())), known_dtypes());
+    if (auto it = stored_dtypes.find(name); it != stored_dtypes.end()) {
+      dtype = find_dtype(it->second);
+      QEVAL_CHECK(dtype != nullptr && dtype->type == tensor.scalar_type(),
+                  "write_safetensors {}: tensor {} of dtype {} cannot be stored as {}", path.string(), name,
+                  std::string(c10::toString(tensor.scalar_type())), it->second);
+    }
     at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
     const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * dtype->bytes;
     header[name] = {{"dtype", dtype->name}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};

@@ -23,8 +23,10 @@ namespace qeval {
 class TensorHashes;
 
 struct SafetensorsTensorInfo {
-  std::string dtype;                // "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL"
-  at::ScalarType scalar_type;       // the matching LibTorch dtype
+  std::string dtype;                // "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL",
+                                    // "F8_E4M3", "F8_E5M2"
+  at::ScalarType scalar_type;       // the matching LibTorch dtype (uint8 for the F8 bytes: LibTorch 1.13 has
+                                    // no float8)
   std::vector<std::int64_t> shape;  // row-major, outermost first
   std::uint64_t begin = 0;          // byte span [begin, end) inside the data area
   std::uint64_t end = 0;
@@ -41,6 +43,9 @@ class ReadFloatsOnto {
   explicit ReadFloatsOnto(const at::Device& device);
   ~ReadFloatsOnto();
   ReadFloatsOnto(const ReadFloatsOnto&) = delete;
+  // This thread's device for whole float32 tensors (the CPU outside any scope): where a reader
+  // that makes float32 weights itself (a dequantising one) puts them.
+  static at::Device current();
   ReadFloatsOnto& operator=(const ReadFloatsOnto&) = delete;
 
  private:
@@ -96,7 +101,10 @@ std::map<std::string, at::Tensor> read_safetensors(const std::filesystem::path& 
 // Writes the tensors (any of the dtypes above; CPU or not, contiguous or not) atomically
 // (temp file + rename): data in name order, header padded with spaces to a multiple of 8
 // bytes, as the reference implementation does. Throws naming the tensor on an unsupported dtype.
+// `stored_dtypes` names the stored dtype of tensors whose LibTorch dtype stands for several
+// (uint8 bytes written as "F8_E4M3" or "F8_E5M2"); the others are stored as their dtype.
 void write_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       const std::map<std::string, std::string>& stored_dtypes = {});
 
 }  // namespace qeval

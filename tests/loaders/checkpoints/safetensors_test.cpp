@@ -176,9 +176,39 @@ TEST(SafetensorsBadInput, OverlappingTensors) {
 TEST(SafetensorsBadInput, UnknownDtype) {
   test::TempDir dir;
   test::write_bytes(dir / "d.safetensors",
-                    craft({{"w", {{"dtype", "F8_E4M3"}, {"shape", {4}}, {"data_offsets", {0, 4}}}}}, std::string(4, '\0')));
+                    craft({{"w", {{"dtype", "F4_E2M1"}, {"shape", {4}}, {"data_offsets", {0, 4}}}}}, std::string(4, '\0')));
   EXPECT_TRUE(test::throws_with([&] { SafetensorsFile f(dir / "d.safetensors"); },
-                          {"d.safetensors", "tensor w", "unsupported dtype F8_E4M3", "F32, F16, BF16"}));
+                          {"d.safetensors", "tensor w", "unsupported dtype F4_E2M1", "F32, F16, BF16", "F8_E4M3"}));
+}
+
+// FP8 tensors (compressed-tensors float-quantized, fine-grained FP8 checkpoints) are read as their
+// bytes; read_float32 refuses them (their values need the scales), and the writer stores uint8
+// as F8 when asked.
+TEST(Safetensors, Fp8DtypesAreReadAsTheirBytes) {
+  test::TempDir dir;
+  const std::string bytes = {'\x38', '\x7e', '\xc0', '\x01', '\x3c', '\x00'};  // E4M3 1.0, 448, -2, 2^-9; E5M2 1.0, 0
+  test::write_bytes(dir / "f8.safetensors",
+                    craft({{"e4", {{"dtype", "F8_E4M3"}, {"shape", {2, 2}}, {"data_offsets", {0, 4}}}},
+                           {"e5", {{"dtype", "F8_E5M2"}, {"shape", {2}}, {"data_offsets", {4, 6}}}}},
+                          bytes));
+  SafetensorsFile file(dir / "f8.safetensors");
+  EXPECT_EQ(file.info("e4").dtype, "F8_E4M3");
+  EXPECT_EQ(file.info("e5").dtype, "F8_E5M2");
+  const at::Tensor e4 = file.read("e4"), e5 = file.read("e5");
+  ASSERT_EQ(e4.scalar_type(), at::kByte);
+  EXPECT_EQ(e4.sizes(), at::IntArrayRef({2, 2}));
+  EXPECT_EQ(std::memcmp(e4.data_ptr(), bytes.data(), 4), 0);
+  EXPECT_EQ(std::memcmp(e5.data_ptr(), bytes.data() + 4, 2), 0);
+  EXPECT_TRUE(test::throws_with([&] { file.read_float32("e4"); },
+                                {"f8.safetensors", "tensor e4", "dtype F8_E4M3", "floating-point", "scales"}));
+  // Round trip: uint8 written as F8_E4M3 keeps its bytes and its dtype; unnamed uint8 stays U8.
+  write_safetensors(dir / "w.safetensors", {{"a", e4}, {"u", e5}}, {}, {{"a", "F8_E4M3"}});
+  SafetensorsFile written(dir / "w.safetensors");
+  EXPECT_EQ(written.info("a").dtype, "F8_E4M3");
+  EXPECT_EQ(written.info("u").dtype, "U8");
+  EXPECT_TRUE(at::equal(written.read("a"), e4));
+  EXPECT_TRUE(test::throws_with([&] { write_safetensors(dir / "x.safetensors", {{"f", at::zeros({2})}}, {}, {{"f", "F8_E4M3"}}); },
+                                {"x.safetensors", "tensor f", "cannot be stored as F8_E4M3"}));
 }
 
 TEST(SafetensorsBadInput, ShapeThatDoesNotFitTheSpan) {
