@@ -33,6 +33,7 @@
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/text/documents.h"
 #include "loaders/checkpoints/gguf.h"
+#include "loaders/checkpoints/quantization_config.h"
 #include "quant/formats/ggml/blocks.h"
 #include "loaders/tokenizers/gguf_tokenizer.h"
 #include "loaders/tokenizers/gpt2_bpe.h"
@@ -164,6 +165,19 @@ inline void config_json(std::string_view data) {
   const auto dir = fresh_dir("config");
   write_file(dir / "config.json", data);
   (void)load_checkpoint(dir);
+}
+
+// A quantization_config object (config.json's, or quantize_config.json): parsed and validated,
+// then every query the reader makes of it (targets, ignore, the record's summary).
+inline void quantization_config(std::string_view data) {
+  const nlohmann::json j = nlohmann::json::parse(data.begin(), data.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return;
+  const QuantizationConfig c = parse_quantization_config(j, "config.json", "quantization_config");
+  for (const char* module : {"model.layers.0.self_attn.q_proj", "model.layers.3.mlp.down_proj", "lm_head"}) {
+    (void)c.group_for(module);
+    (void)c.quantises(module);
+  }
+  (void)c.describe().dump();
 }
 
 inline void gguf(std::string_view data) {
@@ -340,6 +354,7 @@ inline const std::map<std::string, std::function<void(std::string_view)>>& harne
       {"safetensors", safetensors_file},
       {"checkpoint_folder", checkpoint_folder},
       {"config_json", config_json},
+      {"quantization_config", quantization_config},
       {"gguf", gguf},
       {"gguf_blocks", gguf_blocks},
       {"gguf_tokenizer", gguf_tokenizer},
