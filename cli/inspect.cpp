@@ -84,6 +84,7 @@ nlohmann::json inspect_model(const std::filesystem::path& path) {
     elements += n;
     ++dtypes[t.dtype];
     tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"file", t.file}});
+    if (t.bytes >= 0) tensors.back()["bytes"] = t.bytes;
   }
   nlohmann::json j = {{"path", path.string()},
                       {"format", reader->info().format},
@@ -220,8 +221,20 @@ void print_text(const nlohmann::json& report) {
         for (const auto& l : value)
           fmt::print("    {:<22} [{} -> {}]\n", l.at("name").get<std::string>(), l.at("in").dump(),
                      l.at("out").dump());
+      } else if (key == "tensors" && body.contains("notes") && body.at("notes").contains("quantization")) {
+        // A quantised checkpoint: the stored tensors are what it is made of (codes, scales, zeros).
+        fmt::print("  tensors ({}):\n", value.size());
+        for (const auto& t : value)
+          fmt::print("    {:<48} {:<8} {:<14} {}\n", t.at("name").get<std::string>(), t.at("dtype").get<std::string>(),
+                     t.at("shape").dump(), t.contains("bytes") ? t.at("bytes").dump() : "—");
       } else if (key == "tensors") {
         fmt::print("  tensors                  {} (--json lists them)\n", value.size());
+      } else if (key == "notes" && value.contains("quantization")) {
+        // The stored format (method, format, bits, groups, activations) a line each.
+        nlohmann::json rest = value;
+        rest.erase("quantization");
+        fmt::print("  {:<24} {}\n", key, cell(rest));
+        print_facts(value.at("quantization"), "quantization.");
       } else if (key != "protocols") {
         fmt::print("  {:<24} {}\n", key, cell(value));
       }

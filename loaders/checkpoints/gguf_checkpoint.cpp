@@ -296,7 +296,7 @@ class GgufReader final : public ModelReader {
     add_tensor_type_notes(f_, info_.notes);
     for (const auto& t : f_.tensors()) sizes_.stored += static_cast<std::int64_t>(t.bytes);
     const std::string file_name = path.filename().string();
-    for (const auto& t : f_.tensors()) tensors_.push_back({t.name, ggml_type_name(t.type), t.shape(), file_name});
+    for (const auto& t : f_.tensors()) tensors_.push_back({t.name, ggml_type_name(t.type), t.shape(), file_name, static_cast<std::int64_t>(t.bytes)});
     bytes_on_disk_ = qeval::file_size(path);
   }
 

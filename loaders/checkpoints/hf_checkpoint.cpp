@@ -21,6 +21,7 @@
 #include "loaders/checkpoints/hf_config.h"
 #include "loaders/checkpoints/model_reader.h"
 #include "loaders/checkpoints/model_reader_internal.h"
+#include "loaders/checkpoints/quantized_tensor_set.h"
 #include "loaders/checkpoints/safetensors_set.h"
 #include "loaders/checkpoints/weights_hash.h"
 #include "loaders/checkpoints/tensor_map.h"
@@ -371,8 +372,8 @@ bool ignorable(const std::string& name, const ModelConfig& c) {
          starts_with("model.multi_modal_projector.");
 }
 
-// config.json → out.config, format and notes.
-HfModel read_hf_config(const fs::path& dir, LoadedCheckpoint& out) {
+// config.json → out.config, format and notes; its quantisation settings into `quant` when asked.
+HfModel read_hf_config(const fs::path& dir, LoadedCheckpoint& out, std::optional<QuantizationConfig>* quant = nullptr) {
   const fs::path config_path = dir / "config.json";
   const std::string file = config_path.string();
   json j = read_json_file(config_path);
@@ -382,7 +383,23 @@ HfModel read_hf_config(const fs::path& dir, LoadedCheckpoint& out) {
   if (j.contains("torch_dtype")) out.notes["torch_dtype"] = j["torch_dtype"];
   out.config = m.config;
   out.format = m.format;
+  if (quant) *quant = read_quantization_config(j, dir);
   return m;
+}
+
+// As GGUF records say which block types were dequantised (gguf_checkpoint.cpp): the stored
+// format, the modules dequantised from each form, and what full precision means for this model.
+void add_quantization_notes(const QuantizedTensorSet& set, json& notes) {
+  if (!set.config()) return;
+  json q = set.config()->describe();
+  q["dequantized_modules"] = set.dequantised();
+  notes["quantization"] = q;
+  notes["dequantized_from"] = set.dequantised();
+  notes["full_precision"] = fmt::format(
+      "weights dequantised to float32 from the stored {} {} checkpoint (quant/formats codecs, equal to the library's "
+      "dequantisation in float32): full precision for this model means its dequantised weights, not the original "
+      "unquantised model",
+      quant_method_name(set.config()->method), set.config()->format);
 }
 
 }  // namespace
@@ -410,11 +427,14 @@ class HfReader final : public ModelReader {
  public:
   explicit HfReader(const fs::path& dir) : ModelReader(LoadedCheckpoint{}), set_(dir.string()) {
     info_.path = dir;
-    m_ = read_hf_config(dir, info_);
+    std::optional<QuantizationConfig> quant;
+    m_ = read_hf_config(dir, info_, &quant);
     set_ = open_safetensors_folder(dir);
+    tensors_set_ = std::make_unique<QuantizedTensorSet>(set_, std::move(quant));
+    QuantizedTensorSet& set = *tensors_set_;
     hashes_ = std::make_shared<TensorHashes>();
-    set_.hash_reads_into(hashes_);  // the weights hash comes from the reads
-    settle_prefix(set_, m_);
+    set_.hash_reads_into(hashes_);  // the weights hash comes from the reads (of the stored, quantised bytes)
+    settle_prefix(set, m_);
     set_.set_header_only(true);
     measure_parts(*this, sizes_, dir.string());
     set_.set_header_only(false);
@@ -425,6 +445,7 @@ class HfReader final : public ModelReader {
       ignored.push_back(name);
     }
     if (!ignored.empty()) info_.notes["ignored_tensors"] = ignored;
+    add_quantization_notes(set, info_.notes);
     json files = json::array();
     for (const auto& p : set_.paths()) files.push_back(p.filename().string());
     info_.notes["weight_files"] = files;
@@ -433,12 +454,12 @@ class HfReader final : public ModelReader {
     list_safetensors(set_, tensors_, bytes_on_disk_);
   }
 
-  at::Tensor position_embedding() override { return hf_position_embedding(set_, m_); }
-  BlockWeights block(std::int64_t layer) override { return hf_block(set_, m_, layer); }
+  at::Tensor position_embedding() override { return hf_position_embedding(*tensors_set_, m_); }
+  BlockWeights block(std::int64_t layer) override { return hf_block(*tensors_set_, m_, layer); }
   std::vector<FileSpan> block_file_spans(std::int64_t layer) override {
-    return set_.spans_taken_by([&] { hf_block(set_, m_, layer); });
+    return set_.spans_taken_by([&] { hf_block(*tensors_set_, m_, layer); });
   }
-  NormWeights final_norm() override { return hf_final_norm(set_, m_); }
+  NormWeights final_norm() override { return hf_final_norm(*tensors_set_, m_); }
   at::Tensor lm_head_rows(std::int64_t begin, std::int64_t count) override {
     return set_.take_rows(lm_head_name(m_), {config().vocab_size, config().d_model}, begin, count);
   }
@@ -449,6 +470,7 @@ class HfReader final : public ModelReader {
   }
 
   SafetensorsSet set_;
+  std::unique_ptr<QuantizedTensorSet> tensors_set_;  // set_ seen through the folder's quantization_config
   HfModel m_;
 };
 

@@ -126,7 +126,7 @@ void list_safetensors(const SafetensorsSet& set, std::vector<TensorHeader>& tens
     const std::string file_name = file->path().filename().string();
     for (const auto& name : file->names()) {
       const SafetensorsTensorInfo& info = file->info(name);
-      tensors.push_back({name, info.dtype, info.shape, file_name});
+      tensors.push_back({name, info.dtype, info.shape, file_name, static_cast<std::int64_t>(info.end - info.begin)});
     }
   }
 }

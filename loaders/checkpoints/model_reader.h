@@ -39,6 +39,7 @@ struct TensorHeader {
   std::string dtype;  // as the file names it: "F16", "BF16", "Q4_K", "F32"
   std::vector<std::int64_t> shape;
   std::string file;  // the file it is in (shards), its name only
+  std::int64_t bytes = -1;  // as stored (safetensors, GGUF); -1 where the format does not say
 };
 
 // Bytes of each part once read as float32 (and as stored in the file, for reading time).

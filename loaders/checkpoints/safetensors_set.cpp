@@ -58,6 +58,17 @@ at::Tensor SafetensorsSet::take(const std::string& name, const std::vector<std::
   return t;
 }
 
+at::Tensor SafetensorsSet::take_stored(const std::string& name) {
+  const SafetensorsFile& file = file_of(name);
+  used_.insert(name);
+  if (header_only_) {
+    if (taken_) taken_->push_back(name);
+    const SafetensorsTensorInfo& entry = file.info(name);
+    return at::empty(entry.shape, at::TensorOptions().dtype(entry.scalar_type).device(at::kMeta));
+  }
+  return file.read(name);
+}
+
 at::Tensor SafetensorsSet::take_rows(const std::string& name, const std::vector<std::int64_t>& shape, std::int64_t begin,
                                      std::int64_t count) {
   const SafetensorsFile& file = file_of(name);

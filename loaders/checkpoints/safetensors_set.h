@@ -39,6 +39,12 @@ class SafetensorsSet {
   // (loaders/checkpoints/model_reader.h); remembers the name as used.
   at::Tensor take_rows(const std::string& name, const std::vector<std::int64_t>& shape, std::int64_t begin,
                        std::int64_t count);
+  // The tensor in its stored dtype (quantised codes, packed words, scales; F8 as uint8 bytes),
+  // remembered as used; in header-only mode an empty tensor of its stored dtype and shape on the
+  // meta device, no data read. Throws like take() when missing.
+  at::Tensor take_stored(const std::string& name);
+  const SafetensorsTensorInfo& header(const std::string& name) const { return file_of(name).info(name); }
+  bool header_only() const { return header_only_; }
   // Names present in the files and never taken, in file order.
   std::vector<std::string> unused() const;
   // While on, take() checks the name, shape and dtype against the headers and returns an empty
