@@ -19,9 +19,11 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "eval/percentiles.h"
 #include "eval/token_scores.h"
 #include "eval/vocab_scoring.h"
 #include "loaders/checkpoints/model_reader.h"
@@ -99,6 +101,9 @@ struct EvalOptions {
 
 struct SchemeResult {
   std::map<std::int64_t, WindowScores> rows;  // by window index
+  // Percentiles of the per-token KL and Δp against full precision, when the run kept the values
+  // (eval/token_values_file.h; a quantised scheme's, never full precision's).
+  std::optional<Distribution> kl_values, dp_values;
   double forward_seconds = 0;
   SchemeSummary summary() const { return summarize(rows); }
 };

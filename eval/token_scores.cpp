@@ -8,8 +8,20 @@
 namespace qeval {
 
 nlohmann::json WindowScores::to_json() const {
-  return {{"tokens", tokens},         {"nll_sum", nll_sum}, {"nll_sq_sum", nll_sq_sum}, {"diff_sum", diff_sum},
-          {"diff_sq_sum", diff_sq_sum}, {"kl_sum", kl_sum},   {"top1_agree", top1_agree}, {"dp_sum", dp_sum}};
+  nlohmann::json j = {{"tokens", tokens},         {"nll_sum", nll_sum}, {"nll_sq_sum", nll_sq_sum}, {"diff_sum", diff_sum},
+                      {"diff_sq_sum", diff_sq_sum}, {"kl_sum", kl_sum},   {"top1_agree", top1_agree}, {"dp_sum", dp_sum}};
+  if (!tails) return j;
+  j["kl_sq_sum"] = kl_sq_sum;
+  j["rkl_sum"] = rkl_sum;
+  j["rkl_sq_sum"] = rkl_sq_sum;
+  j["dp_sq_sum"] = dp_sq_sum;
+  j["dp_4_sum"] = dp_4_sum;
+  j["top1_lost"] = top1_lost;
+  j["top1_gained"] = top1_gained;
+  nlohmann::json b = nlohmann::json::array();  // [tokens, Σd, Σd², ΣKL] per bucket
+  for (const BucketScores& x : buckets) b.push_back({x.tokens, x.diff_sum, x.diff_sq_sum, x.kl_sum});
+  j["buckets"] = b;
+  return j;
 }
 
 WindowScores WindowScores::from_json(const nlohmann::json& j) {
@@ -22,6 +34,21 @@ WindowScores WindowScores::from_json(const nlohmann::json& j) {
   s.kl_sum = j.at("kl_sum").get<double>();
   s.top1_agree = json_integer(j.at("top1_agree"), "window scores: top1_agree");
   s.dp_sum = j.at("dp_sum").get<double>();
+  s.tails = j.contains("kl_sq_sum");
+  if (!s.tails) return s;
+  s.kl_sq_sum = j.at("kl_sq_sum").get<double>();
+  s.rkl_sum = j.at("rkl_sum").get<double>();
+  s.rkl_sq_sum = j.at("rkl_sq_sum").get<double>();
+  s.dp_sq_sum = j.at("dp_sq_sum").get<double>();
+  s.dp_4_sum = j.at("dp_4_sum").get<double>();
+  s.top1_lost = json_integer(j.at("top1_lost"), "window scores: top1_lost");
+  s.top1_gained = json_integer(j.at("top1_gained"), "window scores: top1_gained");
+  for (const auto& b : j.at("buckets")) {
+    QEVAL_CHECK(b.is_array() && b.size() == 4, "window scores: a bucket should be [tokens, diff_sum, diff_sq_sum, kl_sum], found {}",
+                b.dump());
+    s.buckets.push_back({json_integer(b[0], "window scores: bucket tokens"), b[1].get<double>(), b[2].get<double>(),
+                         b[3].get<double>()});
+  }
   return s;
 }
 

@@ -10,9 +10,20 @@
 
 #include <cstdint>
 #include <map>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 namespace qeval {
+
+// Sums over one window's scored tokens whose prediction position p (0-based: the distribution
+// computed at token p, predicting token p + 1) falls in one position bucket (eval/position_buckets.h).
+struct BucketScores {
+  std::int64_t tokens = 0;
+  double diff_sum = 0, diff_sq_sum = 0, kl_sum = 0;
+  bool operator==(const BucketScores& o) const {
+    return tokens == o.tokens && diff_sum == o.diff_sum && diff_sq_sum == o.diff_sq_sum && kl_sum == o.kl_sum;
+  }
+};
 
 struct WindowScores {
   std::int64_t tokens = 0;
@@ -22,6 +33,15 @@ struct WindowScores {
   double kl_sum = 0;                     // KL(P_full ‖ P_scheme) per token, nats
   std::int64_t top1_agree = 0;           // argmax equal
   double dp_sum = 0;                     // p_scheme(correct) − p_full(correct)
+  // The tails (issue 80): sums llama.cpp's uncertainties need, the reverse KL, top-1 flips, and
+  // the paired sums by position bucket. A row of a record written before them has tails = false.
+  bool tails = true;
+  double kl_sq_sum = 0;                  // Σ KL²
+  double rkl_sum = 0, rkl_sq_sum = 0;    // KL(P_scheme ‖ P_full) per token, and its squares
+  double dp_sq_sum = 0, dp_4_sum = 0;    // Σ Δp², Σ Δp⁴ (RMS Δp and its uncertainty)
+  std::int64_t top1_lost = 0;            // full precision's top-1 is the target, the scheme's is not
+  std::int64_t top1_gained = 0;          // the scheme's top-1 is the target, full precision's is not
+  std::vector<BucketScores> buckets;     // by position bucket; empty for full precision itself
 
   nlohmann::json to_json() const;
   static WindowScores from_json(const nlohmann::json& j);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "eval/position_buckets.h"
 
 namespace qeval {
 
@@ -35,6 +36,7 @@ void VocabScorer::add(std::size_t s, std::int64_t begin, std::int64_t p0, const 
     r.m = at::full({R}, -std::numeric_limits<float>::infinity(), f32);
     r.S = at::zeros({R}, f64);
     r.A = at::zeros({R}, f64);
+    r.Bs = at::zeros({R}, f64);
     r.target = at::full({R}, std::numeric_limits<float>::quiet_NaN(), f32);
     r.best = at::full({R}, -std::numeric_limits<float>::infinity(), f32);
     r.best_index = at::zeros({R}, l.options().dtype(at::kLong));
@@ -64,6 +66,7 @@ void VocabScorer::add_rows(std::size_t s, std::int64_t begin, std::int64_t p0, s
   float* m = r.m.data_ptr<float>();
   double* S = r.S.data_ptr<double>();
   double* A = r.A.data_ptr<double>();
+  double* Bs = r.Bs.data_ptr<double>();
   float* target = r.target.data_ptr<float>();
   float* best = r.best.data_ptr<float>();
   std::int64_t* best_index = r.best_index.data_ptr<std::int64_t>();
@@ -75,6 +78,8 @@ void VocabScorer::add_rows(std::size_t s, std::int64_t begin, std::int64_t p0, s
   const kernels::cpu::VocabRowKernels k = rows_;
   // One thread per row: every value below is computed in one fixed order whatever the threads.
   at::parallel_for(0, rows, 4, [&](std::int64_t i0, std::int64_t i1) {
+    // A scheme's own exponentials of one row, for the reverse KL: reused row after row in cache.
+    std::vector<float> own_exp(s > 0 ? static_cast<std::size_t>(n) : 0);
     for (std::int64_t i = i0; i < i1; ++i) {
       const float* row = logits + i * n;
       const std::int64_t slot = (i / np) * P_ + p0 + i % np;  // position p of sequence b is row b·P + p
@@ -89,12 +94,15 @@ void VocabScorer::add_rows(std::size_t s, std::int64_t begin, std::int64_t p0, s
       const float m_old = m[slot];
       const float m_new = std::isnan(block_max) ? block_max : std::max(m_old, block_max);
       const double rescale = std::exp(static_cast<double>(m_old) - static_cast<double>(m_new));  // 0 on the first block
-      S[slot] = S[slot] * rescale + k.exp_sum(row, n, m_new, keep_full ? full_exp + i * n : nullptr);
+      float* e = keep_full ? full_exp + i * n : (s > 0 ? own_exp.data() : nullptr);
+      S[slot] = S[slot] * rescale + k.exp_sum(row, n, m_new, e);
       m[slot] = m_new;
-      if (keep_full)
+      if (keep_full) {
         full_rescale[i] = rescale;
-      else if (s > 0)
+      } else if (s > 0) {
         A[slot] = A[slot] * full_rescale[i] + k.weighted_difference_sum(full_logits + i * n, full_exp + i * n, row, n);
+        Bs[slot] = Bs[slot] * rescale + k.weighted_difference_sum(row, e, full_logits + i * n, n);
+      }
     }
   });
 }
@@ -133,7 +141,8 @@ void VocabScorer::add_aten(std::size_t s, std::int64_t begin, std::int64_t p0, s
       full_rescale_ = rescale;
     }
   } else {
-    e = at::Tensor();  // before the KL terms: one temporary of the span at a time
+    r.Bs.index_copy_(0, rows, r.Bs.index_select(0, rows) * rescale + row_sums((l - full_logits_).mul_(e)));
+    e = at::Tensor();  // before the forward KL's terms: one temporary of the span at a time
     r.A.index_copy_(0, rows, r.A.index_select(0, rows) * full_rescale_ + row_sums((full_logits_ - l).mul_(full_exp_)));
   }
 }
@@ -147,8 +156,8 @@ std::vector<TokenValues> VocabScorer::finish() const {
   std::vector<TokenValues> out(running_.size());
   if (P_ == 0) {  // a one-token window predicts nothing
     for (TokenValues& v : out) {
-      v.nll = v.kl = v.dp = at::zeros({B_, 0}, at::kDouble);
-      v.agree = at::zeros({B_, 0}, at::kLong);
+      v.nll = v.kl = v.rkl = v.dp = at::zeros({B_, 0}, at::kDouble);
+      v.agree = v.right = at::zeros({B_, 0}, at::kLong);
     }
     return out;
   }
@@ -163,16 +172,19 @@ std::vector<TokenValues> VocabScorer::finish() const {
     const at::Tensor t = r.target.to(at::kDouble);
     TokenValues& v = out[s];
     v.nll = (Z - t);
+    v.right = r.best_index.eq(targets_).to(at::kLong);
     if (s == 0) {
       v.kl = at::zeros_like(v.nll);
+      v.rkl = at::zeros_like(v.nll);
       v.dp = at::zeros_like(v.nll);
       v.agree = at::ones_like(v.nll, v.nll.options().dtype(at::kLong));
     } else {
       v.kl = r.A / f.S - Z_f + Z;
+      v.rkl = r.Bs / r.S - Z + Z_f;
       v.dp = (t - Z).exp() - (t_f - Z_f).exp();
       v.agree = r.best_index.eq(f.best_index).to(at::kLong);
     }
-    for (at::Tensor* x : {&v.nll, &v.kl, &v.dp, &v.agree}) *x = x->reshape({B_, P_}).cpu().contiguous();
+    for (at::Tensor* x : {&v.nll, &v.kl, &v.rkl, &v.dp, &v.agree, &v.right}) *x = x->reshape({B_, P_}).cpu().contiguous();
   }
   return out;
 }
@@ -191,8 +203,12 @@ std::vector<WindowScores> window_rows(const TokenValues& scheme, const TokenValu
     const double* n = scheme.nll.data_ptr<double>() + b * P;
     const double* fn = full.nll.data_ptr<double>() + b * P;
     const double* k = scheme.kl.data_ptr<double>() + b * P;
+    const double* rk = scheme.rkl.data_ptr<double>() + b * P;
     const double* d = scheme.dp.data_ptr<double>() + b * P;
     const std::int64_t* a = scheme.agree.data_ptr<std::int64_t>() + b * P;
+    const std::int64_t* right = scheme.right.data_ptr<std::int64_t>() + b * P;
+    const std::int64_t* full_right = full.right.data_ptr<std::int64_t>() + b * P;
+    if (paired && from < P) r.buckets.resize(static_cast<std::size_t>(position_bucket(P - 1)) + 1);
     for (std::int64_t p = from; p < P; ++p) {
       r.tokens += 1;
       r.nll_sum += n[p];
@@ -204,6 +220,19 @@ std::vector<WindowScores> window_rows(const TokenValues& scheme, const TokenValu
       r.kl_sum += k[p];
       r.top1_agree += a[p];
       r.dp_sum += d[p];
+      r.kl_sq_sum += k[p] * k[p];
+      r.rkl_sum += rk[p];
+      r.rkl_sq_sum += rk[p] * rk[p];
+      const double dp2 = d[p] * d[p];
+      r.dp_sq_sum += dp2;
+      r.dp_4_sum += dp2 * dp2;
+      r.top1_lost += full_right[p] & (1 - right[p]);
+      r.top1_gained += right[p] & (1 - full_right[p]);
+      BucketScores& bucket = r.buckets[static_cast<std::size_t>(position_bucket(p))];
+      bucket.tokens += 1;
+      bucket.diff_sum += diff;
+      bucket.diff_sq_sum += diff * diff;
+      bucket.kl_sum += k[p];
     }
     if (!paired) r.top1_agree = r.tokens;  // full precision agrees with itself
   }

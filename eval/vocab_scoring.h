@@ -7,11 +7,16 @@
 //   m_s        running max of l_s                    (rescales the sums below as it grows)
 //   S_s        Σ_v exp(l_s(v) − m_s)                 log-sum-exp Z_s = m_s + log S_s
 //   A_s        Σ_v exp(l_f(v) − m_f) (l_f(v) − l_s(v))   so Σ_v p_f (l_f − l_s) = A_s / S_f
+//   B_s        Σ_v exp(l_s(v) − m_s) (l_s(v) − l_f(v))   so Σ_v p_s (l_s − l_f) = B_s / S_s
 //   argmax_s   first index of the largest logit (a later block wins only when strictly larger)
 // and at the end
 //   NLL_s = Z_s − l_s(t)
 //   KL(P_f ‖ P_s) = Σ_v p_f (log p_f − log p_s) = A_s / S_f − Z_f + Z_s
-//   Δp_s = exp(l_s(t) − Z_s) − exp(l_f(t) − Z_f),   top-1 agreement: argmax_s = argmax_f.
+//   KL(P_s ‖ P_f) = B_s / S_s − Z_s + Z_f   (the reverse KL)
+//   Δp_s = exp(l_s(t) − Z_s) − exp(l_f(t) − Z_f),   top-1 agreement: argmax_s = argmax_f,
+//   top-1 right: argmax_s = t.
+// (The overlap Σ_v min(p_f, p_s) has no such online form: which of the two is smaller depends on
+// Z_f − Z_s, known only after the last block, so it would take the head twice; qeval leaves it out.)
 // On the CPU each row of a block is reduced in one pass by kernels/cpu/vocab_rows_cpu.h: the
 // exponentials in float32 (the Cephes polynomial the fused attention uses, the same bits in its
 // scalar, AVX2 and AVX-512 variants), every sum in float64 in a fixed order (eight lanes over the
@@ -39,10 +44,11 @@ inline constexpr std::int64_t kVocabBlock = 8192;
 inline constexpr std::int64_t kScoreRows = 128;
 
 // Per-token values of one scheme on one batch, [B, L − 1] (position p predicts token p + 1), on
-// the CPU: nll, kl and dp float64, agree int64 (1 when top-1 agrees). kl, dp and agree are zeros,
+// the CPU: nll, kl, rkl (the reverse KL) and dp float64, agree and right int64 (1 when top-1 agrees
+// with full precision's; 1 when top-1 is the target). kl, rkl, dp and agree are zeros, zeros,
 // zeros and ones for full precision itself.
 struct TokenValues {
-  at::Tensor nll, kl, dp, agree;
+  at::Tensor nll, kl, rkl, dp, agree, right;
 };
 
 class VocabScorer {
@@ -69,6 +75,7 @@ class VocabScorer {
     at::Tensor m;       // [R] float32 running max (starts at −inf)
     at::Tensor S;       // [R] float64
     at::Tensor A;       // [R] float64 (schemes other than full precision)
+    at::Tensor Bs;      // [R] float64 (schemes other than full precision): B_s above
     at::Tensor target;  // [R] float32 logit of the target token
     at::Tensor best;    // [R] float32 largest logit
     at::Tensor best_index;  // [R] int64

@@ -8,6 +8,8 @@
 #include "common/hash.h"
 #include "common/json_integer.h"
 #include "common/printable.h"
+#include "eval/fidelity_summary.h"
+#include "eval/position_buckets.h"
 #include "loaders/checkpoints/weights_hash.h"
 
 namespace qeval {
@@ -117,6 +119,17 @@ nlohmann::json build_record(const RecordContext& context, const std::vector<Sche
                         {"kl_mean", s.kl_mean},
                         {"top1_agreement", s.top1_agreement},
                         {"dp_correct_mean", s.dp_mean}};
+    // Beyond the mean (docs/record.md): llama.cpp's --kl-divergence numbers with the percentiles
+    // when the run kept the per-token values, and the penalty by position in the window.
+    if (i > 0) {
+      if (const auto tails = summarize_fidelity(r.rows)) entry["per_token"] = tails->to_json(r.kl_values, r.dp_values);
+      const auto buckets = summarize_buckets(r.rows);
+      if (!buckets.empty()) {
+        nlohmann::json b = nlohmann::json::array();
+        for (const BucketSummary& x : buckets) b.push_back(x.to_json());
+        entry["position_buckets"] = b;
+      }
+    }
     entry["statistics"] = i < statistics.size() ? statistics[i] : nlohmann::json(nullptr);
     // Throughput counts every token run through the model (scored or not).
     entry["timing"] = {{"forward_seconds", r.forward_seconds},

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -22,6 +24,8 @@
 #include "records/timings_verify.h"
 #include "stats/statistics.h"
 #include "records/window_rows.h"
+#include "eval/fidelity_summary.h"
+#include "eval/position_buckets.h"
 
 namespace qeval {
 namespace {
@@ -108,6 +112,54 @@ void check_summary(const nlohmann::json& scheme, const std::string& name, const 
                 "{}: statistics cover {} windows, the perplexity {}: they must be the same windows", where,
                 json_text(st["windows"]), s.windows);
   if (st.is_object()) verify_statistics_summary(st, shape, where);
+}
+
+// The sections beyond the mean (eval/fidelity_summary.h, eval/position_buckets.h): their numbers
+// are the rows' where the rows give them; the percentiles (from per-token values a record does not
+// hold) must count the scheme's tokens and rise from min to max.
+void check_tails(const nlohmann::json& scheme, const std::string& name, const Rows& rows, const std::string& source) {
+  const std::string where = fmt::format("{}: scheme {}", source, name);
+  const auto tails = summarize_fidelity(rows);
+  if (scheme.contains("per_token")) {
+    QEVAL_CHECK(tails.has_value(), "{}: \"per_token\" is there but the rows have no tails to give it", where);
+    const nlohmann::json& t = scheme["per_token"];
+    const std::string tp = "scheme " + name + " per_token.";
+    same_number(field(field(t, "kl", where), "mean", where), tails->kl.value, tp + "kl.mean", source);
+    same_number(field(field(t, "reverse_kl", where), "mean", where), tails->reverse_kl.value, tp + "reverse_kl.mean", source);
+    same_number(field(field(t, "dp", where), "mean", where), tails->dp.value, tp + "dp.mean", source);
+    same_number(field(field(t, "dp_rms", where), "value", where), tails->dp_rms.value, tp + "dp_rms.value", source);
+    same_number(field(field(t, "same_top", where), "rate", where), tails->same_top.value, tp + "same_top.rate", source);
+    const nlohmann::json& flips = field(t, "top1_flips", where);
+    QEVAL_CHECK(integer_field(field(flips, "lost", where), "count", where) == tails->lost &&
+                    integer_field(field(flips, "gained", where), "count", where) == tails->gained,
+                "{}: per_token.top1_flips says lost {}, gained {}; the rows give {} and {}", where,
+                json_text(flips["lost"]["count"]), json_text(flips["gained"]["count"]), tails->lost, tails->gained);
+    for (const char* q : {"kl", "dp"}) {
+      if (!t[q].contains("percentiles")) continue;
+      const Distribution d = Distribution::from_json(t[q]["percentiles"], fmt::format("{}: per_token.{}.percentiles", where, q));
+      QEVAL_CHECK(d.count == tails->tokens, "{}: per_token.{}.percentiles count {} tokens, the rows {}", where, q, d.count,
+                  tails->tokens);
+      std::vector<double> ascending = {d.min};
+      for (auto it = d.at.rbegin(); it != d.at.rend(); ++it) ascending.push_back(*it);
+      ascending.push_back(d.max);
+      QEVAL_CHECK(std::is_sorted(ascending.begin(), ascending.end()),
+                  "{}: per_token.{}.percentiles do not rise from min to max: not a distribution", where, q);
+    }
+  }
+  if (scheme.contains("position_buckets")) {
+    const auto buckets = summarize_buckets(rows);
+    const nlohmann::json& b = scheme["position_buckets"];
+    QEVAL_CHECK(b.is_array() && b.size() == buckets.size(), "{}: position_buckets should list {} buckets, found {}", where,
+                buckets.size(), json_text(b));
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      const std::string bp = fmt::format("scheme {} position_buckets[{}].", name, k);
+      QEVAL_CHECK(integer_field(b[k], "tokens", where) == buckets[k].tokens, "{}: {}tokens is {}, the rows give {}", where,
+                  bp, json_text(b[k]["tokens"]), buckets[k].tokens);
+      same_number(field(b[k], "paired_dnll_mean", where), buckets[k].diff_mean, bp + "paired_dnll_mean", source);
+      same_number(field(b[k], "paired_dnll_se", where), buckets[k].diff_se, bp + "paired_dnll_se", source);
+      same_number(field(b[k], "kl_mean", where), buckets[k].kl_mean, bp + "kl_mean", source);
+    }
+  }
 }
 
 // A shard record: its windows are its own, its state is its rows, and (when it says how many
@@ -264,6 +316,7 @@ RecordVerification verify_record(const nlohmann::json& record, const std::string
     const StatisticsShape shape = statistics_shape(record, source);
     for (std::size_t i = 0; i < rows.size(); ++i)
       check_summary(schemes[i], schemes[i]["name"].get<std::string>(), summarize(rows[i]), full, shape, source);
+    for (std::size_t i = 1; i < rows.size(); ++i) check_tails(schemes[i], schemes[i]["name"].get<std::string>(), rows[i], source);
     // What each scheme says of itself: its spec, static scales, KV-cache errors, tensor types and bytes.
     std::set<std::int64_t> evaluated;
     for (const auto& [w, row] : full_rows) evaluated.insert(w);

@@ -61,6 +61,48 @@ WindowScores checked_window_scores(const nlohmann::json& row, std::int64_t max_t
               where, s.top1_agree, s.tokens);
   QEVAL_CHECK(std::fabs(s.dp_sum) <= n, "{}: \"dp_sum\" is {}: a sum of {} probability differences lies in [-{}, {}]",
               where, s.dp_sum, s.tokens, s.tokens, s.tokens);
+  s.tails = row.contains("kl_sq_sum");  // rows written before the tails have none of them
+  if (s.tails) {
+    s.kl_sq_sum = number("kl_sq_sum");
+    s.rkl_sum = number("rkl_sum");
+    s.rkl_sq_sum = number("rkl_sq_sum");
+    s.dp_sq_sum = number("dp_sq_sum");
+    s.dp_4_sum = number("dp_4_sum");
+    s.top1_lost = integer("top1_lost");
+    s.top1_gained = integer("top1_gained");
+    QEVAL_CHECK(squares_fit(s.kl_sum, s.kl_sq_sum) && squares_fit(s.rkl_sum, s.rkl_sq_sum),
+                "{}: \"kl_sq_sum\" {} or \"rkl_sq_sum\" {} is below its sum² / tokens: the sums do not belong together",
+                where, s.kl_sq_sum, s.rkl_sq_sum);
+    QEVAL_CHECK(s.rkl_sum >= -1e-6 * n, "{}: \"rkl_sum\" is {}: KL divergence is never negative", where, s.rkl_sum);
+    QEVAL_CHECK(squares_fit(s.dp_sum, s.dp_sq_sum) && s.dp_sq_sum <= n * (1 + 1e-9) && s.dp_4_sum >= 0 &&
+                    s.dp_4_sum <= s.dp_sq_sum * (1 + 1e-9) + 1e-12,
+                "{}: \"dp_sq_sum\" {} and \"dp_4_sum\" {} do not fit {} probability differences summing to {}", where,
+                s.dp_sq_sum, s.dp_4_sum, s.tokens, s.dp_sum);
+    QEVAL_CHECK(s.top1_lost >= 0 && s.top1_gained >= 0 && s.top1_lost + s.top1_gained <= s.tokens,
+                "{}: top-1 flips lost {} and gained {}: expected counts adding up to at most {} (the tokens)", where,
+                s.top1_lost, s.top1_gained, s.tokens);
+    QEVAL_CHECK(row.contains("buckets") && row["buckets"].is_array(), "{}: the row has no \"buckets\" list", where);
+    std::int64_t bucket_tokens = 0;
+    for (const auto& b : row["buckets"]) {
+      QEVAL_CHECK(b.is_array() && b.size() == 4 && b[0].is_number_integer() && b[1].is_number() && b[2].is_number() &&
+                      b[3].is_number(),
+                  "{}: a bucket should be [tokens, diff_sum, diff_sq_sum, kl_sum], found {}", where, json_text(b));
+      BucketScores x{json_integer(b[0], where + ": bucket tokens"), b[1].get<double>(), b[2].get<double>(), b[3].get<double>()};
+      QEVAL_CHECK(x.tokens >= 0 && std::isfinite(x.diff_sum) && std::isfinite(x.diff_sq_sum) && std::isfinite(x.kl_sum) &&
+                      x.diff_sq_sum * static_cast<double>(x.tokens) >= x.diff_sum * x.diff_sum * (1 - 1e-9) - 1e-12 &&
+                      x.kl_sum >= -1e-6 * static_cast<double>(x.tokens) && (x.tokens > 0 || x == BucketScores{}),
+                  "{}: bucket {} is not in its domain (tokens >= 0, finite sums, squares at least sum² / tokens, KL >= 0)",
+                  where, json_text(b));
+      bucket_tokens += x.tokens;
+      s.buckets.push_back(x);
+    }
+    QEVAL_CHECK(full_precision ? s.buckets.empty() : bucket_tokens == s.tokens,
+                "{}: the position buckets hold {} tokens, the row {}{}", where, bucket_tokens, s.tokens,
+                full_precision ? " (full precision compared with itself has no buckets)" : "");
+  }
+  if (full_precision)
+    QEVAL_CHECK(s.kl_sq_sum == 0 && s.rkl_sum == 0 && s.dp_sq_sum == 0 && s.top1_lost == 0 && s.top1_gained == 0,
+                "{}: full precision compared with itself must have zero KL, Δp and flips", where);
   if (full_precision)
     QEVAL_CHECK(s.diff_sum == 0 && s.diff_sq_sum == 0 && s.kl_sum == 0 && s.dp_sum == 0 && s.top1_agree == s.tokens,
                 "{}: full precision compared with itself must have zero differences, zero KL and every top-1 equal "

@@ -12,6 +12,12 @@
 //   kl_sum         finite, >= -1e-6 · n (KL is >= 0; float rounding of per-token sums)
 //   top1_agree     0 <= top1_agree <= n
 //   dp_sum         finite, |dp_sum| <= n (a difference of probabilities)
+// and, in rows written since issue 80 (older rows have none of them, and no tails in the record):
+//   kl_sq_sum, rkl_sq_sum  >= the sum² / n;  rkl_sum >= -1e-6 · n
+//   dp_sq_sum              >= dp_sum² / n and <= n;  0 <= dp_4_sum <= dp_sq_sum
+//   top1_lost, top1_gained >= 0, adding up to at most n
+//   buckets                [tokens, diff_sum, diff_sq_sum, kl_sum] per position bucket, each in its
+//                          domain, their tokens adding up to n (full precision: none)
 // The full-precision scheme's own row compares it with itself: diff, KL and Δp are 0 and every
 // top-1 agrees.
 #pragma once

@@ -31,7 +31,7 @@ namespace {
 
 // The float64 reference: log-softmax over the whole vocabulary.
 struct Reference {
-  at::Tensor nll, kl, dp, agree;  // [B, P]
+  at::Tensor nll, kl, rkl, dp, agree, right;  // [B, P]
 };
 Reference reference(const at::Tensor& logits, const at::Tensor& full_logits, const at::Tensor& targets) {
   const std::int64_t P = logits.size(1) - 1;
@@ -42,6 +42,8 @@ Reference reference(const at::Tensor& logits, const at::Tensor& full_logits, con
   r.nll = -lp.gather(-1, next).squeeze(-1);
   const at::Tensor nll_f = -lf.gather(-1, next).squeeze(-1);
   r.kl = (lf.exp() * (lf - lp)).sum(-1);
+  r.rkl = (lp.exp() * (lp - lf)).sum(-1);
+  r.right = lp.argmax(-1).eq(next.squeeze(-1)).to(at::kLong);
   r.dp = (-r.nll).exp() - (-nll_f).exp();
   r.agree = lp.argmax(-1).eq(lf.argmax(-1)).to(at::kLong);
   return r;
@@ -72,11 +74,14 @@ TEST(VocabScorer, BlockedScoresMatchAFloat64LogSoftmax) {
     const Reference r = reference(logits, full, targets);
     EXPECT_TRUE(test::tensors_close(values[s].nll, r.nll, 2e-6, 1e-6)) << "scheme " << s;
     EXPECT_TRUE(test::tensors_close(values[s].kl, s == 0 ? at::zeros_like(r.kl) : r.kl, 2e-6, 1e-5)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_close(values[s].rkl, s == 0 ? at::zeros_like(r.rkl) : r.rkl, 2e-6, 1e-5)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_equal(values[s].right, r.right)) << "scheme " << s;
     EXPECT_TRUE(test::tensors_close(values[s].dp, s == 0 ? at::zeros_like(r.dp) : r.dp, 1e-7)) << "scheme " << s;
     EXPECT_TRUE(test::tensors_equal(values[s].agree, r.agree)) << "scheme " << s;
   }
   // The near scheme's KL is small and positive: no cancellation took it below zero.
   EXPECT_GT(values[1].kl.min().item<double>(), 0.0);
+  EXPECT_GT(values[1].rkl.min().item<double>(), 0.0);
 }
 
 TEST(VocabScorer, TiesGoToTheLowestIndexAcrossBlocks) {
@@ -105,9 +110,39 @@ TEST(VocabScorer, HandComputedNllKlAndAgreement) {
   EXPECT_NEAR(rows[0].kl_sum, 0.9 * std::log(0.9 / 0.6) + 0.1 * std::log(0.1 / 0.4), 1e-6);
   EXPECT_EQ(rows[0].top1_agree, 2);  // position 0 ties at index 0 in both; position 1: 0 vs 0
   EXPECT_NEAR(rows[0].dp_sum, (0.5 - 0.5) + (0.4 - 0.1), 1e-6);
+  // The tails: reverse KL at position 1, Δp² and Δp⁴, the flips, the position buckets.
+  EXPECT_NEAR(rows[0].rkl_sum, 0.6 * std::log(0.6 / 0.9) + 0.4 * std::log(0.4 / 0.1), 1e-6);
+  EXPECT_NEAR(rows[0].dp_sq_sum, 0.3 * 0.3, 1e-6);
+  EXPECT_NEAR(rows[0].dp_4_sum, 0.3 * 0.3 * 0.3 * 0.3, 1e-6);
+  // Position 0 (target 0): both tie at 0.5 and pick index 0, both right; position 1 (target 1):
+  // both pick 0 (0.9, 0.6), both wrong. No flip either way.
+  EXPECT_EQ(rows[0].top1_lost, 0);
+  EXPECT_EQ(rows[0].top1_gained, 0);
+  EXPECT_EQ(values[0].right[0][0].item<std::int64_t>(), 1);
+  EXPECT_EQ(values[1].right[0][1].item<std::int64_t>(), 0);
+  ASSERT_EQ(rows[0].buckets.size(), 2u);  // predictions 0 and 1
+  EXPECT_EQ(rows[0].buckets[0].tokens, 1);
+  EXPECT_EQ(rows[0].buckets[1].tokens, 1);
+  EXPECT_NEAR(rows[0].buckets[1].diff_sum, -std::log(0.4) + std::log(0.1), 1e-6);
+  EXPECT_NEAR(rows[0].buckets[0].kl_sum, 0.0, 1e-6);
   const auto self = window_rows(values[0], values[0], {1});
   EXPECT_EQ(self[0].top1_agree, self[0].tokens);
   EXPECT_EQ(self[0].kl_sum, 0.0);
+}
+
+TEST(VocabScorer, TopOneFlipsBothWays) {
+  // Position 0 predicts target 0: full picks 0 (right), q picks 1 (wrong): lost. Position 1 predicts
+  // target 1: full picks 0 (wrong), q picks 1 (right): gained. Position 2 predicts 0: both pick 0.
+  at::Tensor full = at::tensor({2.f, 0.f, 2.f, 0.f, 2.f, 0.f, 0.f, 0.f}).reshape({1, 4, 2});
+  at::Tensor q = at::tensor({0.f, 2.f, 0.f, 2.f, 2.f, 0.f, 0.f, 0.f}).reshape({1, 4, 2});
+  at::Tensor targets = at::tensor({0, 0, 1, 0}, at::kLong).reshape({1, 4});
+  const auto values = score_in_blocks({full, q}, targets, kVocabBlock);
+  const auto rows = window_rows(values[1], values[0], {1});
+  EXPECT_EQ(rows[0].top1_lost, 1);
+  EXPECT_EQ(rows[0].top1_gained, 1);
+  EXPECT_EQ(rows[0].top1_agree, 1);
+  ASSERT_EQ(rows[0].buckets.size(), 3u);  // predictions 0, 1, 2–3
+  EXPECT_EQ(rows[0].buckets[2].tokens, 1);
 }
 
 // The row kernels (the CPU's path) and LibTorch's ops (the GPU's) agree to float64 rounding, and
@@ -139,8 +174,11 @@ TEST(VocabScorer, RowKernelsAgreeWithLibTorchOpsAndIgnoreTheThreadCount) {
   at::set_num_threads(threads);
   const auto aten = score(VocabScorer::Path::aten);
   for (std::size_t s = 0; s < 2; ++s) {
-    for (auto member : {&TokenValues::nll, &TokenValues::kl, &TokenValues::dp, &TokenValues::agree})
+    for (auto member : {&TokenValues::nll, &TokenValues::kl, &TokenValues::rkl, &TokenValues::dp, &TokenValues::agree,
+                        &TokenValues::right})
       EXPECT_TRUE(test::tensors_equal(one[s].*member, two[s].*member)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_close(one[s].rkl, aten[s].rkl, 1e-5, 1e-6)) << "scheme " << s;
+    EXPECT_TRUE(test::tensors_equal(one[s].right, aten[s].right)) << "scheme " << s;
     EXPECT_TRUE(test::tensors_close(one[s].nll, aten[s].nll, 1e-6, 1e-6)) << "scheme " << s;
     EXPECT_TRUE(test::tensors_close(one[s].kl, aten[s].kl, 1e-5, 1e-6)) << "scheme " << s;
     EXPECT_TRUE(test::tensors_close(one[s].dp, aten[s].dp, 1e-6, 1e-7)) << "scheme " << s;

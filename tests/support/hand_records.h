@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "eval/fidelity_summary.h"
+#include "eval/percentiles.h"
+#include "eval/position_buckets.h"
 #include "eval/token_scores.h"
 #include "quant/schemes/presets.h"
 #include "quant/schemes/scheme_json.h"
@@ -98,6 +101,7 @@ inline nlohmann::json sealed(nlohmann::json record) {
     std::map<std::int64_t, WindowScores> r;
     for (std::int64_t w = 0; w < windows; ++w) {
       WindowScores s;
+      s.tails = false;  // as a record written before the tails; add_tails gives a scheme them
       s.tokens = tokens;
       s.nll_sum = static_cast<double>(tokens) * nll;
       s.nll_sq_sum = static_cast<double>(tokens) * nll * nll;
@@ -149,6 +153,39 @@ inline nlohmann::json hand_scheme_spec(const std::string& name) {
   const std::vector<std::string> presets = preset_names();
   if (std::find(presets.begin(), presets.end(), name) != presets.end()) return scheme_to_json(preset_scheme(name));
   return {{"name", name}};
+}
+
+// Scheme `index` of a sealed hand record given the sections beyond the mean, as qeval writes them:
+// rows with tails (KL |Δ| per token as sealed has it, Δp 0, no flips, the tokens in their position
+// buckets), per_token from them with the KL percentiles of `kl_values` (one per scored token) and
+// position_buckets. Every number passes verify_record.
+inline void add_tails(nlohmann::json& record, std::size_t index, const std::vector<double>& kl_values) {
+  nlohmann::json& scheme = record.at("schemes").at(index);
+  std::map<std::int64_t, WindowScores> rows;
+  for (const auto& [key, row] : scheme.at("per_window").items()) {
+    WindowScores r = WindowScores::from_json(row);
+    r.tails = true;
+    const std::int64_t P = record.at("protocol").at("seq_len").get<std::int64_t>() - 1;
+    const double k = r.kl_sum / static_cast<double>(r.tokens), d = r.diff_sum / static_cast<double>(r.tokens);
+    r.kl_sq_sum = static_cast<double>(r.tokens) * k * k;
+    r.rkl_sum = 0.5 * r.kl_sum;
+    r.rkl_sq_sum = static_cast<double>(r.tokens) * 0.25 * k * k;
+    r.buckets.clear();
+    for (std::int64_t p = P - r.tokens; p < P; ++p) {
+      const auto b = static_cast<std::size_t>(position_bucket(p));
+      if (r.buckets.size() <= b) r.buckets.resize(b + 1);
+      r.buckets[b].tokens += 1;
+      r.buckets[b].diff_sum += d;
+      r.buckets[b].diff_sq_sum += d * d;
+      r.buckets[b].kl_sum += k;
+    }
+    scheme["per_window"][key] = r.to_json();
+    rows[std::stoll(key)] = r;
+  }
+  const Distribution kl = distribution_of(kl_values), dp = distribution_of(std::vector<double>(kl_values.size(), 0.0));
+  scheme["per_token"] = summarize_fidelity(rows)->to_json(kl, dp);
+  scheme["position_buckets"] = nlohmann::json::array();
+  for (const BucketSummary& b : summarize_buckets(rows)) scheme["position_buckets"].push_back(b.to_json());
 }
 
 inline nlohmann::json hand_record(const std::string& model_path, const std::string& softmax,
