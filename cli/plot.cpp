@@ -87,8 +87,10 @@ void run_plot(const PlotArgs& a) {
       if (s.value("name", "") == a.scheme && s.contains("statistics") && s["statistics"].is_object()) return true;
     return false;
   });
+  // Records with per-token KL percentiles or position buckets: kl_cdf.png, position_buckets.png.
+  const bool tails = has_token_tails(records);
   std::vector<std::filesystem::path> images;
-  if (!bands || statistics)
+  if ((!bands && !tails) || statistics)
     images = plot_layer_curves(records, a.out, a.scheme);
   else
     fmt::print(stderr, "note: scheme '{}' has no statistics in every record: per-layer curves not drawn\n", a.scheme);
@@ -98,6 +100,10 @@ void run_plot(const PlotArgs& a) {
     images.insert(images.end(), entropies.begin(), entropies.end());
   }
   if (bands) images.push_back(plot_penalties(records, a.out));
+  if (tails) {
+    auto pictures = plot_token_tails(records, a.out);
+    images.insert(images.end(), pictures.begin(), pictures.end());
+  }
   if (!a.figure_data.empty()) {
     nlohmann::json fd;
     try {

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/strict_json.h"
+#include "eval/percentiles.h"
 #include "reports/compare.h"
 #include "records/record.h"
 #include "records/record_verify.h"
@@ -120,7 +121,7 @@ Tolerances Tolerances::from_json(const nlohmann::json& j, const std::string& sou
     QEVAL_CHECK(j["schemes"].is_object(), "{}: \"schemes\" should be an object keyed by scheme name", source);
     for (const auto& [name, entry] : j["schemes"].items()) {
       const std::string where = fmt::format("{}: schemes.{}", source, name);
-      require_keys(entry, {"dppl_abs", "dppl_rel", "ppl_abs", "ppl_rel", "required", "band"}, where);
+      require_keys(entry, {"dppl_abs", "dppl_rel", "ppl_abs", "ppl_rel", "required", "band", "kl"}, where);
       SchemeTolerance s;
       s.dppl = {non_negative(entry, "dppl_abs", where), non_negative(entry, "dppl_rel", where)};
       s.ppl = {non_negative(entry, "ppl_abs", where), non_negative(entry, "ppl_rel", where)};
@@ -129,6 +130,20 @@ Tolerances Tolerances::from_json(const nlohmann::json& j, const std::string& sou
       if (entry.contains("required")) {
         QEVAL_CHECK(entry["required"].is_boolean(), "{}: \"required\" should be true or false", where);
         s.required = entry["required"].get<bool>();
+      }
+      if (entry.contains("kl")) {
+        std::set<std::string> known = {"mean", "max", "min"};
+        for (const PercentileLevel& l : percentile_levels()) known.insert(l.name);
+        QEVAL_CHECK(entry["kl"].is_object() && !entry["kl"].empty(),
+                    "{}: \"kl\" should be an object of limits by name (\"p99\": {{\"abs\": 0.05}})", where);
+        require_keys(entry["kl"], known, where + ".kl");
+        for (const auto& [q, limit] : entry["kl"].items()) {
+          const std::string at = where + ".kl." + q;
+          require_keys(limit, {"abs", "rel"}, at);
+          Limit l{non_negative(limit, "abs", at), non_negative(limit, "rel", at)};
+          QEVAL_CHECK(!l.empty(), "{}: give \"abs\" and/or \"rel\"", at);
+          s.kl[q] = l;
+        }
       }
       t.schemes[name] = s;
     }
@@ -156,7 +171,9 @@ Tolerances Tolerances::from_json(const nlohmann::json& j, const std::string& sou
   // A gate that limits nothing passes every record: refuse it rather than print "PASS".
   const bool limits_something =
       !t.statistics.empty() ||
-      std::any_of(t.schemes.begin(), t.schemes.end(), [](const auto& s) { return !s.second.dppl.empty() || !s.second.ppl.empty(); });
+      std::any_of(t.schemes.begin(), t.schemes.end(), [](const auto& s) {
+        return !s.second.dppl.empty() || !s.second.ppl.empty() || !s.second.kl.empty();
+      });
   QEVAL_CHECK(limits_something, "{}: the tolerance file limits nothing (no dppl_abs / dppl_rel / ppl_abs / ppl_rel for any "
               "scheme, no statistics): a gate that checks nothing always passes", source);
   return t;
@@ -253,6 +270,22 @@ CheckReport check_record(const nlohmann::json& baseline, const nlohmann::json& c
           item.violated = !(item.change <= item.allowed);
         }
         report.items.push_back(item);
+      }
+      // The per-token KL's mean or a percentile, from each record's per_token section (full
+      // precision, the first scheme, has none: it is what the others are held to).
+      const bool is_full = &b == &baseline.at("schemes").front();
+      if (is_full && !t.kl.empty()) report.notes.push_back(fmt::format("scheme {}: full precision has no per-token KL", name));
+      for (const auto& [q, limit] : is_full ? std::map<std::string, Limit>{} : t.kl) {
+        auto kl_value = [&](const nlohmann::json& scheme, const std::string& source) -> nlohmann::json {
+          const nlohmann::json* kl = scheme.contains("per_token") ? &scheme["per_token"]["kl"] : nullptr;
+          if (kl && q == "mean") return kl->at("mean");
+          const bool has = kl && kl->contains("percentiles");
+          QEVAL_CHECK(has, "{}: schemes.{} limits the per-token KL's {}, but {}'s scheme {} has no per-token KL "
+                      "percentiles (a record written before them, or a merge without the shards' values)",
+                      tolerances.source, name, q, source, name);
+          return kl->at("percentiles").at(q);
+        };
+        report.items.push_back(judge(name, "KL " + q, kl_value(b, bs), kl_value(*c, cs), limit, Direction::increase));
       }
     }
     for (const auto& c : current.at("schemes"))

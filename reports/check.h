@@ -11,7 +11,9 @@
 //     "full":        {"ppl_abs": 0.1, "ppl_rel": 0.02},
 //     "int8-coarse": {"dppl_abs": 0.5, "required": false},
 //     "int8-moderate": {"dppl_abs": 0.01, "band": 3},  fail only beyond 3 rounding bands and 0.01
-//   },                                         ("band" needs a baseline run with --rounding-band K)
+//     "w4-zeropoint": {"kl": {"p99": {"abs": 0.05}, "max": {"rel": 0.5}}},  the per-token KL's tail
+//   },                                         ("kl": by name "mean", "max", "p99.9" … "p0.1", "min"
+//                                               (eval/percentiles.h); bounds its increase)                                         ("band" needs a baseline run with --rounding-band K)
 //   "statistics_for": ["full"],                schemes whose statistics are checked (default: every
 //                                               scheme that has statistics in the baseline)
 //   "statistics": {                            by name, see statistic_names()
@@ -61,6 +63,9 @@ struct SchemeTolerance {
   // of the baseline's bands (the standard deviation of ΔPPL over the scheme's rounding variants)
   // and beyond dppl's limit, when one is given.
   std::optional<double> band;
+  // Per-token KL vs full precision (record: per_token.kl): "mean" or a percentile by its record
+  // name, each bounding the increase new − baseline.
+  std::map<std::string, Limit> kl;
 };
 
 struct StatisticTolerance {
@@ -83,7 +88,7 @@ Tolerances load_tolerances(const std::filesystem::path& path);
 
 struct CheckItem {
   std::string scheme;
-  std::string quantity;  // "ΔPPL", "PPL" or a statistic name
+  std::string quantity;  // "ΔPPL", "PPL", "KL p99" (a per-token KL quantity) or a statistic name
   nlohmann::json baseline, current;  // numbers, or null
   double change = 0;                 // in the checked direction (positive = worse)
   double allowed = 0;

@@ -14,6 +14,7 @@
 #include "records/record_verify.h"
 #include "records/rounding_band.h"
 #include "reports/layer_entropy.h"
+#include "reports/token_tails.h"
 #include "reports/table.h"
 
 namespace qeval {
@@ -309,7 +310,8 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
                           {"protocol_mismatch", mismatch},
                           {"partial_records", std::any_of(records.begin(), records.end(),
                                                           [](const LabeledRecord& r) { return !r.partial.empty(); })},
-                          {"rows", rows}}
+                          {"rows", rows},
+                          {"per_token", tails_json(records)}}
                ).dump(2) +
            "\n";
 
@@ -353,6 +355,8 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
   }
   out += format_family_table(records);
   out += rounding_band_table(records);
+  out += kl_divergence_blocks_markdown(records);
+  out += position_buckets_markdown(records);
   out += entropy_tables_markdown(records, entropy_scheme);
   std::vector<std::string> notes;
   bool unknown_recipe = false, mismatch_precision = false;

@@ -17,6 +17,10 @@
 //   penalties.{dat,gp,png}       paired ΔNLL of every quantised scheme, ± se (sampling) and, where
 //                                the record has rounding variants, ± band (rounding), one group of
 //                                bars per record — drawn by `qeval plot` when a record has a band
+//   kl_cdf.{dat,gp,png}          each quantised scheme's per-token KL percentiles (record: per_token)
+//                                as a CDF on a log KL axis — drawn when a record has them
+//   position_buckets.{dat,gp,png} paired ΔNLL ± se and mean KL by prediction position bucket
+//                                (record: position_buckets), one line per scheme, log2 position axis
 //   attention_map.{dat,gp,png}   mean attention over layers and heads, first T queries × keys
 //   hidden_abs.{dat,gp,png}      mean |hidden state| per layer × channel, first token and the rest
 //                                — the maps come from figure data (stats/figure_data.h), written as
@@ -73,6 +77,12 @@ bool has_rounding_band(const nlohmann::json& record);
 // paired ΔNLL as bars with ± se and ± the rounding band (records/rounding_band.h) beside it.
 // Throws when no record has a quantised scheme with a paired ΔNLL.
 std::filesystem::path plot_penalties(const std::vector<nlohmann::json>& records, const std::filesystem::path& dir);
+
+// Whether any record's quantised scheme has KL percentiles or position buckets (issue 80).
+bool has_token_tails(const std::vector<nlohmann::json>& records);
+// kl_cdf.png and position_buckets.png, each when some scheme has its section; the PNGs written.
+std::vector<std::filesystem::path> plot_token_tails(const std::vector<nlohmann::json>& records,
+                                                    const std::filesystem::path& dir);
 
 // How the maps colour their values: linear, or log (so a first-token sink or one massive
 // channel does not wash out everything else; non-positive values are left blank).
