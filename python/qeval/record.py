@@ -168,6 +168,56 @@ class Record:
             })
         return pd.DataFrame(rows).set_index("scheme")
 
+    def token_tails(self):
+        """One row per quantised scheme: the per-token comparison with full precision as `llama-perplexity
+        --kl-divergence` states it (record section ``per_token``, docs/record.md): KL mean ± uncertainty and
+        its percentiles (kl_max, kl_p99.9, ..., kl_median, ..., kl_min), Δp likewise (as fractions, not %),
+        RMS Δp ± uncertainty, same top p ± uncertainty, reverse KL ± uncertainty, the top-1 flips (lost: full
+        right and the scheme wrong; gained: the reverse) as counts and rates ± se. Percentile columns are NaN
+        where the record has none (a merge without the shards' per-token values)."""
+        self._eval_only("per-token tails")
+        pd = _pandas()
+        levels = ["max", "p99.9", "p99", "p95", "p90", "p75", "median", "p25", "p10", "p5", "p1", "p0.1", "min"]
+        rows = []
+        for s in self._schemes():
+            t = s.get("per_token")
+            if not isinstance(t, dict):
+                continue
+            row: Dict[str, Any] = {"scheme": s["name"], "tokens": t.get("tokens")}
+            for q in ("kl", "dp"):
+                row[f"{q}_mean"] = _number(_get(t, q, "mean"))
+                row[f"{q}_uncertainty"] = _number(_get(t, q, "uncertainty"))
+                for level in levels:
+                    row[f"{q}_{level}"] = _number(_get(t, q, "percentiles", level))
+            row["reverse_kl_mean"] = _number(_get(t, "reverse_kl", "mean"))
+            row["reverse_kl_uncertainty"] = _number(_get(t, "reverse_kl", "uncertainty"))
+            row["dp_rms"] = _number(_get(t, "dp_rms", "value"))
+            row["dp_rms_uncertainty"] = _number(_get(t, "dp_rms", "uncertainty"))
+            row["same_top"] = _number(_get(t, "same_top", "rate"))
+            row["same_top_uncertainty"] = _number(_get(t, "same_top", "uncertainty"))
+            for kind in ("lost", "gained"):
+                row[f"top1_{kind}"] = _get(t, "top1_flips", kind, "count")
+                row[f"top1_{kind}_rate"] = _number(_get(t, "top1_flips", kind, "rate"))
+                row[f"top1_{kind}_uncertainty"] = _number(_get(t, "top1_flips", kind, "uncertainty"))
+            rows.append(row)
+        return pd.DataFrame(rows, columns=None if rows else ["scheme"]).set_index("scheme")
+
+    def position_buckets(self):
+        """One row per (quantised scheme, position bucket): the prediction positions it holds (first, last;
+        0 is the first token), its tokens, the paired ΔNLL ± se and the mean KL (record section
+        ``position_buckets``)."""
+        self._eval_only("position buckets")
+        pd = _pandas()
+        rows = []
+        for s in self._schemes():
+            for b in s.get("position_buckets") or []:
+                rows.append({"scheme": s["name"], "positions": b.get("label"), "first": b["positions"][0],
+                             "last": b["positions"][1], "tokens": b.get("tokens"),
+                             "paired_dnll_mean": _number(b.get("paired_dnll_mean")),
+                             "paired_dnll_se": _number(b.get("paired_dnll_se")), "kl_mean": _number(b.get("kl_mean"))})
+        keys = ["scheme", "positions"]
+        return pd.DataFrame(rows, columns=None if rows else keys).set_index(keys)
+
     def statistics(self, per_layer: bool = False):
         """The outlier and attention statistics of each scheme that collected them. per_layer=False:
         one row per scheme, the headline values (named as `qeval compare --format json` names them:

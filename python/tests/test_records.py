@@ -171,3 +171,30 @@ def test_html_view(stories, has_gnuplot):
     assert "<table" in html and "int8-coarse" in html
     if has_gnuplot:
         assert "data:image/png;base64," in html
+
+
+def test_token_tails_and_position_buckets_equal_the_binary(binary, data_dir, tmp_path):
+    """Beyond the mean (docs/record.md): every number of `token_tails()` and `position_buckets()` is the
+    one `qeval compare --format json` gives for the same record, on a stories260K run."""
+    out = tmp_path / "tails.json"
+    done = subprocess.run([binary, "eval", "-q", "--tokenizer", "models/stories260K/tok512.bin", "--seq-len", "64",
+                           "--max-windows", "4", "--schemes", "full,int8-coarse", "--stats-for", "none", "--out", out],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 0, done.stderr
+    r = qeval.Record.load(out, binary=binary)
+    tails, buckets = r.token_tails(), r.position_buckets()
+    shown = binary_json(binary, "compare", out, "--format", "json")["per_token"]
+    assert [e["scheme"] for e in shown] == list(tails.index) == ["int8-coarse"]
+    t = shown[0]["per_token"]
+    row = tails.loc["int8-coarse"]
+    assert row["tokens"] == t["tokens"] == 4 * 63
+    for level in ("max", "p99.9", "p99", "median", "p0.1", "min"):
+        assert row[f"kl_{level}"] == t["kl"]["percentiles"][level]
+        assert row[f"dp_{level}"] == t["dp"]["percentiles"][level]
+    assert row["kl_mean"] == t["kl"]["mean"] and row["reverse_kl_mean"] == t["reverse_kl"]["mean"]
+    assert row["dp_rms"] == t["dp_rms"]["value"] and row["same_top"] == t["same_top"]["rate"]
+    assert row["top1_lost"] == t["top1_flips"]["lost"]["count"]
+    b = shown[0]["position_buckets"]
+    assert list(buckets.loc["int8-coarse"].index) == [x["label"] for x in b]
+    assert list(buckets["tokens"]) == [x["tokens"] for x in b] and sum(buckets["tokens"]) == 4 * 63
+    assert list(buckets["paired_dnll_mean"]) == [x["paired_dnll_mean"] for x in b]
