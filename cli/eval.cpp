@@ -29,6 +29,7 @@
 #include "kernels/device.h"
 #include "loaders/checkpoints/weights_hash.h"
 #include "eval/evaluator.h"
+#include "eval/token_values_run.h"
 #include "stats/figure_data.h"
 #include "reports/plot.h"
 #include "records/record.h"
@@ -358,6 +359,15 @@ void run_eval(const EvalArgs& a) {
       if (stop) throw StoppedEarly{r.windows};
     };
   }
+  // Each quantised scheme's per-token KL and Δp, for exact percentiles: beside a shard's record
+  // (merge reads them), beside a resumable run's state, else in a temporary folder.
+  const bool resumable = a.resume || a.stop_after > 0;
+  std::string values_folder;
+  if (shard.count > 1 && !a.out.empty())
+    values_folder = a.out + ".tokens";
+  else if (resumable && !state_path.empty())
+    values_folder = state_path + ".tokens";
+  TokenValuesRun token_values(values_folder, !values_folder.empty(), schemes, resumed);
   EvalResult result;
   try {
     result = evaluate(*inputs.model, schemes, windows, options, std::move(resumed));
@@ -366,6 +376,7 @@ void run_eval(const EvalArgs& a) {
     exit_status = 3;
     return;
   }
+  token_values.finish(result);
   finish_weights_hash(inputs);
   finish_context(inputs);
   prepared.finish_descriptions();
@@ -420,7 +431,10 @@ void run_eval(const EvalArgs& a) {
   }
   if (figures)
     for (const auto& png : render_eval_plots(record, figures->to_json(), a.plots, parse_colour_scale(a.plots_colour_scale))) fmt::print(stderr, "picture written to {}\n", png.string());
-  if (a.resume && !state_path.empty()) std::filesystem::remove(state_path);
+  if (a.resume && !state_path.empty()) {
+    std::filesystem::remove(state_path);
+    if (shard.count <= 1) token_values.remove();
+  }
 }
 
 }  // namespace

@@ -28,6 +28,9 @@ void add_merge_command(CLI::App& app) {
     for (const auto& p : *paths) shards.push_back(read_record(p));
     nlohmann::json merged = merge_shard_records(shards, *paths, *allow_partial);
     write_record(*out, merged);
+    if (merged.contains("per_token_values_missing"))
+      fmt::print(stderr, "no KL or Δp percentiles in the merged record: per-token values missing beside the shards ({})\n",
+                 merged["per_token_values_missing"].dump());
     fmt::print("{}", scheme_table_markdown(merged));
     fmt::print(stderr, "merged {} shards into {}\n", shards.size(), *out);
   });

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <filesystem>
+
 #include <memory>
 #include <optional>
 #include <set>
@@ -13,6 +15,7 @@
 #include "common/json_diff.h"
 #include "common/json_integer.h"
 #include "common/printable.h"
+#include "eval/token_values_file.h"
 #include "quant/rewrite.h"  // add_kept_positions
 #include "records/record.h"
 #include "records/record_verify.h"
@@ -118,6 +121,20 @@ nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, co
   context.options["merged_from_shards"] = count;
   std::vector<nlohmann::json> statistics;
   for (const auto& s : merged_stats) statistics.push_back(s ? s->summary() : nlohmann::json(nullptr));
+  // The percentiles from every shard's per-token values (<shard>.tokens/, eval/token_values_file.h),
+  // each shard's held to its rows; without all of them the merged record has none, and says why.
+  std::vector<std::string> no_values;
+  for (const auto& p : paths)
+    if (!std::filesystem::is_directory(p + ".tokens")) no_values.push_back(p + ".tokens");
+  for (std::size_t s = 1; s < merged.schemes.size() && no_values.empty(); ++s) {
+    std::vector<std::filesystem::path> files;
+    for (const auto& p : paths) files.push_back(token_values_file(p + ".tokens", s));
+    const std::string name = first.at("schemes").at(s).at("name").get<std::string>();
+    check_values_against_rows(files, merged.schemes[s].rows, name);
+    const TokenDistributions d = token_distributions(files);
+    merged.schemes[s].kl_values = d.kl;
+    merged.schemes[s].dp_values = d.dp;
+  }
   std::vector<SchemeInfo> infos = scheme_infos(first);
   for (std::size_t s = 0; s < infos.size() && s < merged_measures.size(); ++s) {
     if (!merged_measures[s].kv_cache_errors) continue;
@@ -129,6 +146,8 @@ nlohmann::json merge_shard_records(const std::vector<nlohmann::json>& shards, co
   nlohmann::json record = build_record(context, infos, merged, statistics);
   for (std::size_t s = 0; s < infos.size() && s < merged_measures.size(); ++s)
     if (!merged_measures[s].kept_positions.is_null()) record["schemes"][s]["kept_positions"] = merged_measures[s].kept_positions;
+  if (!no_values.empty() && merged.schemes.size() > 1)
+    record["per_token_values_missing"] = no_values;  // no percentiles: these shards' values are not beside them
   attach_rounding_bands(record);  // from the merged variants' numbers, not a shard's
   // The merged record must hold the protocol's windows: 0..n-1 for the sequential protocols, and
   // as many as the shards recorded.

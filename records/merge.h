@@ -6,6 +6,10 @@
 // what the rows give, windows its own, its state equal to its rows), then the shards together
 // must hold every window the protocol gave (as the shards recorded it: protocol_windows) — unless
 // `allow_partial`, which writes a record marked "partial" with what is missing.
+// The KL and Δp percentiles come from the shards' per-token values beside them (<shard>.tokens/,
+// eval/token_values_file.h), each held to its shard's rows to the bit: the same numbers one run
+// gives. When a shard's folder is absent the merged record has no percentiles and lists the
+// missing folders under "per_token_values_missing".
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -241,7 +241,9 @@ nlohmann::json results_of(const std::filesystem::path& record_path) {
                               {"perplexity", s.at("perplexity")},
                               {"vs_full", s.at("vs_full")},
                               {"statistics", s.at("statistics")},
-                              {"per_window", s.at("per_window")}});
+                              {"per_window", s.at("per_window")},
+                              {"per_token", s.value("per_token", nlohmann::json(nullptr))},
+                              {"position_buckets", s.value("position_buckets", nlohmann::json(nullptr))}});
   return out;
 }
 
@@ -260,6 +262,26 @@ TEST(CliScale, FourShardsMergeIntoTheOneRunRecordBitForBit) {
   CommandResult merged = qeval("merge " + shards + "--out " + (dir / "merged.json").string());
   ASSERT_EQ(merged.status, 0) << merged.output;
   EXPECT_EQ(results_of(dir / "merged.json"), results_of(dir / "one.json"));
+  // The KL and Δp percentiles too: merge read every shard's per-token values beside its record.
+  const auto one = nlohmann::json::parse(read_file(dir / "one.json"));
+  ASSERT_TRUE(one["schemes"][1]["per_token"]["kl"].contains("percentiles"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "shard0.json.tokens"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "one.json.tokens") == false) << "a plain run keeps no per-token values";
+  // A shard's values that are not its rows' are refused; without them the merge has no percentiles.
+  const auto values = dir / "shard0.json.tokens" / "scheme-1.values";
+  std::string bytes = read_file(values);
+  bytes[16 + 7] ^= 0x01;  // the first window's first KL value, its exponent moved
+  test::write_bytes(values, bytes);
+  CommandResult forged = qeval("merge " + shards + "--out " + (dir / "bad.json").string());
+  EXPECT_EQ(forged.status, 2) << forged.output;
+  EXPECT_TRUE(contains(forged.output, "the values are not this record's")) << forged.output;
+  std::filesystem::remove_all(dir / "shard0.json.tokens");
+  CommandResult without = qeval("merge " + shards + "--out " + (dir / "without.json").string());
+  ASSERT_EQ(without.status, 0) << without.output;
+  EXPECT_TRUE(contains(without.output, "no KL or Δp percentiles")) << without.output;
+  const auto w = nlohmann::json::parse(read_file(dir / "without.json"));
+  EXPECT_FALSE(w["schemes"][1]["per_token"]["kl"].contains("percentiles"));
+  EXPECT_EQ(w["schemes"][1]["per_token"]["kl"]["mean"], one["schemes"][1]["per_token"]["kl"]["mean"]);
 
   // Failing paths: a shard missing, a shard twice, a shard of another evaluation.
   CommandResult missing = qeval("merge " + (dir / "shard0.json").string() + " " + (dir / "shard1.json").string() +
@@ -295,6 +317,7 @@ TEST(CliScale, KilledRunResumesToTheUninterruptedRecord) {
   EXPECT_TRUE(contains(resumed.output, "4 windows already done")) << resumed.output;
   EXPECT_EQ(results_of(out), results_of(dir / "one.json"));
   EXPECT_FALSE(std::filesystem::exists(out + ".state.json")) << "state file removed once the record is written";
+  EXPECT_FALSE(std::filesystem::exists(out + ".state.json.tokens")) << "per-token values removed with the state";
 
   // A state saved by a build that hashed the weight files (no model_weights_kind in its identity)
   // is refused for what it is, not mixed in and not called another evaluation.
