@@ -7,7 +7,6 @@
 #include <set>
 
 #include "common/error.h"
-#include "common/json_diff.h"
 #include "quant/schemes/presets.h"
 #include "quant/schemes/scheme_json.h"
 #include "quant/schemes/spec.h"
@@ -104,15 +103,11 @@ void check_preset_name(const SchemeSpec& spec, const std::string& given, const s
   if (spec.name == given) return;  // the preset itself
   // Beside the preset itself, two schemes of one name: make_schemes says that.
   if (std::find(names.begin(), names.end(), spec.name) != names.end()) return;
-  const std::vector<std::string> presets = preset_names();
-  if (std::find(presets.begin(), presets.end(), spec.name) == presets.end()) return;
-  nlohmann::json file = scheme_to_json(spec), preset = scheme_to_json(preset_scheme(spec.name));
-  file.erase("description");
-  preset.erase("description");
-  QEVAL_CHECK(file == preset,
+  if (!is_preset_name(spec.name)) return;
+  const std::vector<std::string> differ = differences_from_preset(spec, preset_scheme(spec.name), 4);
+  QEVAL_CHECK(differ.empty(),
               "scheme file {}: \"name\" is \"{}\", the preset {}'s name, but its spec is not the preset's ({}; the file's "
-              "value first); give the scheme a name of its own", given, spec.name, spec.name,
-              fmt::join(json_differences(file, preset, 4), "; "));
+              "value first); give the scheme a name of its own", given, spec.name, spec.name, fmt::join(differ, "; "));
 }
 
 std::int64_t linear_bytes(std::int64_t out, std::int64_t in, bool bias) { return (out * in + (bias ? out : 0)) * 4; }

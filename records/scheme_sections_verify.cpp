@@ -46,9 +46,7 @@ double finite_number(const json& v, const std::string& what) {
 // A spec under a preset's name is the preset, with only the run's options applied.
 void check_preset_spec(const json& entry, const std::string& name, const SchemeSpec& spec, const json& record,
                        const std::string& where) {
-  const std::vector<std::string> presets = preset_names();
-  if (std::find(presets.begin(), presets.end(), name) == presets.end()) return;
-  if (is_rounding_variant(entry)) return;  // named after its scheme with ~r<k>; verified with it
+  if (!is_preset_name(name) || is_rounding_variant(entry)) return;  // a variant is verified with its scheme
   QEVAL_CHECK(!entry["description"].contains("scheme_file"),
               "{}: a scheme file ({}) is shown under the preset name {}; a scheme file cannot take a preset's name",
               where, json_text(entry["description"]["scheme_file"], 80), in_quotes(name));
@@ -56,17 +54,10 @@ void check_preset_spec(const json& entry, const std::string& name, const SchemeS
   const json options = record.value("options", json::object());
   if (options.is_object() && options.value("quantize_lm_head", false) == true) preset.quantize_lm_head = true;
   if (options.is_object() && options.value("quantize_ssm_inner", false) == true) preset.quantize_ssm_inner = true;
-  json stored = scheme_to_json(spec), expected = scheme_to_json(preset);
-  stored.erase("description"), expected.erase("description");  // free text
-  if (stored == expected) return;
-  std::string first;
-  for (auto it = expected.begin(); it != expected.end() && first.empty(); ++it)
-    if (!stored.contains(it.key()) || stored[it.key()] != it.value())
-      first = fmt::format("{} is {}, the preset's is {}", it.key(), json_text(stored.value(it.key(), json(nullptr)), 80),
-                          json_text(it.value(), 80));
-  fail("{}: the spec under the preset name {} is not that preset's (description.scheme.{}); a record's scheme named "
-       "like a preset must be the preset",
-       where, in_quotes(name), first);
+  const std::vector<std::string> differ = differences_from_preset(spec, preset, 1);
+  QEVAL_CHECK(differ.empty(), "{}: the spec under the preset name {} is not that preset's (description.scheme.{}; the "
+              "record's value first); a record's scheme named like a preset must be the preset",
+              where, in_quotes(name), differ.empty() ? "" : differ.front());
 }
 
 void check_static_scales(const json& d, const SchemeSpec& spec, const std::set<std::int64_t>& evaluated,

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/json_diff.h"
 #include "common/printable.h"
 #include "common/strict_json.h"
 #include "quant/schemes/presets_embedded.h"
@@ -26,6 +27,18 @@ const std::string& preset_json_text(const std::string& name) {
   fail("unknown scheme preset '{}'; presets: {}", name, fmt::join(preset_names(), ", "));
 }
 
+bool is_preset_name(const std::string& name) {
+  for (const auto& p : detail::embedded_presets())
+    if (p.name == name) return true;
+  return false;
+}
+
+std::vector<std::string> differences_from_preset(const SchemeSpec& spec, const SchemeSpec& preset, std::size_t limit) {
+  nlohmann::json a = scheme_to_json(spec), b = scheme_to_json(preset);
+  a.erase("description"), b.erase("description");  // free text, not the definition
+  return json_differences(a, b, limit);
+}
+
 SchemeSpec preset_scheme(const std::string& name) {
   const std::string source = fmt::format("scheme preset {} (configs/schemes/{}.json)", name, name);
   nlohmann::json j;
@@ -38,8 +51,7 @@ SchemeSpec preset_scheme(const std::string& name) {
 }
 
 SchemeSpec resolve_scheme(const std::string& name_or_path) {
-  for (const auto& p : detail::embedded_presets())
-    if (p.name == name_or_path) return preset_scheme(name_or_path);
+  if (is_preset_name(name_or_path)) return preset_scheme(name_or_path);
   const std::filesystem::path path(name_or_path);
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))

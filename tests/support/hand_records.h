@@ -5,7 +5,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -150,8 +149,7 @@ inline nlohmann::json sealed(nlohmann::json record) {
 // The resolved spec a record stores for a scheme: a preset's own (records are verified against it,
 // records/scheme_sections_verify.h), or only the name for a scheme the tests make up.
 inline nlohmann::json hand_scheme_spec(const std::string& name) {
-  const std::vector<std::string> presets = preset_names();
-  if (std::find(presets.begin(), presets.end(), name) != presets.end()) return scheme_to_json(preset_scheme(name));
+  if (is_preset_name(name)) return scheme_to_json(preset_scheme(name));
   return {{"name", name}};
 }
 
