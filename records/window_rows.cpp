@@ -61,6 +61,13 @@ WindowScores checked_window_scores(const nlohmann::json& row, std::int64_t max_t
               where, s.top1_agree, s.tokens);
   QEVAL_CHECK(std::fabs(s.dp_sum) <= n, "{}: \"dp_sum\" is {}: a sum of {} probability differences lies in [-{}, {}]",
               where, s.dp_sum, s.tokens, s.tokens, s.tokens);
+  // Before the tails: a row of full precision that is not zero fails for that reason first, whatever
+  // its tail sums say.
+  if (full_precision)
+    QEVAL_CHECK(s.diff_sum == 0 && s.diff_sq_sum == 0 && s.kl_sum == 0 && s.dp_sum == 0 && s.top1_agree == s.tokens,
+                "{}: full precision compared with itself must have zero differences, zero KL and every top-1 equal "
+                "(diff_sum {}, kl_sum {}, dp_sum {}, top1_agree {} of {})",
+                where, s.diff_sum, s.kl_sum, s.dp_sum, s.top1_agree, s.tokens);
   s.tails = row.contains("kl_sq_sum");  // rows written before the tails have none of them
   if (s.tails) {
     s.kl_sq_sum = number("kl_sq_sum");
@@ -103,11 +110,6 @@ WindowScores checked_window_scores(const nlohmann::json& row, std::int64_t max_t
   if (full_precision)
     QEVAL_CHECK(s.kl_sq_sum == 0 && s.rkl_sum == 0 && s.dp_sq_sum == 0 && s.top1_lost == 0 && s.top1_gained == 0,
                 "{}: full precision compared with itself must have zero KL, Δp and flips", where);
-  if (full_precision)
-    QEVAL_CHECK(s.diff_sum == 0 && s.diff_sq_sum == 0 && s.kl_sum == 0 && s.dp_sum == 0 && s.top1_agree == s.tokens,
-                "{}: full precision compared with itself must have zero differences, zero KL and every top-1 equal "
-                "(diff_sum {}, kl_sum {}, dp_sum {}, top1_agree {} of {})",
-                where, s.diff_sum, s.kl_sum, s.dp_sum, s.top1_agree, s.tokens);
   return s;
 }
 
