@@ -78,14 +78,6 @@ void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::i
   }
 }
 
-std::int64_t kv_rotation_block(std::int64_t head_dim, bool is_key) {
-  QEVAL_CHECK(head_dim > 0 && head_dim % 64 == 0, "kv_cache rotation: head_dim {} is not a multiple of 64", head_dim);
-  std::int64_t b = 64;
-  if (is_key)
-    while (head_dim % (2 * b) == 0) b *= 2;
-  return b;
-}
-
 void hadamard_blocks(float* x, std::int64_t n, std::int64_t b) {
   const float norm = 1.0f / std::sqrt(static_cast<float>(b));  // ggml_gen_hadamard's 1/sqrtf(n)
   for (std::int64_t b0 = 0; b0 < n; b0 += b) {

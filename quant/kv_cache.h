@@ -48,9 +48,6 @@ void kv_round_trip_row(const KvCacheSpec& spec, const float* x, float* y, std::i
 // With spec.rotation hadamard, rows are rotated as K's (is_key) or V's are.
 at::Tensor kv_round_trip_rows(const at::Tensor& x, const KvCacheSpec& spec, bool is_key = true);
 
-// llama.cpp's rotation block along head_dim (quant/schemes/spec.h): K's, the largest power of two from
-// 64 that divides head_dim; V's, 64. Requires head_dim % 64 == 0.
-std::int64_t kv_rotation_block(std::int64_t head_dim, bool is_key);
 // x ← H_b · x on each block of b consecutive values (n a multiple of b, b a power of two): the
 // orthonormal Walsh-Hadamard matrix in Sylvester's order (H[i][j] = (−1)^popcount(i & j) / √b,
 // ggml_gen_hadamard's), by the fast transform. H is symmetric and H · H = I.

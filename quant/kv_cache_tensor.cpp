@@ -125,6 +125,14 @@ at::Tensor round_trip_format(const at::Tensor& x, const KvCacheSpec& spec) {
 
 }  // namespace
 
+std::int64_t kv_rotation_block(std::int64_t head_dim, bool is_key) {
+  QEVAL_CHECK(head_dim > 0 && head_dim % 64 == 0, "kv_cache rotation: head_dim {} is not a multiple of 64", head_dim);
+  std::int64_t b = 64;
+  if (is_key)
+    while (head_dim % (2 * b) == 0) b *= 2;
+  return b;
+}
+
 at::Tensor kv_round_trip_tensor(const at::Tensor& x, const KvCacheSpec& spec, bool is_key) {
   QEVAL_CHECK(x.dim() >= 1 && at::isFloatingType(x.scalar_type()),
               "kv_round_trip_tensor: expected floating-point values [..., head_dim], found {} with {} dims",

@@ -23,6 +23,10 @@ namespace qeval {
 // llama.cpp's block along head_dim for q8_0 and q4_0 caches (QK8_0 = QK4_0 = 32).
 constexpr std::int64_t kKvGgmlBlock = 32;
 
+// llama.cpp's rotation block along head_dim (quant/schemes/spec.h): K's, the largest power of two from
+// 64 that divides head_dim; V's, 64. Requires head_dim % 64 == 0.
+std::int64_t kv_rotation_block(std::int64_t head_dim, bool is_key);
+
 // x [..., hd] of any floating dtype and device → every row quantised and dequantised under spec's
 // format (and rotation, as K's rows when is_key), same shape, dtype and device. keep_first is not
 // applied here (the caller keeps positions).

@@ -275,7 +275,9 @@ CheckReport check_record(const nlohmann::json& baseline, const nlohmann::json& c
       // precision, the first scheme, has none: it is what the others are held to).
       const bool is_full = &b == &baseline.at("schemes").front();
       if (is_full && !t.kl.empty()) report.notes.push_back(fmt::format("scheme {}: full precision has no per-token KL", name));
-      for (const auto& [q, limit] : is_full ? std::map<std::string, Limit>{} : t.kl) {
+      for (const auto& [quantity, limit] : t.kl) {
+        if (is_full) break;
+        const std::string& q = quantity;  // a structured binding is not capturable before C++20 (clang)
         auto kl_value = [&](const nlohmann::json& scheme, const std::string& source) -> nlohmann::json {
           const nlohmann::json* kl = scheme.contains("per_token") ? &scheme["per_token"]["kl"] : nullptr;
           if (kl && q == "mean") return kl->at("mean");
