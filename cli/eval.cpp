@@ -25,6 +25,7 @@
 #include "common/model_cache.h"
 #include "common/printable.h"
 #include "eval/calibration_pass.h"
+#include "eval/weight_calibration_pass.h"
 #include "loaders/tokenizers/tokenizer_discovery.h"
 #include "kernels/device.h"
 #include "loaders/checkpoints/weights_hash.h"
@@ -272,6 +273,15 @@ void run_eval(const EvalArgs& a) {
                  spec.input_activations.calibration->statistic_name());
     PhaseScope calibration(Phase::transform, kNoScheme);
     return calibrator.scales_for(spec);
+  };
+  // GPTQ's weights are solved on windows the evaluation does not use, before it, layer by layer.
+  WeightCalibrator weight_calibrator(
+      *inputs.model, [&inputs](std::int64_t n) { return inputs.calibration_windows_from_data(n); }, a.data.batch_size);
+  scheme_options.calibrate_weights = [&weight_calibrator, &a](const SchemeSpec& spec) {
+    if (!a.quiet)
+      fmt::print(stderr, "scheme {}: solving GPTQ ({} calibration windows, layer by layer on the scheme's own outputs)\n",
+                 spec.name, spec.weights.gptq->windows);
+    return weight_calibrator.weights_for(spec);
   };
   if (a.quantize_ssm_inner) {  // acts on Mamba layers' x_proj and dt_proj (quant/schemes/spec.h): none, nothing to do
     const std::vector<std::string> linears = model_linear_names(inputs.model->config());

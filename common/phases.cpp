@@ -42,6 +42,8 @@ const char* phase_name(Phase p) {
     case Phase::hash: return "hash";
     case Phase::data: return "data";
     case Phase::transform: return "transform";
+    case Phase::calibrate: return "calibrate";
+    case Phase::solve: return "solve";
     case Phase::quantize: return "quantize";
     case Phase::copy: return "copy";
     case Phase::forward: return "forward";

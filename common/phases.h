@@ -39,6 +39,8 @@ enum class Phase {
   forward,     // blocks' forward passes (per scheme)
   statistics,  // observers: hidden-state and attention statistics, figure data (per scheme)
   head,        // final norm, LM head and scoring against full precision (per scheme)
+  calibrate,   // calibrated weight quantisers' passes over their calibration windows (GPTQ's Hessians)
+  solve,       // calibrated weight quantisers' solves (GPTQ, one linear at a time)
   other,       // everything outside a scope: set-up, checks, records, progress
 };
 inline constexpr std::size_t kPhaseCount = static_cast<std::size_t>(Phase::other) + 1;

@@ -1,6 +1,7 @@
 #include "eval/schemes.h"
 
 #include "eval/rounding_band.h"
+#include "quant/calibration/calibrated_weights.h"
 #include "quant/calibration/static_scales.h"
 
 #include <algorithm>
@@ -233,6 +234,18 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
           fail("scheme {}: calibration.windows {}: {}", spec.name, spec.input_activations.calibration->windows, e.what());
         }
       }
+      if (spec.needs_weight_calibration()) {
+        QEVAL_CHECK(!spec.quantize_lm_head, "scheme {}: its weights are calibrated with GPTQ, which quantises the "
+                    "blocks' linears only (as its references); leave out --quantize-lm-head", spec.name);
+        QEVAL_CHECK(options.calibrate_weights != nullptr,
+                    "scheme {}: its GPTQ weights need calibration windows, which this command does not provide",
+                    spec.name);
+        try {
+          spec.calibrated_weights = options.calibrate_weights(spec);
+        } catch (const Error& e) {  // the calibration source does not know which scheme asked
+          fail("scheme {}: gptq.calibration.windows {}: {}", spec.name, spec.weights.gptq->windows, e.what());
+        }
+      }
       rewrite = std::make_shared<SchemeRewrite>(spec, linears);
       rewrite->check_model(config, "'" + config.architecture + "'");
       QEVAL_CHECK(!spec.kv_cache.enabled() || options.window_length <= 0 || spec.kv_cache.keep_first < options.window_length,
@@ -241,6 +254,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
                   spec.name, spec.kv_cache.keep_first, options.window_length, options.window_length);
       scheme.description = description_before_run(*rewrite);
       if (spec.needs_calibration()) scheme.description["static_scales"] = static_scales_description(spec, linears);
+      if (spec.needs_weight_calibration()) scheme.description["calibrated_weights"] = spec.calibrated_weights->description;
       use_rewrite(scheme, rewrite, config);
       check_measures_something(spec, *rewrite, config, name, options.window_length);
       // A scheme file is shown by its "name" (its stem when it has none); the path is recorded.

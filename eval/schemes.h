@@ -40,6 +40,9 @@ struct SchemeOptions {
   // Static activation scales (eval/calibration_pass.h): called for each scheme whose input
   // activations are calibrated; a scheme that needs it fails naming the scheme when it is empty.
   std::function<std::shared_ptr<const CalibratedScales>(const SchemeSpec&)> calibrate;
+  // Calibrated weights (GPTQ; eval/weight_calibration_pass.h): called for each scheme whose weights'
+  // method needs calibration; a scheme that needs it fails naming the scheme when it is empty.
+  std::function<std::shared_ptr<const CalibratedWeights>(const SchemeSpec&)> calibrate_weights;
   // The evaluation's window length (0: not known here): a kv_cache that keeps this many first
   // positions or more would quantise nothing, and is refused.
   std::int64_t window_length = 0;

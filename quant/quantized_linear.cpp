@@ -14,6 +14,7 @@
 #include "kernels/w4_gemm.h"
 #include "kernels/w4_linear.h"
 #include "model/placement.h"
+#include "quant/calibration/calibrated_weights.h"
 #include "quant/float_quantize.h"
 #include "quant/formats/ggml/activations.h"
 #include "quant/formats/ggml/quants.h"
@@ -39,7 +40,11 @@ std::string kernel_path_unavailable_reason(const SchemeSpec& spec) {
   const QuantSpec& a = spec.input_activations;
   switch (w.kind) {
     case QuantKind::none: return "the weights are not quantised, so there is no integer or packed GEMM to run";
-    case QuantKind::int4_zeropoint: return "";  // w4_gemm takes float (or fake-quantised) activations
+    case QuantKind::int4_zeropoint:
+      if (w.gptq && w.gptq->actorder == GptqActOrder::group)
+        return "GPTQ's activation-ordered groups (g_idx) are not runs of consecutive columns, which the 4-bit "
+               "kernels need: the weights are dequantised once and run as a float32 GEMM";
+      return "";  // w4_gemm takes float (or fake-quantised) activations
     case QuantKind::int8_absmax: break;
     case QuantKind::fp8:
     case QuantKind::mx:
@@ -97,7 +102,27 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
     case QuantKind::int8_absmax:
       int8_ = quantize_int8_weight(weight.contiguous(), weights_, name, weight_max_abs);
       break;
-    case QuantKind::int4_zeropoint: w4_ = quantize_w4_weight(weight.contiguous(), weights_, name); break;
+    case QuantKind::int4_zeropoint:
+      if (weights_.gptq) {
+        // GPTQ's codes, solved before the evaluation (eval/weight_calibration_pass.h).
+        QEVAL_CHECK(spec.calibrated_weights && spec.calibrated_weights->by_name.count(name),
+                    "QuantizedLinear {}: scheme {} quantises its weights with GPTQ, but no calibrated weight was made "
+                    "for this linear", name, spec.name);
+        const CalibratedWeight& c = spec.calibrated_weights->by_name.at(name);
+        const std::int64_t n = c.w4 ? c.w4->out_features() : c.dequantized.size(0);
+        const std::int64_t k = c.w4 ? c.w4->in_features() : c.dequantized.size(1);
+        QEVAL_CHECK(n == weight.size(0) && k == weight.size(1), "QuantizedLinear {}: the calibrated weight is [{}, {}], "
+                    "the layer's weight [{}, {}]", name, n, k, weight.size(0), weight.size(1));
+        if (c.w4) {
+          w4_ = *c.w4;
+        } else {
+          float_weight_ = c.dequantized;
+          calibrated_bytes_ = c.bytes;
+        }
+      } else {
+        w4_ = quantize_w4_weight(weight.contiguous(), weights_, name);
+      }
+      break;
     case QuantKind::none: float_weight_ = weight; break;
     case QuantKind::fp8:
     case QuantKind::mx:
@@ -147,6 +172,7 @@ QuantizedLinear::QuantizedLinear(const QuantizedLinear& source, PlacementCache& 
       outlier_threshold_(source.outlier_threshold_),
       static_input_scale_(source.static_input_scale_),
       log_(source.log_) {
+  calibrated_bytes_ = source.calibrated_bytes_;
   const at::ScalarType compute = cache.placement().dtype;
   // Packed codes as they are; their scales, zeros and the epilogue's bias stay float32.
   if (source.int8_) {
@@ -192,6 +218,7 @@ std::int64_t QuantizedLinear::weight_bytes() const {
   if (float_op_) bytes += float_op_->weight().numel() * 4;
   if (int8_) return bytes + int8_->bytes();
   if (w4_) return bytes + w4_->bytes();
+  if (calibrated_bytes_ > 0) return bytes + calibrated_bytes_;
   if (weights_.is_float_format()) return bytes + float_format_weight_bytes(weights_, out_, in_);
   if (weights_.kind == QuantKind::ggml)
     return bytes + ggml_tensor_bytes(ggml_type_from_json_name(weights_.ggml_type, name_, false), out_, in_);

@@ -60,6 +60,66 @@ void check_preset_spec(const json& entry, const std::string& name, const SchemeS
               where, in_quotes(name), differ.empty() ? "" : differ.front());
 }
 
+// `s`.calibration: the `count` windows a calibration ran on, each listed once and none evaluated
+// (when the calibration data is the evaluation's own).
+void check_calibration_windows(const json& s, std::int64_t count, const std::set<std::int64_t>& evaluated,
+                               const std::string& at) {
+  QEVAL_CHECK(s.contains("calibration") && s["calibration"].is_object(), "{}: has no \"calibration\" object", at);
+  const json& cal = s["calibration"];
+  QEVAL_CHECK(cal.contains("windows") && cal["windows"].is_array() &&
+                  static_cast<std::int64_t>(cal["windows"].size()) == count,
+              "{}.calibration.windows should list the {} calibration windows, found {}", at, count,
+              json_text(cal.value("windows", json(nullptr)), 80));
+  std::set<std::int64_t> windows;
+  for (const json& w : cal["windows"]) {
+    const std::int64_t i = json_integer(w, at + ".calibration.windows[]");
+    QEVAL_CHECK(i >= 0 && windows.insert(i).second, "{}.calibration.windows: window {} is negative or listed twice", at, i);
+  }
+  const bool same_data = cal.value("same_data_as_evaluation", true) != false;
+  if (same_data)
+    for (std::int64_t w : windows)
+      QEVAL_CHECK(!evaluated.count(w), "{}.calibration.windows holds window {}, which the record also evaluates: "
+                  "calibration and evaluation windows must be disjoint", at, w);
+  QEVAL_CHECK(!cal.contains("disjoint_from_evaluation") || cal["disjoint_from_evaluation"] == true,
+              "{}.calibration.disjoint_from_evaluation is {}: qeval never calibrates on evaluated windows", at,
+              json_text(cal["disjoint_from_evaluation"]));
+}
+
+// "calibrated_weights" (eval/weight_calibration_pass.h): present exactly when the spec's weights are
+// solved by GPTQ; its windows disjoint from the evaluated ones; each selected linear once, with a
+// finite non-negative loss.
+void check_calibrated_weights(const json& d, const SchemeSpec& spec, const std::set<std::int64_t>& evaluated,
+                              const std::string& where) {
+  if (!spec.needs_weight_calibration()) {
+    QEVAL_CHECK(!d.contains("calibrated_weights"), "{}: has \"calibrated_weights\", but its spec's weights are not "
+                "calibrated (method gptq): a round-to-nearest scheme has none", where);
+    return;
+  }
+  const std::int64_t count = spec.weights.gptq->windows;
+  QEVAL_CHECK(d.contains("calibrated_weights") && d["calibrated_weights"].is_object(),
+              "{}: its spec's weights are solved by GPTQ on {} calibration windows, but the record has no "
+              "\"calibrated_weights\" object saying which windows and which solves", where, count);
+  const json& s = d["calibrated_weights"];
+  const std::string at = where + ": calibrated_weights";
+  QEVAL_CHECK(s.value("method", json(nullptr)) == "gptq", "{}.method is {}, the spec's is gptq", at,
+              json_text(s.value("method", json(nullptr))));
+  QEVAL_CHECK(s.contains("windows") && json_integer(s["windows"], at + ".windows") == count,
+              "{}.windows is {}, the spec calibrates on {}", at, json_text(s.value("windows", json(nullptr))), count);
+  check_calibration_windows(s, count, evaluated, at);
+  QEVAL_CHECK(s.contains("layers") && s["layers"].is_array(), "{}.layers should list each solved linear", at);
+  std::set<std::string> seen;
+  for (const json& layer : s["layers"]) {
+    QEVAL_CHECK(layer.is_object() && layer.contains("name") && layer["name"].is_string(),
+                "{}.layers: an entry without a \"name\": {}", at, json_text(layer, 80));
+    const std::string name = layer["name"].get<std::string>();
+    const std::string lat = fmt::format("{}.layers[{}]", at, in_quotes(name));
+    QEVAL_CHECK(spec.selects(name), "{}: the spec does not quantise this linear", lat);
+    QEVAL_CHECK(seen.insert(name).second, "{}: listed twice", lat);
+    const double loss = finite_number(layer.value("loss", json(nullptr)), lat + ".loss");
+    QEVAL_CHECK(loss >= 0, "{}.loss is {}: a sum of squared errors is >= 0", lat, loss);
+  }
+}
+
 void check_static_scales(const json& d, const SchemeSpec& spec, const std::set<std::int64_t>& evaluated,
                          const std::string& where) {
   if (!spec.needs_calibration()) {
@@ -81,25 +141,7 @@ void check_static_scales(const json& d, const SchemeSpec& spec, const std::set<s
   const std::int64_t keep = spec.keep_tokens.rule == KeepRule::first ? spec.keep_tokens.count : 0;
   QEVAL_CHECK(s.contains("keep_first") && json_integer(s["keep_first"], at + ".keep_first") == keep,
               "{}.keep_first is {}, the spec keeps {}", at, json_text(s.value("keep_first", json(nullptr))), keep);
-  QEVAL_CHECK(s.contains("calibration") && s["calibration"].is_object(), "{}: has no \"calibration\" object", at);
-  const json& cal = s["calibration"];
-  QEVAL_CHECK(cal.contains("windows") && cal["windows"].is_array() &&
-                  static_cast<std::int64_t>(cal["windows"].size()) == c.windows,
-              "{}.calibration.windows should list the {} calibration windows, found {}", at, c.windows,
-              json_text(cal.value("windows", json(nullptr)), 80));
-  std::set<std::int64_t> windows;
-  for (const json& w : cal["windows"]) {
-    const std::int64_t i = json_integer(w, at + ".calibration.windows[]");
-    QEVAL_CHECK(i >= 0 && windows.insert(i).second, "{}.calibration.windows: window {} is negative or listed twice", at, i);
-  }
-  const bool same_data = cal.value("same_data_as_evaluation", true) != false;
-  if (same_data)
-    for (std::int64_t w : windows)
-      QEVAL_CHECK(!evaluated.count(w), "{}.calibration.windows holds window {}, which the record also evaluates: "
-                  "calibration and evaluation windows must be disjoint", at, w);
-  QEVAL_CHECK(!cal.contains("disjoint_from_evaluation") || cal["disjoint_from_evaluation"] == true,
-              "{}.calibration.disjoint_from_evaluation is {}: qeval never calibrates on evaluated windows", at,
-              json_text(cal["disjoint_from_evaluation"]));
+  check_calibration_windows(s, c.windows, evaluated, at);
   QEVAL_CHECK(s.contains("layers") && s["layers"].is_array(), "{}.layers should list each calibrated linear", at);
   std::set<std::string> seen;
   for (const json& layer : s["layers"]) {
@@ -237,6 +279,7 @@ void verify_scheme_sections(const nlohmann::json& record, const std::set<std::in
     }
     check_preset_spec(entry, name, spec, record, where);
     check_static_scales(d, spec, evaluated, where);
+    check_calibrated_weights(d, spec, evaluated, where);
     check_kv_cache_error(d, spec, config, static_cast<std::int64_t>(evaluated.size()), where);
     check_layers(d, spec, config, where);
   }

@@ -8,6 +8,9 @@ set(QEVAL_SCHEME_PRESETS full int8-fine int8-moderate int8-coarse int8-vectorwis
     int8-moderate-static fp8-e4m3-static-keep1 mxfp4-keep1
     gguf-q8_0 gguf-q6_k gguf-q5_k_m gguf-q4_k_m gguf-q4_k_s gguf-q4_0 gguf-iq4_nl gguf-mxfp4-moe)
 
+# GPTQ's calibrated 4-bit weights (issue 77, docs/calibrated.md).
+list(APPEND QEVAL_SCHEME_PRESETS gptq-w4-g128 gptq-w4-g128-desc gptq-w4)
+
 # Quantised key/value caches (issue 62, docs/kv-cache.md).
 list(APPEND QEVAL_SCHEME_PRESETS kv-int8 kv-fp8 kv-q8_0 kv-q4_0 kv-int4 kv-q4_0-keep1 kv-int4-keep1 w8a8-kv8
      kv-q8_0-hadamard kv-q4_0-hadamard)

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/json_integer.h"
@@ -148,6 +150,86 @@ ActivationCalibration calibration_from_json(const nlohmann::json& j, const std::
   return c;
 }
 
+// A weights spec's "gptq" settings (quant/schemes/spec.h GptqSpec); absent keys keep the defaults.
+GptqSpec gptq_from_json(const nlohmann::json& j, const std::string& source) {
+  const std::string where = source + ": gptq";
+  QEVAL_CHECK(j.is_object(), "{}: expected an object like {{\"actorder\": \"static\", \"dampening\": 0.01}}, got {}",
+              where, j.dump());
+  static const std::vector<std::string> keys = {"symmetric", "dampening",  "block_size", "actorder",
+                                                "group_params", "arithmetic", "calibration"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    QEVAL_CHECK(std::find(keys.begin(), keys.end(), it.key()) != keys.end(), "{}: unknown key '{}'; valid keys: {}",
+                where, it.key(), fmt::join(keys, ", "));
+  GptqSpec g;
+  if (j.contains("symmetric")) {
+    QEVAL_CHECK(j.at("symmetric").is_boolean(), "{}.symmetric: expected true or false, got {}", where,
+                j.at("symmetric").dump());
+    g.symmetric = j.at("symmetric").get<bool>();
+  }
+  if (j.contains("dampening")) {
+    const nlohmann::json& d = j.at("dampening");
+    QEVAL_CHECK(d.is_number() && d.get<double>() >= 0 && std::isfinite(d.get<double>()),
+                "{}.dampening: expected a non-negative number (the fraction of mean diag H added to the diagonal; "
+                "0.01 as the references), got {}", where, d.dump());
+    g.dampening = d.get<double>();
+  }
+  if (j.contains("block_size")) {
+    g.block_size = json_integer(j.at("block_size"), where + ".block_size");
+    QEVAL_CHECK(g.block_size >= 1, "{}.block_size: expected a positive number of columns (128 as the references), "
+                "got {}", where, g.block_size);
+  }
+  std::string group_params;
+  if (j.contains("actorder")) {
+    const std::string a = spec_string(j.at("actorder"), where + ".actorder", "none, static, group");
+    if (a == "none")
+      g.actorder = GptqActOrder::none;
+    else if (a == "static")
+      g.actorder = GptqActOrder::static_order;
+    else if (a == "group")
+      g.actorder = GptqActOrder::group;
+    else
+      fail("{}.actorder: unknown order '{}'; valid: none, static (llm-compressor's static / weight), group "
+           "(AutoGPTQ's desc_act, llm-compressor's group)", where, a);
+  }
+  g.updated_group_params = g.actorder == GptqActOrder::group;
+  if (j.contains("group_params")) {
+    group_params = spec_string(j.at("group_params"), where + ".group_params", "original, updated");
+    QEVAL_CHECK(group_params == "original" || group_params == "updated",
+                "{}.group_params: unknown '{}'; valid: original (llm-compressor), updated (AutoGPTQ / GPTQModel)",
+                where, group_params);
+    const bool updated = group_params == "updated";
+    QEVAL_CHECK(g.actorder == GptqActOrder::none || updated == (g.actorder == GptqActOrder::group),
+                "{}.group_params '{}' contradicts actorder '{}', which takes its group parameters from the {} "
+                "weights; leave group_params out", where, group_params, to_string(g.actorder),
+                g.actorder == GptqActOrder::group ? "updated" : "original");
+    g.updated_group_params = updated;
+  }
+  if (j.contains("arithmetic")) {
+    const std::string a = spec_string(j.at("arithmetic"), where + ".arithmetic", "llm-compressor, autogptq");
+    QEVAL_CHECK(a == "llm-compressor" || a == "autogptq",
+                "{}.arithmetic: unknown '{}'; valid: llm-compressor (compressed-tensors' qparams), autogptq", where, a);
+    g.autogptq_arithmetic = a == "autogptq";
+  }
+  if (j.contains("calibration")) {
+    const nlohmann::json& c = j.at("calibration");
+    QEVAL_CHECK(c.is_object() && c.size() == 1 && c.contains("windows"),
+                "{}.calibration: expected {{\"windows\": N}} (N calibration windows), got {}", where, c.dump());
+    g.windows = json_integer(c.at("windows"), where + ".calibration.windows");
+    QEVAL_CHECK(g.windows >= 1, "{}.calibration.windows: expected at least 1 window, got {}", where, g.windows);
+  }
+  return g;
+}
+
+nlohmann::json gptq_to_json(const GptqSpec& g) {
+  return {{"symmetric", g.symmetric},
+          {"dampening", g.dampening},
+          {"block_size", g.block_size},
+          {"actorder", to_string(g.actorder)},
+          {"group_params", g.updated_group_params ? "updated" : "original"},
+          {"arithmetic", g.autogptq_arithmetic ? "autogptq" : "llm-compressor"},
+          {"calibration", {{"windows", g.windows}}}};
+}
+
 QuantKind parse_kind(const std::string& s, const std::string& where) {
   for (auto k : kKinds)
     if (to_string(k) == s) return k;
@@ -171,6 +253,7 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
     std::vector<std::string> valid = {"kind", "granularity", "bits"};
     if (q.is_float_format()) valid.push_back("element");
     if (q.kind == QuantKind::mx) valid.push_back("scale_rounding");
+    if (role == Role::weights && q.kind == QuantKind::int4_zeropoint) valid.insert(valid.end(), {"method", "gptq"});
     if (role == Role::input_activations && (q.kind == QuantKind::int8_absmax || q.kind == QuantKind::fp8))
       valid.push_back("calibration");
     for (auto it = j.begin(); it != j.end(); ++it) {
@@ -236,6 +319,19 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
                   where, q.granularity_name());
       q.calibration = calibration_from_json(j.at("calibration"), where);
     }
+    if (j.contains("method") || j.contains("gptq")) {
+      const std::string method = j.contains("method") ? spec_string(j.at("method"), where + ": method", "rtn, gptq") : "rtn";
+      QEVAL_CHECK(method == "rtn" || method == "gptq",
+                  "{}: method '{}' is not known; valid: rtn (round to nearest, the default), gptq", where, method);
+      QEVAL_CHECK(method == "gptq" || !j.contains("gptq"),
+                  "{}: \"gptq\" settings need \"method\": \"gptq\" (the method here is {})", where, method);
+      if (method == "gptq") {
+        QEVAL_CHECK(q.granularity == Granularity::channel || q.granularity == Granularity::group,
+                    "{}: method gptq quantises per channel or in groups along the input (granularity channel or "
+                    "group:g), found '{}'", where, q.granularity_name());
+        q.gptq = gptq_from_json(j.contains("gptq") ? j.at("gptq") : nlohmann::json::object(), where);
+      }
+    }
     if (j.contains("bits"))
       QEVAL_CHECK(json_integer(j.at("bits"), where + ": bits") == q.bits(), "{}: bits {} disagrees with kind {} ({} bits)",
                   where, j.at("bits").dump(), to_string(q.kind), q.bits());
@@ -254,6 +350,10 @@ nlohmann::json quant_to_json(const QuantSpec& q) {
   if (q.is_float_format()) j["element"] = to_string(q.element);
   if (q.kind == QuantKind::mx) j["scale_rounding"] = q.scale_round_up ? "up" : "floor";
   if (q.calibration) j["calibration"] = {{"windows", q.calibration->windows}, {"statistic", q.calibration->statistic_name()}};
+  if (q.gptq) {
+    j["method"] = "gptq";
+    j["gptq"] = gptq_to_json(*q.gptq);
+  }
   return j;
 }
 
@@ -439,6 +539,24 @@ void validate_scheme(const SchemeSpec& s, const std::string& source) {
                 "channel, int8_absmax input_activations per token, output_activations none and no keep_tokens; "
                 "found {}",
                 source, t, fmt::join(found, ", "));
+  }
+  if (s.weights.gptq) {
+    // GPTQ calibrates weights on full-precision activations, and quantises the linears of the blocks.
+    QEVAL_CHECK(s.weights.kind == QuantKind::int4_zeropoint &&
+                    (s.weights.granularity == Granularity::channel || s.weights.granularity == Granularity::group),
+                "{}: method gptq needs weights of kind int4_zeropoint per channel or group:g, found {}", source,
+                quant_text(s.weights));
+    QEVAL_CHECK(!s.input_activations.enabled() && !s.output_activations.enabled(),
+                "{}: method gptq calibrates weight-only schemes here (W4A16, as its references); found "
+                "input_activations {} and output_activations {}", source, quant_text(s.input_activations),
+                quant_text(s.output_activations));
+    QEVAL_CHECK(!s.quantize_lm_head, "{}: method gptq quantises the blocks' linears (the references leave lm_head "
+                "out); the LM head cannot be calibrated here, leave quantize_lm_head false", source);
+    const GptqSpec& g = *s.weights.gptq;
+    QEVAL_CHECK(g.dampening >= 0 && std::isfinite(g.dampening), "{}: gptq.dampening must be a non-negative number, "
+                "found {}", source, g.dampening);
+    QEVAL_CHECK(g.block_size >= 1 && g.windows >= 1, "{}: gptq.block_size and gptq.calibration.windows must be "
+                "positive, found {} and {}", source, g.block_size, g.windows);
   }
   validate_kv_cache(s.kv_cache, source);
 }

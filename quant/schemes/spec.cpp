@@ -93,6 +93,15 @@ std::string to_string(KvCacheFormat v) {
   return "?";
 }
 
+std::string to_string(GptqActOrder v) {
+  switch (v) {
+    case GptqActOrder::none: return "none";
+    case GptqActOrder::static_order: return "static";
+    case GptqActOrder::group: return "group";
+  }
+  return "?";
+}
+
 std::string to_string(KeepRule v) {
   switch (v) {
     case KeepRule::first: return "first";

@@ -102,6 +102,38 @@ struct ActivationCalibration {
 };
 enum class ExecutionPreference { automatic, reference, kernel };
 
+// Weights calibrated by GPTQ (issue 77; quant/calibration/gptq_solve.h, docs/calibrated.md): a
+// weights spec of kind int4_zeropoint (granularity channel or group:g) with "method": "gptq" and,
+// optionally, its settings (defaults: llm-compressor 0.14's GPTQModifier with scheme W4A16):
+//   "gptq": {"symmetric": true, "dampening": 0.01, "block_size": 128,
+//            "actorder": "none" | "static" | "group",
+//            "group_params": "original" | "updated",
+//            "arithmetic": "llm-compressor" | "autogptq",
+//            "calibration": {"windows": 128}}
+// actorder static: columns in order of descending H_jj, each keeping its original group's
+// parameters (llm-compressor's "static" / "weight"); group: the same order with groups formed in
+// it and their parameters from the updated weights, a g_idx per column (AutoGPTQ's desc_act,
+// llm-compressor's "group"). group_params says where a group's scale and zero come from without
+// activation order: the original weights (llm-compressor) or the updated ones at its first column
+// (AutoGPTQ / GPTQModel); static implies original and group implies updated. The calibration
+// windows are evaluation data the evaluation does not use, the rule of static activation scales.
+enum class GptqActOrder { none, static_order, group };
+struct GptqSpec {
+  bool symmetric = true;
+  double dampening = 0.01;
+  std::int64_t block_size = 128;
+  GptqActOrder actorder = GptqActOrder::none;
+  bool updated_group_params = false;  // "group_params": "updated"
+  bool autogptq_arithmetic = false;   // "arithmetic": "autogptq"
+  std::int64_t windows = 128;         // "calibration": {"windows": N}
+  bool operator==(const GptqSpec& o) const {
+    return symmetric == o.symmetric && dampening == o.dampening && block_size == o.block_size &&
+           actorder == o.actorder && updated_group_params == o.updated_group_params &&
+           autogptq_arithmetic == o.autogptq_arithmetic && windows == o.windows;
+  }
+};
+std::string to_string(GptqActOrder v);  // "none" | "static" | "group"
+
 struct QuantSpec {
   QuantKind kind = QuantKind::none;
   Granularity granularity = Granularity::tensor;
@@ -113,6 +145,7 @@ struct QuantSpec {
   // resolved for one tensor), else the llama-quantize file type ("q4_k_m") choosing per tensor.
   std::string ggml_type, ggml_file_type;
   bool ggml_q8_activations = false;  // "activations": "gguf-q8": llama.cpp's activation blocks (quant/formats/ggml/activations.h)
+  std::optional<GptqSpec> gptq;      // weights of kind int4_zeropoint with "method": "gptq" (see above)
 
   bool enabled() const { return kind != QuantKind::none; }
   // fp8, mx or nvfp4: elements of a floating-point type (quant/formats/minifloat.h).
@@ -124,13 +157,17 @@ struct QuantSpec {
     return kind == o.kind && granularity == o.granularity && group_size == o.group_size &&
            (!is_float_format() || (element == o.element && scale_round_up == o.scale_round_up)) &&
            calibration == o.calibration && ggml_type == o.ggml_type && ggml_file_type == o.ggml_file_type &&
-           ggml_q8_activations == o.ggml_q8_activations;
+           ggml_q8_activations == o.ggml_q8_activations && gptq == o.gptq;
   }
 };
 
 // Static activation scales measured for one scheme (eval/calibration_pass.h fills them in before the
 // evaluation): each selected linear's calibrated amax of its input, and the record's account of
 // how (windows, their hashes, the statistic, each layer's scale).
+// Weights a calibrated quantiser made for one scheme (GPTQ; quant/calibration/calibrated_weights.h
+// defines it, eval/weight_calibration_pass.h fills it in before the evaluation).
+struct CalibratedWeights;
+
 struct CalibratedScales {
   std::map<std::string, double> amax;  // by canonical linear name
   nlohmann::json description;
@@ -205,9 +242,12 @@ struct SchemeSpec {
   // Filled in by the calibration when input_activations is static; shared by every copy of the
   // spec (rounding-band variants, sensitivity's one-layer schemes), never written to JSON.
   std::shared_ptr<const CalibratedScales> calibrated;
+  // Filled in by the weight calibration when the weights' method is gptq; shared like `calibrated`.
+  std::shared_ptr<const CalibratedWeights> calibrated_weights;
   KvCacheSpec kv_cache;  // "kv_cache" (see above); format none: K and V unquantised
 
   bool needs_calibration() const { return input_activations.is_static(); }
+  bool needs_weight_calibration() const { return weights.gptq.has_value(); }
   bool decomposes_outliers() const { return outlier_threshold.has_value(); }
   // False for the full-precision scheme: nothing to rewrite.
   bool quantizes_anything() const;

@@ -1,7 +1,8 @@
 // The sections schemes add to a record's description, verified (records/scheme_sections_verify.h):
-// a record qeval wrote on stories260K with a static, a KV-cache and two llama.cpp schemes passes,
-// and each edit an attacker of a CI gate could make to those sections — a scale that is not its
-// amax's, calibration windows that overlap the evaluated ones, KV errors out of their domain or on a
+// a record qeval wrote on stories260K with a static, a KV-cache, two llama.cpp and a GPTQ scheme
+// passes, and each edit an attacker of a CI gate could make to those sections — a scale that is not
+// its amax's, calibration windows (static scales' or GPTQ's) that overlap the evaluated ones, GPTQ's
+// account missing, on the wrong scheme or with a negative loss, KV errors out of their domain or on a
 // scheme without a cache, a ggml type the rows or the rules do not allow, a preset's spec edited or
 // two presets' names swapped, zero or negative byte counts — is refused naming the scheme and key.
 #include <gtest/gtest.h>
@@ -45,7 +46,7 @@ TEST(RecordSections, EveryEditOfASchemeSectionIsRefusedNamingTheKey) {
   const json record = test::stories_eval_record(
       dir, "sections",
       "--model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt --seq-len 64 "
-      "--max-windows 4 --schemes full,int8-moderate-static,kv-int4-keep1,gguf-q8_0,gguf-q4_k_m");
+      "--max-windows 4 --schemes full,int8-moderate-static,kv-int4-keep1,gguf-q8_0,gguf-q4_k_m,gptq-w4-g128");
   ASSERT_FALSE(record.is_null());
   ASSERT_NO_THROW(verify_record(record, "r.json"));
 
@@ -71,6 +72,22 @@ TEST(RecordSections, EveryEditOfASchemeSectionIsRefusedNamingTheKey) {
       {"no static scales on a static scheme", [&](json& r) {
          scheme(r, "int8-moderate-static")["description"].erase("static_scales");
        }, "has no \"static_scales\""},
+      {"GPTQ calibration windows that are evaluated", [&](json& r) {
+         scheme(r, "gptq-w4-g128")["description"]["calibrated_weights"]["calibration"]["windows"][5] = 2;
+       }, "calibrated_weights.calibration.windows holds window 2"},
+      {"fewer GPTQ calibration windows than the spec's", [&](json& r) {
+         scheme(r, "gptq-w4-g128")["description"]["calibrated_weights"]["windows"] = 8;
+       }, "calibrated_weights.windows is 8, the spec calibrates on 128"},
+      {"a negative GPTQ loss", [&](json& r) {
+         scheme(r, "gptq-w4-g128")["description"]["calibrated_weights"]["layers"][3]["loss"] = -2.0;
+       }, ".loss is -2"},
+      {"GPTQ's solves on a round-to-nearest scheme", [&](json& r) {
+         scheme(r, "gguf-q8_0")["description"]["calibrated_weights"] =
+             scheme(r, "gptq-w4-g128")["description"]["calibrated_weights"];
+       }, "scheme \"gguf-q8_0\": has \"calibrated_weights\""},
+      {"no solves on a GPTQ scheme", [&](json& r) {
+         scheme(r, "gptq-w4-g128")["description"].erase("calibrated_weights");
+       }, "has no \"calibrated_weights\""},
       {"a negative KV error", [&](json& r) {
          scheme(r, "kv-int4-keep1")["description"]["kv_cache_error"]["layers"][1]["k_rest"] = -0.1;
        }, "k_rest is -0.1"},

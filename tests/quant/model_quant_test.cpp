@@ -53,8 +53,9 @@ std::vector<SchemeSpec> kernel_presets(bool int8) {
     SchemeSpec spec = preset_scheme(name);
     if (!spec.quantizes_anything() || !kernel_path_unavailable_reason(spec).empty()) continue;
     // Static scales need calibration windows, which quantize_model does not take: their kernel
-    // path is held to the reference below (StaticInt8KernelPathMatchesTheReference).
-    if (spec.needs_calibration()) continue;
+    // path is held to the reference below (StaticInt8KernelPathMatchesTheReference); GPTQ's
+    // codes need them too (tests/eval/weight_calibration_pass_test.cpp runs them on both paths).
+    if (spec.needs_calibration() || spec.needs_weight_calibration()) continue;
     // A quantised KV cache changes the attention these linear-layer checks emulate around
     // (tests/quant/kv_cache_test.cpp holds it to its definition, w8a8-kv8 included).
     if (spec.kv_cache.enabled()) continue;
@@ -241,9 +242,10 @@ TEST(ModelQuant, LogitsDoNotDependOnTheBatchSize) {
     for (const auto& name : preset_names()) {
       SCOPED_TRACE(m.name + " / " + name);
       // q8_0 / q4_0 caches need a head_dim that 32 divides (stories260K's is 8); static scales
-      // need calibration windows, which quantize_model does not take (tests/quant/float_formats_test.cpp).
+      // need calibration windows, which quantize_model does not take (tests/quant/float_formats_test.cpp),
+      // and so do GPTQ's weights (eval/weight_calibration_pass.h).
       const SchemeSpec spec = preset_scheme(name);
-      if (spec.needs_calibration()) continue;
+      if (spec.needs_calibration() || spec.needs_weight_calibration()) continue;
     // A quantised KV cache changes the attention these linear-layer checks emulate around
     // (tests/quant/kv_cache_test.cpp holds it to its definition, w8a8-kv8 included).
     if (spec.kv_cache.enabled()) continue;

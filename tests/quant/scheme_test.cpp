@@ -55,6 +55,16 @@ TEST(SchemePresets, MatchTheDesignTable) {
     s.ggml_file_type = file_type;
     return s;
   };
+  // Issue 77: GPTQ (docs/calibrated.md): llm-compressor 0.14's W4A16 defaults, AutoGPTQ 0.7.1's desc_act.
+  auto gptq = [](Granularity g, std::int64_t group, GptqActOrder order, bool autogptq) {
+    QuantSpec s = q(QuantKind::int4_zeropoint, g, group);
+    GptqSpec settings;
+    settings.actorder = order;
+    settings.updated_group_params = autogptq;
+    settings.autogptq_arithmetic = autogptq;
+    s.gptq = settings;
+    return s;
+  };
   const Row table[] = {
       {"full", kNone, kNone, kNone},
       {"int8-fine", q(K::int8_absmax, G::channel), q(K::int8_absmax, G::feature), kNone},
@@ -91,6 +101,9 @@ TEST(SchemePresets, MatchTheDesignTable) {
       {"gguf-q4_0", gg("q4_0"), kNone, kNone, 0, std::nullopt, true},
       {"gguf-iq4_nl", gg("iq4_nl"), kNone, kNone, 0, std::nullopt, true},
       {"gguf-mxfp4-moe", gg("mxfp4_moe"), kNone, kNone, 0, std::nullopt, true},
+      {"gptq-w4-g128", gptq(G::group, 128, GptqActOrder::static_order, false), kNone, kNone},
+      {"gptq-w4-g128-desc", gptq(G::group, 128, GptqActOrder::group, true), kNone, kNone},
+      {"gptq-w4", gptq(G::channel, 0, GptqActOrder::static_order, false), kNone, kNone},
       // Issue 62: quantised key/value caches (docs/kv-cache.md); their kv_cache in kKvRows below.
       {"kv-int8", kNone, kNone, kNone},
       {"kv-fp8", kNone, kNone, kNone},
@@ -217,6 +230,30 @@ TEST(SchemeSpec, InvalidSpecsFailListingTheValidValues) {
   expect_error(parse(R"({"execution": "gpu"})"), {"'gpu'", "auto, reference, kernel"});
   expect_error(parse(R"({"include": "layers.*"})"), {"list of name patterns"});
   expect_error(parse(R"([1, 2])"), {"must be a JSON object"});
+  // GPTQ's settings (issue 77).
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "tensor", "method": "gptq"}})"),
+               {"method gptq", "channel or group:g", "'tensor'"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "awq2"}})"),
+               {"method 'awq2'", "rtn", "gptq"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "gptq": {}}})"),
+               {"\"gptq\" settings need \"method\": \"gptq\""});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq",
+                                     "gptq": {"actorder": "desc"}}})"),
+               {"actorder", "'desc'", "none, static", "group"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq",
+                                     "gptq": {"actorder": "group", "group_params": "original"}}})"),
+               {"group_params 'original' contradicts actorder 'group'"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq",
+                                     "gptq": {"damping": 0.1}}})"),
+               {"unknown key 'damping'", "dampening"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq",
+                                     "gptq": {"calibration": {"windows": 0}}}})"),
+               {"calibration.windows", "at least 1"});
+  expect_error(parse(R"({"weights": {"kind": "int8_absmax", "granularity": "channel", "method": "gptq"}})"),
+               {"unknown key 'method'"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq"},
+                         "input_activations": {"kind": "int8_absmax", "granularity": "token"}})"),
+               {"method gptq calibrates weight-only schemes"});
 }
 
 TEST(SchemeSpec, UnknownNamesAndBadFilesFailListingThePresets) {

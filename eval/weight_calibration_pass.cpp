@@ -1,0 +1,191 @@
+#include "eval/weight_calibration_pass.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "common/phases.h"
+#include "eval/evaluator.h"
+#include "model/block.h"
+#include "model/forward_context.h"
+#include "model/transformer.h"
+#include "quant/calibration/hessian.h"
+#include "quant/rewrite.h"
+#include "quant/schemes/scheme_json.h"
+
+namespace qeval {
+
+namespace {
+
+// A linear that adds every input to a Hessian before computing its output as `inner` does.
+class HessianLinear final : public Linear {
+ public:
+  HessianLinear(std::shared_ptr<const Linear> inner, HessianAccumulator* hessian)
+      : inner_(std::move(inner)), hessian_(hessian) {}
+  at::Tensor forward(const at::Tensor& x) const override {
+    hessian_->add(x);
+    return inner_->forward(x);
+  }
+  std::int64_t in_features() const override { return inner_->in_features(); }
+  std::int64_t out_features() const override { return inner_->out_features(); }
+  std::int64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  std::string describe() const override { return "Hessian of " + inner_->describe(); }
+  std::shared_ptr<const Linear> placed(PlacementCache&) const override {
+    fail("HessianLinear: the weight calibration pass runs on the CPU and never places its layers");
+  }
+
+ private:
+  std::shared_ptr<const Linear> inner_;
+  HessianAccumulator* hessian_;
+};
+
+// Consecutive windows of equal length, up to `batch_size` in a batch: [B, L] int64 tokens.
+std::vector<at::Tensor> token_batches(const std::vector<Window>& windows, std::int64_t batch_size) {
+  std::vector<at::Tensor> batches;
+  std::size_t i = 0;
+  while (i < windows.size()) {
+    std::size_t j = i + 1;
+    while (j < windows.size() && static_cast<std::int64_t>(j - i) < batch_size &&
+           windows[j].tokens.size() == windows[i].tokens.size())
+      ++j;
+    const auto B = static_cast<std::int64_t>(j - i), L = static_cast<std::int64_t>(windows[i].tokens.size());
+    at::Tensor tokens = at::empty({B, L}, at::kLong);
+    auto* out = tokens.data_ptr<std::int64_t>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t l = 0; l < L; ++l) out[b * L + l] = windows[i + static_cast<std::size_t>(b)].tokens[static_cast<std::size_t>(l)];
+    batches.push_back(tokens);
+    i = j;
+  }
+  return batches;
+}
+
+// What decides a calibration's result besides the windows: the weights' spec and the selection.
+std::string calibration_key(const SchemeSpec& spec) {
+  const nlohmann::json j = scheme_to_json(spec);
+  return nlohmann::json{{"weights", j.at("weights")}, {"include", j.at("include")}, {"exclude", j.at("exclude")}}.dump();
+}
+
+}  // namespace
+
+WeightCalibrator::WeightCalibrator(ModelReader& full, std::function<CalibrationWindows(std::int64_t)> windows,
+                                   std::int64_t batch_size)
+    : full_(full), windows_(std::move(windows)), batch_size_(std::max<std::int64_t>(batch_size, 1)) {}
+
+std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const SchemeSpec& spec) {
+  QEVAL_CHECK(spec.needs_weight_calibration(), "WeightCalibrator: scheme {} has no calibrated weights", spec.name);
+  const std::string key = calibration_key(spec);
+  if (auto found = done_.find(key); found != done_.end()) return found->second;
+
+  const GptqSpec& gptq = *spec.weights.gptq;
+  const GptqOptions options = gptq_options(spec.weights);
+  CalibrationWindows calib = [&] {
+    PhaseScope data(Phase::data, kNoScheme);
+    return windows_(gptq.windows);
+  }();
+  QEVAL_CHECK(!calib.windows.empty(), "scheme {}: no calibration window to solve GPTQ with", spec.name);
+  const auto config = std::make_shared<const ModelConfig>(full_.config());
+  const std::string source = full_.info().path.empty() ? std::string("model") : full_.info().path.string();
+  const std::vector<std::string> linear_names = model_linear_names(*config);
+
+  auto made = std::make_shared<CalibratedWeights>();
+  SchemeSpec solved = spec;  // its calibrated weights fill in layer by layer
+  solved.calibrated_weights = made;
+  solved.kv_cache = {};  // the references calibrate weights on an unquantised cache
+
+  // The stream after the embedding, one tensor per batch, with each batch's forward context.
+  std::vector<at::Tensor> stream;
+  std::vector<ForwardContext> contexts;
+  std::int64_t tokens = 0;
+  {
+    PhaseScope calibrate(Phase::calibrate, kNoScheme);
+    const at::Tensor position = [&] {
+      PhaseScope read(Phase::read);
+      return full_.position_embedding();
+    }();
+    for (const at::Tensor& batch : token_batches(calib.windows, batch_size_)) {
+      check_tokens(batch, *config);
+      const at::Tensor rows = [&] {
+        PhaseScope read(Phase::read);
+        return full_.token_embedding_rows(batch.reshape({-1}));
+      }();
+      at::Tensor x = embedding_stream(rows.to(at::kFloat).clone(), batch.size(0), batch.size(1), *config, position);
+      contexts.push_back(make_forward_context(*config, batch.size(1), x));
+      stream.push_back(std::move(x));
+      tokens += batch.numel();
+    }
+  }
+
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::int64_t layer = 0; layer < config->n_layers; ++layer) {
+    const Block full = [&] {
+      PhaseScope read(Phase::read);
+      return Block(config, layer, full_.block(layer), source);
+    }();
+    std::vector<std::string> names;
+    for (const NamedLinear& l : full.linears())
+      if (spec.selects(l.name)) names.push_back(l.name);
+    if (!names.empty()) {
+      // 1. the Hessians from full precision's layer on the scheme's stream
+      std::map<std::string, HessianAccumulator> hessians;
+      Block recording = full;
+      for (const NamedLinear& l : full.linears()) {
+        if (!spec.selects(l.name)) continue;
+        const auto it = hessians.emplace(l.name, HessianAccumulator(l.linear->in_features())).first;
+        recording.replace_linear(l.name, std::make_shared<HessianLinear>(l.linear, &it->second));
+      }
+      {
+        PhaseScope calibrate(Phase::calibrate, kNoScheme);
+        for (std::size_t b = 0; b < stream.size(); ++b) {
+          at::Tensor x = stream[b].clone();
+          recording.forward(x, contexts[b], nullptr);
+        }
+      }
+      // 2. the solves
+      {
+        PhaseScope solve(Phase::solve, kNoScheme);
+        for (const NamedLinear& l : full.linears()) {
+          if (!spec.selects(l.name)) continue;
+          const auto* linear = dynamic_cast<const FloatLinear*>(l.linear.get());
+          QEVAL_CHECK(linear != nullptr, "scheme {}: GPTQ needs the float weight of {}, found {}", spec.name, l.name,
+                      l.linear->describe());
+          const HessianAccumulator& h = hessians.at(l.name);
+          const GptqResult r = gptq_solve(linear->weight().to(at::kFloat).contiguous(), h.hessian(), options, l.name);
+          made->by_name[l.name] = calibrated_weight(r, spec.weights, l.name);
+          layers.push_back({{"name", l.name},
+                            {"loss", r.loss},
+                            {"dead_columns", r.dead_columns},
+                            {"fell_back_to_rtn", r.fell_back_to_rtn},
+                            {"samples", h.samples()},
+                            {"rows", h.rows()}});
+        }
+      }
+    }
+    // 3. the scheme's layer l on the stream: layer l + 1's input
+    if (layer + 1 < config->n_layers) {
+      const Block quantised = [&] {
+        PhaseScope quantize(Phase::quantize, kNoScheme);
+        SchemeRewrite rewrite(solved, linear_names);
+        return rewrite.rewrite(full);
+      }();
+      PhaseScope calibrate(Phase::calibrate, kNoScheme);
+      for (std::size_t b = 0; b < stream.size(); ++b) quantised.forward(stream[b], contexts[b], nullptr);
+    }
+  }
+
+  nlohmann::json hashes = nlohmann::json::array();
+  for (const Window& w : calib.windows) hashes.push_back(fmt::format("{:016x}", window_hash(w)));
+  made->description = {{"method", "gptq"},
+                       {"windows", static_cast<std::int64_t>(calib.windows.size())},
+                       {"tokens", tokens},
+                       {"calibration", calib.description},
+                       {"window_hashes", hashes},
+                       {"propagation", "sequential: each layer calibrated on the outputs of the scheme's quantised "
+                                       "layers before it"},
+                       {"layers", layers}};
+  done_[key] = made;
+  return made;
+}
+
+}  // namespace qeval

@@ -1,0 +1,50 @@
+// GPTQ's calibration pass (issue 77): the sequential layer loop of llm-compressor 0.14's
+// SequentialPipeline (and AutoGPTQ's), over N calibration windows that the evaluation does not use
+// (the rule of static activation scales, eval/calibration_pass.h):
+//
+//   the windows' residual stream after the embedding; then for each layer l:
+//     1. layer l as full precision has it runs on the stream, each selected linear's input summed
+//        into its Hessian (quant/calibration/hessian.h), the output dropped;
+//     2. each selected linear of layer l is solved (quant/calibration/gptq_solve.h);
+//     3. layer l as the scheme has it now (its linears quantised with those codes) runs on the
+//        stream, which becomes layer l + 1's input.
+//
+// So layer l is calibrated on the inputs that the scheme's own quantised layers before it produce,
+// and the memory held is the windows' stream plus one layer's Hessians. Linears within a layer are
+// calibrated together on its full-precision inputs (llm-compressor's default; AutoGPTQ's
+// true_sequential re-runs the layer between its groups of linears). It runs on the CPU in float32.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "eval/model_transforms.h"
+#include "loaders/checkpoints/model_reader.h"
+#include "quant/calibration/calibrated_weights.h"
+#include "quant/schemes/spec.h"
+
+namespace qeval {
+
+class WeightCalibrator {
+ public:
+  // `windows(n)`: the n calibration windows with their description (the evaluation's rule).
+  WeightCalibrator(ModelReader& full, std::function<CalibrationWindows(std::int64_t n)> windows,
+                   std::int64_t batch_size = 1);
+
+  // Every linear the spec selects in the blocks, solved as its weights' method says (GPTQ), with the
+  // record's account in `description`: {"method", "windows", "calibration", "window_hashes",
+  // "tokens", "layers": [{"name", "loss", "dead_columns", "fell_back_to_rtn", "samples"}]}.
+  // Made once per distinct weights spec and selection, shared by the schemes that ask for it.
+  std::shared_ptr<const CalibratedWeights> weights_for(const SchemeSpec& spec);
+
+ private:
+  ModelReader& full_;
+  std::function<CalibrationWindows(std::int64_t)> windows_;
+  std::int64_t batch_size_;
+  std::map<std::string, std::shared_ptr<const CalibratedWeights>> done_;
+};
+
+}  // namespace qeval
