@@ -1,7 +1,7 @@
 #include "eval/schemes.h"
 
 #include "eval/rounding_band.h"
-#include "quant/calibration/calibrated_weights.h"
+#include "quant/calibrated_weights.h"
 #include "quant/calibration/static_scales.h"
 
 #include <algorithm>

@@ -23,7 +23,7 @@
 
 #include "eval/model_transforms.h"
 #include "loaders/checkpoints/model_reader.h"
-#include "quant/calibration/calibrated_weights.h"
+#include "quant/calibration/gptq_weights.h"
 #include "quant/schemes/spec.h"
 
 namespace qeval {

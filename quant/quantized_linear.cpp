@@ -14,7 +14,7 @@
 #include "kernels/w4_gemm.h"
 #include "kernels/w4_linear.h"
 #include "model/placement.h"
-#include "quant/calibration/calibrated_weights.h"
+#include "quant/calibrated_weights.h"
 #include "quant/float_quantize.h"
 #include "quant/formats/ggml/activations.h"
 #include "quant/formats/ggml/quants.h"

@@ -164,8 +164,8 @@ struct QuantSpec {
 // Static activation scales measured for one scheme (eval/calibration_pass.h fills them in before the
 // evaluation): each selected linear's calibrated amax of its input, and the record's account of
 // how (windows, their hashes, the statistic, each layer's scale).
-// Weights a calibrated quantiser made for one scheme (GPTQ; quant/calibration/calibrated_weights.h
-// defines it, eval/weight_calibration_pass.h fills it in before the evaluation).
+// Weights a calibrated quantiser made for one scheme (GPTQ; quant/calibrated_weights.h defines it,
+// eval/weight_calibration_pass.h fills it in before the evaluation).
 struct CalibratedWeights;
 
 struct CalibratedScales {

@@ -13,7 +13,7 @@
 #include "eval/evaluator.h"
 #include "eval/weight_calibration_pass.h"
 #include "model/transformer.h"
-#include "quant/calibration/calibrated_weights.h"
+#include "quant/calibration/gptq_weights.h"
 #include "quant/calibration/gptq_solve.h"
 #include "quant/quantized_linear.h"
 #include "quant/rewrite.h"

@@ -1,4 +1,4 @@
-#include "quant/calibration/calibrated_weights.h"
+#include "quant/calibration/gptq_weights.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
-// What a calibrated weight quantiser (GPTQ, quant/calibration/gptq_solve.h) made for one scheme:
-// each selected linear's codes in the form the scheme executes them, made once before the
-// evaluation (eval/weight_calibration_pass.h) and read by QuantizedLinear in place of its own
-// round-to-nearest.
+// What a calibrated weight quantiser (GPTQ, quant/calibration/) made for one scheme: each selected
+// linear's codes in the form the scheme executes them, made once before the evaluation
+// (eval/weight_calibration_pass.h) and read by QuantizedLinear in place of its own round-to-nearest
+// (SchemeSpec::calibrated_weights). The form is quant/'s; how it is made is calibration/'s.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -12,9 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "quant/calibration/gptq_solve.h"
 #include "quant/packed_weights.h"
-#include "quant/schemes/spec.h"
 
 namespace qeval {
 
@@ -35,11 +33,5 @@ struct CalibratedWeights {
   std::map<std::string, CalibratedWeight> by_name;  // canonical linear name
   nlohmann::json description;                        // the record's account (calibration, losses)
 };
-
-// The solver's options for a weights spec of kind int4_zeropoint with method gptq.
-GptqOptions gptq_options(const QuantSpec& weights);
-
-// The solver's result in the scheme's executable form (see CalibratedWeight).
-CalibratedWeight calibrated_weight(const GptqResult& result, const QuantSpec& weights, const std::string& name);
 
 }  // namespace qeval
