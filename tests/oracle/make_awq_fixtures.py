@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""Writes tests/quant/fixtures/awq_reference.json: AWQ's scale search as llm-compressor 0.14.0 runs it
+(AWQModifier + QuantizationModifier W4A16_ASYM, compressed-tensors 0.20.0, the sequential
+pipeline's calls for one subgraph) on one
+small random Llama-style block, for tests/quant/awq_search_test.cpp.
+
+The block (float32, no embedding, one layer; K = 256, 4 heads of 64, d_ff = 512):
+    h  = input_layernorm(x)                      RMSNorm, eps 1e-5
+    x  = x + self_attn(h)                        q/k/v/o, causal softmax attention, no RoPE
+    h2 = post_attention_layernorm(x)
+    x  = x + mlp(h2)                             down(silu(gate(h2)) * up(h2))
+and llm-compressor's Llama mappings, in its order:
+    input_layernorm          -> q_proj, k_proj, v_proj   (parent self_attn)
+    v_proj                   -> o_proj                    (parent o_proj)
+    post_attention_layernorm -> gate_proj, up_proj        (parent mlp)
+    up_proj                  -> down_proj                 (parent down_proj)
+
+Every input and weight is made from integers with a formula C++ repeats to the bit (`gen` below:
+splitmix64 of seed·2^32 + index, four uniforms summed, in float64, then float32), so the fixture stores
+none of them; it stores a few generated values and sums to prove the C++ generator agrees.
+
+What it stores, per mapping: the grid (ratio, duo scaling), the loss at each grid point, the chosen
+index, x_mean (the activation statistic) and the chosen scales; after the search and the fold, for
+every linear the final compressed-tensors weight_scale and weight_zero_point (all groups) and the
+codes of every 4th row (packed two 4-bit codes per byte, low nibble = even column), with the two norms'
+folded weights. Needs the oracle venv: /work/cache/oracle-venv/bin/python tests/oracle/make_awq_fixtures.py
+"""
+import base64
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "quant", "fixtures", "awq_reference.json")
+
+K, HEADS, DFF = 256, 4, 512
+BATCHES, B, T = 3, 2, 32
+EPS = 1e-5
+ROW_STRIDE = 4  # codes of rows 0, 4, 8, ... are stored
+
+M64 = (1 << 64) - 1
+
+
+def gen(seed, shape, scale=1.0):
+    """float32 tensor of `shape`: (u1 + u2 + u3 + u4 − 2) · √3 · scale, u from splitmix64(seed·2^32 + 4i + j)."""
+    n = int(np.prod(shape))
+    idx = np.arange(4 * n, dtype=np.uint64)
+    z = (np.uint64(seed) << np.uint64(32)) + idx
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    u = (z >> np.uint64(11)).astype(np.float64) * (2.0 ** -53)
+    u = u.reshape(n, 4)
+    s = ((u[:, 0] + u[:, 1]) + u[:, 2]) + u[:, 3]
+    v = (s - 2.0) * (math.sqrt(3.0) * scale)
+    return torch.from_numpy(v.astype(np.float32).reshape(shape))
+
+
+def outlier_gain(n, channels, gain):
+    g = torch.ones(n)
+    g[channels] = gain
+    return g
+
+
+# Outlier channels of the residual stream and of the MLP's hidden units (fixed, not random).
+X_OUTLIERS = [3, 40, 77, 128, 200, 251]
+FF_OUTLIERS = [5, 66, 130, 301, 444]
+
+
+def make_block():
+    w = {}
+    w["input_layernorm"] = (1.0 + 0.1 * gen(11, (K,))).float()
+    w["post_attention_layernorm"] = (1.0 + 0.1 * gen(12, (K,))).float()
+    w["q_proj"] = gen(21, (K, K), 1 / 16)
+    w["k_proj"] = gen(22, (K, K), 1 / 16)
+    w["v_proj"] = gen(23, (K, K), 1 / 16)
+    w["o_proj"] = gen(24, (K, K), 1 / 16)
+    w["gate_proj"] = gen(25, (DFF, K), 1 / 16)
+    # a few hidden units with large up rows: outliers in down_proj's input
+    w["up_proj"] = gen(26, (DFF, K), 1 / 16) * outlier_gain(DFF, FF_OUTLIERS, 6.0).view(-1, 1)
+    w["down_proj"] = gen(27, (K, DFF), 1 / 22)
+    return w
+
+
+def make_inputs():
+    gain = outlier_gain(K, X_OUTLIERS, 12.0)
+    return [gen(100 + b, (B, T, K)) * gain for b in range(BATCHES)]
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight.clone())
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * self.weight
+
+
+def linear(weight):
+    m = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    m.weight.data.copy_(weight)
+    return m
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(self, n, linear(w[n]))
+
+    def forward(self, h):
+        b, t, _ = h.shape
+        d = K // HEADS
+        q, k, v = (p(h).view(b, t, HEADS, d).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(d)
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+        a = torch.softmax(s, dim=-1) @ v
+        return self.o_proj(a.transpose(1, 2).reshape(b, t, K))
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            setattr(self, n, linear(w[n]))
+
+    def forward(self, h):
+        return self.down_proj(torch.nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.input_layernorm = RMSNorm(w["input_layernorm"])
+        self.self_attn = Attention(w)
+        self.post_attention_layernorm = RMSNorm(w["post_attention_layernorm"])
+        self.mlp = Mlp(w)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Inner(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Block(w)])
+
+
+class Model(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.model = Inner(w)
+
+    def forward(self, x):
+        for layer in self.model.layers:
+            x = layer(x)
+        return x
+
+
+def b64(t, dtype):
+    return base64.b64encode(t.detach().contiguous().numpy().astype(dtype).tobytes()).decode()
+
+
+def pack_rows(codes):
+    """[N, K] unsigned 4-bit codes → rows 0, ROW_STRIDE, … packed two per byte, low nibble = even k."""
+    c = codes[::ROW_STRIDE].to(torch.uint8)
+    return (c[:, 0::2] | (c[:, 1::2] << 4)).contiguous()
+
+
+def main():
+    from compressed_tensors.quantization.lifecycle.forward import quantize
+    from llmcompressor.core import create_session
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    from llmcompressor.modifiers.transform.awq import AWQMapping, AWQModifier
+    from llmcompressor.modifiers.transform.awq import base as awq_base
+    from llmcompressor.core import LifecycleCallbacks
+    from llmcompressor.utils import calibration_forward_context
+    from llmcompressor.utils.helpers import DisableQuantization
+
+    torch.set_num_threads(1)
+    w = make_block()
+    inputs = make_inputs()
+    model = Model(w).float().eval()
+
+    # What the search saw and chose, per mapping, in llm-compressor's order.
+    records = []
+    orig_best = awq_base.AWQModifier._compute_best_scale
+    orig_loss = awq_base.AWQModifier._compute_loss
+
+    def best_scale(self, mapping, fp16_outputs, orig_layer_weights):
+        x_sum, count = self._smooth_activation_stats[mapping.smooth_name]
+        rec = {
+            "smooth": mapping.smooth_name.split(".")[-1],
+            "balance": [n.split(".")[-1] for n in mapping.balance_names],
+            "parent": mapping.parent_name.split(".")[-1],
+            "x_mean": (x_sum / count).float(),
+            "count": int(count),
+            "grid": [[r, bool(d)] for r, d in self._get_grid_search_params()],
+            "losses": [],
+        }
+        records.append(rec)
+        scales = orig_best(self, mapping, fp16_outputs, orig_layer_weights)
+        rec["scales"] = scales.float()
+        return scales
+
+    def compute_loss(self, fp16_outputs, int_w_outputs):
+        loss = orig_loss(self, fp16_outputs, int_w_outputs)
+        if records and "scales" not in records[-1]:
+            records[-1]["losses"].append(loss)
+        return loss
+
+    awq_base.AWQModifier._compute_best_scale = best_scale
+    # Pinning host memory needs a CUDA driver; on a CPU-only machine it is left out (it moves no number).
+    from llmcompressor.pipelines.cache import IntermediatesCache
+    IntermediatesCache.pin_memory = lambda self, batch_index: None
+    awq_base.AWQModifier._compute_loss = compute_loss
+
+    mappings = [
+        AWQMapping("re:.*input_layernorm$", ["re:.*q_proj$", "re:.*k_proj$", "re:.*v_proj$"]),
+        AWQMapping("re:.*v_proj$", ["re:.*o_proj$"]),
+        AWQMapping("re:.*post_attention_layernorm$", ["re:.*gate_proj$", "re:.*up_proj$"]),
+        AWQMapping("re:.*up_proj$", ["re:.*down_proj$"]),
+    ]
+    awq = AWQModifier(mappings=mappings)  # duo_scaling=True, n_grid=20: the defaults
+    recipe = [awq, QuantizationModifier(targets=["Linear"], scheme="W4A16_ASYM", ignore=[])]
+    batches = [{"x": x} for x in inputs]
+    # The sequential pipeline (oneshot's default) for one subgraph: calibration forwards, then the AWQ
+    # search (sequential_epoch_end), both with quantisation disabled. llm-compressor's basic pipeline
+    # calls sequential_epoch_end after leaving DisableQuantization, so there the search's parent
+    # forwards quantise the already quantised balance weights a second time, with the qparams of W·s
+    # (its losses were ~10x these on this block); that is not the search the paper or AutoAWQ run.
+    with create_session() as session:
+        session.initialize(model=model, start=-1, recipe=recipe, calib_data=batches)
+        LifecycleCallbacks.calibration_start()
+        with calibration_forward_context(model), DisableQuantization(model):
+            for i, batch in enumerate(batches):
+                session.state.current_batch_idx = i
+                model(**batch)
+            LifecycleCallbacks.sequential_epoch_end(list(model.modules()))
+        LifecycleCallbacks.calibration_end()
+        session.finalize()
+
+    block = model.model.layers[0]
+    linears = {
+        "q_proj": block.self_attn.q_proj, "k_proj": block.self_attn.k_proj, "v_proj": block.self_attn.v_proj,
+        "o_proj": block.self_attn.o_proj, "gate_proj": block.mlp.gate_proj, "up_proj": block.mlp.up_proj,
+        "down_proj": block.mlp.down_proj,
+    }
+    final = {}
+    for name, m in linears.items():
+        scale, zp = m.weight_scale.data, m.weight_zero_point.data
+        args = m.quantization_scheme.weights
+        assert args.group_size == 128 and not args.symmetric and args.num_bits == 4
+        codes = quantize(m.weight.data, scale, zp, args).to(torch.int16) + 8  # signed → unsigned
+        assert int(codes.min()) >= 0 and int(codes.max()) <= 15
+        final[name] = {
+            "shape": list(m.weight.shape),
+            "scales": b64(scale.float(), np.float32),
+            "zeros": b64((zp.to(torch.int16) + 8).to(torch.uint8), np.uint8),
+            "codes_every_4th_row": b64(pack_rows(codes), np.uint8),
+        }
+
+    cases = []
+    for rec in records:
+        losses = rec["losses"]
+        assert len(losses) == len(rec["grid"]), (len(losses), len(rec["grid"]))
+        best = min(range(len(losses)), key=lambda i: (losses[i], i))
+        cases.append({
+            "smooth": rec["smooth"], "balance": rec["balance"], "parent": rec["parent"],
+            "tokens": rec["count"], "grid": rec["grid"], "losses": losses, "best_index": best,
+            "x_mean": b64(rec["x_mean"], np.float32), "scales": b64(rec["scales"], np.float32),
+        })
+
+    x0 = inputs[0]
+    doc = {
+        "about": "AWQ scale search as llm-compressor 0.14.0 runs it (tests/oracle/make_awq_fixtures.py)",
+        "versions": {"llmcompressor": __import__("llmcompressor").__version__,
+                     "compressed_tensors": __import__("compressed_tensors").__version__,
+                     "torch": torch.__version__},
+        "model": {"K": K, "heads": HEADS, "d_ff": DFF, "batches": BATCHES, "batch": B, "seq": T, "norm_eps": EPS,
+                  "x_outliers": X_OUTLIERS, "x_outlier_gain": 12.0, "ff_outliers": FF_OUTLIERS,
+                  "ff_outlier_gain": 6.0, "row_stride": ROW_STRIDE},
+        "generator_check": {"x0_first": [float(v) for v in x0.reshape(-1)[:4]],
+                            "x0_sum": float(x0.double().sum()), "q_sum": float(w["q_proj"].double().sum()),
+                            "down_sum": float(w["down_proj"].double().sum())},
+        "scheme": "W4A16_ASYM", "duo_scaling": True, "n_grid": 20,
+        "cases": cases,
+        "final": final,
+        "folded_norms": {"input_layernorm": b64(block.input_layernorm.weight.data.float(), np.float32),
+                         "post_attention_layernorm": b64(block.post_attention_layernorm.weight.data.float(),
+                                                         np.float32)},
+    }
+    with open(OUT, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    for c in cases:
+        print(f"{c['smooth']:>24} -> {','.join(c['balance']):<24} parent {c['parent']:<10} best {c['best_index']:2d} "
+              f"ratio {c['grid'][c['best_index']][0]:.4f} duo {c['grid'][c['best_index']][1]} "
+              f"loss {c['losses'][c['best_index']]:.6e} (ratio 0: {c['losses'][0]:.6e})")
+    print(f"wrote {OUT} ({os.path.getsize(OUT)} bytes)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
