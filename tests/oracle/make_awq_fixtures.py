@@ -174,6 +174,81 @@ def pack_rows(codes):
     return (c[:, 0::2] | (c[:, 1::2] << 4)).contiguous()
 
 
+def autoawq_search(w, inputs):
+    """AutoAWQ 0.2.9's own _search_best_scale on the same block (the sdist unpacked at AUTOAWQ_SRC,
+    default /tmp/aawq77a/autoawq-0.2.9): per mapping its grid losses and chosen scales. AutoAWQ runs
+    every calibration sample as one batch; its clipping search (a separate step) is not run."""
+    src = os.environ.get("AUTOAWQ_SRC", "/tmp/aawq77a/autoawq-0.2.9")
+    sys.path.insert(0, src)
+    from awq.quantize.quantizer import AwqQuantizer
+
+    model = Model(w).float().eval()
+    block = model.model.layers[0]
+    captured = {}
+
+    def hook(name):
+        def fn(_m, args, _out):
+            captured.setdefault(name, []).append(args[0].detach())
+        return fn
+
+    handles = [getattr(block.self_attn, "q_proj").register_forward_hook(hook("h")),
+               block.self_attn.o_proj.register_forward_hook(hook("attn")),
+               block.mlp.gate_proj.register_forward_hook(hook("h2")),
+               block.mlp.down_proj.register_forward_hook(hook("hidden"))]
+    with torch.no_grad():
+        for x in inputs:
+            model(x)
+    for h in handles:
+        h.remove()
+    inp = {k: torch.cat(v, 0) for k, v in captured.items()}
+
+    q = AwqQuantizer.__new__(AwqQuantizer)
+    q.w_bit, q.group_size, q.zero_point, q.duo_scaling = 4, 128, True, True
+    q.max_chunk_memory, q.n_parallel_calib_samples = 1024 * 1024 * 1024, None
+    losses = []
+    orig_loss = AwqQuantizer._compute_loss
+
+    def compute_loss(self, fp16_output, int_w_output, device):
+        loss = orig_loss(self, fp16_output, int_w_output, device)
+        losses.append(loss)
+        return loss
+
+    AwqQuantizer._compute_loss = compute_loss
+    # AutoAWQ keeps the parent's weights as {k: v.cpu()} of its state_dict to restore them after each
+    # grid point. On a GPU that is a copy; on the CPU it is the parameters themselves, which the next
+    # fc.weight.mul_ scales in place, so every later point starts from weights the earlier points'
+    # scales multiplied (compounding). The copy is made here, as AutoAWQ gets it on a GPU.
+    orig_best = AwqQuantizer._compute_best_scale
+
+    def best_scale(self, x, w_mean, x_mean, module2inspect, *args, **kwargs):
+        sd = module2inspect.state_dict
+        module2inspect.state_dict = lambda *a, **k: {n: t.clone() for n, t in sd(*a, **k).items()}
+        try:
+            return orig_best(self, x, w_mean, x_mean, module2inspect, *args, **kwargs)
+        finally:
+            del module2inspect.state_dict
+
+    AwqQuantizer._compute_best_scale = best_scale
+    a, m = block.self_attn, block.mlp
+    searches = [
+        (block.input_layernorm, [a.q_proj, a.k_proj, a.v_proj], inp["h"], a),
+        (a.v_proj, [a.o_proj], inp["attn"], None),
+        (block.post_attention_layernorm, [m.gate_proj, m.up_proj], inp["h2"], m),
+        (m.up_proj, [m.down_proj], inp["hidden"], None),
+    ]
+    out = []
+    for prev, layers, x, parent in searches:
+        losses.clear()
+        _, _, scales = q._search_best_scale(block, prev, layers, x, module2inspect=parent, kwargs={})
+        best = min(range(len(losses)), key=lambda i: (losses[i], i))
+        out.append({"ratios": [i / 20 for i in range(20)], "losses": list(losses), "best_index": best,
+                    "scales": b64(scales.float(), np.float32)})
+    AwqQuantizer._compute_loss = orig_loss
+    AwqQuantizer._compute_best_scale = orig_best
+    sys.path.remove(src)
+    return out
+
+
 def main():
     from compressed_tensors.quantization.lifecycle.forward import quantize
     from llmcompressor.core import create_session
@@ -187,6 +262,7 @@ def main():
     torch.set_num_threads(1)
     w = make_block()
     inputs = make_inputs()
+    autoawq = autoawq_search(w, inputs)
     model = Model(w).float().eval()
 
     # What the search saw and chose, per mapping, in llm-compressor's order.
@@ -292,6 +368,7 @@ def main():
                             "down_sum": float(w["down_proj"].double().sum())},
         "scheme": "W4A16_ASYM", "duo_scaling": True, "n_grid": 20,
         "cases": cases,
+        "autoawq_0_2_9": {"duo_scaling": True, "cases": autoawq},
         "final": final,
         "folded_norms": {"input_layernorm": b64(block.input_layernorm.weight.data.float(), np.float32),
                          "post_attention_layernorm": b64(block.post_attention_layernorm.weight.data.float(),
@@ -304,6 +381,9 @@ def main():
         print(f"{c['smooth']:>24} -> {','.join(c['balance']):<24} parent {c['parent']:<10} best {c['best_index']:2d} "
               f"ratio {c['grid'][c['best_index']][0]:.4f} duo {c['grid'][c['best_index']][1]} "
               f"loss {c['losses'][c['best_index']]:.6e} (ratio 0: {c['losses'][0]:.6e})")
+    for c, a in zip(cases, autoawq):
+        print(f"{c['smooth']:>24}: AutoAWQ best {a['best_index']:2d} ratio {a['ratios'][a['best_index']]:.2f} "
+              f"loss {a['losses'][a['best_index']]:.6e}")
     print(f"wrote {OUT} ({os.path.getsize(OUT)} bytes)", file=sys.stderr)
 
 

@@ -199,16 +199,22 @@ TEST(AwqSearch, GeneratorMatchesTheOracle) {
   EXPECT_NEAR(w.at("down_proj").to(at::kDouble).sum().item<double>(), g.at("down_sum").get<double>(), 1e-9);
 }
 
-// The four mappings, searched as llm-compressor does (each on the original weights and inputs, the
-// basic pipeline), then folded in its order and quantised.
-TEST(AwqSearch, FourLlamaMappingsMatchLlmCompressor) {
-  const auto& j = fixture();
-  auto w = make_block();
-  const auto xs = make_inputs();
-  const Forward f = block_forward(w, xs);
-  const AwqOptions o;  // llm-compressor, duo on, n_grid 20, W4A16_ASYM
+// llm-compressor's Llama mappings, in its order: the previous op and the balance layers.
+const std::vector<std::pair<std::string, std::vector<std::string>>> kMappings = {
+    {"input_layernorm", {"q_proj", "k_proj", "v_proj"}},
+    {"v_proj", {"o_proj"}},
+    {"post_attention_layernorm", {"gate_proj", "up_proj"}},
+    {"up_proj", {"down_proj"}},
+};
 
-  // Parents that are not a concatenation of linears: self_attn (q, k, v → o_proj(attention)) and mlp.
+// The four searches, each on the original weights and inputs (llm-compressor and AutoAWQ both search a
+// layer's mappings before folding any). Parents: self_attn (q, k, v → o_proj(attention)) and mlp
+// through the callback; o_proj and down_proj through the linear convenience.
+struct BlockSearch {
+  std::vector<at::Tensor> x_means;
+  std::vector<AwqSearchResult> results;
+};
+BlockSearch search_block(const std::map<std::string, at::Tensor>& w, const Forward& f, const AwqOptions& o) {
   const AwqParentForward self_attn = [&](const std::vector<at::Tensor>& qkv) {
     std::vector<at::Tensor> out;
     for (const at::Tensor& h : f.h) out.push_back(at::linear(attention_mix(h, qkv[0], qkv[1], qkv[2]), w.at("o_proj")));
@@ -219,36 +225,40 @@ TEST(AwqSearch, FourLlamaMappingsMatchLlmCompressor) {
     for (const at::Tensor& h2 : f.h2) out.push_back(at::linear(mlp_hidden(h2, gu[0], gu[1]), w.at("down_proj")));
     return out;
   };
-  struct Mapping {
-    std::string smooth;
-    std::vector<std::string> balance;
-    const std::vector<at::Tensor>* inputs;
-    const AwqParentForward* parent;  // null: the linear convenience
-  };
-  const std::vector<Mapping> mappings = {
-      {"input_layernorm", {"q_proj", "k_proj", "v_proj"}, &f.h, &self_attn},
-      {"v_proj", {"o_proj"}, &f.attn, nullptr},
-      {"post_attention_layernorm", {"gate_proj", "up_proj"}, &f.h2, &mlp},
-      {"up_proj", {"down_proj"}, &f.hidden, nullptr},
-  };
-  ASSERT_EQ(j.at("cases").size(), mappings.size());
+  const std::vector<const std::vector<at::Tensor>*> inputs = {&f.h, &f.attn, &f.h2, &f.hidden};
+  const std::vector<const AwqParentForward*> parents = {&self_attn, nullptr, &mlp, nullptr};
+  BlockSearch r;
+  for (std::size_t m = 0; m < kMappings.size(); ++m) {
+    AwqMappingInputs in;
+    for (const auto& n : kMappings[m].second) in.balance_weights.push_back(w.at(n));
+    in.x_mean = x_mean_of(*inputs[m]);
+    in.name = kMappings[m].first;
+    r.x_means.push_back(in.x_mean);
+    r.results.push_back(parents[m] ? awq_search_scales(in, *parents[m], o)
+                                   : awq_search_scales_linear(in, *inputs[m], o));
+  }
+  return r;
+}
+
+// The four mappings searched, folded in llm-compressor's order and quantised to W4A16_ASYM.
+TEST(AwqSearch, FourLlamaMappingsMatchLlmCompressor) {
+  const auto& j = fixture();
+  auto w = make_block();
+  const Forward f = block_forward(w, make_inputs());
+  const AwqOptions o;  // llm-compressor, duo on, n_grid 20, W4A16_ASYM
+  const BlockSearch search = search_block(w, f, o);
+  ASSERT_EQ(j.at("cases").size(), kMappings.size());
 
   std::vector<at::Tensor> best_scales;
-  for (std::size_t m = 0; m < mappings.size(); ++m) {
+  for (std::size_t m = 0; m < kMappings.size(); ++m) {
     const auto& c = j.at("cases")[m];
-    const Mapping& map = mappings[m];
-    SCOPED_TRACE(map.smooth);
-    ASSERT_EQ(c.at("smooth").get<std::string>(), map.smooth);
-    ASSERT_EQ(c.at("balance").get<std::vector<std::string>>(), map.balance);
-    AwqMappingInputs in;
-    for (const auto& n : map.balance) in.balance_weights.push_back(w.at(n));
-    in.x_mean = x_mean_of(*map.inputs);
-    in.name = map.smooth;
-    const double x_err = max_rel(in.x_mean, floats_of(c.at("x_mean")));
+    const std::string& smooth = kMappings[m].first;
+    SCOPED_TRACE(smooth);
+    ASSERT_EQ(c.at("smooth").get<std::string>(), smooth);
+    ASSERT_EQ(c.at("balance").get<std::vector<std::string>>(), kMappings[m].second);
+    const double x_err = max_rel(search.x_means[m], floats_of(c.at("x_mean")));
     EXPECT_LT(x_err, 1e-5);
-
-    const AwqSearchResult r =
-        map.parent ? awq_search_scales(in, *map.parent, o) : awq_search_scales_linear(in, *map.inputs, o);
+    const AwqSearchResult& r = search.results[m];
     const auto& grid = c.at("grid");
     const auto& losses = c.at("losses");
     ASSERT_EQ(r.grid.size(), grid.size());
@@ -268,17 +278,17 @@ TEST(AwqSearch, FourLlamaMappingsMatchLlmCompressor) {
     EXPECT_LT(scale_err, 1e-5);
     std::printf("[ awq      ] %-24s best %2zu (llm-compressor %2zu) ratio %.4f duo %d; loss rel err %.2e, x_mean %.2e, "
                 "scales %.2e\n",
-                map.smooth.c_str(), r.best_index, want_best, r.grid[r.best_index].ratio, r.grid[r.best_index].duo ? 1 : 0,
+                smooth.c_str(), r.best_index, want_best, r.grid[r.best_index].ratio, r.grid[r.best_index].duo ? 1 : 0,
                 loss_err, x_err, scale_err);
     best_scales.push_back(r.scales);
   }
 
   // Fold in llm-compressor's order: balance layers first, then the previous op, mapping by mapping.
   const at::Tensor undefined;
-  for (std::size_t m = 0; m < mappings.size(); ++m) {
+  for (std::size_t m = 0; m < kMappings.size(); ++m) {
     std::vector<at::Tensor> balance;
-    for (const auto& n : mappings[m].balance) balance.push_back(w.at(n));
-    awq_fold_scales(best_scales[m], w.at(mappings[m].smooth), undefined, balance, mappings[m].smooth);
+    for (const auto& n : kMappings[m].second) balance.push_back(w.at(n));
+    awq_fold_scales(best_scales[m], w.at(kMappings[m].first), undefined, balance, kMappings[m].first);
   }
   for (const char* n : {"input_layernorm", "post_attention_layernorm"}) {
     const double err = max_rel(w.at(n), floats_of(j.at("folded_norms").at(n)));
@@ -307,21 +317,55 @@ TEST(AwqSearch, FourLlamaMappingsMatchLlmCompressor) {
   }
 }
 
+// AutoAWQ 0.2.9's own search on the same block (its grid i / 20, its quantiser, all samples as one
+// batch): the same losses and choices under reference = autoawq.
+TEST(AwqSearch, FourLlamaMappingsMatchAutoAwq) {
+  const auto& cases = fixture().at("autoawq_0_2_9").at("cases");
+  const auto w = make_block();
+  const Forward batches = block_forward(w, make_inputs());
+  Forward one;  // every calibration sample in one batch, as AutoAWQ runs them
+  one.h = {at::cat(batches.h, 0)};
+  one.attn = {at::cat(batches.attn, 0)};
+  one.h2 = {at::cat(batches.h2, 0)};
+  one.hidden = {at::cat(batches.hidden, 0)};
+  AwqOptions o;
+  o.reference = AwqReference::autoawq;
+  const BlockSearch search = search_block(w, one, o);
+  ASSERT_EQ(cases.size(), kMappings.size());
+  for (std::size_t m = 0; m < kMappings.size(); ++m) {
+    SCOPED_TRACE(kMappings[m].first);
+    const auto& c = cases[m];
+    const AwqSearchResult& r = search.results[m];
+    ASSERT_EQ(r.grid.size(), c.at("losses").size());
+    double loss_err = 0;
+    for (std::size_t g = 0; g < r.grid.size(); ++g) {
+      EXPECT_EQ(r.grid[g].ratio, c.at("ratios")[g].get<double>()) << g;
+      const double want = c.at("losses")[g].get<double>();
+      loss_err = std::max(loss_err, std::abs(r.grid[g].loss - want) / want);
+      EXPECT_LT(std::abs(r.grid[g].loss - want) / want, 1e-4) << "grid point " << g << ": got " << r.grid[g].loss
+                                                                << ", expected " << want;
+    }
+    const std::size_t want_best = c.at("best_index");
+    EXPECT_EQ(r.best_index, want_best);
+    const double scale_err = max_rel(r.scales, floats_of(c.at("scales")));
+    EXPECT_LT(scale_err, 1e-5);
+    std::printf("[ awq      ] AutoAWQ %-24s best %2zu (AutoAWQ %2zu) ratio %.2f; loss rel err %.2e, scales %.2e\n",
+                kMappings[m].first.c_str(), r.best_index, want_best, r.grid[r.best_index].ratio, loss_err, scale_err);
+  }
+}
+
 // Folding keeps the full-precision block: every mapping's scales folded (norm gains, v_proj's and
 // up_proj's rows, the balance columns), the block's output moves by float32 rounding only; folding
-// the balance side alone (the previous op left as it was) moves it far.
+// the balance side alone (the previous op left as it was) moves it far. (A fold with both sides
+// swapped, previous op × s and columns ÷ s, is an equivalent model too, so this test cannot see it:
+// the fixture's folded norms and codes and FoldOntoALinearsLastRowsAndBias hold the direction.)
 TEST(AwqSearch, FoldKeepsTheFullPrecisionBlock) {
   const auto original = make_block();
   const auto xs = make_inputs();
   const Forward before = block_forward(original, xs);
   auto folded = make_block();
   auto balance_only = make_block();
-  const std::vector<std::pair<std::string, std::vector<std::string>>> mappings = {
-      {"input_layernorm", {"q_proj", "k_proj", "v_proj"}},
-      {"v_proj", {"o_proj"}},
-      {"post_attention_layernorm", {"gate_proj", "up_proj"}},
-      {"up_proj", {"down_proj"}},
-  };
+  const auto& mappings = kMappings;
   for (std::size_t m = 0; m < mappings.size(); ++m) {
     // scales between 1/e and e, in float64 as llm-compressor's duo points give them
     std::vector<at::Tensor> balance, balance2;
