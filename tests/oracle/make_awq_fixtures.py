@@ -23,7 +23,11 @@ What it stores, per mapping: the grid (ratio, duo scaling), the loss at each gri
 index, x_mean (the activation statistic) and the chosen scales; after the search and the fold, for
 every linear the final compressed-tensors weight_scale and weight_zero_point (all groups) and the
 codes of every 4th row (packed two 4-bit codes per byte, low nibble = even column), with the two norms'
-folded weights. Needs the oracle venv: /work/cache/oracle-venv/bin/python tests/oracle/make_awq_fixtures.py
+folded weights; and AutoAWQ 0.2.9's own search on the same block (its grid losses, choice and scales).
+
+Needs the oracle venv and AutoAWQ 0.2.9's sdist unpacked (AUTOAWQ_SRC, default /tmp/aawq77a/autoawq-0.2.9):
+    mkdir -p /tmp/aawq77a && tar xzf autoawq-0.2.9.tar.gz -C /tmp/aawq77a
+    /work/cache/oracle-venv/bin/python tests/oracle/make_awq_fixtures.py [--basic-pipeline | --autoawq-cpu-alias]
 """
 import base64
 import json
@@ -174,13 +178,14 @@ def pack_rows(codes):
     return (c[:, 0::2] | (c[:, 1::2] << 4)).contiguous()
 
 
-def autoawq_search(w, inputs):
+def autoawq_search(w, inputs, copy_state=True):
     """AutoAWQ 0.2.9's own _search_best_scale on the same block (the sdist unpacked at AUTOAWQ_SRC,
     default /tmp/aawq77a/autoawq-0.2.9): per mapping its grid losses and chosen scales. AutoAWQ runs
     every calibration sample as one batch; its clipping search (a separate step) is not run."""
     src = os.environ.get("AUTOAWQ_SRC", "/tmp/aawq77a/autoawq-0.2.9")
     sys.path.insert(0, src)
     from awq.quantize.quantizer import AwqQuantizer
+    from awq.utils.module import get_op_name
 
     model = Model(w).float().eval()
     block = model.model.layers[0]
@@ -228,7 +233,8 @@ def autoawq_search(w, inputs):
         finally:
             del module2inspect.state_dict
 
-    AwqQuantizer._compute_best_scale = best_scale
+    if copy_state:
+        AwqQuantizer._compute_best_scale = best_scale
     a, m = block.self_attn, block.mlp
     searches = [
         (block.input_layernorm, [a.q_proj, a.k_proj, a.v_proj], inp["h"], a),
@@ -241,7 +247,7 @@ def autoawq_search(w, inputs):
         losses.clear()
         _, _, scales = q._search_best_scale(block, prev, layers, x, module2inspect=parent, kwargs={})
         best = min(range(len(losses)), key=lambda i: (losses[i], i))
-        out.append({"ratios": [i / 20 for i in range(20)], "losses": list(losses), "best_index": best,
+        out.append({"smooth": get_op_name(model, prev).split(".")[-1], "ratios": [i / 20 for i in range(20)], "losses": list(losses), "best_index": best,
                     "scales": b64(scales.float(), np.float32)})
     AwqQuantizer._compute_loss = orig_loss
     AwqQuantizer._compute_best_scale = orig_best
@@ -250,19 +256,23 @@ def autoawq_search(w, inputs):
 
 
 def main():
-    from compressed_tensors.quantization.lifecycle.forward import quantize
-    from llmcompressor.core import create_session
+    """Writes the fixture. --basic-pipeline: llm-compressor's basic pipeline instead (prints, writes
+    nothing); --autoawq-cpu-alias: AutoAWQ's search as it runs on a CPU (prints, writes nothing)."""
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from llmcompressor.modifiers.transform.awq import AWQMapping, AWQModifier
     from llmcompressor.modifiers.transform.awq import base as awq_base
-    from llmcompressor.core import LifecycleCallbacks
-    from llmcompressor.utils import calibration_forward_context
-    from llmcompressor.utils.helpers import DisableQuantization
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    flags = set(sys.argv[1:])
+    unknown = flags - {"--basic-pipeline", "--autoawq-cpu-alias"}
+    if unknown:
+        sys.exit(f"make_awq_fixtures.py: unknown options {sorted(unknown)}")
+    basic, alias = "--basic-pipeline" in flags, "--autoawq-cpu-alias" in flags
 
     torch.set_num_threads(1)
     w = make_block()
     inputs = make_inputs()
-    autoawq = autoawq_search(w, inputs)
+    autoawq = autoawq_search(w, inputs, copy_state=not alias)
     model = Model(w).float().eval()
 
     # What the search saw and chose, per mapping, in llm-compressor's order.
@@ -293,10 +303,9 @@ def main():
         return loss
 
     awq_base.AWQModifier._compute_best_scale = best_scale
-    # Pinning host memory needs a CUDA driver; on a CPU-only machine it is left out (it moves no number).
-    from llmcompressor.pipelines.cache import IntermediatesCache
-    IntermediatesCache.pin_memory = lambda self, batch_index: None
     awq_base.AWQModifier._compute_loss = compute_loss
+    # Pinning host memory needs a CUDA driver; on a CPU-only machine it is left out (it moves no number).
+    IntermediatesCache.pin_memory = lambda self, batch_index: None
 
     mappings = [
         AWQMapping("re:.*input_layernorm$", ["re:.*q_proj$", "re:.*k_proj$", "re:.*v_proj$"]),
@@ -306,22 +315,67 @@ def main():
     ]
     awq = AWQModifier(mappings=mappings)  # duo_scaling=True, n_grid=20: the defaults
     recipe = [awq, QuantizationModifier(targets=["Linear"], scheme="W4A16_ASYM", ignore=[])]
-    batches = [{"x": x} for x in inputs]
-    # The sequential pipeline (oneshot's default) for one subgraph: calibration forwards, then the AWQ
-    # search (sequential_epoch_end), both with quantisation disabled. llm-compressor's basic pipeline
-    # calls sequential_epoch_end after leaving DisableQuantization, so there the search's parent
-    # forwards quantise the already quantised balance weights a second time, with the qparams of W·s
-    # (its losses were ~10x these on this block); that is not the search the paper or AutoAWQ run.
+    run_llmcompressor(model, recipe, [{"x": x} for x in inputs], basic)
+    cases = summarise(records)
+    report(cases, autoawq)
+    if not basic and not alias:
+        write_fixture(w, inputs, model, cases, autoawq)
+
+
+def run_llmcompressor(model, recipe, batches, basic):
+    """The sequential pipeline (oneshot's default) for one subgraph: calibration forwards, then the AWQ
+    search (sequential_epoch_end), both with quantisation disabled. llm-compressor's basic pipeline
+    calls sequential_epoch_end after leaving DisableQuantization, so there every forward of the search
+    runs with weight quantisation on: the "full-precision" outputs use weight_scale as initialised
+    (torch.empty: whatever memory held, NaN or inf on some runs, and the mapping is skipped), and each
+    grid point's Q(W·s)/s is quantised again (--basic-pipeline shows it). That is not the search the
+    paper or AutoAWQ run."""
+    from llmcompressor.core import LifecycleCallbacks, create_session
+    from llmcompressor.pipelines.basic import BasicPipeline
+    from llmcompressor.utils import calibration_forward_context
+    from llmcompressor.utils.helpers import DisableQuantization
+
     with create_session() as session:
         session.initialize(model=model, start=-1, recipe=recipe, calib_data=batches)
-        LifecycleCallbacks.calibration_start()
-        with calibration_forward_context(model), DisableQuantization(model):
-            for i, batch in enumerate(batches):
-                session.state.current_batch_idx = i
-                model(**batch)
-            LifecycleCallbacks.sequential_epoch_end(list(model.modules()))
-        LifecycleCallbacks.calibration_end()
+        if basic:
+            BasicPipeline()(model, batches, None)
+        else:
+            LifecycleCallbacks.calibration_start()
+            with calibration_forward_context(model), DisableQuantization(model):
+                for i, batch in enumerate(batches):
+                    session.state.current_batch_idx = i
+                    model(**batch)
+                LifecycleCallbacks.sequential_epoch_end(list(model.modules()))
+            LifecycleCallbacks.calibration_end()
         session.finalize()
+
+
+def summarise(records):
+    cases = []
+    for rec in records:
+        losses = rec["losses"]
+        assert len(losses) == len(rec["grid"]), (len(losses), len(rec["grid"]))
+        best = min(range(len(losses)), key=lambda i: (losses[i], i))
+        cases.append({
+            "smooth": rec["smooth"], "balance": rec["balance"], "parent": rec["parent"],
+            "tokens": rec["count"], "grid": rec["grid"], "losses": losses, "best_index": best,
+            "x_mean": b64(rec["x_mean"], np.float32), "scales": b64(rec["scales"], np.float32),
+        })
+    return cases
+
+
+def report(cases, autoawq):
+    for c in cases:
+        print(f"{c['smooth']:>24} -> {','.join(c['balance']):<24} parent {c['parent']:<10} best {c['best_index']:2d} "
+              f"ratio {c['grid'][c['best_index']][0]:.4f} duo {c['grid'][c['best_index']][1]} "
+              f"loss {c['losses'][c['best_index']]:.6e} (ratio 0: {c['losses'][0]:.6e})")
+    for a in autoawq:
+        print(f"{a['smooth']:>24}: AutoAWQ best {a['best_index']:2d} ratio {a['ratios'][a['best_index']]:.2f} "
+              f"loss {a['losses'][a['best_index']]:.6e} (ratio 0: {a['losses'][0]:.6e})")
+
+
+def write_fixture(w, inputs, model, cases, autoawq):
+    from compressed_tensors.quantization.lifecycle.forward import quantize
 
     block = model.model.layers[0]
     linears = {
@@ -342,17 +396,6 @@ def main():
             "zeros": b64((zp.to(torch.int16) + 8).to(torch.uint8), np.uint8),
             "codes_every_4th_row": b64(pack_rows(codes), np.uint8),
         }
-
-    cases = []
-    for rec in records:
-        losses = rec["losses"]
-        assert len(losses) == len(rec["grid"]), (len(losses), len(rec["grid"]))
-        best = min(range(len(losses)), key=lambda i: (losses[i], i))
-        cases.append({
-            "smooth": rec["smooth"], "balance": rec["balance"], "parent": rec["parent"],
-            "tokens": rec["count"], "grid": rec["grid"], "losses": losses, "best_index": best,
-            "x_mean": b64(rec["x_mean"], np.float32), "scales": b64(rec["scales"], np.float32),
-        })
 
     x0 = inputs[0]
     doc = {
@@ -377,13 +420,6 @@ def main():
     with open(OUT, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
-    for c in cases:
-        print(f"{c['smooth']:>24} -> {','.join(c['balance']):<24} parent {c['parent']:<10} best {c['best_index']:2d} "
-              f"ratio {c['grid'][c['best_index']][0]:.4f} duo {c['grid'][c['best_index']][1]} "
-              f"loss {c['losses'][c['best_index']]:.6e} (ratio 0: {c['losses'][0]:.6e})")
-    for c, a in zip(cases, autoawq):
-        print(f"{c['smooth']:>24}: AutoAWQ best {a['best_index']:2d} ratio {a['ratios'][a['best_index']]:.2f} "
-              f"loss {a['losses'][a['best_index']]:.6e}")
     print(f"wrote {OUT} ({os.path.getsize(OUT)} bytes)", file=sys.stderr)
 
 
