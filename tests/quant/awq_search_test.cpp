@@ -293,6 +293,7 @@ TEST(AwqSearch, FourLlamaMappingsMatchLlmCompressor) {
   for (const char* n : {"input_layernorm", "post_attention_layernorm"}) {
     const double err = max_rel(w.at(n), floats_of(j.at("folded_norms").at(n)));
     EXPECT_LT(err, 1e-5) << n;
+    std::printf("[ awq      ] folded %s rel err %.2e\n", n, err);
   }
 
   const std::int64_t stride = j.at("model").at("row_stride");
