@@ -321,4 +321,59 @@ void awq_fold_scales(const at::Tensor& scales, const at::Tensor& previous_weight
   if (previous_bias.defined()) previous_bias.narrow(0, M - K, K).div_(scales);
 }
 
+bool awq_clip_skips(const std::string& linear_name) {
+  for (const char* part : {"q_", "k_", "query", "key", "Wqkv"})
+    if (linear_name.find(part) != std::string::npos) return true;
+  return false;
+}
+
+at::Tensor awq_search_clip(const at::Tensor& weight, const at::Tensor& inputs, const AwqOptions& o,
+                           const AwqClipOptions& clip, const std::string& name) {
+  QEVAL_CHECK(weight.defined() && weight.dim() == 2 && at::isFloatingType(weight.scalar_type()),
+              "AWQ clip {}: expected a 2-D floating weight, found {}", name, shape_of(weight));
+  const std::int64_t N = weight.size(0), K = weight.size(1);
+  check_options(o, K, "clip " + name);
+  QEVAL_CHECK(inputs.defined() && inputs.dim() >= 1 && inputs.size(-1) == K,
+              "AWQ clip {}: inputs must be [..., {}], found {}", name, K, shape_of(inputs));
+  QEVAL_CHECK(clip.n_grid > 0 && clip.max_shrink > 0 && clip.max_shrink <= 1 && clip.n_sample_token > 0 &&
+                  clip.row_batch > 0,
+              "AWQ clip {}: n_grid, max_shrink (0, 1], n_sample_token and row_batch must be positive, found {}, {}, "
+              "{}, {}", name, clip.n_grid, clip.max_shrink, clip.n_sample_token, clip.row_batch);
+  const std::int64_t gs = o.group_size > 0 ? o.group_size : K, G = K / gs;
+  at::Tensor x = inputs.reshape({-1, K});
+  const std::int64_t step = std::max<std::int64_t>(1, x.size(0) / clip.n_sample_token);
+  x = x.reshape({1, x.size(0), G, gs}).slice(1, 0, x.size(0), step);  // [1, n, G, gs]
+  const int shrinks = static_cast<int>(clip.max_shrink * clip.n_grid);
+  std::vector<at::Tensor> best_all;
+  for (std::int64_t r0 = 0; r0 < N; r0 += clip.row_batch) {
+    const std::int64_t rows = std::min(clip.row_batch, N - r0);
+    const at::Tensor w = weight.narrow(0, r0, rows).reshape({rows, 1, G, gs});
+    const at::Tensor org_max = w.abs().amax(-1, /*keepdim=*/true);  // [rows, 1, G, 1]
+    at::Tensor best = org_max.clone();
+    at::Tensor min_err = at::ones_like(org_max) * 1e9;
+    const at::Tensor org_out = (x * w).sum(-1);  // [rows, n, G]
+    for (int i = 0; i < shrinks; ++i) {
+      const at::Tensor max_val = org_max * (1 - static_cast<double>(i) / clip.n_grid);
+      const at::Tensor cur = at::clamp(w, -max_val, max_val);
+      const at::Tensor q = awq_quantize(cur.reshape({rows, K}), o, name).dequantized.reshape(w.sizes());
+      const at::Tensor err = ((x * q).sum(-1) - org_out).pow(2).mean(1).view(min_err.sizes());
+      const at::Tensor better = err < min_err;
+      min_err = at::where(better, err, min_err);
+      best = at::where(better, max_val, best);
+    }
+    best_all.push_back(best.reshape({rows, G}));
+  }
+  return at::cat(best_all, 0);
+}
+
+void awq_apply_clip(const at::Tensor& weight, const at::Tensor& max_val, const std::string& name) {
+  QEVAL_CHECK(weight.defined() && weight.dim() == 2 && max_val.defined() && max_val.dim() == 2 &&
+                  max_val.size(0) == weight.size(0) && max_val.size(1) > 0 && weight.size(1) % max_val.size(1) == 0,
+              "AWQ clip {}: thresholds must be [N, G] with G dividing K for weight [N, K], found {} for {}", name,
+              shape_of(max_val), shape_of(weight));
+  const at::Tensor m = max_val.unsqueeze(-1);
+  const at::Tensor w = weight.reshape({weight.size(0), max_val.size(1), -1});
+  weight.copy_(at::clamp(w, -m, m).reshape(weight.sizes()));
+}
+
 }  // namespace qeval

@@ -36,7 +36,12 @@
 //            q = clamp(round(w / s) + z, 0, 2^b − 1); symmetric s = max(max |w|, 1e-5) / (2^(b−1) − 1),
 //            q = clamp(round(w / s), −2^(b−1), 2^(b−1) − 1) (codes returned + 2^(b−1), zeros 2^(b−1));
 //   loss     Σ (y − ŷ)² summed in float32 per batch, added in float64, / numel.
-// AutoAWQ's clipping search (auto_clip: max_shrink 0.5, n_grid 20, not on q/k) is not implemented.
+//
+// Clipping (AutoAWQ only; llm-compressor 0.14 has none): after the scales are folded, AutoAWQ's
+// auto_clip picks for each linear except q/k (awq_clip_skips) and each row and group a threshold
+// m = max |w| · (1 − i / n_grid), i < max_shrink · n_grid, minimising the mean over sampled tokens of
+// (Σ_group x·Q(clamp(w, −m, m)) − Σ_group x·w)² (awq_search_clip), then clamps the weights to ±m
+// (awq_apply_clip). Q is the options' quantiser (AutoAWQ's own under reference = autoawq).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -147,5 +152,23 @@ double awq_output_loss(const std::vector<at::Tensor>& full_precision, const std:
 // Each product is computed in the promoted dtype and stored in the tensor's own.
 void awq_fold_scales(const at::Tensor& scales, const at::Tensor& previous_weight, const at::Tensor& previous_bias,
                      const std::vector<at::Tensor>& balance_weights, const std::string& name = "mapping");
+
+struct AwqClipOptions {
+  int n_grid = 20;
+  double max_shrink = 0.5;             // thresholds down to max |w| · (1 − max_shrink) (exclusive)
+  std::int64_t n_sample_token = 512;   // every (tokens / n_sample_token)-th token is used
+  std::int64_t row_batch = 64;         // rows per pass (memory only: results do not depend on it)
+};
+
+// AutoAWQ's rule for the linears it does not clip (names containing q_, k_, query, key or Wqkv).
+bool awq_clip_skips(const std::string& linear_name);
+
+// The thresholds m [N, G] (weights' dtype) for weight [N, K] (already scaled) and its inputs
+// [..., K] (already divided by the scales), as AutoAWQ 0.2.9's _compute_best_clip.
+at::Tensor awq_search_clip(const at::Tensor& weight, const at::Tensor& inputs, const AwqOptions& options,
+                           const AwqClipOptions& clip = {}, const std::string& name = "weight");
+
+// weight [N, K] ← clamp(weight, −m, m) per row and group, in place (AutoAWQ's apply_clip).
+void awq_apply_clip(const at::Tensor& weight, const at::Tensor& max_val, const std::string& name = "weight");
 
 }  // namespace qeval
