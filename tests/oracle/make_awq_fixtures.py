@@ -23,11 +23,12 @@ What it stores, per mapping: the grid (ratio, duo scaling), the loss at each gri
 index, x_mean (the activation statistic) and the chosen scales; after the search and the fold, for
 every linear the final compressed-tensors weight_scale and weight_zero_point (all groups) and the
 codes of every 4th row (packed two 4-bit codes per byte, low nibble = even column), with the two norms'
-folded weights; and AutoAWQ 0.2.9's own search on the same block (its grid losses, choice and scales).
+folded weights; and AutoAWQ 0.2.9's own search on the same block (its grid losses, choice and scales)
+and, after its fold, its clipping thresholds for every linear but q/k ([N, G] per linear).
 
 Needs the oracle venv and AutoAWQ 0.2.9's sdist unpacked (AUTOAWQ_SRC, default /tmp/aawq77a/autoawq-0.2.9):
     mkdir -p /tmp/aawq77a && tar xzf autoawq-0.2.9.tar.gz -C /tmp/aawq77a
-    /work/cache/oracle-venv/bin/python tests/oracle/make_awq_fixtures.py [--basic-pipeline | --autoawq-cpu-alias]
+    /work/cache/oracle-venv/bin/python tests/oracle/make_awq_fixtures.py [--basic-pipeline | --autoawq-cpu-alias | --clip-sensitivity]
 """
 import base64
 import json
@@ -251,28 +252,62 @@ def autoawq_search(w, inputs, copy_state=True):
                     "scales": b64(scales.float(), np.float32)})
     AwqQuantizer._compute_loss = orig_loss
     AwqQuantizer._compute_best_scale = orig_best
+
+    # Then, as AutoAWQ's _apply_quant does for a layer: fold every mapping's scales (dividing the
+    # balance layers' cached inputs too), search each clippable linear's thresholds and clamp.
+    from awq.quantize.scale import apply_clip, apply_scale
+    from awq.utils.module import get_named_linears
+
+    named = get_named_linears(block)
+    source = {"self_attn.q_proj": "h", "self_attn.k_proj": "h", "self_attn.v_proj": "h", "self_attn.o_proj": "attn",
+              "mlp.gate_proj": "h2", "mlp.up_proj": "h2", "mlp.down_proj": "hidden"}
+    feats = {n: inp[source[n]].clone() for n in named}
+    scales_list = [(get_op_name(block, prev), tuple(get_op_name(block, l) for l in layers),
+                    torch.from_numpy(np.frombuffer(base64.b64decode(c["scales"]), dtype=np.float32).copy()))
+                   for (prev, layers, _, _), c in zip(searches, out)]
+    apply_scale(block, scales_list, input_feat_dict=feats)
+    with torch.no_grad():
+        clip_list = q._search_best_clip(block, named, feats)
+    apply_clip(block, clip_list)
+    clips = {n.split(".")[-1]: b64(m.reshape(m.shape[0], -1).float(), np.float32) for n, m in clip_list}
+    # The clip search alone on generated inputs (bit-identical in C++): a [256, 512] weight, 192 tokens
+    # with outlier channels. Its choices are sensitive to float32 rounding (near-equal errors), which
+    # the block's folded weights carry; these are not.
+    cw = gen(41, (256, 2 * K), 1 / 16)
+    cx = gen(42, (BATCHES * B * T, 2 * K)) * outlier_gain(2 * K, FF_OUTLIERS, 6.0)
+    with torch.no_grad():
+        best = q._compute_best_clip(cw, cx)
+        clips["generated"] = b64(best.reshape(256, -1).float(), np.float32)
+        if "--clip-sensitivity" in sys.argv[1:]:
+            g = torch.Generator().manual_seed(0)
+            noisy = q._compute_best_clip(cw * (1 + 1e-7 * torch.randn(cw.shape, generator=g)),
+                                         cx * (1 + 1e-7 * torch.randn(cx.shape, generator=g)))
+            moved = float(((noisy - best).abs() / best > 1e-5).float().mean())
+            print(f"AutoAWQ clip thresholds that move under 1e-7 relative noise on weights and inputs: {moved:.4f}")
     sys.path.remove(src)
-    return out
+    return out, clips
 
 
 def main():
     """Writes the fixture. --basic-pipeline: llm-compressor's basic pipeline instead (prints, writes
-    nothing); --autoawq-cpu-alias: AutoAWQ's search as it runs on a CPU (prints, writes nothing)."""
+    nothing); --autoawq-cpu-alias: AutoAWQ's search as it runs on a CPU (prints, writes nothing);
+    --clip-sensitivity: how many AutoAWQ clip thresholds 1e-7 noise moves (prints, writes nothing)."""
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from llmcompressor.modifiers.transform.awq import AWQMapping, AWQModifier
     from llmcompressor.modifiers.transform.awq import base as awq_base
     from llmcompressor.pipelines.cache import IntermediatesCache
 
     flags = set(sys.argv[1:])
-    unknown = flags - {"--basic-pipeline", "--autoawq-cpu-alias"}
+    unknown = flags - {"--basic-pipeline", "--autoawq-cpu-alias", "--clip-sensitivity"}
     if unknown:
         sys.exit(f"make_awq_fixtures.py: unknown options {sorted(unknown)}")
     basic, alias = "--basic-pipeline" in flags, "--autoawq-cpu-alias" in flags
+    alias = alias or "--clip-sensitivity" in flags  # prints only
 
     torch.set_num_threads(1)
     w = make_block()
     inputs = make_inputs()
-    autoawq = autoawq_search(w, inputs, copy_state=not alias)
+    autoawq, autoawq_clips = autoawq_search(w, inputs, copy_state=not alias)
     model = Model(w).float().eval()
 
     # What the search saw and chose, per mapping, in llm-compressor's order.
@@ -319,7 +354,7 @@ def main():
     cases = summarise(records)
     report(cases, autoawq)
     if not basic and not alias:
-        write_fixture(w, inputs, model, cases, autoawq)
+        write_fixture(w, inputs, model, cases, autoawq, autoawq_clips)
 
 
 def run_llmcompressor(model, recipe, batches, basic):
@@ -374,7 +409,7 @@ def report(cases, autoawq):
               f"loss {a['losses'][a['best_index']]:.6e} (ratio 0: {a['losses'][0]:.6e})")
 
 
-def write_fixture(w, inputs, model, cases, autoawq):
+def write_fixture(w, inputs, model, cases, autoawq, autoawq_clips):
     from compressed_tensors.quantization.lifecycle.forward import quantize
 
     block = model.model.layers[0]
@@ -411,7 +446,7 @@ def write_fixture(w, inputs, model, cases, autoawq):
                             "down_sum": float(w["down_proj"].double().sum())},
         "scheme": "W4A16_ASYM", "duo_scaling": True, "n_grid": 20,
         "cases": cases,
-        "autoawq_0_2_9": {"duo_scaling": True, "cases": autoawq},
+        "autoawq_0_2_9": {"duo_scaling": True, "cases": autoawq, "clip_max_val": autoawq_clips},
         "final": final,
         "folded_norms": {"input_layernorm": b64(block.input_layernorm.weight.data.float(), np.float32),
                          "post_attention_layernorm": b64(block.post_attention_layernorm.weight.data.float(),

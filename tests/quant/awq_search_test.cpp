@@ -319,10 +319,10 @@ TEST(AwqSearch, FourLlamaMappingsMatchLlmCompressor) {
 }
 
 // AutoAWQ 0.2.9's own search on the same block (its grid i / 20, its quantiser, all samples as one
-// batch): the same losses and choices under reference = autoawq.
-TEST(AwqSearch, FourLlamaMappingsMatchAutoAwq) {
+// batch): the same losses and choices under reference = autoawq, then its clipping thresholds.
+TEST(AwqSearch, FourLlamaMappingsAndClippingMatchAutoAwq) {
   const auto& cases = fixture().at("autoawq_0_2_9").at("cases");
-  const auto w = make_block();
+  const auto w = make_block();  // the searches' weights; the clipping folds a copy
   const Forward batches = block_forward(w, make_inputs());
   Forward one;  // every calibration sample in one batch, as AutoAWQ runs them
   one.h = {at::cat(batches.h, 0)};
@@ -353,6 +353,54 @@ TEST(AwqSearch, FourLlamaMappingsMatchAutoAwq) {
     std::printf("[ awq      ] AutoAWQ %-24s best %2zu (AutoAWQ %2zu) ratio %.2f; loss rel err %.2e, scales %.2e\n",
                 kMappings[m].first.c_str(), r.best_index, want_best, r.grid[r.best_index].ratio, loss_err, scale_err);
   }
+
+  // Then AutoAWQ's clipping: every mapping's scales folded, the balance layers' inputs divided by
+  // them, thresholds searched for every linear but q/k.
+  auto folded = make_block();
+  std::map<std::string, at::Tensor> feats;
+  const std::vector<const at::Tensor*> mapping_inputs = {&one.h[0], &one.attn[0], &one.h2[0], &one.hidden[0]};
+  for (std::size_t m = 0; m < kMappings.size(); ++m) {
+    const at::Tensor& s = search.results[m].scales;
+    std::vector<at::Tensor> balance;
+    for (const auto& n : kMappings[m].second) {
+      balance.push_back(folded.at(n));
+      feats[n] = *mapping_inputs[m] / s.view({1, -1});
+    }
+    awq_fold_scales(s, folded.at(kMappings[m].first), at::Tensor(), balance, kMappings[m].first);
+  }
+  const auto& clips = fixture().at("autoawq_0_2_9").at("clip_max_val");
+  std::size_t clipped = 0;
+  for (const auto& [name, w_folded] : folded) {
+    if (w_folded.dim() != 2) continue;
+    if (name == "generated") continue;
+    if (awq_clip_skips(name)) {
+      EXPECT_FALSE(clips.contains(name)) << name;
+      continue;
+    }
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(clips.contains(name));
+    const at::Tensor got = awq_search_clip(w_folded, feats.at(name), o, {}, name);
+    const at::Tensor want = floats_of(clips.at(name)).view(got.sizes());
+    // The folded weights differ from AutoAWQ's by float32 rounding (the scales do), so a threshold is
+    // the same choice when it is within 1e-5 relative; a step is 5 % of max |w|.
+    const at::Tensor rel = (got.to(at::kDouble) - want.to(at::kDouble)).abs() / want.to(at::kDouble);
+    const double same = (rel < 1e-5).to(at::kDouble).mean().item<double>();
+    EXPECT_GE(same, 0.97);  // AutoAWQ's own choices move by as much under 1e-7 noise (docs/calibrated.md)
+    std::printf("[ awq      ] AutoAWQ clip %-10s same threshold %.6f of %lld groups, max rel err %.2e\n", name.c_str(),
+                same, static_cast<long long>(got.numel()), rel.max().item<double>());
+    ++clipped;
+  }
+  EXPECT_EQ(clipped, 5u);  // v, o, gate, up, down
+
+  // The clip search alone on generated, bit-identical inputs: every threshold equal.
+  const at::Tensor cw = gen(41, {256, 2 * K}, 1.0 / 16);
+  const at::Tensor cx = gen(42, {BATCHES * B * T, 2 * K}) * gain(2 * K, {5, 66, 130, 301, 444}, 6.0);
+  const at::Tensor got = awq_search_clip(cw, cx, o, {}, "generated");
+  const at::Tensor want = floats_of(clips.at("generated")).view(got.sizes());
+  const std::int64_t equal = (got == want).sum().item<std::int64_t>();
+  EXPECT_EQ(equal, got.numel());
+  std::printf("[ awq      ] AutoAWQ clip on generated inputs: %lld of %lld thresholds equal\n",
+              static_cast<long long>(equal), static_cast<long long>(got.numel()));
 }
 
 // Folding keeps the full-precision block: every mapping's scales folded (norm gains, v_proj's and
@@ -456,6 +504,20 @@ TEST(AwqSearch, QuantisersOfBothReferences) {
   EXPECT_TRUE(at::equal(aa.codes, at::tensor({2, 5, 10, 15}, at::kByte).view({1, 4}))) << aa.codes;
   expect_error([&] { awq_quantize(at::ones({2, 6}), AwqOptions{}, "o_proj"); },
                {"AWQ quantise o_proj", "6", "group_size 128"});
+}
+
+TEST(AwqSearch, ClipSkipsQueryAndKeyAndClamps) {
+  EXPECT_TRUE(awq_clip_skips("self_attn.q_proj"));
+  EXPECT_TRUE(awq_clip_skips("attn.Wqkv"));
+  EXPECT_TRUE(awq_clip_skips("attention.query_key_value"));
+  EXPECT_FALSE(awq_clip_skips("self_attn.v_proj"));
+  EXPECT_FALSE(awq_clip_skips("mlp.down_proj"));
+  at::Tensor w = at::tensor({-3.0f, 1.0f, 2.0f, 5.0f}).view({1, 4});
+  awq_apply_clip(w, at::tensor({2.0f, 4.0f}).view({1, 2}));
+  EXPECT_TRUE(at::equal(w, at::tensor({-2.0f, 1.0f, 2.0f, 4.0f}).view({1, 4})));
+  expect_error([&] { awq_apply_clip(w, at::ones({1, 3}), "o_proj"); }, {"AWQ clip o_proj", "[1, 3]", "[1, 4]"});
+  expect_error([&] { awq_search_clip(at::ones({2, 128}), at::ones({3, 64}), AwqOptions{}, {}, "o_proj"); },
+               {"AWQ clip o_proj", "[..., 128]", "[3, 64]"});
 }
 
 TEST(AwqSearch, RefusesMismatchedInputs) {
