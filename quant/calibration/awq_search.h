@@ -26,7 +26,7 @@
 //            2^(b−1) − 1)), q = round(clamp(w / s + z, …)), ŵ = (q − z) · s; symmetric
 //            s = max(|lo|, hi) / ((2^b − 1) / 2), z = 0; s = 0 becomes the dtype's epsilon. round()
 //            is half to even. Codes and zeros are returned unsigned (+ 2^(b−1)): ŵ = (q − z) · s.
-//   clip     none: llm-compressor 0.14 has no clipping search (AutoAWQ's auto_clip is not run).
+//   clip     none: llm-compressor 0.14 has no clipping search (AutoAWQ's: awq_search_clip below).
 //
 // `reference = autoawq` follows AutoAWQ 0.2.9 (awq/quantize/quantizer.py) where it differs:
 //   grid     ratios i / n_grid, i < n_grid (the last ratio 0.95), every point duo or every point not;
