@@ -55,6 +55,7 @@ struct EvalArgs {
   double sink_eps = 0.3;
   bool quantize_lm_head = false;
   bool quantize_ssm_inner = false;
+  std::int64_t calibration_windows = 0;  // > 0: every calibrated scheme's windows
   std::int64_t rounding_band = 0;  // variants per quantised scheme (eval/rounding_band.h)
   double rounding_band_eps = 0;    // 0: the default
   std::int64_t rounding_seed = 0;  // > 0: the schemes themselves jittered with this seed
@@ -257,6 +258,7 @@ void run_eval(const EvalArgs& a) {
   scheme_options.statistics.mamba_channels = a.mamba_channels;
   scheme_options.quantize_lm_head = a.quantize_lm_head;
   scheme_options.quantize_ssm_inner = a.quantize_ssm_inner;
+  scheme_options.calibration_windows = a.calibration_windows;
   scheme_options.placement = inputs.placement;
   scheme_options.rounding_band = a.rounding_band;
   scheme_options.rounding_eps = a.rounding_band_eps;
@@ -328,6 +330,7 @@ void run_eval(const EvalArgs& a) {
                           {"quantize_lm_head", a.quantize_lm_head},
                           {"shard", a.shard.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.shard)}});
   if (a.quantize_ssm_inner) context.options["quantize_ssm_inner"] = true;
+  if (a.calibration_windows > 0) context.options["calibration_windows"] = a.calibration_windows;
   // What a saved state must match to be resumed: everything that decides the results.
   EvalResult empty;
   empty.schemes.resize(schemes.size());
@@ -472,6 +475,11 @@ void add_eval_command(CLI::App& app) {
                   "docs/rounding-band.md); 0: the default implementation")
       ->check(integer_in(0, 1 << 30));
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "quantise the LM head too (every scheme)");
+  cmd->add_option("--calibration-windows", args->calibration_windows,
+                  "calibration windows of every calibrated scheme (GPTQ's weights, static activation scales), "
+                  "overriding each spec's: the windows of the data after the evaluated ones, never evaluated "
+                  "(docs/calibrated.md); 0: each spec's own")
+      ->check(integer_in(0, 1 << 20));
   cmd->add_flag("--quantize-ssm-inner", args->quantize_ssm_inner,
                 "quantise Mamba's x_proj and dt_proj too (every scheme; by default they stay full precision)");
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically")->check(output_path());

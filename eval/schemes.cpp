@@ -224,6 +224,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       check_preset_name(spec, name, names);
       if (options.quantize_lm_head) spec.quantize_lm_head = true;
       if (options.quantize_ssm_inner) spec.quantize_ssm_inner = true;
+      if (options.calibration_windows > 0) apply_calibration_windows(spec, options.calibration_windows);
       if (spec.needs_calibration()) {
         QEVAL_CHECK(options.calibrate != nullptr,
                     "scheme {}: its static input scale needs calibration windows, which this command does not provide",
@@ -292,6 +293,15 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
     prepared.statistics.push_back(stats);
     prepared.rewrites.push_back(rewrite);
     prepared.schemes.push_back(std::move(scheme));
+  }
+  // --calibration-windows acts through the calibrated schemes: without one it changes nothing.
+  if (options.calibration_windows > 0) {
+    bool calibrated = false;
+    for (const auto& r : prepared.rewrites)
+      calibrated = calibrated || (r && (r->spec().needs_calibration() || r->spec().needs_weight_calibration()));
+    QEVAL_CHECK(calibrated, "--calibration-windows {}: sets the calibration windows of calibrated schemes (GPTQ's "
+                "weights, static activation scales), and no scheme given calibrates anything; leave it out",
+                options.calibration_windows);
   }
   // --quantize-lm-head acts through the schemes that quantise linears: without one it changes nothing.
   if (options.quantize_lm_head) {

@@ -43,6 +43,8 @@ struct SchemeOptions {
   // Calibrated weights (GPTQ; eval/weight_calibration_pass.h): called for each scheme whose weights'
   // method needs calibration; a scheme that needs it fails naming the scheme when it is empty.
   std::function<std::shared_ptr<const CalibratedWeights>(const SchemeSpec&)> calibrate_weights;
+  // > 0: every calibrated scheme's calibration windows (--calibration-windows), overriding its spec's.
+  std::int64_t calibration_windows = 0;
   // The evaluation's window length (0: not known here): a kv_cache that keeps this many first
   // positions or more would quantise nothing, and is refused.
   std::int64_t window_length = 0;

@@ -352,12 +352,14 @@ std::vector<std::string> scheme_definition_differences(const nlohmann::json& a, 
     if (const nlohmann::json jitter = rounding_identity(scheme); !jitter.is_null()) d["rounding_variant"] = jitter;
     // Static scales are also where they were calibrated: the data (by hash: paths differ between
     // machines) and the windows, which a baseline calibrated on other text does not share.
-    if (d.is_object() && scheme.contains("description") && scheme["description"].contains("static_scales")) {
-      const nlohmann::json& s = scheme["description"]["static_scales"];
+    // So are GPTQ's weights (calibrated_weights).
+    for (const char* section : {"static_scales", "calibrated_weights"}) {
+      if (!d.is_object() || !scheme.contains("description") || !scheme["description"].contains(section)) continue;
+      const nlohmann::json& s = scheme["description"][section];
       const nlohmann::json cal = s.value("calibration", nlohmann::json::object());
-      d["static_scales_calibrated_on"] = {{"data_hash", cal.value("hash", nlohmann::json(nullptr))},
-                                          {"windows", cal.value("windows", nlohmann::json(nullptr))},
-                                          {"window_hashes", s.value("window_hashes", nlohmann::json(nullptr))}};
+      d[std::string(section) + "_calibrated_on"] = {{"data_hash", cal.value("hash", nlohmann::json(nullptr))},
+                                                    {"windows", cal.value("windows", nlohmann::json(nullptr))},
+                                                    {"window_hashes", s.value("window_hashes", nlohmann::json(nullptr))}};
     }
     return d;
   };

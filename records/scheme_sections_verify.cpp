@@ -54,6 +54,8 @@ void check_preset_spec(const json& entry, const std::string& name, const SchemeS
   const json options = record.value("options", json::object());
   if (options.is_object() && options.value("quantize_lm_head", false) == true) preset.quantize_lm_head = true;
   if (options.is_object() && options.value("quantize_ssm_inner", false) == true) preset.quantize_ssm_inner = true;
+  if (options.is_object() && options.contains("calibration_windows") && options["calibration_windows"].is_number_integer())
+    apply_calibration_windows(preset, options["calibration_windows"].get<std::int64_t>());
   const std::vector<std::string> differ = differences_from_preset(spec, preset, 1);
   QEVAL_CHECK(differ.empty(), "{}: the spec under the preset name {} is not that preset's (description.scheme.{}; the "
               "record's value first); a record's scheme named like a preset must be the preset",

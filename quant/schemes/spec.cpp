@@ -93,6 +93,11 @@ std::string to_string(KvCacheFormat v) {
   return "?";
 }
 
+void apply_calibration_windows(SchemeSpec& spec, std::int64_t n) {
+  if (spec.weights.gptq) spec.weights.gptq->windows = n;
+  if (spec.input_activations.calibration) spec.input_activations.calibration->windows = n;
+}
+
 std::string to_string(GptqActOrder v) {
   switch (v) {
     case GptqActOrder::none: return "none";

@@ -257,6 +257,10 @@ struct SchemeSpec {
   bool selects(const std::string& name) const;
 };
 
+// --calibration-windows: n windows for whatever the spec calibrates (GPTQ's weights, static
+// activation scales); nothing for a spec that calibrates nothing.
+void apply_calibration_windows(SchemeSpec& spec, std::int64_t n);
+
 std::string to_string(QuantKind v);
 std::string to_string(Granularity v);
 std::string to_string(ExecutionPreference v);

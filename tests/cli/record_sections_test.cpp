@@ -147,7 +147,32 @@ TEST(RecordSections, EveryEditOfASchemeSectionIsRefusedNamingTheKey) {
   ASSERT_EQ(differ.size(), 1u);
   EXPECT_NE(differ[0].find("int8-moderate-static"), std::string::npos) << differ[0];
   EXPECT_NE(differ[0].find("static_scales_calibrated_on"), std::string::npos) << differ[0];
+  // So do GPTQ's weights solved on other windows.
+  json moved = record;
+  scheme(moved, "gptq-w4-g128")["description"]["calibrated_weights"]["window_hashes"][0] = "0123456789abcdef";
+  const std::vector<std::string> gptq = scheme_definition_differences(record, moved);
+  ASSERT_EQ(gptq.size(), 1u);
+  EXPECT_NE(gptq[0].find("calibrated_weights_calibrated_on"), std::string::npos) << gptq[0];
   EXPECT_TRUE(scheme_definition_differences(record, record).empty());
+}
+
+// --calibration-windows sets every calibrated scheme's windows (GPTQ's and static scales'); a
+// preset under it is that preset with the option applied, and any other count is refused.
+TEST(RecordSections, CalibrationWindowsApplyToEveryCalibratedScheme) {
+  test::TempDir dir;
+  const json record = test::stories_eval_record(
+      dir, "windows",
+      "--model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt --seq-len 64 "
+      "--max-windows 3 --calibration-windows 5 --schemes full,int8-moderate-static,gptq-w4-g128");
+  ASSERT_FALSE(record.is_null());
+  EXPECT_NO_THROW(verify_record(record, "r.json"));
+  json r = record;
+  EXPECT_EQ(scheme(r, "gptq-w4-g128")["description"]["calibrated_weights"]["windows"], 5);
+  EXPECT_EQ(scheme(r, "gptq-w4-g128")["description"]["scheme"]["weights"]["gptq"]["calibration"]["windows"], 5);
+  EXPECT_EQ(scheme(r, "int8-moderate-static")["description"]["static_scales"]["windows"], 5);
+  EXPECT_EQ(r["options"]["calibration_windows"], 5);
+  r["options"]["calibration_windows"] = 6;
+  EXPECT_TRUE(test::throws_with([&] { verify_record(r, "r.json"); }, {"r.json: scheme", "is not that preset's"}));
 }
 
 // A rounding variant is named after its scheme and verified with it; a user's scheme under its own
