@@ -31,12 +31,19 @@
 #include "quant/formats/ggml/quants_internal.h"
 #include "quant/formats/minifloat.h"
 #include "tests/loaders/tokenizers/tokenizer_test_util.h"  // python_has, oracle_script
+#include "tests/quant/ggml_fixture_util.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {
 namespace {
 
 namespace fs = std::filesystem;
+using test::bytes_equal;
+using test::fixture_value;
+using test::SplitMix64;
+using test::fixture_rows;
+using test::fnv1a64;
+using test::from_hex;
 
 std::uint32_t bits_of(float f) {
   std::uint32_t u;
@@ -60,35 +67,6 @@ std::vector<float> dequantize(GgmlType t, const std::vector<std::uint8_t>& block
   return out;
 }
 
-// Equal bytes, or the first differing block with both blocks in hex and the input's largest |x|.
-::testing::AssertionResult bytes_equal(const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& expected,
-                                       const GgmlQuantType& t, const std::vector<float>* input = nullptr) {
-  if (got == expected) return ::testing::AssertionSuccess();
-  if (got.size() != expected.size())
-    return ::testing::AssertionFailure() << got.size() << " bytes, expected " << expected.size();
-  std::size_t first = got.size(), blocks = 0;
-  for (std::size_t b = 0; b < got.size() / t.block_bytes; ++b)
-    if (std::memcmp(got.data() + b * t.block_bytes, expected.data() + b * t.block_bytes, t.block_bytes) != 0) {
-      if (first == got.size()) first = b;
-      ++blocks;
-    }
-  auto hex = [&](const std::vector<std::uint8_t>& v) {
-    std::string s;
-    for (int i = 0; i < t.block_bytes; ++i) s += fmt::format("{:02x}", v[first * t.block_bytes + i]);
-    return s;
-  };
-  auto out = ::testing::AssertionFailure();
-  out << t.name << ": " << blocks << " of " << got.size() / t.block_bytes << " blocks differ; first block " << first
-      << "\n  got      " << hex(got) << "\n  expected " << hex(expected);
-  if (input) {
-    std::string values;
-    for (int i = 0; i < t.block_elements && i < 8; ++i)
-      values += fmt::format(" {:a}", (*input)[first * t.block_elements + i]);
-    out << "\n  input (first 8):" << values;
-  }
-  return out;
-}
-
 ::testing::AssertionResult floats_equal(const std::vector<float>& got, const std::vector<float>& expected) {
   if (got.size() != expected.size())
     return ::testing::AssertionFailure() << got.size() << " values, expected " << expected.size();
@@ -106,51 +84,6 @@ std::vector<float> dequantize(GgmlType t, const std::vector<std::uint8_t>& block
 }
 
 // ---- inputs ----
-
-// splitmix64, and the fixtures' value rule (tests/oracle/make_ggml_quant_fixtures.py writes the
-// same in Python): three 20-bit fields summed, m in (-1.5·2^20, 1.5·2^20), x = m · 2^(e - 20),
-// times 8 when the top 4 bits are 0 (an outlier in 16). Every step is exact in float32.
-struct SplitMix64 {
-  std::uint64_t state;
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-};
-
-float fixture_value(std::uint64_t u, int scale_exp) {
-  std::int64_t m = 0;
-  for (int k = 0; k < 3; ++k) m += static_cast<std::int64_t>((u >> (20 * k)) & 0xFFFFF) - 0x80000;
-  float x = std::ldexp(static_cast<float>(m), scale_exp - 20);
-  if ((u >> 60) == 0) x *= 8.0f;
-  return x;
-}
-
-// kind: "gauss" (the rule above), "sparse" (zero but for the outliers), "grid" (the low byte
-// minus 128, times 2^(e - 7)), "zeros", "const" (every value 0.75·2^e, negated when the seed is odd).
-std::vector<float> fixture_rows(const std::string& kind, std::uint64_t seed, std::int64_t n, int scale_exp) {
-  std::vector<float> x(static_cast<std::size_t>(n));
-  SplitMix64 rng{seed};
-  for (auto& v : x) {
-    const std::uint64_t u = rng.next();
-    if (kind == "gauss") {
-      v = fixture_value(u, scale_exp);
-    } else if (kind == "sparse") {
-      v = (u >> 60) == 0 ? fixture_value(u, scale_exp) : 0.0f;
-    } else if (kind == "grid") {  // small integers times a power of two: exact products, many ties
-      v = std::ldexp(static_cast<float>(static_cast<int>(u & 0xFF) - 128), scale_exp - 7);
-    } else if (kind == "zeros") {
-      v = 0.0f;
-    } else if (kind == "const") {
-      v = std::ldexp(seed % 2 ? -0.75f : 0.75f, scale_exp);
-    } else {
-      ADD_FAILURE() << "unknown fixture kind " << kind;
-    }
-  }
-  return x;
-}
 
 // ≥ 1e5 values of 32-value blocks for one type, every block one of: random (scales over 2^-24 ..
 // 2^24), exact rounding ties of that type, zeros, all equal, huge (~2^100 and, for the types
@@ -546,18 +479,6 @@ TEST(GgmlQuantOracle, QuantisersAndDequantisersMatchGgufPackage) {
 }
 
 // ---- against llama.cpp (committed fixtures) ----
-
-std::vector<std::uint8_t> from_hex(const std::string& hex) {
-  std::vector<std::uint8_t> out(hex.size() / 2);
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-  return out;
-}
-
-std::string fnv1a64(const std::vector<std::uint8_t>& bytes) {
-  std::uint64_t h = 0xCBF29CE484222325ull;
-  for (std::uint8_t b : bytes) h = (h ^ b) * 0x100000001B3ull;
-  return fmt::format("{:016x}", h);
-}
 
 TEST(GgmlQuantFixtures, EveryTypeMatchesLlamaCppByteForByte) {
   const fs::path path = test::repo_path("tests/quant/fixtures/ggml_quants_llamacpp.json");
