@@ -12,6 +12,10 @@
 //      when their least-squares fit Σwgx² / Σwg² is better;
 //   3. store fp16(d), and re-choose every code against the float32 d (not its fp16 rounding).
 // A block with max |x| < 1e-15 gets d = 0 and every code 8 (grid value 1, nearest to 0).
+//
+// With importance q[0..n) (one weight per column), the same search with weights
+// w = q·sqrt(σ² + x²), σ² = 2·Σx²/32 over the block (ggml's sigma2 * 2/super_block_size):
+// quantize_row_iq4_nl_impl's quant_weights path.
 #include <cmath>
 
 #include "quant/formats/ggml/quants.h"
@@ -37,12 +41,11 @@ int best_index_int8(int n, const std::int8_t* val, float x) {
   return x - static_cast<float>(val[mu - 1]) < static_cast<float>(val[mu]) - x ? mu - 1 : mu;
 }
 
-void quantize_block_iq4_nl(const float* x, block_iq4_nl* y) {
+// weight[0..32): the search's weights (x² without importance).
+void quantize_block_iq4_nl(const float* x, const float* weight, block_iq4_nl* y) {
   constexpr int ntry = 7;
   const std::int8_t* values = kvalues_iq4nl;
   std::uint8_t L[QK4_NL];
-  float weight[QK4_NL];
-  for (int j = 0; j < QK4_NL; ++j) weight[j] = x[j] * x[j];
   float amax = 0, max = 0;
   for (int j = 0; j < QK4_NL; ++j) {
     const float ax = std::fabs(x[j]);
@@ -93,9 +96,29 @@ void quantize_block_iq4_nl(const float* x, block_iq4_nl* y) {
 
 void quantize_row_iq4_nl(const float* x, void* blocks, std::int64_t n) {
   ggml_detail::check_row(n, QK4_NL, "iq4_nl");
+  float weight[QK4_NL];
   for (std::int64_t i = 0; i < n / QK4_NL; ++i) {
+    const float* xb = x + i * QK4_NL;
+    for (int j = 0; j < QK4_NL; ++j) weight[j] = xb[j] * xb[j];
     block_iq4_nl b;
-    quantize_block_iq4_nl(x + i * QK4_NL, &b);
+    quantize_block_iq4_nl(xb, weight, &b);
+    ggml_detail::store_block(blocks, i, b);
+  }
+}
+
+void quantize_row_iq4_nl(const float* x, void* blocks, std::int64_t n, const float* importance) {
+  if (!importance) return quantize_row_iq4_nl(x, blocks, n);
+  ggml_detail::check_row(n, QK4_NL, "iq4_nl");
+  float weight[QK4_NL];
+  for (std::int64_t i = 0; i < n / QK4_NL; ++i) {
+    const float* xb = x + i * QK4_NL;
+    const float* qw = importance + i * QK4_NL;
+    float sigma2 = 0;
+    for (int j = 0; j < QK4_NL; ++j) sigma2 += xb[j] * xb[j];
+    sigma2 *= 2.f / QK4_NL;
+    for (int j = 0; j < QK4_NL; ++j) weight[j] = qw[j] * std::sqrt(sigma2 + xb[j] * xb[j]);
+    block_iq4_nl b;
+    quantize_block_iq4_nl(xb, weight, &b);
     ggml_detail::store_block(blocks, i, b);
   }
 }

@@ -55,6 +55,11 @@ void quantize_row_mxfp4(const float* x, void* blocks, std::int64_t n) {
   }
 }
 
+// ggml's quantize_mxfp4 never reads the importance matrix: the plain path either way.
+void quantize_row_mxfp4(const float* x, void* blocks, std::int64_t n, const float* /*importance*/) {
+  quantize_row_mxfp4(x, blocks, n);
+}
+
 void dequantize_row_mxfp4(const void* blocks, float* y, std::int64_t n) {
   ggml_detail::dequantize_row_blocks<block_mxfp4>(blocks, y, n, QK_MXFP4, "mxfp4");
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -25,7 +26,7 @@ constexpr GgmlQuantType entry(GgmlType t, const char* name, int elements) {
   return {t, name, elements, static_cast<int>(sizeof(Block))};
 }
 
-using RowQuantizer = void (*)(const float*, void*, std::int64_t);
+using RowQuantizer = void (*)(const float*, void*, std::int64_t, const float*);
 using RowDequantizer = void (*)(const void*, float*, std::int64_t);
 
 using RowRoundTrip = void (*)(const float*, float*, std::int64_t);
@@ -129,7 +130,13 @@ ggml_half fp32_to_fp16(float f) {
   return static_cast<ggml_half>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
-void quantize_rows_ggml(GgmlType type, const float* x, void* blocks, std::int64_t rows, std::int64_t row_length) {
+bool ggml_type_uses_importance(GgmlType type) {
+  ggml_quant_type(type);  // throws for a type qeval does not quantise to
+  return type != GgmlType::Q8_0 && type != GgmlType::MXFP4;
+}
+
+void quantize_rows_ggml(GgmlType type, const float* x, void* blocks, std::int64_t rows, std::int64_t row_length,
+                        const float* importance) {
   const GgmlQuantType& t = ggml_quant_type(type);
   QEVAL_CHECK(rows >= 0 && row_length >= 0 && row_length % t.block_elements == 0,
               "quantize {}: rows of {} values are not whole {}-value blocks", t.name, row_length, t.block_elements);
@@ -137,7 +144,8 @@ void quantize_rows_ggml(GgmlType type, const float* x, void* blocks, std::int64_
   const std::int64_t row_bytes = row_length / t.block_elements * t.block_bytes;
   auto* out = static_cast<std::uint8_t*>(blocks);
   at::parallel_for(0, rows, kRowsPerTask, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t r = begin; r < end; ++r) f.quantize(x + r * row_length, out + r * row_bytes, row_length);
+    for (std::int64_t r = begin; r < end; ++r)
+      f.quantize(x + r * row_length, out + r * row_bytes, row_length, importance);
   });
 }
 
@@ -166,41 +174,90 @@ at::Tensor checked_weight(const at::Tensor& w, const GgmlQuantType& t, const cha
   return w.contiguous();
 }
 
-}  // namespace
+// importance: [K] (every row) or [E, K] (the N rows in E equal groups, group e weighted by row e:
+// llama.cpp's per-expert slices of a 3-D expert tensor), float32, CPU, finite (llama-quantize
+// refuses an imatrix with a non-finite value). Returns it contiguous as [E, K] (E = 1 for [K]).
+at::Tensor checked_importance(const at::Tensor& importance, std::int64_t n, std::int64_t k, const char* op) {
+  QEVAL_CHECK(importance.dim() == 1 || importance.dim() == 2,
+              "{}: expected importance of shape [K] or [E, K], got {} dimensions", op, importance.dim());
+  QEVAL_CHECK(importance.scalar_type() == at::kFloat, "{}: expected float32 importance, got {}", op,
+              std::string(c10::toString(importance.scalar_type())));
+  QEVAL_CHECK(importance.device().is_cpu(), "{}: expected CPU importance, got it on {}", op, importance.device().str());
+  const at::Tensor q = importance.dim() == 1 ? importance.reshape({1, -1}).contiguous() : importance.contiguous();
+  QEVAL_CHECK(q.size(1) == k, "{}: importance has {} columns, the weight has K = {}", op, q.size(1), k);
+  QEVAL_CHECK(q.size(0) >= 1 && n % q.size(0) == 0,
+              "{}: importance has {} rows (experts), which do not divide the weight's N = {} rows", op, q.size(0), n);
+  const float* p = q.data_ptr<float>();
+  for (std::int64_t i = 0; i < q.numel(); ++i)
+    QEVAL_CHECK(std::isfinite(p[i]), "{}: importance value {} at [{}, {}] is not finite", op, p[i], i / k, i % k);
+  return q;
+}
 
-at::Tensor quantize_ggml(const at::Tensor& w, GgmlType type) {
+// The importance row for weight row r (of n) from a checked [E, K] importance; null without one.
+const float* importance_row(const at::Tensor* q, std::int64_t r, std::int64_t n) {
+  if (q == nullptr) return nullptr;
+  return q->data_ptr<float>() + (r / (n / q->size(0))) * q->size(1);
+}
+
+at::Tensor quantize_with(const at::Tensor& w, GgmlType type, const at::Tensor* importance) {
   const GgmlQuantType& t = ggml_quant_type(type);
   const at::Tensor x = checked_weight(w, t, "quantize_ggml");
   const std::int64_t n = x.size(0), k = x.size(1);
   at::Tensor out = at::empty({n, k / t.block_elements * t.block_bytes}, at::kByte);
-  quantize_rows_ggml(type, x.data_ptr<float>(), out.data_ptr<std::uint8_t>(), n, k);
+  if (importance == nullptr) {
+    quantize_rows_ggml(type, x.data_ptr<float>(), out.data_ptr<std::uint8_t>(), n, k);
+    return out;
+  }
+  const at::Tensor q = checked_importance(*importance, n, k, "quantize_ggml");
+  const std::int64_t group = n / q.size(0);
+  for (std::int64_t e = 0; e < q.size(0); ++e)
+    quantize_rows_ggml(type, x.data_ptr<float>() + e * group * k, out.data_ptr<std::uint8_t>() + e * group * out.size(1),
+                       group, k, q.data_ptr<float>() + e * k);
   return out;
 }
 
-at::Tensor quantize_dequantize_ggml(const at::Tensor& w, GgmlType type) {
+at::Tensor quantize_dequantize_with(const at::Tensor& w, GgmlType type, const at::Tensor* importance) {
   const GgmlQuantType& t = ggml_quant_type(type);
   const at::Tensor x = checked_weight(w, t, "quantize_dequantize_ggml");
   const std::int64_t n = x.size(0), k = x.size(1);
+  at::Tensor q;
+  if (importance != nullptr) q = checked_importance(*importance, n, k, "quantize_dequantize_ggml");
+  const at::Tensor* qp = importance != nullptr ? &q : nullptr;
   // Row by row, each row's blocks in a buffer that stays in cache: one pass over the weight and no
   // blocks tensor, where quantising every row and then dequantising every row read and wrote the
   // blocks through memory. The same functions, so the same bits (tests/quant/ggml_quants_test.cpp).
   at::Tensor out = kernels::empty_written_once({n, k}, at::kFloat);
   const RowFunctions f = row_functions(type);
+  // The fused round trips are the types' plain rules: with importance only where the type ignores it.
+  const bool fused = f.round_trip != nullptr && (qp == nullptr || !ggml_type_uses_importance(type));
   const std::int64_t row_bytes = k / t.block_elements * t.block_bytes;
   const float* px = x.data_ptr<float>();
   float* py = out.data_ptr<float>();
   at::parallel_for(0, n, kRowsPerTask, [&](std::int64_t begin, std::int64_t end) {
-    if (f.round_trip) {
+    if (fused) {
       for (std::int64_t r = begin; r < end; ++r) f.round_trip(px + r * k, py + r * k, k);
       return;
     }
     std::vector<std::uint8_t> row(static_cast<std::size_t>(row_bytes));
     for (std::int64_t r = begin; r < end; ++r) {
-      f.quantize(px + r * k, row.data(), k);
+      f.quantize(px + r * k, row.data(), k, importance_row(qp, r, n));
       f.dequantize(row.data(), py + r * k, k);
     }
   });
   return out;
+}
+
+}  // namespace
+
+at::Tensor quantize_ggml(const at::Tensor& w, GgmlType type) { return quantize_with(w, type, nullptr); }
+at::Tensor quantize_ggml(const at::Tensor& w, GgmlType type, const at::Tensor& importance) {
+  return quantize_with(w, type, &importance);
+}
+at::Tensor quantize_dequantize_ggml(const at::Tensor& w, GgmlType type) {
+  return quantize_dequantize_with(w, type, nullptr);
+}
+at::Tensor quantize_dequantize_ggml(const at::Tensor& w, GgmlType type, const at::Tensor& importance) {
+  return quantize_dequantize_with(w, type, &importance);
 }
 
 std::string ggml_type_label(GgmlType t) {

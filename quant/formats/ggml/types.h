@@ -4,7 +4,11 @@
 // ggml-quants.c): every quantiser here equals `ggml_quantize_chunk(type, ..., imatrix = NULL)`
 // byte for byte. For every type but IQ4_NL that is `quantize_row_<type>_ref`; for IQ4_NL it is
 // `quantize_iq4_nl`, which searches 15 scales (ntry = 7) with weights x², not the reference's
-// single-scale `quantize_row_iq4_nl_ref` (ntry = -1). Tests: tests/quant/ggml_quants_test.cpp.
+// single-scale `quantize_row_iq4_nl_ref` (ntry = -1). Given an importance matrix they equal
+// `ggml_quantize_chunk(type, ..., imatrix)` byte for byte too: `quantize_row_<type>_impl` with
+// quant_weights (other searches and weights: legacy_quants.cpp, k_quants.cpp, iq4_nl.cpp), except
+// Q8_0 and MXFP4, which ggml quantises without it. Tests: tests/quant/ggml_quants_test.cpp,
+// tests/quant/ggml_importance_test.cpp.
 //
 // The block layouts (ggml-common.h) are quant/formats/ggml/blocks.h, beside their dequantisers:
 // what qeval writes, its GGUF reader reads with the same code.
