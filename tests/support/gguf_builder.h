@@ -24,6 +24,11 @@ class GgufBuilder {
   void u32(const std::string& key, std::uint32_t v) { kv(key, 4, pod(v)); }
   void f32(const std::string& key, float v) { kv(key, 6, pod(v)); }
   void string(const std::string& key, const std::string& v) { kv(key, 8, str(v)); }
+  void strings(const std::string& key, const std::vector<std::string>& v) {
+    std::string value = pod<std::uint32_t>(8) + pod<std::uint64_t>(v.size());
+    for (const auto& s : v) value += str(s);
+    kv(key, 9, value);
+  }
   // `t`: row-major [out, in] or [n]; stored with ne reversed, as F32 (type 0) or F16 (type 1).
   void tensor(const std::string& name, const at::Tensor& t, std::uint32_t type) {
     at::Tensor data = (type == 1 ? t.to(at::kHalf) : t.to(at::kFloat)).contiguous();
