@@ -33,6 +33,7 @@
 #include "loaders/checkpoints/checkpoint.h"
 #include "loaders/text/documents.h"
 #include "loaders/checkpoints/gguf.h"
+#include "loaders/checkpoints/imatrix_file.h"
 #include "loaders/checkpoints/quantization_config.h"
 #include "quant/formats/ggml/blocks.h"
 #include "loaders/tokenizers/gguf_tokenizer.h"
@@ -188,6 +189,16 @@ inline void gguf(std::string_view data) {
       if (ggml_type_dequantizable(t.type)) (void)f.read_float32(t.name);
   }
   (void)load_gguf_checkpoint(path);
+}
+
+// llama.cpp's importance matrix files, GGUF or legacy (by the first 4 bytes), read and turned
+// into llama-quantize's per-column weights (loaders/checkpoints/imatrix_file.h).
+inline void imatrix(std::string_view data) {
+  const Imatrix m = read_imatrix(scratch_file("model.imatrix", data));
+  const GgmlImportance g = ggml_importance(m, "model.imatrix");
+  for (const auto& [name, e] : g.entries)
+    if (e.columns > 0 && e.values.size() % static_cast<std::size_t>(e.columns) == 0)
+      (void)g.tensor_for(name, static_cast<std::int64_t>(e.values.size()) / e.columns, e.columns);
 }
 
 // GGUF block decoders alone (quant/formats/ggml/blocks.h), without the container: byte 0 picks a ggml type id
@@ -358,6 +369,7 @@ inline const std::map<std::string, std::function<void(std::string_view)>>& harne
       {"gguf", gguf},
       {"gguf_blocks", gguf_blocks},
       {"gguf_tokenizer", gguf_tokenizer},
+      {"imatrix", imatrix},
       {"llama2c_checkpoint", llama2c_checkpoint},
       {"llama2c_tokenizer", llama2c_tokenizer},
       {"gpt2_bpe", gpt2_bpe},
