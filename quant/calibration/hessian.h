@@ -6,9 +6,9 @@
 // add_batch count one sample per sequence of a [B, L, K] input and one per call for a 2-D input).
 // GPTQ's codes do not depend on the scale of H (the damping is relative to mean diag H and every
 // update is a ratio of its Cholesky factors), so n only keeps the numbers readable. The sum is
-// kept in float64 and handed over in float32 (the references' dtype): the references rescale a
-// float32 running mean on every batch, whose rounding depends on the batch split; the float64 sum
-// does not.
+// kept in float64 and handed over in float32 (the references' dtype): llm-compressor 0.14 sums
+// (√2 x)(√2 x)ᵀ in float32 and divides by n at the solve, AutoGPTQ rescales a float32 running mean
+// on every batch, whose rounding depends on the batch split; the float64 sum does neither.
 #pragma once
 
 #include <ATen/ATen.h>

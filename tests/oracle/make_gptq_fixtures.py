@@ -10,7 +10,7 @@ Both sides build the problem from integers (splitmix64, as tests/oracle/make_ggm
   bits and differ only where their arithmetic does (their matrix products' summation order).
 The references:
   llm-compressor 0.14.0   llmcompressor.modifiers.gptq.gptq_quantize.quantize_weight, with the
-                          scale and zero point compressed-tensors 0.20.0's calculate_qparams gives
+                          scale and zero point compressed-tensors 0.19.0's calculate_qparams gives
                           for each group's min and max (what the memoryless min-max weight observer
                           hands GPTQModifier), codes recovered from its fake-quantised output;
   AutoGPTQ 0.7.1          auto_gptq.quantization.gptq.GPTQ.fasterquant on an nn.Linear whose H is
@@ -20,7 +20,7 @@ Codes are stored unsigned (compressed-tensors' signed codes + 2^(bits-1)), one h
 for bits <= 4, two for 8, row after row.
 
   python -m venv /work/cache/oracle-venv
-  /work/cache/oracle-venv/bin/pip install llmcompressor==0.14.0 compressed-tensors==0.20.0 numpy
+  /work/cache/oracle-venv/bin/pip install llmcompressor==0.14.0 numpy   (it pins compressed-tensors==0.19.0)
   pip download --no-deps auto-gptq==0.7.1 (its wheel needs CUDA to import whole, so:)
   unzip -d /tmp/agq auto_gptq-0.7.1-*.whl 'auto_gptq/quantization/*'
   AUTOGPTQ_SRC=/tmp/agq /work/cache/oracle-venv/bin/python tests/oracle/make_gptq_fixtures.py OUT.json
