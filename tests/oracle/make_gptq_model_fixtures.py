@@ -166,13 +166,13 @@ def run_llmc(folder, cal, case, perm_q, perm_k, layers):
     from datasets import Dataset
     from llmcompressor import oneshot
     from llmcompressor.modifiers.gptq import GPTQModifier
+    from loguru import logger
     from transformers import LlamaForCausalLM
 
     model = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
     model.eval()
     seen = []
     hook = model.model.embed_tokens.register_forward_pre_hook(lambda m, a: seen.append(a[0].detach().clone()))
-    from loguru import logger
 
     log = []
     sink = logger.add(lambda m: log.append(str(m)), level="INFO")
@@ -183,8 +183,8 @@ def run_llmc(folder, cal, case, perm_q, perm_k, layers):
         "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "channel"}}},
         ignore=ignore_for(case))
     ds = Dataset.from_dict({"input_ids": cal, "attention_mask": [[1] * len(w) for w in cal]})
-    oneshot(model=model, dataset=ds, recipe=[modifier], processor=placeholder_tokenizer(), num_calibration_samples=len(cal), max_seq_length=L,
-            shuffle_calibration_samples=False, batch_size=1)
+    oneshot(model=model, dataset=ds, recipe=[modifier], processor=placeholder_tokenizer(),
+            num_calibration_samples=len(cal), max_seq_length=L, shuffle_calibration_samples=False, batch_size=1)
     logger.remove(sink)
     hook.remove()
     pipeline = [m.split("Inferred ")[1].split()[0].strip("`") for m in log if "Inferred `" in m]
