@@ -20,7 +20,7 @@
 //            the parent's outputs for every batch against the full-precision ones: Σ_batches
 //            Σ (y − ŷ)² (float32 per batch, float32 running sum) / Σ_batches numel. The best point
 //            is the first with the smallest loss (strictly smaller replaces); a NaN loss never wins.
-//   Q        compressed-tensors 0.20's calculate_qparams + fake_quantize with a memoryless min/max
+//   Q        compressed-tensors 0.19's calculate_qparams + fake_quantize with a memoryless min/max
 //            observer (awq_quantize): lo = min(min w, 0), hi = max(max w, 0) per row and group;
 //            asymmetric s = (hi − lo) / (2^b − 1), z = round(clamp(−2^(b−1) − lo / s, −2^(b−1),
 //            2^(b−1) − 1)), q = round(clamp(w / s + z, …)), ŵ = (q − z) · s; symmetric

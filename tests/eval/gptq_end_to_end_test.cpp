@@ -48,7 +48,7 @@
 #include "loaders/checkpoints/checkpoint.h"
 #include "model/linear.h"
 #include "model/transformer.h"
-#include "quant/calibration/calibrated_weights.h"
+#include "quant/calibrated_weights.h"
 #include "quant/quantized_linear.h"
 #include "quant/schemes/presets.h"
 #include "tests/support/test_data.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/quant/fixtures/awq_reference.json: AWQ's scale search as llm-compressor 0.14.0 runs it
-(AWQModifier + QuantizationModifier W4A16_ASYM, compressed-tensors 0.20.0, the sequential
+(AWQModifier + QuantizationModifier W4A16_ASYM, compressed-tensors 0.19.0, the sequential
 pipeline's calls for one subgraph) on one
 small random Llama-style block, for tests/quant/awq_search_test.cpp.
 
