@@ -392,12 +392,8 @@ QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec) {
   rewrite.check_model(full.config(), "'" + full.config().architecture + "'");
   QuantizedModel out{full, nlohmann::json::object()};
   out.model.set_kv_cache(rewrite.kv_cache());
-  for (const Block& block : full.blocks()) {
-    const Block quantized = rewrite.rewrite(block);
-    for (std::size_t i = 0; i < quantized.linears().size(); ++i)
-      if (quantized.linears()[i].linear != block.linears()[i].linear)
-        out.model.replace_linear(quantized.linears()[i].name, quantized.linears()[i].linear);
-  }
+  // Whole blocks: their linears and any tensor the scheme's calibration replaced (AWQ's folded norms).
+  for (const Block& block : full.blocks()) out.model.replace_block(rewrite.rewrite(block));
   out.model.replace_linear("lm_head", rewrite.rewrite_head(full.lm_head()));
   out.report = rewrite.report();
   return out;
