@@ -56,7 +56,9 @@ AwqLayerResult awq_layer(const Block& full, const std::vector<at::Tensor>& strea
   const AwqOptions options = awq_options(spec.weights);
   AwqLayerResult result;
 
-  // Which mappings run: not skipped for the model's shapes, and some linear of it quantised.
+  // Which mappings run: not skipped for the model's shapes, and some linear of it quantised. The
+  // record lists them in the mappings' order.
+  std::vector<nlohmann::json> entries(mappings.size());
   std::vector<const AwqMapping*> active;
   for (const AwqMapping& m : mappings) {
     std::string skipped = m.skipped;
@@ -67,7 +69,8 @@ AwqLayerResult awq_layer(const Block& full, const std::vector<at::Tensor>& strea
       active.push_back(&m);
       continue;
     }
-    result.mappings.push_back({{"name", m.name}, {"smooth", m.smooth}, {"balance", m.balance}, {"skipped", skipped}});
+    entries[static_cast<std::size_t>(&m - mappings.data())] = {
+        {"name", m.name}, {"smooth", m.smooth}, {"balance", m.balance}, {"skipped", skipped}};
   }
 
   // 1. The inputs of each active mapping's first balance linear, from the layer as read.
@@ -125,7 +128,7 @@ AwqLayerResult awq_layer(const Block& full, const std::vector<at::Tensor>& strea
     }
     awq_fold_scales(r.scales, take(m->smooth + ".weight"), take(m->smooth + ".bias"), balance, m->name);
     const AwqGridPoint& best = r.grid[r.best_index];
-    result.mappings.push_back({{"name", m->name},
+    entries[static_cast<std::size_t>(m - mappings.data())] = {{"name", m->name},
                                {"smooth", m->smooth},
                                {"balance", m->balance},
                                {"parent", m->parent_name},
@@ -134,9 +137,10 @@ AwqLayerResult awq_layer(const Block& full, const std::vector<at::Tensor>& strea
                                {"duo", best.duo},
                                {"loss", r.best_loss},
                                {"initial_loss", r.initial_loss},
-                               {"tokens", mean.tokens()}});
+                               {"tokens", mean.tokens()}};
     for (const std::string& b : m->balance) result.balanced_by[b] = m->name;
   }
+  for (nlohmann::json& e : entries) result.mappings.push_back(std::move(e));
   return result;
 }
 
