@@ -276,13 +276,13 @@ void run_eval(const EvalArgs& a) {
     PhaseScope calibration(Phase::transform, kNoScheme);
     return calibrator.scales_for(spec);
   };
-  // GPTQ's weights are solved on windows the evaluation does not use, before it, layer by layer.
+  // GPTQ's and AWQ's weights are calibrated on windows the evaluation does not use, before it, layer by layer.
   WeightCalibrator weight_calibrator(
       *inputs.model, [&inputs](std::int64_t n) { return inputs.calibration_windows_from_data(n); }, a.data.batch_size);
   scheme_options.calibrate_weights = [&weight_calibrator, &a](const SchemeSpec& spec) {
     if (!a.quiet)
-      fmt::print(stderr, "scheme {}: solving GPTQ ({} calibration windows, layer by layer on the scheme's own outputs)\n",
-                 spec.name, spec.weights.gptq->windows);
+      fmt::print(stderr, "scheme {}: calibrating {} weights ({} calibration windows, layer by layer on the scheme's own "
+                 "outputs)\n", spec.name, spec.weights.gptq ? "GPTQ" : "AWQ", spec.weights.calibration_windows());
     return weight_calibrator.weights_for(spec);
   };
   if (a.quantize_ssm_inner) {  // acts on Mamba layers' x_proj and dt_proj (quant/schemes/spec.h): none, nothing to do
@@ -476,7 +476,7 @@ void add_eval_command(CLI::App& app) {
       ->check(integer_in(0, 1 << 30));
   cmd->add_flag("--quantize-lm-head", args->quantize_lm_head, "quantise the LM head too (every scheme)");
   cmd->add_option("--calibration-windows", args->calibration_windows,
-                  "calibration windows of every calibrated scheme (GPTQ's weights, static activation scales), "
+                  "calibration windows of every calibrated scheme (GPTQ's and AWQ's weights, static activation scales), "
                   "overriding each spec's: the windows of the data after the evaluated ones, never evaluated "
                   "(docs/calibrated.md); 0: each spec's own")
       ->check(integer_in(0, 1 << 20));

@@ -236,15 +236,17 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
         }
       }
       if (spec.needs_weight_calibration()) {
-        QEVAL_CHECK(!spec.quantize_lm_head, "scheme {}: its weights are calibrated with GPTQ, which quantises the "
-                    "blocks' linears only (as its references); leave out --quantize-lm-head", spec.name);
+        const std::string method = spec.weights.gptq ? "GPTQ" : "AWQ";
+        QEVAL_CHECK(!spec.quantize_lm_head, "scheme {}: its weights are calibrated with {}, which quantises the "
+                    "blocks' linears only (as its references); leave out --quantize-lm-head", spec.name, method);
         QEVAL_CHECK(options.calibrate_weights != nullptr,
-                    "scheme {}: its GPTQ weights need calibration windows, which this command does not provide",
-                    spec.name);
+                    "scheme {}: its {} weights need calibration windows, which this command does not provide",
+                    spec.name, method);
         try {
           spec.calibrated_weights = options.calibrate_weights(spec);
         } catch (const Error& e) {  // the calibration source does not know which scheme asked
-          fail("scheme {}: gptq.calibration.windows {}: {}", spec.name, spec.weights.gptq->windows, e.what());
+          fail("scheme {}: {}.calibration.windows {}: {}", spec.name, spec.weights.method(),
+               spec.weights.calibration_windows(), e.what());
         }
       }
       rewrite = std::make_shared<SchemeRewrite>(spec, linears);
@@ -300,7 +302,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
     for (const auto& r : prepared.rewrites)
       calibrated = calibrated || (r && (r->spec().needs_calibration() || r->spec().needs_weight_calibration()));
     QEVAL_CHECK(calibrated, "--calibration-windows {}: sets the calibration windows of calibrated schemes (GPTQ's "
-                "weights, static activation scales), and no scheme given calibrates anything; leave it out",
+                "and AWQ's weights, static activation scales), and no scheme given calibrates anything; leave it out",
                 options.calibration_windows);
   }
   // --quantize-lm-head acts through the schemes that quantise linears: without one it changes nothing.

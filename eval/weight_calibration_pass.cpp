@@ -2,15 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "common/error.h"
 #include "common/phases.h"
+#include "eval/awq_layer.h"
 #include "eval/evaluator.h"
 #include "model/block.h"
 #include "model/forward_context.h"
 #include "model/transformer.h"
+#include "quant/calibration/awq_weights.h"
 #include "quant/calibration/hessian.h"
 #include "quant/rewrite.h"
 #include "quant/schemes/scheme_json.h"
@@ -78,15 +81,16 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
   const std::string key = calibration_key(spec);
   if (auto found = done_.find(key); found != done_.end()) return found->second;
 
-  const GptqSpec& gptq = *spec.weights.gptq;
-  const GptqOptions options = gptq_options(spec.weights);
+  const bool awq = spec.weights.awq.has_value();
+  const std::string method = spec.weights.method();
   CalibrationWindows calib = [&] {
     PhaseScope data(Phase::data, kNoScheme);
-    return windows_(gptq.windows);
+    return windows_(spec.weights.calibration_windows());
   }();
-  QEVAL_CHECK(!calib.windows.empty(), "scheme {}: no calibration window to solve GPTQ with", spec.name);
+  QEVAL_CHECK(!calib.windows.empty(), "scheme {}: no calibration window to calibrate {} with", spec.name, method);
   const auto config = std::make_shared<const ModelConfig>(full_.config());
   const std::string source = full_.info().path.empty() ? std::string("model") : full_.info().path.string();
+  const std::string model_name = config->architecture.empty() ? source : fmt::format("'{}' ({})", config->architecture, source);
   const std::vector<std::string> linear_names = model_linear_names(*config);
 
   auto made = std::make_shared<CalibratedWeights>();
@@ -118,6 +122,7 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
   }
 
   nlohmann::json layers = nlohmann::json::array();
+  nlohmann::json mappings = nlohmann::json::array();  // AWQ's
   for (std::int64_t layer = 0; layer < config->n_layers; ++layer) {
     const Block full = [&] {
       PhaseScope read(Phase::read);
@@ -126,7 +131,37 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
     std::vector<std::string> names;
     for (const NamedLinear& l : full.linears())
       if (spec.selects(l.name)) names.push_back(l.name);
-    if (!names.empty()) {
+    if (!names.empty() && awq) {
+      // AWQ: each mapping's scales searched and folded, then the folded weights rounded to nearest.
+      const AwqLayerResult r = [&] {
+        PhaseScope solve(Phase::solve, kNoScheme);
+        return awq_layer(full, stream, contexts, spec, model_name);
+      }();
+      PhaseScope quantize(Phase::quantize, kNoScheme);
+      for (const auto& [name, tensor] : r.folded) {
+        // A selected linear's folded weight becomes its codes; norms, biases and the weights of
+        // linears left in full precision go to the scheme as they are.
+        const bool codes = std::find(names.begin(), names.end(), name.substr(0, name.rfind('.'))) != names.end() &&
+                           name.compare(name.rfind('.'), std::string::npos, ".weight") == 0;
+        const std::string linear = name.substr(0, name.rfind('.'));
+        if (codes) made->by_name[linear] = awq_calibrated_weight(tensor, spec.weights, linear);
+        if (!codes || keep_folded_linears) made->replaced_tensors[name] = tensor;
+      }
+      for (const NamedLinear& l : full.linears()) {
+        if (!spec.selects(l.name)) continue;
+        if (!made->by_name.count(l.name)) {  // in no mapping that ran: its own weights rounded to nearest
+          const auto* f = dynamic_cast<const FloatLinear*>(l.linear.get());
+          QEVAL_CHECK(f != nullptr, "scheme {}: AWQ needs the float weight of {}, found {}", spec.name, l.name,
+                      l.linear->describe());
+          made->by_name[l.name] = awq_calibrated_weight(f->weight().to(at::kFloat), spec.weights, l.name);
+        }
+        const auto by = r.balanced_by.find(l.name);
+        layers.push_back({{"name", l.name},
+                          {"balanced_by", by == r.balanced_by.end() ? nlohmann::json(nullptr) : nlohmann::json(by->second)}});
+      }
+      for (const nlohmann::json& m : r.mappings) mappings.push_back(m);
+    } else if (!names.empty()) {
+      const GptqOptions options = gptq_options(spec.weights);
       // 1. the Hessians from full precision's layer on the scheme's stream
       std::map<std::string, HessianAccumulator> hessians;
       Block recording = full;
@@ -176,7 +211,7 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
 
   nlohmann::json hashes = nlohmann::json::array();
   for (const Window& w : calib.windows) hashes.push_back(fmt::format("{:016x}", window_hash(w)));
-  made->description = {{"method", "gptq"},
+  made->description = {{"method", method},
                        {"windows", static_cast<std::int64_t>(calib.windows.size())},
                        {"tokens", tokens},
                        {"calibration", calib.description},
@@ -184,6 +219,7 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
                        {"propagation", "sequential: each layer calibrated on the outputs of the scheme's quantised "
                                        "layers before it"},
                        {"layers", layers}};
+  if (awq) made->description["mappings"] = mappings;
   done_[key] = made;
   return made;
 }

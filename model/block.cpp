@@ -214,6 +214,43 @@ at::Tensor Block::mix(const at::Tensor& h, const ForwardContext& context, Forwar
   fail("Block: unknown mixer kind");
 }
 
+at::Tensor Block::mixer_forward(const at::Tensor& h, const ForwardContext& context) const {
+  return mix(h, context, nullptr);
+}
+
+at::Tensor Block::ffn_forward(const at::Tensor& h) const {
+  switch (config_->ffn(layer_)) {
+    case FfnKind::dense: return mlp(h);
+    case FfnKind::moe: return moe(h, nullptr);
+    case FfnKind::none: break;
+  }
+  fail("Block {}: this layer has no feed-forward", layer_);
+}
+
+Block Block::with_tensors(const std::map<std::string, at::Tensor>& replaced) const {
+  BlockWeights w = weights_;  // shares every tensor; the slots below point into this copy
+  std::set<std::string> changed_linears;
+  std::set<std::string> known;
+  for (auto& [name, slot] : block_tensor_slots(w, layer_)) {
+    known.insert(name);
+    const auto it = replaced.find(name);
+    if (it == replaced.end()) continue;
+    QEVAL_CHECK(slot->defined() && it->second.defined() && it->second.sizes() == slot->sizes(),
+                "Block {}: replacing {}: expected a tensor of shape [{}], found {}", layer_, name,
+                slot->defined() ? fmt::format("{}", fmt::join(slot->sizes(), ", ")) : std::string("(none in this block)"),
+                it->second.defined() ? fmt::format("[{}]", fmt::join(it->second.sizes(), ", ")) : std::string("undefined"));
+    *slot = it->second;
+    changed_linears.insert(name.substr(0, name.rfind('.')));  // "layers.3.attn.v.bias" → "layers.3.attn.v"
+  }
+  for (const auto& [name, tensor] : replaced)
+    QEVAL_CHECK(known.count(name) != 0, "Block {}: no tensor named {} to replace", layer_, name);
+  Block out(config_, layer_, std::move(w), fmt::format("layer {} with replaced tensors", layer_));
+  for (const NamedLinear& l : linears_)
+    if (changed_linears.count(l.name) == 0) out.replace_linear(l.name, l.linear);
+  out.kv_cache_ = kv_cache_;
+  return out;
+}
+
 void Block::forward(at::Tensor& x, const ForwardContext& context, ForwardObserver* observer) const {
   const BlockWeights& b = weights_;
   const FfnKind ffn = config_->ffn(layer_);

@@ -72,6 +72,17 @@ class Block {
   // Routes the named projection through `replacement` (same in/out features). Returns false when
   // the block has no linear of that name; throws when the sizes differ.
   bool replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement);
+  // This block with some of its tensors replaced (named_tensors' names, each the same shape as the
+  // one it replaces): a linear whose weight or bias is replaced becomes a FloatLinear of the new
+  // tensors; every other linear (a replaced one included) and the kv cache are kept. Throws naming
+  // a name the block does not hold, or a shape that differs. (AWQ's folded norms, quant/rewrite.h.)
+  Block with_tensors(const std::map<std::string, at::Tensor>& replaced) const;
+  // The mixer (attention, Mamba, Mamba-2) on a normed input h [B, L, D] → [B, L, D], and the
+  // feed-forward (dense MLP, MoE) on a normed input, exactly as forward() runs them between its
+  // norms and residual adds, with no observer: the parents whose outputs AWQ's search compares
+  // (eval/awq_layer.h).
+  at::Tensor mixer_forward(const at::Tensor& h, const ForwardContext& context) const;
+  at::Tensor ffn_forward(const at::Tensor& h) const;
   // This block on the cache's device and dtype (norms and every linear placed through the cache).
   // The placed block's weights() still hold the source's linear weights (a placed model can be
   // saved as it was read) unless `keep_linear_sources` is false: then they are left undefined,

@@ -55,6 +55,16 @@ void Transformer::set_kv_cache(const std::shared_ptr<const KvCacheQuantizer>& kv
     if (block.config().mixer(block.layer()) == MixerKind::attention) block.set_kv_cache(kv_cache);
 }
 
+void Transformer::replace_block(Block block) {
+  const std::int64_t layer = block.layer();
+  QEVAL_CHECK(layer >= 0 && layer < static_cast<std::int64_t>(blocks_.size()),
+              "replace_block: layer {} outside the model's {} layers", layer, blocks_.size());
+  const auto i = static_cast<std::size_t>(layer);
+  weights_.blocks[i] = block.weights();
+  blocks_[i] = std::move(block);
+  collect_linears();
+}
+
 void Transformer::replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement) {
   QEVAL_CHECK(replacement != nullptr, "replace_linear: null replacement for {}", name);
   if (name == "lm_head") {

@@ -58,6 +58,9 @@ class Transformer {
   // Routes the named projection through `replacement` (same in/out features); throws with
   // the valid names when `name` is unknown.
   void replace_linear(const std::string& name, std::shared_ptr<const Linear> replacement);
+  // Puts `block` in place of the model's block of its layer (its weights and linears alike: a
+  // scheme's block whose norms a calibration replaced, quant/rewrite.h).
+  void replace_block(Block block);
   // Every attention layer reads its K and V through `kv_cache` (model/kv_cache_hook.h; null: none).
   void set_kv_cache(const std::shared_ptr<const KvCacheQuantizer>& kv_cache);
   // Bytes of all linear weights as stored for execution (blocks + lm_head).

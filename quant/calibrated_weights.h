@@ -1,5 +1,5 @@
-// What a calibrated weight quantiser (GPTQ, quant/calibration/) made for one scheme: each selected
-// linear's codes in the form the scheme executes them, made once before the evaluation
+// What a calibrated weight quantiser (GPTQ, AWQ; quant/calibration/) made for one scheme: each selected
+// linear's codes in the form the scheme executes them (and the block tensors AWQ's fold changed), made once before the evaluation
 // (eval/weight_calibration_pass.h) and read by QuantizedLinear in place of its own round-to-nearest
 // (SchemeSpec::calibrated_weights). The form is quant/'s; how it is made is calibration/'s.
 #pragma once
@@ -31,7 +31,12 @@ struct CalibratedWeight {
 
 struct CalibratedWeights {
   std::map<std::string, CalibratedWeight> by_name;  // canonical linear name
-  nlohmann::json description;                        // the record's account (calibration, losses)
+  // Block tensors the calibration changed besides the codes in by_name, by named_tensors' name
+  // ("layers.3.attn_norm.weight"): AWQ's folded norm gains, the biases it divided, and the folded
+  // weights of linears the scheme leaves in full precision. SchemeRewrite::rewrite puts them in the
+  // block before it quantises (Block::with_tensors); GPTQ replaces none.
+  std::map<std::string, at::Tensor> replaced_tensors;
+  nlohmann::json description;  // the record's account (calibration, losses)
 };
 
 }  // namespace qeval

@@ -103,11 +103,11 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
       int8_ = quantize_int8_weight(weight.contiguous(), weights_, name, weight_max_abs);
       break;
     case QuantKind::int4_zeropoint:
-      if (weights_.gptq) {
-        // GPTQ's codes, solved before the evaluation (eval/weight_calibration_pass.h).
+      if (weights_.gptq || weights_.awq) {
+        // GPTQ's or AWQ's codes, made before the evaluation (eval/weight_calibration_pass.h).
         QEVAL_CHECK(spec.calibrated_weights && spec.calibrated_weights->by_name.count(name),
-                    "QuantizedLinear {}: scheme {} quantises its weights with GPTQ, but no calibrated weight was made "
-                    "for this linear", name, spec.name);
+                    "QuantizedLinear {}: scheme {} quantises its weights with {}, but no calibrated weight was made "
+                    "for this linear", name, spec.name, weights_.gptq ? "GPTQ" : "AWQ");
         const CalibratedWeight& c = spec.calibrated_weights->by_name.at(name);
         const std::int64_t n = c.w4 ? c.w4->out_features() : c.dequantized.size(0);
         const std::int64_t k = c.w4 ? c.w4->in_features() : c.dequantized.size(1);

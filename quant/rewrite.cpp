@@ -10,6 +10,7 @@
 #include "common/printable.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/w4_gemm.h"
+#include "quant/calibrated_weights.h"
 #include "quant/formats/ggml/quants.h"
 #include "quant/schemes/scheme_json.h"
 
@@ -187,6 +188,12 @@ bool SchemeRewrite::selects_in_layer(const ModelConfig& config, std::int64_t lay
   if (kv_cache_ && config.mixer(layer) == MixerKind::attention) return true;
   for (const std::string& name : block_linear_names(config, layer))
     if (spec_.selects(name)) return true;
+  if (spec_.calibrated_weights) {  // tensors its calibration replaced there (AWQ's fold)
+    const std::string prefix = fmt::format("layers.{}.", layer);
+    const auto it = spec_.calibrated_weights->replaced_tensors.lower_bound(prefix);
+    if (it != spec_.calibrated_weights->replaced_tensors.end() && it->first.compare(0, prefix.size(), prefix) == 0)
+      return true;
+  }
   return false;
 }
 
@@ -194,7 +201,23 @@ void SchemeRewrite::check_model(const ModelConfig& config, const std::string& mo
   check_kv_cache_fits(spec_.kv_cache, config, model, spec_.name);
 }
 
-Block SchemeRewrite::rewrite(const Block& full) {
+namespace {
+
+// The block with the tensors a calibration replaced in its layer (AWQ's folded norms), else itself.
+Block with_calibrated_tensors(const Block& full, const SchemeSpec& spec) {
+  if (!spec.calibrated_weights || spec.calibrated_weights->replaced_tensors.empty()) return full;
+  const std::string prefix = fmt::format("layers.{}.", full.layer());
+  std::map<std::string, at::Tensor> mine;
+  const auto& all = spec.calibrated_weights->replaced_tensors;
+  for (auto it = all.lower_bound(prefix); it != all.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+    mine.insert(*it);
+  return mine.empty() ? full : full.with_tensors(mine);
+}
+
+}  // namespace
+
+Block SchemeRewrite::rewrite(const Block& full_block) {
+  const Block full = with_calibrated_tensors(full_block, spec_);
   Block out = full;
   if (kv_cache_ && full.config().mixer(full.layer()) == MixerKind::attention) {
     check_kv_cache_fits(spec_.kv_cache, full.config(), "of this block", spec_.name);
@@ -369,12 +392,8 @@ QuantizedModel quantize_model(const Transformer& full, const SchemeSpec& spec) {
   rewrite.check_model(full.config(), "'" + full.config().architecture + "'");
   QuantizedModel out{full, nlohmann::json::object()};
   out.model.set_kv_cache(rewrite.kv_cache());
-  for (const Block& block : full.blocks()) {
-    const Block quantized = rewrite.rewrite(block);
-    for (std::size_t i = 0; i < quantized.linears().size(); ++i)
-      if (quantized.linears()[i].linear != block.linears()[i].linear)
-        out.model.replace_linear(quantized.linears()[i].name, quantized.linears()[i].linear);
-  }
+  // Whole blocks: their linears and any tensor the scheme's calibration replaced (AWQ's folded norms).
+  for (const Block& block : full.blocks()) out.model.replace_block(rewrite.rewrite(block));
   out.model.replace_linear("lm_head", rewrite.rewrite_head(full.lm_head()));
   out.report = rewrite.report();
   return out;

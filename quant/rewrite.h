@@ -68,7 +68,9 @@ class SchemeRewrite {
   void check_model(const ModelConfig& config, const std::string& model) const;
   // The scheme's kv cache quantiser (null without kv_cache), shared by every block it rewrites.
   const std::shared_ptr<QuantizedKvCache>& kv_cache() const { return kv_cache_; }
-  // The block with the linears the scheme selects replaced by quantised ones (the others shared).
+  // The block with the linears the scheme selects replaced by quantised ones (the others shared),
+  // after the tensors its calibration replaced in that layer (CalibratedWeights::replaced_tensors:
+  // AWQ's folded norms) are put in.
   Block rewrite(const Block& full);
   // The head (a float [V, D] linear) quantised when the scheme selects lm_head; else `full_head`.
   std::shared_ptr<const Linear> rewrite_head(const std::shared_ptr<const Linear>& full_head);

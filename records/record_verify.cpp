@@ -352,7 +352,7 @@ std::vector<std::string> scheme_definition_differences(const nlohmann::json& a, 
     if (const nlohmann::json jitter = rounding_identity(scheme); !jitter.is_null()) d["rounding_variant"] = jitter;
     // Static scales are also where they were calibrated: the data (by hash: paths differ between
     // machines) and the windows, which a baseline calibrated on other text does not share.
-    // So are GPTQ's weights (calibrated_weights).
+    // So are GPTQ's and AWQ's weights (calibrated_weights).
     for (const char* section : {"static_scales", "calibrated_weights"}) {
       if (!d.is_object() || !scheme.contains("description") || !scheme["description"].contains(section)) continue;
       const nlohmann::json& s = scheme["description"][section];

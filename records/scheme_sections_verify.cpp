@@ -88,27 +88,29 @@ void check_calibration_windows(const json& s, std::int64_t count, const std::set
 }
 
 // "calibrated_weights" (eval/weight_calibration_pass.h): present exactly when the spec's weights are
-// solved by GPTQ; its windows disjoint from the evaluated ones; each selected linear once, with a
-// finite non-negative loss.
+// calibrated (GPTQ, AWQ); its method the spec's; its windows disjoint from the evaluated ones; each
+// selected linear once (GPTQ: with a finite non-negative loss); AWQ's mappings each with finite
+// non-negative losses, or a reason it was skipped.
 void check_calibrated_weights(const json& d, const SchemeSpec& spec, const std::set<std::int64_t>& evaluated,
                               const std::string& where) {
   if (!spec.needs_weight_calibration()) {
     QEVAL_CHECK(!d.contains("calibrated_weights"), "{}: has \"calibrated_weights\", but its spec's weights are not "
-                "calibrated (method gptq): a round-to-nearest scheme has none", where);
+                "calibrated (method gptq or awq): a round-to-nearest scheme has none", where);
     return;
   }
-  const std::int64_t count = spec.weights.gptq->windows;
+  const std::string method = spec.weights.method();
+  const std::int64_t count = spec.weights.calibration_windows();
   QEVAL_CHECK(d.contains("calibrated_weights") && d["calibrated_weights"].is_object(),
-              "{}: its spec's weights are solved by GPTQ on {} calibration windows, but the record has no "
-              "\"calibrated_weights\" object saying which windows and which solves", where, count);
+              "{}: its spec's weights are calibrated by {} on {} calibration windows, but the record has no "
+              "\"calibrated_weights\" object saying which windows and which solves", where, method, count);
   const json& s = d["calibrated_weights"];
   const std::string at = where + ": calibrated_weights";
-  QEVAL_CHECK(s.value("method", json(nullptr)) == "gptq", "{}.method is {}, the spec's is gptq", at,
-              json_text(s.value("method", json(nullptr))));
+  QEVAL_CHECK(s.value("method", json(nullptr)) == method, "{}.method is {}, the spec's is {}", at,
+              json_text(s.value("method", json(nullptr))), method);
   QEVAL_CHECK(s.contains("windows") && json_integer(s["windows"], at + ".windows") == count,
               "{}.windows is {}, the spec calibrates on {}", at, json_text(s.value("windows", json(nullptr))), count);
   check_calibration_windows(s, count, evaluated, at);
-  QEVAL_CHECK(s.contains("layers") && s["layers"].is_array(), "{}.layers should list each solved linear", at);
+  QEVAL_CHECK(s.contains("layers") && s["layers"].is_array(), "{}.layers should list each calibrated linear", at);
   std::set<std::string> seen;
   for (const json& layer : s["layers"]) {
     QEVAL_CHECK(layer.is_object() && layer.contains("name") && layer["name"].is_string(),
@@ -117,8 +119,28 @@ void check_calibrated_weights(const json& d, const SchemeSpec& spec, const std::
     const std::string lat = fmt::format("{}.layers[{}]", at, in_quotes(name));
     QEVAL_CHECK(spec.selects(name), "{}: the spec does not quantise this linear", lat);
     QEVAL_CHECK(seen.insert(name).second, "{}: listed twice", lat);
-    const double loss = finite_number(layer.value("loss", json(nullptr)), lat + ".loss");
-    QEVAL_CHECK(loss >= 0, "{}.loss is {}: a sum of squared errors is >= 0", lat, loss);
+    if (method == "gptq") {
+      const double loss = finite_number(layer.value("loss", json(nullptr)), lat + ".loss");
+      QEVAL_CHECK(loss >= 0, "{}.loss is {}: a sum of squared errors is >= 0", lat, loss);
+    }
+  }
+  if (method != "awq") return;
+  QEVAL_CHECK(s.contains("mappings") && s["mappings"].is_array(), "{}.mappings should list each of AWQ's mappings", at);
+  for (const json& m : s["mappings"]) {
+    QEVAL_CHECK(m.is_object() && m.contains("name") && m["name"].is_string(),
+                "{}.mappings: an entry without a \"name\": {}", at, json_text(m, 80));
+    const std::string mat = fmt::format("{}.mappings[{}]", at, in_quotes(m["name"].get<std::string>()));
+    if (m.contains("skipped")) {
+      QEVAL_CHECK(m["skipped"].is_string() && !m["skipped"].get<std::string>().empty(),
+                  "{}.skipped should say why the mapping was skipped", mat);
+      continue;
+    }
+    for (const char* key : {"loss", "initial_loss"}) {
+      const double loss = finite_number(m.value(key, json(nullptr)), mat + "." + key);
+      QEVAL_CHECK(loss >= 0, "{}.{} is {}: a mean squared error is >= 0", mat, key, loss);
+    }
+    QEVAL_CHECK(m.value("loss", 0.0) <= m.value("initial_loss", 0.0), "{}: the chosen loss {} exceeds the first grid "
+                "point's {}, which the search would have kept", mat, m.value("loss", 0.0), m.value("initial_loss", 0.0));
   }
 }
 

@@ -8,9 +8,10 @@
 //     window count and kept positions are the spec's; its calibration windows are distinct and, on
 //     the evaluation's own data, none of them is evaluated; every layer is one the spec selects,
 //     once, with a finite amax >= 0 and the scale the spec derives from it, bit for bit;
-//   - "calibrated_weights": present exactly when the spec's weights are solved by GPTQ; its window
-//     count is the spec's, its windows distinct and none evaluated (as static_scales'), every layer
-//     one the spec selects, once, with a finite loss >= 0;
+//   - "calibrated_weights": present exactly when the spec's weights are calibrated (GPTQ, AWQ), with
+//     the spec's method; its window count is the spec's, its windows distinct and none evaluated (as
+//     static_scales'), every layer one the spec selects, once (GPTQ: with a finite loss >= 0; AWQ:
+//     each mapping with finite losses >= 0, the chosen one no larger than the first, or skipped with why);
 //   - "kv_cache_error": present exactly when the spec quantises the KV cache, with the spec's format,
 //     kept positions and rotation; one row per attention layer of the model, over the record's
 //     windows, each error finite, >= 0, at most 2·sqrt(head_dim) (no round trip moves a value by

@@ -36,8 +36,12 @@ void check_options(const AwqOptions& o, std::int64_t K, const std::string& name)
   QEVAL_CHECK(o.bits >= 2 && o.bits <= 8, "AWQ {}: bits must be 2 … 8, found {}", name, o.bits);
   QEVAL_CHECK(o.group_size >= 0, "AWQ {}: group_size must be 0 (per channel) or positive, found {}", name,
               o.group_size);
-  QEVAL_CHECK(o.group_size == 0 || K % o.group_size == 0,
-              "AWQ {}: input width {} is not a multiple of group_size {}", name, K, o.group_size);
+  // llm-compressor's range always holds 0, so a short last group is the same as one padded with
+  // zeros (qeval's rule for any width; compressed-tensors refuses a width above g that g does not
+  // divide); AutoAWQ's range is the group's own min and max, which padding would change.
+  QEVAL_CHECK(o.group_size == 0 || K % o.group_size == 0 || o.reference == AwqReference::llm_compressor,
+              "AWQ {}: input width {} is not a multiple of group_size {} (AutoAWQ's quantiser needs whole groups)",
+              name, K, o.group_size);
   const int least = o.reference == AwqReference::llm_compressor && o.duo_scaling != AwqDuoScaling::off ? 3 : 2;
   QEVAL_CHECK(o.n_grid >= least, "AWQ {}: n_grid must be at least {} with duo_scaling {}, found {}", name, least,
               to_string(o.duo_scaling), o.n_grid);
@@ -86,6 +90,7 @@ at::Tensor awq_weight_mean(const std::vector<at::Tensor>& balance_weights, const
   const std::int64_t K = check_balance(balance_weights, "weight mean");
   check_options(o, K, "weight mean");
   const std::int64_t chunk = o.group_size > 0 ? o.group_size : K;
+  const std::int64_t padded = (K + chunk - 1) / chunk * chunk;  // a short last group padded with zeros
   if (o.reference == AwqReference::autoawq) {
     at::Tensor w = at::cat(balance_weights, 0);
     at::Tensor g = w.reshape({-1, chunk}).abs();
@@ -95,9 +100,10 @@ at::Tensor awq_weight_mean(const std::vector<at::Tensor>& balance_weights, const
   at::Tensor total;  // float64, llm-compressor's get_high_precision()
   std::int64_t rows = 0;
   for (const at::Tensor& w : balance_weights) {
-    at::Tensor g = w.reshape({-1, chunk}).abs();
+    const at::Tensor wp = padded == K ? w : at::constant_pad_nd(w, {0, padded - K});
+    at::Tensor g = wp.reshape({-1, chunk}).abs();
     g.div_(g.amax(1, /*keepdim=*/true) + 1e-6);
-    const at::Tensor s = g.reshape(w.sizes()).sum(0, /*keepdim=*/false, at::kDouble);
+    const at::Tensor s = g.reshape(wp.sizes()).narrow(1, 0, K).sum(0, /*keepdim=*/false, at::kDouble);
     total = total.defined() ? total + s : s;
     rows += w.size(0);
   }
@@ -154,8 +160,10 @@ AwqQuantized awq_quantize(const at::Tensor& weight, const AwqOptions& o, const s
                                : std::string("undefined"));
   const std::int64_t N = weight.size(0), K = weight.size(1);
   check_options(o, K, "quantise " + name);
-  const std::int64_t gs = o.group_size > 0 ? o.group_size : K, G = K / gs;
-  const at::Tensor w = weight.reshape({N, G, gs});
+  const std::int64_t gs = o.group_size > 0 ? o.group_size : K, G = (K + gs - 1) / gs;
+  // A short last group (llm-compressor's rule only, check_options): padded with zeros, which its
+  // range [min(min w, 0), max(max w, 0)] already holds.
+  const at::Tensor w = (G * gs == K ? weight : at::constant_pad_nd(weight, {0, G * gs - K})).reshape({N, G, gs});
   const double offset = static_cast<double>(std::int64_t{1} << (o.bits - 1));  // 2^(b−1)
   const double qmax_u = 2 * offset - 1;                                       // 2^b − 1
   at::Tensor scales, zeros, q;  // zeros and q unsigned (signed + offset)
@@ -191,8 +199,8 @@ AwqQuantized awq_quantize(const at::Tensor& weight, const AwqOptions& o, const s
     q = ((w / scales.unsqueeze(-1)).round() + zeros.unsqueeze(-1)).clamp(0, qmax_u);
   }
   AwqQuantized r;
-  r.dequantized = ((q - zeros.unsqueeze(-1)) * scales.unsqueeze(-1)).reshape({N, K});
-  r.codes = q.reshape({N, K}).to(at::kByte);
+  r.dequantized = ((q - zeros.unsqueeze(-1)) * scales.unsqueeze(-1)).reshape({N, G * gs}).narrow(1, 0, K).contiguous();
+  r.codes = q.reshape({N, G * gs}).narrow(1, 0, K).to(at::kByte).contiguous();
   r.scales = scales;
   r.zeros = zeros;
   return r;
@@ -333,6 +341,8 @@ at::Tensor awq_search_clip(const at::Tensor& weight, const at::Tensor& inputs, c
               "AWQ clip {}: expected a 2-D floating weight, found {}", name, shape_of(weight));
   const std::int64_t N = weight.size(0), K = weight.size(1);
   check_options(o, K, "clip " + name);
+  QEVAL_CHECK(o.group_size == 0 || K % o.group_size == 0,
+              "AWQ clip {}: input width {} is not a multiple of group_size {}", name, K, o.group_size);
   QEVAL_CHECK(inputs.defined() && inputs.dim() >= 1 && inputs.size(-1) == K,
               "AWQ clip {}: inputs must be [..., {}], found {}", name, K, shape_of(inputs));
   QEVAL_CHECK(clip.n_grid > 0 && clip.max_shrink > 0 && clip.max_shrink <= 1 && clip.n_sample_token > 0 &&

@@ -105,7 +105,9 @@ struct AwqQuantized {
 };
 
 // The weight quantiser inside the search (and llm-compressor's final W4A16 quantisation):
-// weight [N, K] float32 or float64, K a multiple of group_size.
+// weight [N, K] float32 or float64. K need not be a multiple of group_size under llm-compressor's
+// rule: the last group is then shorter (G = ⌈K / g⌉; compressed-tensors itself refuses K > g that g
+// does not divide), as qeval's other group schemes have it; AutoAWQ's rule needs whole groups.
 AwqQuantized awq_quantize(const at::Tensor& weight, const AwqOptions& options, const std::string& name = "weight");
 
 // The mapping being searched: its balance layers' full-precision weights ([N_i, K], one dtype) and

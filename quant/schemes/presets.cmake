@@ -10,6 +10,8 @@ set(QEVAL_SCHEME_PRESETS full int8-fine int8-moderate int8-coarse int8-vectorwis
 
 # GPTQ's calibrated 4-bit weights (issue 77, docs/calibrated.md).
 list(APPEND QEVAL_SCHEME_PRESETS gptq-w4-g128 gptq-w4-g128-desc gptq-w4)
+# AWQ's (issue 77 item 3, docs/calibrated.md).
+list(APPEND QEVAL_SCHEME_PRESETS awq-w4-g128)
 
 # Quantised key/value caches (issue 62, docs/kv-cache.md).
 list(APPEND QEVAL_SCHEME_PRESETS kv-int8 kv-fp8 kv-q8_0 kv-q4_0 kv-int4 kv-q4_0-keep1 kv-int4-keep1 w8a8-kv8

@@ -230,6 +230,44 @@ nlohmann::json gptq_to_json(const GptqSpec& g) {
           {"calibration", {{"windows", g.windows}}}};
 }
 
+// A weights spec's "awq" settings (quant/schemes/spec.h AwqSpec); absent keys keep the defaults.
+AwqSpec awq_from_json(const nlohmann::json& j, const std::string& source) {
+  const std::string where = source + ": awq";
+  QEVAL_CHECK(j.is_object(), "{}: expected an object like {{\"duo_scaling\": true, \"n_grid\": 20}}, got {}", where,
+              j.dump());
+  static const std::vector<std::string> keys = {"duo_scaling", "n_grid", "calibration"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    QEVAL_CHECK(std::find(keys.begin(), keys.end(), it.key()) != keys.end(), "{}: unknown key '{}'; valid keys: {}",
+                where, it.key(), fmt::join(keys, ", "));
+  AwqSpec a;
+  if (j.contains("duo_scaling")) {
+    const nlohmann::json& d = j.at("duo_scaling");
+    QEVAL_CHECK(d.is_boolean() || d == "both",
+                "{}.duo_scaling: expected true (llm-compressor's default: scales from activations and weights), "
+                "false (activations only) or \"both\" (every ratio tried each way), got {}", where, d.dump());
+    a.duo_scaling = d.is_boolean() ? (d.get<bool>() ? AwqDuo::on : AwqDuo::off) : AwqDuo::both;
+  }
+  if (j.contains("n_grid")) {
+    const std::int64_t n = json_integer(j.at("n_grid"), where + ".n_grid");
+    QEVAL_CHECK(n >= 2 && n <= 1000, "{}.n_grid: expected 2 … 1000 grid points (20 as llm-compressor), got {}", where,
+                n);
+    a.n_grid = static_cast<int>(n);
+  }
+  if (j.contains("calibration")) {
+    const nlohmann::json& c = j.at("calibration");
+    QEVAL_CHECK(c.is_object() && c.size() == 1 && c.contains("windows"),
+                "{}.calibration: expected {{\"windows\": N}} (N calibration windows), got {}", where, c.dump());
+    a.windows = json_integer(c.at("windows"), where + ".calibration.windows");
+    QEVAL_CHECK(a.windows >= 1, "{}.calibration.windows: expected at least 1 window, got {}", where, a.windows);
+  }
+  return a;
+}
+
+nlohmann::json awq_to_json(const AwqSpec& a) {
+  const nlohmann::json duo = a.duo_scaling == AwqDuo::both ? nlohmann::json("both") : nlohmann::json(a.duo_scaling == AwqDuo::on);
+  return {{"duo_scaling", duo}, {"n_grid", a.n_grid}, {"calibration", {{"windows", a.windows}}}};
+}
+
 QuantKind parse_kind(const std::string& s, const std::string& where) {
   for (auto k : kKinds)
     if (to_string(k) == s) return k;
@@ -253,7 +291,7 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
     std::vector<std::string> valid = {"kind", "granularity", "bits"};
     if (q.is_float_format()) valid.push_back("element");
     if (q.kind == QuantKind::mx) valid.push_back("scale_rounding");
-    if (role == Role::weights && q.kind == QuantKind::int4_zeropoint) valid.insert(valid.end(), {"method", "gptq"});
+    if (role == Role::weights && q.kind == QuantKind::int4_zeropoint) valid.insert(valid.end(), {"method", "gptq", "awq"});
     if (role == Role::input_activations && (q.kind == QuantKind::int8_absmax || q.kind == QuantKind::fp8))
       valid.push_back("calibration");
     for (auto it = j.begin(); it != j.end(); ++it) {
@@ -319,18 +357,21 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
                   where, q.granularity_name());
       q.calibration = calibration_from_json(j.at("calibration"), where);
     }
-    if (j.contains("method") || j.contains("gptq")) {
-      const std::string method = j.contains("method") ? spec_string(j.at("method"), where + ": method", "rtn, gptq") : "rtn";
-      QEVAL_CHECK(method == "rtn" || method == "gptq",
-                  "{}: method '{}' is not known; valid: rtn (round to nearest, the default), gptq", where, method);
-      QEVAL_CHECK(method == "gptq" || !j.contains("gptq"),
-                  "{}: \"gptq\" settings need \"method\": \"gptq\" (the method here is {})", where, method);
-      if (method == "gptq") {
+    if (j.contains("method") || j.contains("gptq") || j.contains("awq")) {
+      const std::string method =
+          j.contains("method") ? spec_string(j.at("method"), where + ": method", "rtn, gptq, awq") : "rtn";
+      QEVAL_CHECK(method == "rtn" || method == "gptq" || method == "awq",
+                  "{}: method '{}' is not known; valid: rtn (round to nearest, the default), gptq, awq", where, method);
+      for (const char* settings : {"gptq", "awq"})
+        QEVAL_CHECK(method == settings || !j.contains(settings),
+                    "{}: \"{}\" settings need \"method\": \"{}\" (the method here is {})", where, settings, settings,
+                    method);
+      if (method != "rtn")
         QEVAL_CHECK(q.granularity == Granularity::channel || q.granularity == Granularity::group,
-                    "{}: method gptq quantises per channel or in groups along the input (granularity channel or "
-                    "group:g), found '{}'", where, q.granularity_name());
-        q.gptq = gptq_from_json(j.contains("gptq") ? j.at("gptq") : nlohmann::json::object(), where);
-      }
+                    "{}: method {} quantises per channel or in groups along the input (granularity channel or "
+                    "group:g), found '{}'", where, method, q.granularity_name());
+      if (method == "gptq") q.gptq = gptq_from_json(j.contains("gptq") ? j.at("gptq") : nlohmann::json::object(), where);
+      if (method == "awq") q.awq = awq_from_json(j.contains("awq") ? j.at("awq") : nlohmann::json::object(), where);
     }
     if (j.contains("bits"))
       QEVAL_CHECK(json_integer(j.at("bits"), where + ": bits") == q.bits(), "{}: bits {} disagrees with kind {} ({} bits)",
@@ -353,6 +394,10 @@ nlohmann::json quant_to_json(const QuantSpec& q) {
   if (q.gptq) {
     j["method"] = "gptq";
     j["gptq"] = gptq_to_json(*q.gptq);
+  }
+  if (q.awq) {
+    j["method"] = "awq";
+    j["awq"] = awq_to_json(*q.awq);
   }
   return j;
 }
@@ -540,18 +585,30 @@ void validate_scheme(const SchemeSpec& s, const std::string& source) {
                 "found {}",
                 source, t, fmt::join(found, ", "));
   }
-  if (s.weights.gptq) {
-    // GPTQ calibrates weights on full-precision activations, and quantises the linears of the blocks.
+  if (s.weights.gptq || s.weights.awq) {
+    // GPTQ and AWQ calibrate weights on unquantised activations, and quantise the linears of the blocks.
+    const std::string method = s.weights.method();
+    QEVAL_CHECK(!(s.weights.gptq && s.weights.awq), "{}: weights have both gptq and awq settings; one method only",
+                source);
     QEVAL_CHECK(s.weights.kind == QuantKind::int4_zeropoint &&
                     (s.weights.granularity == Granularity::channel || s.weights.granularity == Granularity::group),
-                "{}: method gptq needs weights of kind int4_zeropoint per channel or group:g, found {}", source,
+                "{}: method {} needs weights of kind int4_zeropoint per channel or group:g, found {}", source, method,
                 quant_text(s.weights));
     QEVAL_CHECK(!s.input_activations.enabled() && !s.output_activations.enabled(),
-                "{}: method gptq calibrates weight-only schemes here (W4A16, as its references); found "
-                "input_activations {} and output_activations {}", source, quant_text(s.input_activations),
+                "{}: method {} calibrates weight-only schemes here (W4A16, as its references); found "
+                "input_activations {} and output_activations {}", source, method, quant_text(s.input_activations),
                 quant_text(s.output_activations));
-    QEVAL_CHECK(!s.quantize_lm_head, "{}: method gptq quantises the blocks' linears (the references leave lm_head "
-                "out); the LM head cannot be calibrated here, leave quantize_lm_head false", source);
+    QEVAL_CHECK(!s.quantize_lm_head, "{}: method {} quantises the blocks' linears (the references leave lm_head "
+                "out); the LM head cannot be calibrated here, leave quantize_lm_head false", source, method);
+  }
+  if (s.weights.awq) {
+    const AwqSpec& a = *s.weights.awq;
+    const int least = a.duo_scaling == AwqDuo::off ? 2 : a.duo_scaling == AwqDuo::on ? 3 : 4;
+    QEVAL_CHECK(a.n_grid >= least, "{}: awq.n_grid must be at least {} with duo_scaling {} (llm-compressor's grid), "
+                "found {}", source, least, to_string(a.duo_scaling), a.n_grid);
+    QEVAL_CHECK(a.windows >= 1, "{}: awq.calibration.windows must be positive, found {}", source, a.windows);
+  }
+  if (s.weights.gptq) {
     const GptqSpec& g = *s.weights.gptq;
     QEVAL_CHECK(g.dampening >= 0 && std::isfinite(g.dampening), "{}: gptq.dampening must be a non-negative number, "
                 "found {}", source, g.dampening);

@@ -95,6 +95,7 @@ std::string to_string(KvCacheFormat v) {
 
 void apply_calibration_windows(SchemeSpec& spec, std::int64_t n) {
   if (spec.weights.gptq) spec.weights.gptq->windows = n;
+  if (spec.weights.awq) spec.weights.awq->windows = n;
   if (spec.input_activations.calibration) spec.input_activations.calibration->windows = n;
 }
 
@@ -103,6 +104,15 @@ std::string to_string(GptqActOrder v) {
     case GptqActOrder::none: return "none";
     case GptqActOrder::static_order: return "static";
     case GptqActOrder::group: return "group";
+  }
+  return "?";
+}
+
+std::string to_string(AwqDuo v) {
+  switch (v) {
+    case AwqDuo::off: return "off";
+    case AwqDuo::on: return "on";
+    case AwqDuo::both: return "both";
   }
   return "?";
 }

@@ -134,6 +134,24 @@ struct GptqSpec {
 };
 std::string to_string(GptqActOrder v);  // "none" | "static" | "group"
 
+// Weights calibrated by AWQ (issue 77; quant/calibration/awq_search.h, eval/awq_layer.h,
+// docs/calibrated.md): a weights spec of kind int4_zeropoint (granularity channel or group:g) with
+// "method": "awq" and, optionally, its settings (defaults: llm-compressor 0.14's AWQModifier with
+// scheme W4A16_ASYM: asymmetric codes, duo scaling, a grid of 20):
+//   "awq": {"duo_scaling": true | false | "both", "n_grid": 20, "calibration": {"windows": 128}}
+// Per layer, each mapping's scales s are searched on the scheme's own stream, folded into the
+// layer (the previous norm or linear ÷ s, the balance columns × s), and the folded weights are
+// quantised round-to-nearest (compressed-tensors' asymmetric min/max rule).
+enum class AwqDuo { off, on, both };
+struct AwqSpec {
+  AwqDuo duo_scaling = AwqDuo::on;
+  int n_grid = 20;
+  std::int64_t windows = 128;  // "calibration": {"windows": N}
+  bool operator==(const AwqSpec& o) const {
+    return duo_scaling == o.duo_scaling && n_grid == o.n_grid && windows == o.windows;
+  }
+};
+
 struct QuantSpec {
   QuantKind kind = QuantKind::none;
   Granularity granularity = Granularity::tensor;
@@ -146,6 +164,7 @@ struct QuantSpec {
   std::string ggml_type, ggml_file_type;
   bool ggml_q8_activations = false;  // "activations": "gguf-q8": llama.cpp's activation blocks (quant/formats/ggml/activations.h)
   std::optional<GptqSpec> gptq;      // weights of kind int4_zeropoint with "method": "gptq" (see above)
+  std::optional<AwqSpec> awq;        // weights of kind int4_zeropoint with "method": "awq" (see above)
 
   bool enabled() const { return kind != QuantKind::none; }
   // fp8, mx or nvfp4: elements of a floating-point type (quant/formats/minifloat.h).
@@ -153,18 +172,22 @@ struct QuantSpec {
   bool is_static() const { return calibration.has_value(); }
   int bits() const;  // 8, 6, 4, or 32 for none
   std::string granularity_name() const;  // "tensor", "channel", "group:128", "block:32", ...
+  // How the weights' codes are chosen: "rtn" (round to nearest, in the rewrite), "gptq" or "awq"
+  // (calibrated before the evaluation), and the calibrated methods' windows (0 for rtn).
+  std::string method() const { return gptq ? "gptq" : awq ? "awq" : "rtn"; }
+  std::int64_t calibration_windows() const { return gptq ? gptq->windows : awq ? awq->windows : 0; }
   bool operator==(const QuantSpec& o) const {
     return kind == o.kind && granularity == o.granularity && group_size == o.group_size &&
            (!is_float_format() || (element == o.element && scale_round_up == o.scale_round_up)) &&
            calibration == o.calibration && ggml_type == o.ggml_type && ggml_file_type == o.ggml_file_type &&
-           ggml_q8_activations == o.ggml_q8_activations && gptq == o.gptq;
+           ggml_q8_activations == o.ggml_q8_activations && gptq == o.gptq && awq == o.awq;
   }
 };
 
 // Static activation scales measured for one scheme (eval/calibration_pass.h fills them in before the
 // evaluation): each selected linear's calibrated amax of its input, and the record's account of
 // how (windows, their hashes, the statistic, each layer's scale).
-// Weights a calibrated quantiser made for one scheme (GPTQ; quant/calibrated_weights.h defines it,
+// Weights a calibrated quantiser made for one scheme (GPTQ, AWQ; quant/calibrated_weights.h defines it,
 // eval/weight_calibration_pass.h fills it in before the evaluation).
 struct CalibratedWeights;
 
@@ -242,12 +265,12 @@ struct SchemeSpec {
   // Filled in by the calibration when input_activations is static; shared by every copy of the
   // spec (rounding-band variants, sensitivity's one-layer schemes), never written to JSON.
   std::shared_ptr<const CalibratedScales> calibrated;
-  // Filled in by the weight calibration when the weights' method is gptq; shared like `calibrated`.
+  // Filled in by the weight calibration when the weights' method is gptq or awq; shared like `calibrated`.
   std::shared_ptr<const CalibratedWeights> calibrated_weights;
   KvCacheSpec kv_cache;  // "kv_cache" (see above); format none: K and V unquantised
 
   bool needs_calibration() const { return input_activations.is_static(); }
-  bool needs_weight_calibration() const { return weights.gptq.has_value(); }
+  bool needs_weight_calibration() const { return weights.gptq.has_value() || weights.awq.has_value(); }
   bool decomposes_outliers() const { return outlier_threshold.has_value(); }
   // False for the full-precision scheme: nothing to rewrite.
   bool quantizes_anything() const;
@@ -257,7 +280,7 @@ struct SchemeSpec {
   bool selects(const std::string& name) const;
 };
 
-// --calibration-windows: n windows for whatever the spec calibrates (GPTQ's weights, static
+// --calibration-windows: n windows for whatever the spec calibrates (GPTQ's or AWQ's weights, static
 // activation scales); nothing for a spec that calibrates nothing.
 void apply_calibration_windows(SchemeSpec& spec, std::int64_t n);
 
@@ -265,6 +288,7 @@ std::string to_string(QuantKind v);
 std::string to_string(Granularity v);
 std::string to_string(ExecutionPreference v);
 std::string to_string(KeepRule v);  // "first" | "top_norm"
+std::string to_string(AwqDuo v);    // "off" | "on" | "both"
 
 // Glob match over canonical linear names: '*' any run of characters (dots included), '?' one.
 bool glob_match(const std::string& pattern, const std::string& text);

@@ -502,8 +502,28 @@ TEST(AwqSearch, QuantisersOfBothReferences) {
   EXPECT_FLOAT_EQ(aa.scales.item<float>(), 3.0f / 15);
   EXPECT_EQ(aa.zeros.item<float>(), 0.0f);
   EXPECT_TRUE(at::equal(aa.codes, at::tensor({2, 5, 10, 15}, at::kByte).view({1, 4}))) << aa.codes;
-  expect_error([&] { awq_quantize(at::ones({2, 6}), AwqOptions{}, "o_proj"); },
-               {"AWQ quantise o_proj", "6", "group_size 128"});
+  // AutoAWQ's range is the group's own: it needs whole groups.
+  AwqOptions autoawq;
+  autoawq.reference = AwqReference::autoawq;
+  expect_error([&] { awq_quantize(at::ones({2, 6}), autoawq, "o_proj"); },
+               {"AWQ quantise o_proj", "6", "group_size 128", "whole groups"});
+  // llm-compressor's range holds 0, so a short last group (or a width below the group) is the group
+  // padded with zeros: K = 172 in groups of 128 quantises as the first 172 columns of K = 256.
+  at::manual_seed(3);
+  const at::Tensor ragged = at::randn({5, 172});
+  AwqOptions g128;
+  const AwqQuantized r = awq_quantize(ragged, g128, "down");
+  const AwqQuantized padded = awq_quantize(at::constant_pad_nd(ragged, {0, 84}), g128, "down");
+  EXPECT_EQ(r.scales.sizes(), (std::vector<std::int64_t>{5, 2}));
+  EXPECT_TRUE(at::equal(r.codes, padded.codes.narrow(1, 0, 172)));
+  EXPECT_TRUE(at::equal(r.scales, padded.scales));
+  EXPECT_TRUE(at::equal(r.dequantized, padded.dequantized.narrow(1, 0, 172)));
+  AwqOptions channel;
+  channel.group_size = 0;
+  const at::Tensor narrow = at::randn({3, 6});
+  EXPECT_TRUE(at::equal(awq_quantize(narrow, g128).codes, awq_quantize(narrow, channel).codes));
+  EXPECT_TRUE(at::equal(awq_weight_mean({ragged}, g128),
+                        awq_weight_mean({at::constant_pad_nd(ragged, {0, 84})}, g128).narrow(0, 0, 172)));
 }
 
 TEST(AwqSearch, ClipSkipsQueryAndKeyAndClamps) {

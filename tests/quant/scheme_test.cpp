@@ -65,6 +65,12 @@ TEST(SchemePresets, MatchTheDesignTable) {
     s.gptq = settings;
     return s;
   };
+  // Issue 77 item 3: AWQ as llm-compressor 0.14's AWQModifier with W4A16_ASYM's defaults.
+  auto awq = [](Granularity g, std::int64_t group) {
+    QuantSpec s = q(QuantKind::int4_zeropoint, g, group);
+    s.awq = AwqSpec{};
+    return s;
+  };
   const Row table[] = {
       {"full", kNone, kNone, kNone},
       {"int8-fine", q(K::int8_absmax, G::channel), q(K::int8_absmax, G::feature), kNone},
@@ -104,6 +110,7 @@ TEST(SchemePresets, MatchTheDesignTable) {
       {"gptq-w4-g128", gptq(G::group, 128, GptqActOrder::static_order, false), kNone, kNone},
       {"gptq-w4-g128-desc", gptq(G::group, 128, GptqActOrder::group, true), kNone, kNone},
       {"gptq-w4", gptq(G::channel, 0, GptqActOrder::static_order, false), kNone, kNone},
+      {"awq-w4-g128", awq(G::group, 128), kNone, kNone},
       // Issue 62: quantised key/value caches (docs/kv-cache.md); their kv_cache in kKvRows below.
       {"kv-int8", kNone, kNone, kNone},
       {"kv-fp8", kNone, kNone, kNone},
@@ -254,6 +261,47 @@ TEST(SchemeSpec, InvalidSpecsFailListingTheValidValues) {
   expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq"},
                          "input_activations": {"kind": "int8_absmax", "granularity": "token"}})"),
                {"method gptq calibrates weight-only schemes"});
+  // AWQ's settings (issue 77 item 3).
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "tensor", "method": "awq"}})"),
+               {"method awq", "channel or group:g", "'tensor'"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "awq": {}}})"),
+               {"\"awq\" settings need \"method\": \"awq\""});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq", "awq": {}}})"),
+               {"\"awq\" settings need \"method\": \"awq\"", "the method here is gptq"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "awq",
+                                     "awq": {"duo_scaling": "yes"}}})"),
+               {"awq.duo_scaling", "true", "\"both\"", "\"yes\""});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "awq",
+                                     "awq": {"clip": true}}})"),
+               {"awq: unknown key 'clip'", "duo_scaling, n_grid, calibration"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "awq",
+                                     "awq": {"n_grid": 3, "duo_scaling": "both"}}})"),
+               {"awq.n_grid must be at least 4", "duo_scaling both"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "awq",
+                                     "awq": {"calibration": {"windows": 0}}}})"),
+               {"awq.calibration.windows", "at least 1"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "group:128", "method": "awq"},
+                         "quantize_lm_head": true})"),
+               {"method awq quantises the blocks' linears", "quantize_lm_head"});
+}
+
+TEST(SchemeSpec, AwqSettingsRoundTripAndTakeTheCalibrationWindows) {
+  SchemeSpec s = scheme_from_json(nlohmann::json::parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "group:64",
+      "method": "awq", "awq": {"duo_scaling": "both", "n_grid": 10, "calibration": {"windows": 3}}}})"), "test");
+  ASSERT_TRUE(s.weights.awq.has_value());
+  EXPECT_EQ(s.weights.awq->duo_scaling, AwqDuo::both);
+  EXPECT_EQ(s.weights.awq->n_grid, 10);
+  EXPECT_EQ(s.weights.method(), "awq");
+  EXPECT_TRUE(s.needs_weight_calibration());
+  const nlohmann::json j = scheme_to_json(s);
+  EXPECT_EQ(j.at("weights").at("method"), "awq");
+  EXPECT_EQ(j.at("weights").at("awq").at("duo_scaling"), "both");
+  EXPECT_TRUE(scheme_from_json(j, "round trip").weights == s.weights);
+  apply_calibration_windows(s, 7);
+  EXPECT_EQ(s.weights.awq->windows, 7);
+  EXPECT_EQ(s.weights.calibration_windows(), 7);
+  const SchemeSpec preset = preset_scheme("awq-w4-g128");
+  EXPECT_EQ(scheme_to_json(preset).at("weights").at("awq").at("duo_scaling"), true);
 }
 
 TEST(SchemeSpec, UnknownNamesAndBadFilesFailListingThePresets) {

@@ -15,8 +15,9 @@ namespace qeval::test {
 
 // A random model of the given shape (deterministic for a seed). Llama-style switches unless
 // `gpt2` is set.
+// kv_heads: the Llama model's key/value heads (of 4; 0: 2, grouped-query attention).
 inline Transformer random_transformer(std::uint64_t seed, bool gpt2 = false, std::int64_t vocab = 64,
-                                      std::int64_t d = 32, std::int64_t layers = 2) {
+                                      std::int64_t d = 32, std::int64_t layers = 2, std::int64_t kv_heads = 0) {
   at::manual_seed(seed);
   ModelConfig c;
   c.vocab_size = vocab;
@@ -24,7 +25,7 @@ inline Transformer random_transformer(std::uint64_t seed, bool gpt2 = false, std
   c.d_ff = 3 * d;
   c.n_layers = layers;
   c.n_heads = 4;
-  c.n_kv_heads = gpt2 ? 4 : 2;
+  c.n_kv_heads = gpt2 ? 4 : (kv_heads > 0 ? kv_heads : 2);
   c.max_seq_len = 128;
   c.norm = gpt2 ? NormKind::layernorm : NormKind::rmsnorm;
   c.position = gpt2 ? PositionKind::learned : PositionKind::rope;
