@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Makes tests/eval/fixtures/imatrix_tiny_llama*: a tiny F32 Llama GGUF, a short text, and what
+llama-imatrix (llama.cpp 0c1e57098, the copy llama-cpp-python 0.3.36 vendors) collects from them,
+for tests/eval/ggml_imatrix_collection_test.cpp (qeval imatrix against llama-imatrix, no llama.cpp
+needed in CI).
+
+  python3 tests/oracle/make_imatrix_collection_fixture.py STORIES_F32_GGUF TEXT LLAMA_IMATRIX [OUT_DIR]
+
+  STORIES_F32_GGUF  data/models/stories260K/stories260K-tok512-f32.gguf (its tokenizer is reused)
+  TEXT              data/text/tinystories/validation-head.txt (its first 1,600 characters are kept)
+  LLAMA_IMATRIX     the llama-imatrix binary, built from vendor/llama.cpp:
+                      cmake -B /tmp/llama-build -S <vendor/llama.cpp> -DGGML_NATIVE=OFF -DGGML_AVX512=ON \
+                        -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_INT8=OFF -DLLAMA_CURL=OFF \
+                        -DCMAKE_BUILD_TYPE=Release
+                      cmake --build /tmp/llama-build --target llama-imatrix llama-quantize -j2
+
+Writes OUT_DIR (default tests/eval/fixtures):
+  imatrix_tiny_llama.gguf          Llama, d_model 32, ffn 96, 2 layers, 4 heads sharing 2 kv heads,
+                                   tied embedding, the stories tokenizer (512 tokens, BOS added),
+                                   weights drawn from numpy seed 77, F32 (~110 KB)
+  imatrix_tiny_llama.txt           the text
+  imatrix_tiny_llama.imatrix.gguf  llama-imatrix -m imatrix_tiny_llama.gguf -f imatrix_tiny_llama.txt
+                                   -c 32 -b 32 --no-ppl -t 2 -o imatrix_tiny_llama.imatrix.gguf
+                                   (run in OUT_DIR, so the dataset is named by the file name)
+and prints the numpy check: the same sums recomputed here from the model's forward in float64
+(an independent Llama forward: RMSNorm, rotary (NORM, theta 10000), causal GQA attention, SwiGLU),
+with the largest relative difference, as a second opinion on what llama-imatrix collects.
+Needs numpy and gguf (llama.cpp's Python package).
+"""
+import os
+import subprocess
+import sys
+
+import gguf
+import numpy as np
+
+D, F, L, H, HKV = 32, 96, 2, 4, 2
+N_CTX = 32
+
+
+def write_model(src, path):
+    reader = gguf.GGUFReader(src)
+
+    def field(name):
+        return reader.fields[name].contents()
+
+    V = len(field("tokenizer.ggml.tokens"))
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("imatrix-tiny")
+    w.add_context_length(128)
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(F)
+    w.add_block_count(L)
+    w.add_head_count(H)
+    w.add_head_count_kv(HKV)
+    w.add_rope_dimension_count(D // H)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model(field("tokenizer.ggml.model"))
+    w.add_token_list(field("tokenizer.ggml.tokens"))
+    w.add_token_scores(field("tokenizer.ggml.scores"))
+    w.add_token_types(field("tokenizer.ggml.token_type"))
+    w.add_bos_token_id(field("tokenizer.ggml.bos_token_id"))
+    w.add_eos_token_id(field("tokenizer.ggml.eos_token_id"))
+    w.add_unk_token_id(field("tokenizer.ggml.unknown_token_id"))
+    rng = np.random.default_rng(77)
+    tensors = {}
+
+    def mat(rows, cols, scale):
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    tensors["token_embd.weight"] = mat(V, D, 1.0)
+    tensors["output_norm.weight"] = (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)
+    hd = D // H
+    for i in range(L):
+        p = f"blk.{i}."
+        tensors[p + "attn_norm.weight"] = (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)
+        tensors[p + "attn_q.weight"] = mat(H * hd, D, D ** -0.5)
+        tensors[p + "attn_k.weight"] = mat(HKV * hd, D, D ** -0.5)
+        tensors[p + "attn_v.weight"] = mat(HKV * hd, D, D ** -0.5)
+        tensors[p + "attn_output.weight"] = mat(D, H * hd, D ** -0.5)
+        tensors[p + "ffn_norm.weight"] = (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)
+        tensors[p + "ffn_gate.weight"] = mat(F, D, D ** -0.5)
+        tensors[p + "ffn_up.weight"] = mat(F, D, D ** -0.5)
+        tensors[p + "ffn_down.weight"] = mat(D, F, F ** -0.5)
+    for name, t in tensors.items():
+        w.add_tensor(name, t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tensors
+
+
+def rms_norm(x, w, eps=1e-5):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope(x, theta=10000.0):  # x [T, heads, hd]; llama (NORM): pairs (2i, 2i + 1)
+    T, _, hd = x.shape
+    inv = theta ** (-np.arange(0, hd, 2) / hd)
+    ang = np.arange(T)[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = x0 * c - x1 * s
+    out[..., 1::2] = x0 * s + x1 * c
+    return out
+
+
+def numpy_sums(t, chunks):
+    """Σ x² per column of every blk.* linear's input over the chunks, float64."""
+    sums = {}
+
+    def add(name, x):
+        sums[name] = sums.get(name, 0) + (x * x).sum(axis=0)
+
+    hd = D // H
+    for tokens in chunks:
+        x = t["token_embd.weight"][tokens].astype(np.float64)
+        T = len(tokens)
+        for i in range(L):
+            p = f"blk.{i}."
+            h = rms_norm(x, t[p + "attn_norm.weight"])
+            for n in ("attn_q", "attn_k", "attn_v"):
+                add(p + n + ".weight", h)
+            q = rope((h @ t[p + "attn_q.weight"].T).reshape(T, H, hd))
+            k = rope((h @ t[p + "attn_k.weight"].T).reshape(T, HKV, hd))
+            v = (h @ t[p + "attn_v.weight"].T).reshape(T, HKV, hd)
+            k, v = np.repeat(k, H // HKV, axis=1), np.repeat(v, H // HKV, axis=1)
+            s = np.einsum("thd,shd->hts", q, k) / np.sqrt(hd)
+            s = s + np.triu(np.full((T, T), -np.inf), 1)[None]
+            a = np.exp(s - s.max(-1, keepdims=True))
+            a /= a.sum(-1, keepdims=True)
+            o = np.einsum("hts,shd->thd", a, v).reshape(T, H * hd)
+            add(p + "attn_output.weight", o)
+            x = x + o @ t[p + "attn_output.weight"].T
+            h = rms_norm(x, t[p + "ffn_norm.weight"])
+            add(p + "ffn_gate.weight", h)
+            add(p + "ffn_up.weight", h)
+            g, u = h @ t[p + "ffn_gate.weight"].T, h @ t[p + "ffn_up.weight"].T
+            m = g / (1 + np.exp(-g)) * u
+            add(p + "ffn_down.weight", m)
+            x = x + m @ t[p + "ffn_down.weight"].T
+    return sums
+
+
+def main():
+    src, text_path, llama_imatrix = sys.argv[1:4]
+    out = sys.argv[4] if len(sys.argv) > 4 else os.path.join(os.path.dirname(__file__), "..", "eval", "fixtures")
+    model = os.path.join(out, "imatrix_tiny_llama.gguf")
+    tensors = write_model(src, model)
+    text = open(text_path, encoding="utf-8").read()[:1600]
+    with open(os.path.join(out, "imatrix_tiny_llama.txt"), "w", encoding="utf-8") as f:
+        f.write(text)
+    subprocess.run([os.path.abspath(llama_imatrix), "-m", "imatrix_tiny_llama.gguf", "-f", "imatrix_tiny_llama.txt",
+                    "-c", str(N_CTX), "-b", str(N_CTX), "--no-ppl", "-t", "2", "-o", "imatrix_tiny_llama.imatrix.gguf"],
+                   cwd=out, check=True)
+    # The numpy check: llama.cpp's tokens are not recomputed here (its tokenizer); the chunks are
+    # read back from the count and compared on the sums alone when a token file is given.
+    r = gguf.GGUFReader(os.path.join(out, "imatrix_tiny_llama.imatrix.gguf"))
+    got = {t.name[: -len(".in_sum2")]: np.array(t.data, dtype=np.float64).reshape(-1)
+           for t in r.tensors if t.name.endswith(".in_sum2")}
+    counts = {t.name[: -len(".counts")]: float(np.array(t.data).reshape(-1)[0]) for t in r.tensors if t.name.endswith(".counts")}
+    print(f"{len(got)} entries, counts {sorted(set(counts.values()))}")
+    tokens_file = os.environ.get("IMATRIX_TOKENS")  # int32 chunk tokens (qeval's), for the numpy check
+    if tokens_file:
+        ids = np.fromfile(tokens_file, dtype="<i4").reshape(-1, N_CTX)
+        ref = numpy_sums(tensors, ids)
+        worst = max(float(np.max(np.abs(got[n] - ref[n]) / np.maximum(np.abs(ref[n]), 1e-30))) for n in ref)
+        print(f"numpy float64 forward vs llama-imatrix: largest relative difference {worst:.3g}")
+
+
+if __name__ == "__main__":
+    main()
