@@ -20,11 +20,13 @@ Writes OUT_DIR (default tests/eval/fixtures):
                                    weights drawn from numpy seed 77, F32 (~110 KB)
   imatrix_tiny_llama.txt           the text
   imatrix_tiny_llama.imatrix.gguf  llama-imatrix -m imatrix_tiny_llama.gguf -f imatrix_tiny_llama.txt
-                                   -c 32 -b 32 --no-ppl -t 2 -o imatrix_tiny_llama.imatrix.gguf
-                                   (run in OUT_DIR, so the dataset is named by the file name)
-and prints the numpy check: the same sums recomputed here from the model's forward in float64
-(an independent Llama forward: RMSNorm, rotary (NORM, theta 10000), causal GQA attention, SwiGLU),
-with the largest relative difference, as a second opinion on what llama-imatrix collects.
+                                   -c 32 -b 32 --no-ppl -t 2 -ctk f32 -ctv f32 -fa off
+                                   -o imatrix_tiny_llama.imatrix.gguf
+                                   (run in OUT_DIR, so the dataset is named by the file name). The
+                                   float32 KV cache and no flash attention keep llama.cpp's attention
+                                   in float32 like qeval's: with its defaults (F16 cache, flash
+                                   attention's F16 query) the sums after the first attention differ
+                                   by up to 4e-4 relative, not by float32 rounding
 Needs numpy and gguf (llama.cpp's Python package).
 """
 import os
@@ -92,59 +94,6 @@ def write_model(src, path):
     return tensors
 
 
-def rms_norm(x, w, eps=1e-5):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-def rope(x, theta=10000.0):  # x [T, heads, hd]; llama (NORM): pairs (2i, 2i + 1)
-    T, _, hd = x.shape
-    inv = theta ** (-np.arange(0, hd, 2) / hd)
-    ang = np.arange(T)[:, None] * inv[None, :]
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-    x0, x1 = x[..., 0::2], x[..., 1::2]
-    out = np.empty_like(x)
-    out[..., 0::2] = x0 * c - x1 * s
-    out[..., 1::2] = x0 * s + x1 * c
-    return out
-
-
-def numpy_sums(t, chunks):
-    """Σ x² per column of every blk.* linear's input over the chunks, float64."""
-    sums = {}
-
-    def add(name, x):
-        sums[name] = sums.get(name, 0) + (x * x).sum(axis=0)
-
-    hd = D // H
-    for tokens in chunks:
-        x = t["token_embd.weight"][tokens].astype(np.float64)
-        T = len(tokens)
-        for i in range(L):
-            p = f"blk.{i}."
-            h = rms_norm(x, t[p + "attn_norm.weight"])
-            for n in ("attn_q", "attn_k", "attn_v"):
-                add(p + n + ".weight", h)
-            q = rope((h @ t[p + "attn_q.weight"].T).reshape(T, H, hd))
-            k = rope((h @ t[p + "attn_k.weight"].T).reshape(T, HKV, hd))
-            v = (h @ t[p + "attn_v.weight"].T).reshape(T, HKV, hd)
-            k, v = np.repeat(k, H // HKV, axis=1), np.repeat(v, H // HKV, axis=1)
-            s = np.einsum("thd,shd->hts", q, k) / np.sqrt(hd)
-            s = s + np.triu(np.full((T, T), -np.inf), 1)[None]
-            a = np.exp(s - s.max(-1, keepdims=True))
-            a /= a.sum(-1, keepdims=True)
-            o = np.einsum("hts,shd->thd", a, v).reshape(T, H * hd)
-            add(p + "attn_output.weight", o)
-            x = x + o @ t[p + "attn_output.weight"].T
-            h = rms_norm(x, t[p + "ffn_norm.weight"])
-            add(p + "ffn_gate.weight", h)
-            add(p + "ffn_up.weight", h)
-            g, u = h @ t[p + "ffn_gate.weight"].T, h @ t[p + "ffn_up.weight"].T
-            m = g / (1 + np.exp(-g)) * u
-            add(p + "ffn_down.weight", m)
-            x = x + m @ t[p + "ffn_down.weight"].T
-    return sums
-
-
 def main():
     src, text_path, llama_imatrix = sys.argv[1:4]
     out = sys.argv[4] if len(sys.argv) > 4 else os.path.join(os.path.dirname(__file__), "..", "eval", "fixtures")
@@ -154,22 +103,12 @@ def main():
     with open(os.path.join(out, "imatrix_tiny_llama.txt"), "w", encoding="utf-8") as f:
         f.write(text)
     subprocess.run([os.path.abspath(llama_imatrix), "-m", "imatrix_tiny_llama.gguf", "-f", "imatrix_tiny_llama.txt",
-                    "-c", str(N_CTX), "-b", str(N_CTX), "--no-ppl", "-t", "2", "-o", "imatrix_tiny_llama.imatrix.gguf"],
+                    "-c", str(N_CTX), "-b", str(N_CTX), "--no-ppl", "-t", "2", "-ctk", "f32", "-ctv", "f32", "-fa", "off",
+                    "-o", "imatrix_tiny_llama.imatrix.gguf"],
                    cwd=out, check=True)
-    # The numpy check: llama.cpp's tokens are not recomputed here (its tokenizer); the chunks are
-    # read back from the count and compared on the sums alone when a token file is given.
     r = gguf.GGUFReader(os.path.join(out, "imatrix_tiny_llama.imatrix.gguf"))
-    got = {t.name[: -len(".in_sum2")]: np.array(t.data, dtype=np.float64).reshape(-1)
-           for t in r.tensors if t.name.endswith(".in_sum2")}
-    counts = {t.name[: -len(".counts")]: float(np.array(t.data).reshape(-1)[0]) for t in r.tensors if t.name.endswith(".counts")}
-    print(f"{len(got)} entries, counts {sorted(set(counts.values()))}")
-    tokens_file = os.environ.get("IMATRIX_TOKENS")  # int32 chunk tokens (qeval's), for the numpy check
-    if tokens_file:
-        ids = np.fromfile(tokens_file, dtype="<i4").reshape(-1, N_CTX)
-        ref = numpy_sums(tensors, ids)
-        worst = max(float(np.max(np.abs(got[n] - ref[n]) / np.maximum(np.abs(ref[n]), 1e-30))) for n in ref)
-        print(f"numpy float64 forward vs llama-imatrix: largest relative difference {worst:.3g}")
-
+    counts = {float(np.array(t.data).reshape(-1)[0]) for t in r.tensors if t.name.endswith(".counts")}
+    print(f"{len(r.tensors) // 2} entries, counts {sorted(counts)}")
 
 if __name__ == "__main__":
     main()
