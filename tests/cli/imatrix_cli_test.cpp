@@ -3,6 +3,8 @@
 //     tiny Llama GGUF and text, the same entries, chunk count and size, every count equal and every
 //     sum within float32 rounding (1e-5 relative) of tests/eval/fixtures/imatrix_tiny_llama.imatrix.gguf,
 //     which llama-imatrix wrote (tests/oracle/make_imatrix_collection_fixture.py);
+//   - qeval's gguf-q4_k_m / gguf-iq4_nl with --imatrix hold llama-quantize --imatrix's weights (the
+//     same perplexity as its committed GGUFs, bit for bit);
 //   - `qeval eval --imatrix` quantises gguf-q4_k_m and gguf-iq4_nl with it: other NLLs than
 //     without, a record verify_record accepts, naming the file, its hash, datasets and chunks;
 //   - bad files are refused naming the file (missing, wrong columns naming tensor and sizes, a
@@ -62,6 +64,29 @@ TEST(ImatrixCli, CollectsWhatLlamaImatrixCollects) {
   EXPECT_LT(worst, 1e-5) << "largest relative difference " << worst << " at " << worst_at;
   RecordProperty("largest_relative_difference", std::to_string(worst));
   std::cerr << "qeval imatrix vs llama-imatrix: largest relative difference " << worst << " at " << worst_at << "\n";
+}
+
+double ppl_of(const std::string& args) {
+  test::TempDir dir;
+  const std::string out = (dir / "r.json").string();
+  const test::CommandResult r = test::run_qeval("eval -q --stats-for none --data " + fixture("imatrix_tiny_llama.txt") +
+                                                " --seq-len 32 --max-windows 8 " + args + " --out " + out);
+  EXPECT_EQ(r.status, 0) << r.output;
+  const json record = json::parse(read_file(out));
+  return record.at("schemes").back().at("perplexity").at("ppl").get<double>();
+}
+
+// llama-quantize --imatrix's GGUF of the tiny model, evaluated as is, and qeval's preset with the
+// same --imatrix on the F32 model: the same weights, so the same perplexity to the last bit.
+TEST(ImatrixCli, QuantisesAsLlamaQuantizeWithTheSameImatrix) {
+  const std::string imatrix = fixture("imatrix_tiny_llama.imatrix.gguf");
+  for (const char* type : {"q4_k_m", "iq4_nl"}) {
+    const double llama = ppl_of("--model " + fixture(std::string("imatrix_tiny_llama.") + type +
+                                                     ".imatrix-llamacpp.gguf") + " --schemes full");
+    const std::string scheme = "--model " + fixture("imatrix_tiny_llama.gguf") + " --schemes full,gguf-" + type;
+    EXPECT_EQ(ppl_of(scheme + " --imatrix " + imatrix), llama) << type;
+    EXPECT_NE(ppl_of(scheme), llama) << type << ": without the imatrix the weights should differ";
+  }
 }
 
 double nll(const json& record, const std::string& scheme) {

@@ -4,11 +4,11 @@ llama-imatrix (llama.cpp 0c1e57098, the copy llama-cpp-python 0.3.36 vendors) co
 for tests/eval/ggml_imatrix_collection_test.cpp (qeval imatrix against llama-imatrix, no llama.cpp
 needed in CI).
 
-  python3 tests/oracle/make_imatrix_collection_fixture.py STORIES_F32_GGUF TEXT LLAMA_IMATRIX [OUT_DIR]
+  python3 tests/oracle/make_imatrix_collection_fixture.py STORIES_F32_GGUF TEXT LLAMA_IMATRIX LLAMA_QUANTIZE [OUT_DIR]
 
   STORIES_F32_GGUF  data/models/stories260K/stories260K-tok512-f32.gguf (its tokenizer is reused)
   TEXT              data/text/tinystories/validation-head.txt (its first 1,600 characters are kept)
-  LLAMA_IMATRIX     the llama-imatrix binary, built from vendor/llama.cpp:
+  LLAMA_IMATRIX     the llama-imatrix binary (LLAMA_QUANTIZE: llama-quantize), built from vendor/llama.cpp:
                       cmake -B /tmp/llama-build -S <vendor/llama.cpp> -DGGML_NATIVE=OFF -DGGML_AVX512=ON \
                         -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_INT8=OFF -DLLAMA_CURL=OFF \
                         -DCMAKE_BUILD_TYPE=Release
@@ -27,6 +27,10 @@ Writes OUT_DIR (default tests/eval/fixtures):
                                    in float32 like qeval's: with its defaults (F16 cache, flash
                                    attention's F16 query) the sums after the first attention differ
                                    by up to 4e-4 relative, not by float32 rounding
+  imatrix_tiny_llama.<q4_k_m|iq4_nl>.imatrix-llamacpp.gguf
+                                   llama-quantize --imatrix imatrix_tiny_llama.imatrix.gguf
+                                   imatrix_tiny_llama.gguf OUT <Q4_K_M|IQ4_NL> 2: what qeval's
+                                   gguf-q4_k_m / gguf-iq4_nl with that --imatrix must hold
 Needs numpy and gguf (llama.cpp's Python package).
 """
 import os
@@ -95,8 +99,8 @@ def write_model(src, path):
 
 
 def main():
-    src, text_path, llama_imatrix = sys.argv[1:4]
-    out = sys.argv[4] if len(sys.argv) > 4 else os.path.join(os.path.dirname(__file__), "..", "eval", "fixtures")
+    src, text_path, llama_imatrix, llama_quantize = sys.argv[1:5]
+    out = sys.argv[5] if len(sys.argv) > 5 else os.path.join(os.path.dirname(__file__), "..", "eval", "fixtures")
     model = os.path.join(out, "imatrix_tiny_llama.gguf")
     tensors = write_model(src, model)
     text = open(text_path, encoding="utf-8").read()[:1600]
@@ -106,6 +110,10 @@ def main():
                     "-c", str(N_CTX), "-b", str(N_CTX), "--no-ppl", "-t", "2", "-ctk", "f32", "-ctv", "f32", "-fa", "off",
                     "-o", "imatrix_tiny_llama.imatrix.gguf"],
                    cwd=out, check=True)
+    for t in ("Q4_K_M", "IQ4_NL"):
+        subprocess.run([os.path.abspath(llama_quantize), "--imatrix", "imatrix_tiny_llama.imatrix.gguf",
+                        "imatrix_tiny_llama.gguf", f"imatrix_tiny_llama.{t.lower()}.imatrix-llamacpp.gguf", t, "2"],
+                       cwd=out, check=True)
     r = gguf.GGUFReader(os.path.join(out, "imatrix_tiny_llama.imatrix.gguf"))
     counts = {float(np.array(t.data).reshape(-1)[0]) for t in r.tensors if t.name.endswith(".counts")}
     print(f"{len(r.tensors) // 2} entries, counts {sorted(counts)}")
