@@ -250,7 +250,9 @@ void run_eval(const EvalArgs& a) {
     for (const RolePath& f : figure_files(a.plots, {"attention_map", "hidden_abs", "layer_curves"}, "--plots"))
       outputs.push_back(f);
   }
-  check_outputs_apart(outputs, eval_read_paths(a.data, inputs, a.schemes));
+  std::vector<RolePath> reads = eval_read_paths(a.data, inputs, a.schemes);
+  if (!a.imatrix.empty()) reads.push_back({"--imatrix", a.imatrix});
+  check_outputs_apart(outputs, reads);
   SchemeOptions scheme_options;
   scheme_options.stats_for = parse_stats_for(a.stats_for);
   scheme_options.statistics.attention = !a.no_attention_stats;

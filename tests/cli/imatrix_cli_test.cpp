@@ -163,6 +163,12 @@ TEST(ImatrixCli, BadFilesAreRefusedNamingTheFile) {
   const std::string bytes = read_file(dat);
   test::write_bytes(dir / "cut.dat", bytes.substr(0, bytes.size() / 2));
   refused((dir / "cut.dat").string(), {"cut.dat", "imatrix entry", "bytes left"});
+  // The record never overwrites the matrix it read.
+  const test::CommandResult o = test::run_qeval(test::kEval + " --seq-len 64 --max-windows 2 --schemes full,gguf-q4_k_m"
+                                                " --data-dir " + test::data_dir().string() + " --imatrix " + tiny +
+                                                " --out " + tiny);
+  EXPECT_NE(o.status, 0);
+  EXPECT_TRUE(test::contains(o.output, "is the --imatrix")) << o.output;
   // --imatrix acts on ggml schemes only.
   const test::CommandResult n = test::run_qeval(test::kEval + " --seq-len 64 --max-windows 2 --schemes full,int8-fine"
                                                 " --data-dir " + test::data_dir().string() + " --imatrix " + dat);
