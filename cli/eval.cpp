@@ -56,6 +56,7 @@ struct EvalArgs {
   bool quantize_lm_head = false;
   bool quantize_ssm_inner = false;
   std::int64_t calibration_windows = 0;  // > 0: every calibrated scheme's windows
+  std::string imatrix;  // llama.cpp's importance matrix for every scheme of kind ggml
   std::int64_t rounding_band = 0;  // variants per quantised scheme (eval/rounding_band.h)
   double rounding_band_eps = 0;    // 0: the default
   std::int64_t rounding_seed = 0;  // > 0: the schemes themselves jittered with this seed
@@ -249,7 +250,9 @@ void run_eval(const EvalArgs& a) {
     for (const RolePath& f : figure_files(a.plots, {"attention_map", "hidden_abs", "layer_curves"}, "--plots"))
       outputs.push_back(f);
   }
-  check_outputs_apart(outputs, eval_read_paths(a.data, inputs, a.schemes));
+  std::vector<RolePath> reads = eval_read_paths(a.data, inputs, a.schemes);
+  if (!a.imatrix.empty()) reads.push_back({"--imatrix", a.imatrix});
+  check_outputs_apart(outputs, reads);
   SchemeOptions scheme_options;
   scheme_options.stats_for = parse_stats_for(a.stats_for);
   scheme_options.statistics.attention = !a.no_attention_stats;
@@ -259,6 +262,7 @@ void run_eval(const EvalArgs& a) {
   scheme_options.quantize_lm_head = a.quantize_lm_head;
   scheme_options.quantize_ssm_inner = a.quantize_ssm_inner;
   scheme_options.calibration_windows = a.calibration_windows;
+  scheme_options.imatrix = a.imatrix;
   scheme_options.placement = inputs.placement;
   scheme_options.rounding_band = a.rounding_band;
   scheme_options.rounding_eps = a.rounding_band_eps;
@@ -331,6 +335,7 @@ void run_eval(const EvalArgs& a) {
                           {"shard", a.shard.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.shard)}});
   if (a.quantize_ssm_inner) context.options["quantize_ssm_inner"] = true;
   if (a.calibration_windows > 0) context.options["calibration_windows"] = a.calibration_windows;
+  if (!a.imatrix.empty()) context.options["imatrix"] = a.imatrix;
   // What a saved state must match to be resumed: everything that decides the results.
   EvalResult empty;
   empty.schemes.resize(schemes.size());
@@ -480,6 +485,9 @@ void add_eval_command(CLI::App& app) {
                   "overriding each spec's: the windows of the data after the evaluated ones, never evaluated "
                   "(docs/calibrated.md); 0: each spec's own")
       ->check(integer_in(0, 1 << 20));
+  cmd->add_option("--imatrix", args->imatrix,
+                  "llama.cpp's importance matrix (GGUF or legacy .dat, from llama-imatrix or qeval imatrix) for every "
+                  "scheme of kind ggml (gguf-*), each tensor quantised with its entry as llama-quantize --imatrix does");
   cmd->add_flag("--quantize-ssm-inner", args->quantize_ssm_inner,
                 "quantise Mamba's x_proj and dt_proj too (every scheme; by default they stay full precision)");
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically")->check(output_path());

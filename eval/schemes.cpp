@@ -1,10 +1,12 @@
 #include "eval/schemes.h"
 
+#include "eval/ggml_imatrix.h"
 #include "eval/rounding_band.h"
 #include "quant/calibrated_weights.h"
 #include "quant/calibration/static_scales.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "common/error.h"
@@ -208,6 +210,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
   PreparedSchemes prepared;
   const std::vector<std::string> linears = model_linear_names(config);
   const std::int64_t full_bytes = full_linear_weight_bytes(config);
+  std::map<std::string, std::shared_ptr<const GgmlImportanceWeights>> imatrices;  // by path
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     EvalScheme scheme;
@@ -225,6 +228,17 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       if (options.quantize_lm_head) spec.quantize_lm_head = true;
       if (options.quantize_ssm_inner) spec.quantize_ssm_inner = true;
       if (options.calibration_windows > 0) apply_calibration_windows(spec, options.calibration_windows);
+      if (!options.imatrix.empty() && spec.weights.kind == QuantKind::ggml) spec.weights.ggml_imatrix = options.imatrix;
+      if (!spec.weights.ggml_imatrix.empty()) {
+        // Read once per file and shared by the schemes that name it.
+        std::shared_ptr<const GgmlImportanceWeights>& read = imatrices[spec.weights.ggml_imatrix];
+        try {
+          if (!read) read = load_ggml_importance(spec.weights.ggml_imatrix, config);
+        } catch (const Error& e) {
+          fail("scheme {}: {}", spec.name, e.what());
+        }
+        spec.ggml_importance = read;
+      }
       if (spec.needs_calibration()) {
         QEVAL_CHECK(options.calibrate != nullptr,
                     "scheme {}: its static input scale needs calibration windows, which this command does not provide",
@@ -258,6 +272,7 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       scheme.description = description_before_run(*rewrite);
       if (spec.needs_calibration()) scheme.description["static_scales"] = static_scales_description(spec, linears);
       if (spec.needs_weight_calibration()) scheme.description["calibrated_weights"] = spec.calibrated_weights->description;
+      if (spec.ggml_importance) scheme.description["imatrix"] = spec.ggml_importance->description;
       use_rewrite(scheme, rewrite, config);
       check_measures_something(spec, *rewrite, config, name, options.window_length);
       // A scheme file is shown by its "name" (its stem when it has none); the path is recorded.
@@ -304,6 +319,13 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
     QEVAL_CHECK(calibrated, "--calibration-windows {}: sets the calibration windows of calibrated schemes (GPTQ's "
                 "and AWQ's weights, static activation scales), and no scheme given calibrates anything; leave it out",
                 options.calibration_windows);
+  }
+  // --imatrix acts through the schemes of kind ggml: without one it changes nothing.
+  if (!options.imatrix.empty()) {
+    bool ggml = false;
+    for (const auto& r : prepared.rewrites) ggml = ggml || (r && r->spec().weights.kind == QuantKind::ggml);
+    QEVAL_CHECK(ggml, "--imatrix {}: llama.cpp's importance matrix is used by schemes of kind ggml (gguf-*), and no "
+                "scheme given is one; leave it out", options.imatrix);
   }
   // --quantize-lm-head acts through the schemes that quantise linears: without one it changes nothing.
   if (options.quantize_lm_head) {

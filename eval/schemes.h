@@ -45,6 +45,9 @@ struct SchemeOptions {
   std::function<std::shared_ptr<const CalibratedWeights>(const SchemeSpec&)> calibrate_weights;
   // > 0: every calibrated scheme's calibration windows (--calibration-windows), overriding its spec's.
   std::int64_t calibration_windows = 0;
+  // Non-empty: llama.cpp's importance matrix for every scheme of kind ggml (--imatrix), in place of
+  // a spec's own "imatrix" (eval/ggml_imatrix.h); refused when no scheme is of kind ggml.
+  std::string imatrix;
   // The evaluation's window length (0: not known here): a kv_cache that keeps this many first
   // positions or more would quantise nothing, and is refused.
   std::int64_t window_length = 0;

@@ -18,6 +18,7 @@
 #include "quant/float_quantize.h"
 #include "quant/formats/ggml/activations.h"
 #include "quant/formats/ggml/quants.h"
+#include "quant/ggml_importance.h"
 #include "quant/schemes/ggml_rules.h"
 #include "quant/quantize.h"
 #include "quant/schemes/scheme_json.h"
@@ -134,7 +135,18 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
       // The float32 a GGUF of this layer's type holds (SchemeRewrite resolved the type per tensor).
       QEVAL_CHECK(!weights_.ggml_type.empty(), "QuantizedLinear {}: kind ggml needs the tensor's type resolved (a file "
                   "type's choice is made by SchemeRewrite)", name);
-      float_weight_ = ggml_round_trip(weight.contiguous(), ggml_type_from_json_name(weights_.ggml_type, name, false));
+    {
+      const GgmlType type = ggml_type_from_json_name(weights_.ggml_type, name, false);
+      // With an importance matrix, as llama-quantize --imatrix: this tensor's entry when the file
+      // has one (quant/ggml_importance.h); Q8_0 and MXFP4 never read it.
+      const at::Tensor importance = spec.ggml_importance ? spec.ggml_importance->find(name) : at::Tensor();
+      QEVAL_CHECK(weights_.ggml_imatrix.empty() || spec.ggml_importance, "QuantizedLinear {}: scheme {} names the "
+                  "importance matrix {}, but it was not read (eval/ggml_imatrix.h)", name, spec.name,
+                  weights_.ggml_imatrix);
+      float_weight_ = importance.defined() && type != GgmlType::F16
+                          ? quantize_dequantize_ggml(weight.contiguous().to(at::kFloat), type, importance)
+                          : ggml_round_trip(weight.contiguous(), type);
+    }
       if (weights_.ggml_q8_activations)
         ggml_activations_ = ggml_vec_dot_type(ggml_type_from_json_name(weights_.ggml_type, name, false));
       break;

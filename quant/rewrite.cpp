@@ -12,6 +12,7 @@
 #include "kernels/w4_gemm.h"
 #include "quant/calibrated_weights.h"
 #include "quant/formats/ggml/quants.h"
+#include "quant/ggml_importance.h"
 #include "quant/schemes/scheme_json.h"
 
 namespace qeval {
@@ -159,6 +160,10 @@ std::shared_ptr<const Linear> SchemeRewrite::rewrite_linear(const std::string& n
     ggml = ggml_plan_->choose(name, fl->in_features());
     layer["ggml_type"] = ggml_type_label(ggml->type);
     layer["ggml_rule"] = ggml->rule;
+    // Whether this tensor was quantised with an importance matrix entry (Q8_0/MXFP4 never read one).
+    if (spec_.ggml_importance)
+      layer["ggml_imatrix"] = spec_.ggml_importance->find(name).defined() && ggml->type != GgmlType::F16 &&
+                              ggml_type_uses_importance(ggml->type);
   }
   if (spec_.selects(name) && !(ggml && ggml->type == GgmlType::F32)) {
     Logged& logged = logs_[name];
@@ -263,6 +268,11 @@ at::Tensor SchemeRewrite::rewrite_embedding_rows(const at::Tensor& rows) {
   QEVAL_CHECK(rows.dim() == 2 && rows.size(1) == d_model_, "scheme {}: embedding rows must be [n, {}], got {}",
               spec_.name, d_model_, rows.sizes());
   if (rows.size(0) == 0) return rows;
+  // llama-quantize looks token_embd.weight up in the importance matrix too (llama-imatrix never
+  // collects it, so only a file made otherwise has it).
+  const at::Tensor importance = spec_.ggml_importance ? spec_.ggml_importance->find("token_embedding") : at::Tensor();
+  if (importance.defined() && embedding_->type != GgmlType::F16 && embedding_->type != GgmlType::F32)
+    return quantize_dequantize_ggml(rows.to(at::kFloat).contiguous(), embedding_->type, importance);
   return ggml_round_trip(rows.to(at::kFloat).contiguous(), embedding_->type);
 }
 

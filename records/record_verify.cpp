@@ -361,6 +361,10 @@ std::vector<std::string> scheme_definition_differences(const nlohmann::json& a, 
                                                     {"windows", cal.value("windows", nlohmann::json(nullptr))},
                                                     {"window_hashes", s.value("window_hashes", nlohmann::json(nullptr))}};
     }
+    // An importance matrix is its contents (by hash), not its path.
+    if (d.is_object() && d.contains("weights") && d["weights"].is_object() && d["weights"].contains("imatrix") &&
+        scheme["description"].contains("imatrix") && scheme["description"]["imatrix"].is_object())
+      d["weights"]["imatrix"] = scheme["description"]["imatrix"].value("hash", nlohmann::json(nullptr));
     return d;
   };
   if (!a.contains("schemes") || !b.contains("schemes") || !a["schemes"].is_array() || !b["schemes"].is_array()) return out;

@@ -56,6 +56,9 @@ void check_preset_spec(const json& entry, const std::string& name, const SchemeS
   if (options.is_object() && options.value("quantize_ssm_inner", false) == true) preset.quantize_ssm_inner = true;
   if (options.is_object() && options.contains("calibration_windows") && options["calibration_windows"].is_number_integer())
     apply_calibration_windows(preset, options["calibration_windows"].get<std::int64_t>());
+  if (options.is_object() && options.contains("imatrix") && options["imatrix"].is_string() &&
+      preset.weights.kind == QuantKind::ggml)  // eval --imatrix: every ggml scheme's importance matrix
+    preset.weights.ggml_imatrix = options["imatrix"].get<std::string>();
   const std::vector<std::string> differ = differences_from_preset(spec, preset, 1);
   QEVAL_CHECK(differ.empty(), "{}: the spec under the preset name {} is not that preset's (description.scheme.{}; the "
               "record's value first); a record's scheme named like a preset must be the preset",
@@ -248,6 +251,33 @@ void check_kv_cache_error(const json& d, const SchemeSpec& spec, const std::opti
     }
 }
 
+// "imatrix" (eval/ggml_imatrix.h): present exactly when the spec's ggml weights name an importance
+// matrix; it names that file, its hash, and what the file says of its calibration.
+void check_imatrix(const json& d, const SchemeSpec& spec, const std::string& where) {
+  if (spec.weights.ggml_imatrix.empty()) {
+    QEVAL_CHECK(!d.contains("imatrix"), "{}: has an \"imatrix\" section, but its spec's weights name no importance "
+                "matrix", where);
+    return;
+  }
+  const std::string at = where + ": imatrix";
+  QEVAL_CHECK(d.contains("imatrix") && d["imatrix"].is_object(), "{}: its spec's weights are quantised with the "
+              "importance matrix {}, but the record has no \"imatrix\" object naming the file and its hash", where,
+              in_quotes(spec.weights.ggml_imatrix));
+  const json& m = d["imatrix"];
+  QEVAL_CHECK(m.value("file", json(nullptr)) == spec.weights.ggml_imatrix, "{}.file is {}, the spec's imatrix is {}", at,
+              json_text(m.value("file", json(nullptr))), in_quotes(spec.weights.ggml_imatrix));
+  QEVAL_CHECK(m.contains("hash") && m["hash"].is_string() && !m["hash"].get<std::string>().empty(),
+              "{}.hash is {}: expected the file's hash", at, json_text(m.value("hash", json(nullptr))));
+  QEVAL_CHECK(m.value("format", json(nullptr)) == "gguf" || m.value("format", json(nullptr)) == "legacy",
+              "{}.format is {}: expected \"gguf\" or \"legacy\"", at, json_text(m.value("format", json(nullptr))));
+  QEVAL_CHECK(m.contains("datasets") && m["datasets"].is_array(), "{}.datasets should list the file's datasets", at);
+  for (const char* key : {"chunk_count", "chunk_size", "entries", "tensors_with"})
+    QEVAL_CHECK(m.contains(key) && json_integer(m[key], at + "." + key) >= 0, "{}.{} is {}: expected a count", at, key,
+                json_text(m.value(key, json(nullptr))));
+  QEVAL_CHECK(m.contains("tensors_without") && m["tensors_without"].is_array(),
+              "{}.tensors_without should list the tensors quantised without an entry", at);
+}
+
 void check_layers(const json& d, const SchemeSpec& spec, const std::optional<ModelConfig>& config,
                   const std::string& where) {
   if (!d.contains("layers") || !d["layers"].is_array()) return;
@@ -304,6 +334,7 @@ void verify_scheme_sections(const nlohmann::json& record, const std::set<std::in
     check_preset_spec(entry, name, spec, record, where);
     check_static_scales(d, spec, evaluated, where);
     check_calibrated_weights(d, spec, evaluated, where);
+    check_imatrix(d, spec, where);
     check_kv_cache_error(d, spec, config, static_cast<std::int64_t>(evaluated.size()), where);
     check_layers(d, spec, config, where);
   }

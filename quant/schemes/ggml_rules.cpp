@@ -2,7 +2,7 @@
 //
 // The rules are those of llama.cpp 0c1e57098 (the llama.cpp llama-cpp-python 0.3.36 vendors),
 // src/llama-quant.cpp: llama_tensor_get_type -> llama_tensor_get_type_impl -> tensor_type_fallback,
-// for the file types offered, no importance matrix, no --pure, no --output-tensor-type or
+// for the file types offered, with or without an importance matrix, no --pure, no --output-tensor-type or
 // --token-embedding-type. Not modelled: the Falcon architecture's rules and the 70B rule
 // (LLM_TYPE_70B: attn_v Q3_K/Q4_K -> Q5_K), which no architecture qeval reads takes.
 #include "quant/schemes/ggml_rules.h"
@@ -144,8 +144,10 @@ QuantSpec ggml_weights_from_json(const nlohmann::json& j, const std::string& whe
   q.kind = QuantKind::ggml;
   for (auto it = j.begin(); it != j.end(); ++it)
     // No "bits": a file type mixes several widths, and a key that is read and ignored would pass a typo.
-    QEVAL_CHECK(it.key() == "kind" || it.key() == "type" || it.key() == "file_type" || it.key() == "activations",
-                "{}: unknown key '{}' for kind ggml; valid keys: kind, type, file_type, activations", where, it.key());
+    QEVAL_CHECK(it.key() == "kind" || it.key() == "type" || it.key() == "file_type" || it.key() == "activations" ||
+                    it.key() == "imatrix",
+                "{}: unknown key '{}' for kind ggml; valid keys: kind, type, file_type, activations, imatrix", where,
+                it.key());
   QEVAL_CHECK(j.contains("type") != j.contains("file_type"),
               "{}: kind ggml needs exactly one of \"type\" (one llama.cpp type for every tensor, e.g. \"q4_k\") or "
               "\"file_type\" (llama-quantize's choice per tensor: {})",
@@ -167,6 +169,11 @@ QuantSpec ggml_weights_from_json(const nlohmann::json& j, const std::string& whe
                 where, a);
     q.ggml_q8_activations = a == "gguf-q8";
   }
+  if (j.contains("imatrix")) {
+    q.ggml_imatrix = spec_string(j.at("imatrix"), where + ": imatrix", "the path of a llama.cpp importance matrix file");
+    QEVAL_CHECK(!q.ggml_imatrix.empty(), "{}: imatrix is empty; give the path of a llama.cpp importance matrix file "
+                "(GGUF or .dat) or leave the key out", where);
+  }
   return q;
 }
 
@@ -175,6 +182,7 @@ nlohmann::json ggml_weights_to_json(const QuantSpec& q) {
   if (!q.ggml_type.empty()) j["type"] = lower(q.ggml_type);
   if (!q.ggml_file_type.empty()) j["file_type"] = q.ggml_file_type;
   j["activations"] = q.ggml_q8_activations ? "gguf-q8" : "none";
+  if (!q.ggml_imatrix.empty()) j["imatrix"] = q.ggml_imatrix;
   return j;
 }
 
@@ -241,6 +249,29 @@ bool selects_embedding(const SchemeSpec& s) {
   return std::none_of(s.exclude.begin(), s.exclude.end(), [&](const std::string& p) { return glob_match(p, name); });
 }
 
+GgufTensorRef gguf_tensor_of(const std::string& name, bool tied_embeddings) {
+  if (name == "lm_head") return {tied_embeddings ? "token_embd.weight" : "output.weight", -1};
+  if (name == "token_embedding") return {"token_embd.weight", -1};
+  const std::int64_t layer = layer_of(name);
+  QEVAL_CHECK(layer >= 0, "gguf_tensor_of: {} is not a tensor of a block, the head or the embedding", name);
+  const std::string kind = name.substr(name.find('.', 7) + 1);  // after "layers.<i>."
+  static const std::map<std::string, std::string> dense = {
+      {"attn.q", "attn_q"},         {"attn.k", "attn_k"},           {"attn.v", "attn_v"},
+      {"attn.o", "attn_output"},    {"attn.qkv", "attn_qkv"},       {"mlp.gate", "ffn_gate"},
+      {"mlp.up", "ffn_up"},         {"mlp.gate_up", "ffn_up"},      {"mlp.down", "ffn_down"},
+      {"moe.shared.gate", "ffn_gate_shexp"}, {"moe.shared.up", "ffn_up_shexp"}, {"moe.shared.down", "ffn_down_shexp"},
+      {"mamba.in_proj", "ssm_in"},  {"mamba.x_proj", "ssm_x"},      {"mamba.dt_proj", "ssm_dt"},
+      {"mamba.out_proj", "ssm_out"}};
+  const std::string blk = fmt::format("blk.{}.", layer);
+  if (const auto it = dense.find(kind); it != dense.end()) return {blk + it->second + ".weight", -1};
+  if (kind.rfind("moe.experts.", 0) == 0) {  // moe.experts.<e>.<part>
+    const std::size_t dot = kind.find('.', 12);
+    const std::int64_t e = std::stoll(kind.substr(12, dot - 12));
+    return {blk + "ffn_" + kind.substr(dot + 1) + "_exps.weight", e};
+  }
+  fail("gguf_tensor_of: no llama.cpp tensor name known for {}", name);
+}
+
 GgmlTypePlan::GgmlTypePlan(const SchemeSpec& spec, const std::vector<std::string>& linear_names,
                            const ModelConfig& config)
     : scheme_(spec.name),
@@ -248,7 +279,8 @@ GgmlTypePlan::GgmlTypePlan(const SchemeSpec& spec, const std::vector<std::string
       n_layers_(config.n_layers),
       n_gqa_(config.n_kv_heads > 0 ? config.n_heads / config.n_kv_heads : 1),
       n_experts_(config.moe_experts),
-      tied_(config.tied_embeddings) {
+      tied_(config.tied_embeddings),
+      has_imatrix_(!spec.weights.ggml_imatrix.empty()) {
   std::vector<std::string> tensors = {"token_embedding"};
   tensors.insert(tensors.end(), linear_names.begin(), linear_names.end());
   for (const auto& [pattern, type_name] : spec.tensor_types) {
@@ -350,12 +382,15 @@ GgmlTensorChoice GgmlTypePlan::choose(const std::string& name, std::int64_t nx) 
     const int n = static_cast<int>(n_layers_);
     if (ft == FileType::q4_k_m) {
       if (use_more_bits(i, n)) t = GgmlType::Q6_K, rule += fmt::format("; ffn_down use_more_bits ({} of {}): Q6_K", i, n);
-    } else if (i < n / 8 && ft == FileType::iq4_nl) {
-      t = GgmlType::Q5_K, rule += fmt::format("; ffn_down in the first eighth ({} of {}): Q5_K", i, n);
+    } else if (i < n / 8 && ft == FileType::iq4_nl && !has_imatrix_) {
+      t = GgmlType::Q5_K, rule += fmt::format("; ffn_down in the first eighth ({} of {}), no imatrix: Q5_K", i, n);
     } else if (ft == FileType::q5_k_m && use_more_bits(i, n)) {
       t = GgmlType::Q6_K, rule += fmt::format("; ffn_down use_more_bits ({} of {}): Q6_K", i, n);
     } else if (ft == FileType::q4_k_s && i < n / 8) {
       t = GgmlType::Q5_K, rule += fmt::format("; ffn_down in the first eighth ({} of {}): Q5_K", i, n);
+    } else if (ft == FileType::q4_0 && has_imatrix_ && i < n / 8) {
+      // llama.cpp: "Guard against craziness in the first few ffn_down layers ... with imatrix".
+      t = GgmlType::Q4_1, rule += fmt::format("; ffn_down in the first eighth ({} of {}) with an imatrix: Q4_1", i, n);
     }
   } else if (cat == Category::attn_output) {
     if (n_experts_ == 8 && (ft == FileType::iq4_nl || ft == FileType::q4_k_s || ft == FileType::q4_k_m))

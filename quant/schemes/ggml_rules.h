@@ -5,8 +5,15 @@
 //                                               (q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k
 //                                               iq4_nl mxfp4, or f16)
 //   {"kind": "ggml", "file_type": "q4_k_m"}     each tensor's type as llama-quantize chooses it for
-//                                               that file type without an importance matrix
-//                                               (q8_0 q6_k q5_k_m q4_k_m q4_k_s q4_0 iq4_nl mxfp4_moe)
+//                                               that file type (q8_0 q6_k q5_k_m q4_k_m q4_k_s q4_0
+//                                               iq4_nl mxfp4_moe)
+//   "imatrix": "path"                           llama.cpp's importance matrix (GGUF or legacy .dat;
+//                                               quant/ggml_importance.h): every tensor quantised with
+//                                               its entry, as llama-quantize --imatrix; a relative
+//                                               path is relative to the scheme file. It also changes
+//                                               two file types' choices, as in llama.cpp: q4_0's
+//                                               first n_layer/8 ffn_down become Q4_1, iq4_nl's stay
+//                                               IQ4_NL (Q5_K without)
 //   "activations": "none" (default)             the product runs on full-precision activations;
 //                  "gguf-q8"                    each layer's input rounded to the activation blocks
 //                                               llama.cpp's CPU product converts it to for that
@@ -63,6 +70,16 @@ void validate_ggml_scheme(const SchemeSpec& s, const std::string& source);
 // admit the name "token_embedding").
 bool selects_embedding(const SchemeSpec& s);
 
+// The GGUF tensor a qeval tensor is stored as (llama.cpp's names: "blk.3.attn_q.weight",
+// "token_embd.weight", "output.weight"; a tied head is "token_embd.weight"), and for one expert of
+// a routed-expert tensor ("blk.3.ffn_down_exps.weight") its index, else -1. Throws for a name
+// with no llama.cpp tensor.
+struct GgufTensorRef {
+  std::string name;
+  std::int64_t expert = -1;
+};
+GgufTensorRef gguf_tensor_of(const std::string& qeval_name, bool tied_embeddings);
+
 // What one tensor got and why (for records).
 struct GgmlTensorChoice {
   GgmlType type = GgmlType::F32;
@@ -87,6 +104,7 @@ class GgmlTypePlan {
   std::vector<std::pair<std::string, GgmlType>> overrides_;
   std::int64_t n_layers_ = 0, n_gqa_ = 1, n_experts_ = 0;
   bool tied_ = false;
+  bool has_imatrix_ = false;  // weights.ggml_imatrix given (llama.cpp's qs.has_imatrix)
   std::map<std::string, int> attn_v_index_, ffn_down_index_;  // llama.cpp's counters per tensor
   int n_attn_v_ = 0;
   std::optional<std::string> override_of(const std::string& name) const;

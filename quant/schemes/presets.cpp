@@ -60,6 +60,9 @@ SchemeSpec resolve_scheme(const std::string& name_or_path) {
   // Strict: a key given twice ("kv_cache" or "format" twice) is refused, never the last one taken.
   const nlohmann::json j = parse_json_strict(read_file(path), "scheme file " + path.string());
   SchemeSpec s = scheme_from_json(j, "scheme file " + path.string());
+  // A ggml scheme's importance matrix is named relative to the scheme file.
+  if (!s.weights.ggml_imatrix.empty() && std::filesystem::path(s.weights.ggml_imatrix).is_relative())
+    s.weights.ggml_imatrix = (path.parent_path() / s.weights.ggml_imatrix).lexically_normal().string();
   if (!j.contains("name")) {
     s.name = path.stem().string();
     QEVAL_CHECK(!has_control_byte(s.name),

@@ -163,6 +163,7 @@ struct QuantSpec {
   // resolved for one tensor), else the llama-quantize file type ("q4_k_m") choosing per tensor.
   std::string ggml_type, ggml_file_type;
   bool ggml_q8_activations = false;  // "activations": "gguf-q8": llama.cpp's activation blocks (quant/formats/ggml/activations.h)
+  std::string ggml_imatrix;          // "imatrix": llama.cpp's importance matrix file (quant/ggml_importance.h)
   std::optional<GptqSpec> gptq;      // weights of kind int4_zeropoint with "method": "gptq" (see above)
   std::optional<AwqSpec> awq;        // weights of kind int4_zeropoint with "method": "awq" (see above)
 
@@ -180,7 +181,8 @@ struct QuantSpec {
     return kind == o.kind && granularity == o.granularity && group_size == o.group_size &&
            (!is_float_format() || (element == o.element && scale_round_up == o.scale_round_up)) &&
            calibration == o.calibration && ggml_type == o.ggml_type && ggml_file_type == o.ggml_file_type &&
-           ggml_q8_activations == o.ggml_q8_activations && gptq == o.gptq && awq == o.awq;
+           ggml_q8_activations == o.ggml_q8_activations && ggml_imatrix == o.ggml_imatrix && gptq == o.gptq &&
+           awq == o.awq;
   }
 };
 
@@ -190,6 +192,8 @@ struct QuantSpec {
 // Weights a calibrated quantiser made for one scheme (GPTQ, AWQ; quant/calibrated_weights.h defines it,
 // eval/weight_calibration_pass.h fills it in before the evaluation).
 struct CalibratedWeights;
+// Importance weights read from weights.ggml_imatrix for one model (quant/ggml_importance.h).
+struct GgmlImportanceWeights;
 
 struct CalibratedScales {
   std::map<std::string, double> amax;  // by canonical linear name
@@ -267,6 +271,8 @@ struct SchemeSpec {
   std::shared_ptr<const CalibratedScales> calibrated;
   // Filled in by the weight calibration when the weights' method is gptq or awq; shared like `calibrated`.
   std::shared_ptr<const CalibratedWeights> calibrated_weights;
+  // Filled in from weights.ggml_imatrix before the evaluation (eval/ggml_imatrix.h); shared likewise.
+  std::shared_ptr<const GgmlImportanceWeights> ggml_importance;
   KvCacheSpec kv_cache;  // "kv_cache" (see above); format none: K and V unquantised
 
   bool needs_calibration() const { return input_activations.is_static(); }
