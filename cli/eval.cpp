@@ -56,6 +56,8 @@ struct EvalArgs {
   bool quantize_lm_head = false;
   bool quantize_ssm_inner = false;
   std::int64_t calibration_windows = 0;  // > 0: every calibrated scheme's windows
+  std::string calibration_data;          // calibrated schemes' text (default: the evaluation's, unevaluated windows)
+  std::int64_t calibration_seq_len = 0;  // > 0: their windows' length (default: --seq-len)
   std::string imatrix;  // llama.cpp's importance matrix for every scheme of kind ggml
   std::int64_t rounding_band = 0;  // variants per quantised scheme (eval/rounding_band.h)
   double rounding_band_eps = 0;    // 0: the default
@@ -142,6 +144,16 @@ EvalResult load_resume_state(const std::string& state_path, const nlohmann::json
   return resumed;
 }
 
+// Every file an evaluation with these options reads: eval_read_paths's (model, tokenizer, data,
+// protocol, scheme and transform calibration files) and eval's own (--imatrix, --calibration-data).
+std::vector<RolePath> eval_reads(const EvalArgs& a, const EvalInputs& inputs) {
+  std::vector<RolePath> reads = eval_read_paths(a.data, inputs, a.schemes);
+  const std::optional<std::string> data_dir = a.data.data_dir.empty() ? std::nullopt : std::optional(a.data.data_dir);
+  if (!a.imatrix.empty()) reads.push_back({"--imatrix", a.imatrix});
+  if (!a.calibration_data.empty()) reads.push_back({"--calibration-data", resolve_input_path(a.calibration_data, data_dir)});
+  return reads;
+}
+
 // The files besides the checkpoint `model` that evaluating it with these options reads, each with
 // its path and content hash (a folder: the hash of its files' names and hashes), for a series'
 // step records (SeriesJob::stamp): tokenizer, data, protocol, scheme and calibration files.
@@ -155,7 +167,7 @@ nlohmann::json checkpoint_inputs(const EvalArgs& a, const std::string& model) {
   else if (auto found = find_tokenizer_beside(paths.model_path))
     paths.tokenizer_path = *found;
   nlohmann::json inputs = nlohmann::json::array();
-  for (const RolePath& read : eval_read_paths(a.data, paths, a.schemes)) {
+  for (const RolePath& read : eval_reads(a, paths)) {
     if (read.role == "model" || read.path.empty()) continue;
     std::error_code ec;
     std::string hash;
@@ -241,6 +253,14 @@ void run_eval(const EvalArgs& a) {
   if (!state_path.empty() && (a.resume || a.stop_after > 0)) check_output_file(state_path, "--state-file");
   if (!a.plots.empty()) check_output_folder(a.plots, "--plots");
   EvalInputs inputs = prepare_eval_inputs(a.data);
+  if (!a.calibration_data.empty())
+    inputs.calibration_path =
+        resolve_input_path(a.calibration_data, a.data.data_dir.empty() ? std::nullopt : std::optional(a.data.data_dir));
+  inputs.calibration_seq_len = a.calibration_seq_len;
+  if (inputs.model->config().position == PositionKind::learned)
+    QEVAL_CHECK(a.calibration_seq_len <= inputs.model->config().max_seq_len,
+                "--calibration-seq-len {} exceeds the {} learned positions of {}", a.calibration_seq_len,
+                inputs.model->config().max_seq_len, inputs.model_path.string());
   // Every file this run writes, by its real name, apart from every file and folder it reads.
   std::vector<RolePath> outputs = {{"--out", a.out}};
   if (a.resume || a.stop_after > 0) outputs.push_back({"--state-file", state_path});
@@ -250,8 +270,7 @@ void run_eval(const EvalArgs& a) {
     for (const RolePath& f : figure_files(a.plots, {"attention_map", "hidden_abs", "layer_curves"}, "--plots"))
       outputs.push_back(f);
   }
-  std::vector<RolePath> reads = eval_read_paths(a.data, inputs, a.schemes);
-  if (!a.imatrix.empty()) reads.push_back({"--imatrix", a.imatrix});
+  std::vector<RolePath> reads = eval_reads(a, inputs);
   check_outputs_apart(outputs, reads);
   SchemeOptions scheme_options;
   scheme_options.stats_for = parse_stats_for(a.stats_for);
@@ -262,6 +281,10 @@ void run_eval(const EvalArgs& a) {
   scheme_options.quantize_lm_head = a.quantize_lm_head;
   scheme_options.quantize_ssm_inner = a.quantize_ssm_inner;
   scheme_options.calibration_windows = a.calibration_windows;
+  if (!a.calibration_data.empty())
+    scheme_options.calibration_options.push_back(fmt::format("--calibration-data {}", a.calibration_data));
+  if (a.calibration_seq_len > 0)
+    scheme_options.calibration_options.push_back(fmt::format("--calibration-seq-len {}", a.calibration_seq_len));
   scheme_options.imatrix = a.imatrix;
   scheme_options.placement = inputs.placement;
   scheme_options.rounding_band = a.rounding_band;
@@ -335,6 +358,8 @@ void run_eval(const EvalArgs& a) {
                           {"shard", a.shard.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.shard)}});
   if (a.quantize_ssm_inner) context.options["quantize_ssm_inner"] = true;
   if (a.calibration_windows > 0) context.options["calibration_windows"] = a.calibration_windows;
+  if (!a.calibration_data.empty()) context.options["calibration_data"] = inputs.calibration_path.string();
+  if (a.calibration_seq_len > 0) context.options["calibration_seq_len"] = a.calibration_seq_len;
   if (!a.imatrix.empty()) context.options["imatrix"] = a.imatrix;
   // What a saved state must match to be resumed: everything that decides the results.
   EvalResult empty;
@@ -484,6 +509,13 @@ void add_eval_command(CLI::App& app) {
                   "calibration windows of every calibrated scheme (GPTQ's and AWQ's weights, static activation scales), "
                   "overriding each spec's: the windows of the data after the evaluated ones, never evaluated "
                   "(docs/calibrated.md); 0: each spec's own")
+      ->check(integer_in(0, 1 << 20));
+  cmd->add_option("--calibration-data", args->calibration_data,
+                  "the text (or token file) every calibrated scheme calibrates on, read like --data with the same "
+                  "tokenizer, separator and BOS rule; default: the evaluation data's windows after the evaluated ones. "
+                  "Windows of the evaluation data itself (or a copy) that overlap an evaluated one are never used");
+  cmd->add_option("--calibration-seq-len", args->calibration_seq_len,
+                  "the length of every calibrated scheme's calibration windows, in tokens; 0: --seq-len")
       ->check(integer_in(0, 1 << 20));
   cmd->add_option("--imatrix", args->imatrix,
                   "llama.cpp's importance matrix (GGUF or legacy .dat, from llama-imatrix or qeval imatrix) for every "

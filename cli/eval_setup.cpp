@@ -127,12 +127,17 @@ std::unique_ptr<WindowSource> EvalInputs::open_windows() const {
 }
 
 CalibrationWindows EvalInputs::calibration_windows_from_data(std::int64_t n) const {
+  const std::filesystem::path& path = calibration_path.empty() ? data_path : calibration_path;
+  // A copy of the evaluation data under another name is the evaluation data.
+  const std::string hash = hash_file(path);
+  const bool same_data = calibration_path.empty() || std::filesystem::equivalent(calibration_path, data_path) ||
+                         hash == hash_file(data_path);
   CalibrationWindows c = calibration_windows(
       [&] { return open_windows(); },
-      [&](const ProtocolSpec& spec) { return open_window_source(data_path, tokenizer.get(), spec, source_options); },
-      protocol, /*same_data=*/true, n);
-  c.description["path"] = data_path.string();
-  c.description["hash"] = hash_file(data_path);
+      [&](const ProtocolSpec& spec) { return open_window_source(path, tokenizer.get(), spec, source_options); },
+      protocol, same_data, n, calibration_seq_len);
+  c.description["path"] = path.string();
+  c.description["hash"] = hash;
   return c;
 }
 

@@ -83,8 +83,13 @@ struct EvalInputs {
 
   // A fresh source of the evaluation windows (the first one is consumed by the evaluation).
   std::unique_ptr<WindowSource> open_windows() const;
-  // The first n windows of the evaluation data that the evaluation does not use (static
-  // activation scales' calibration, eval/calibration_pass.h; the rule of eval/model_transforms.h).
+  // Where calibrated schemes calibrate (eval --calibration-data, --calibration-seq-len): empty and
+  // 0 are the evaluation's data and seq_len.
+  std::filesystem::path calibration_path;
+  std::int64_t calibration_seq_len = 0;
+  // The first n calibration windows that the evaluation does not use (static activation scales,
+  // GPTQ, AWQ: eval/calibration_pass.h, eval/weight_calibration_pass.h; the rule of
+  // eval/model_transforms.h): of calibration_path, or of the evaluation data when it is empty.
   CalibrationWindows calibration_windows_from_data(std::int64_t n) const;
 };
 

@@ -2,7 +2,7 @@
 
 #include <fmt/core.h>
 
-#include <set>
+#include <algorithm>
 
 #include "common/error.h"
 #include "eval/evaluator.h"
@@ -176,37 +176,46 @@ Transformer apply_transforms(const Transformer& model, const std::vector<Transfo
 
 CalibrationWindows calibration_windows(const std::function<std::unique_ptr<WindowSource>()>& open_evaluation,
                                        const std::function<std::unique_ptr<WindowSource>(const ProtocolSpec&)>& open_calibration,
-                                       const ProtocolSpec& evaluation, bool same_data, std::int64_t n) {
-  std::set<std::int64_t> evaluated;
-  if (same_data) {
-    QEVAL_CHECK(evaluation.name == "windows",
-                "calibration (--transform smooth, or a scheme's static input scale): calibrating on the evaluation "
-                "data needs the windows protocol (to know which windows are evaluated); the protocol is {}: for "
-                "smooth give a separate file with calib=FILE",
-                evaluation.name);
-    auto source = open_evaluation();
-    while (auto w = source->next()) evaluated.insert(w->index);
-  }
+                                       const ProtocolSpec& evaluation, bool same_data, std::int64_t n,
+                                       std::int64_t seq_len) {
   ProtocolSpec spec = ProtocolSpec::defaults_for("windows");
-  spec.seq_len = evaluation.seq_len;
+  spec.seq_len = seq_len > 0 ? seq_len : evaluation.seq_len;
   spec.separator = evaluation.separator;
   spec.text_split = evaluation.text_split;
   spec.bos_per_window = evaluation.name == "windows" && evaluation.bos_per_window;
   spec.bos_per_window_auto = false;  // the evaluation's, already decided
+  // The stream tokens the evaluation reads, as ranges in stream order (windows come in index order).
+  std::vector<StreamRange> evaluated;
+  if (same_data) {
+    QEVAL_CHECK(evaluation.name == "windows",
+                "calibration (--transform smooth, or a calibrated scheme: static input scales, GPTQ, AWQ): calibrating "
+                "on the evaluation data needs the windows protocol (to know which windows are evaluated); the protocol "
+                "is {}: give a separate file (--calibration-data FILE; for smooth, calib=FILE)",
+                evaluation.name);
+    auto source = open_evaluation();
+    while (auto w = source->next()) evaluated.push_back(windows_stream_range(evaluation, w->index));
+  }
+  // The first evaluated range that ends after `r` begins; `r` overlaps the evaluation iff that one begins before r ends.
+  auto overlaps_evaluation = [&evaluated](const StreamRange& r) {
+    auto it = std::upper_bound(evaluated.begin(), evaluated.end(), r.first,
+                               [](std::int64_t first, const StreamRange& e) { return first < e.end; });
+    return it != evaluated.end() && it->first < r.end;
+  };
   CalibrationWindows out;
   std::vector<std::int64_t> indices;
   auto source = open_calibration(spec);
   while (static_cast<std::int64_t>(out.windows.size()) < n) {
     auto w = source->next();
     if (!w) break;
-    if (evaluated.count(w->index)) continue;
+    if (same_data && overlaps_evaluation(windows_stream_range(spec, w->index))) continue;
     indices.push_back(w->index);
     out.windows.push_back(std::move(*w));
   }
   QEVAL_CHECK(static_cast<std::int64_t>(out.windows.size()) == n,
-              "calibration (--transform smooth, or a scheme's static input scale): {} calibration windows of {} tokens "
-              "asked, {} left after the {} evaluated ones; evaluate fewer windows (--max-windows), ask fewer "
-              "(smooth's calib_windows=N, a scheme's calibration.windows) or, for smooth, give calib=FILE",
+              "calibration (--transform smooth, or a calibrated scheme): {} calibration windows of {} tokens asked, {} "
+              "left after the {} evaluated ones; evaluate fewer windows (--max-windows), ask fewer "
+              "(--calibration-windows N, smooth's calib_windows=N, a scheme's calibration windows) or give another "
+              "file (--calibration-data FILE; for smooth, calib=FILE)",
               n, spec.seq_len, out.windows.size(), evaluated.size());
   out.description = {{"protocol", spec.to_json()},
                      {"windows", indices},

@@ -46,14 +46,15 @@ std::unique_ptr<WindowSource> calibration_window_source(const std::vector<Window
 Transformer apply_transforms(const Transformer& model, const std::vector<TransformSpec>& transforms,
                              const CalibrationSource& calibration, nlohmann::json& report);
 
-// The calibration rule. Windows of the `windows` protocol over the calibration data (same
-// seq_len and separator as the evaluation), the first n in stream order that the evaluation
-// does not use. When the calibration data is the evaluation data, the evaluated window indices
-// are read from `open_evaluation()` (a fresh source of the evaluation windows), which must be
-// the `windows` protocol; any other protocol needs a separate calibration file. Fails when fewer
-// than n windows are left.
+// The calibration rule. Windows of the `windows` protocol over the calibration data (the
+// evaluation's separator and BOS; seq_len tokens, 0: the evaluation's), the first n in stream
+// order that share no stream token with an evaluated window. When the calibration data is the
+// evaluation data, the evaluated windows are read from `open_evaluation()` (a fresh source of the
+// evaluation windows), which must be the `windows` protocol; any other protocol needs a separate
+// calibration file. Fails when fewer than n windows are left.
 CalibrationWindows calibration_windows(const std::function<std::unique_ptr<WindowSource>()>& open_evaluation,
                                        const std::function<std::unique_ptr<WindowSource>(const ProtocolSpec&)>& open_calibration,
-                                       const ProtocolSpec& evaluation_protocol, bool same_data, std::int64_t n);
+                                       const ProtocolSpec& evaluation_protocol, bool same_data, std::int64_t n,
+                                       std::int64_t seq_len = 0);
 
 }  // namespace qeval

@@ -311,14 +311,18 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
     prepared.rewrites.push_back(rewrite);
     prepared.schemes.push_back(std::move(scheme));
   }
-  // --calibration-windows acts through the calibrated schemes: without one it changes nothing.
-  if (options.calibration_windows > 0) {
+  // --calibration-windows (and --calibration-data, --calibration-seq-len) act through the calibrated
+  // schemes: without one they change nothing.
+  std::vector<std::string> calibration_options = options.calibration_options;
+  if (options.calibration_windows > 0)
+    calibration_options.insert(calibration_options.begin(), fmt::format("--calibration-windows {}", options.calibration_windows));
+  if (!calibration_options.empty()) {
     bool calibrated = false;
     for (const auto& r : prepared.rewrites)
       calibrated = calibrated || (r && (r->spec().needs_calibration() || r->spec().needs_weight_calibration()));
-    QEVAL_CHECK(calibrated, "--calibration-windows {}: sets the calibration windows of calibrated schemes (GPTQ's "
-                "and AWQ's weights, static activation scales), and no scheme given calibrates anything; leave it out",
-                options.calibration_windows);
+    QEVAL_CHECK(calibrated, "{}: {} the calibration of calibrated schemes (GPTQ's and AWQ's weights, static activation "
+                "scales), and no scheme given calibrates anything; leave {} out", fmt::join(calibration_options, ", "),
+                calibration_options.size() == 1 ? "sets" : "set", calibration_options.size() == 1 ? "it" : "them");
   }
   // --imatrix acts through the schemes of kind ggml: without one it changes nothing.
   if (!options.imatrix.empty()) {

@@ -45,6 +45,9 @@ struct SchemeOptions {
   std::function<std::shared_ptr<const CalibratedWeights>(const SchemeSpec&)> calibrate_weights;
   // > 0: every calibrated scheme's calibration windows (--calibration-windows), overriding its spec's.
   std::int64_t calibration_windows = 0;
+  // The other options given that act only through calibrated schemes ("--calibration-data c4.jsonl"):
+  // refused, named, when no scheme calibrates anything.
+  std::vector<std::string> calibration_options;
   // Non-empty: llama.cpp's importance matrix for every scheme of kind ggml (--imatrix), in place of
   // a spec's own "imatrix" (eval/ggml_imatrix.h); refused when no scheme is of kind ggml.
   std::string imatrix;

@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "common/error.h"
 #include "common/json_integer.h"
 #include "common/printable.h"
+#include "loaders/protocols/protocol.h"
 #include "model/block.h"
 #include "model/config.h"
 #include "quant/float_quantize.h"
@@ -65,10 +68,47 @@ void check_preset_spec(const json& entry, const std::string& name, const SchemeS
               where, in_quotes(name), differ.empty() ? "" : differ.front());
 }
 
-// `s`.calibration: the `count` windows a calibration ran on, each listed once and none evaluated
-// (when the calibration data is the evaluation's own).
-void check_calibration_windows(const json& s, std::int64_t count, const std::set<std::int64_t>& evaluated,
-                               const std::string& at) {
+// What the record evaluated, for the calibration windows' check: the window indices, the
+// protocol (windows: their stream ranges) and the data's hash.
+struct Evaluated {
+  const std::set<std::int64_t>& windows;
+  std::optional<ProtocolSpec> protocol;  // when the record's protocol is `windows`
+  json data_hash;
+};
+
+// A record's protocol as far as the windows' stream ranges go (its name, seq_len and resolved
+// bos_per_window; a record's protocol also holds what was read): none unless it is `windows`.
+std::optional<ProtocolSpec> windows_protocol_of(const json& j) {
+  if (!j.is_object() || j.value("name", json(nullptr)) != "windows") return std::nullopt;
+  const json seq_len = j.value("seq_len", json(nullptr)), bos = j.value("bos_per_window", json(false));
+  if (!seq_len.is_number_integer() || seq_len.get<std::int64_t>() < 2 || !bos.is_boolean()) return std::nullopt;
+  ProtocolSpec p = ProtocolSpec::defaults_for("windows");
+  p.seq_len = seq_len.get<std::int64_t>();
+  p.bos_per_window = bos.get<bool>();
+  p.bos_per_window_auto = false;
+  return p;
+}
+
+Evaluated evaluated_of(const json& record, const std::set<std::int64_t>& windows) {
+  Evaluated e{windows, windows_protocol_of(record.value("protocol", json(nullptr))), json(nullptr)};
+  if (record.contains("data") && record["data"].is_object()) e.data_hash = record["data"].value("hash", json(nullptr));
+  return e;
+}
+
+// The calibration windows' protocol: the one the calibration names (windows, of a length and a
+// decided bos_per_window), else the evaluation's.
+ProtocolSpec calibration_protocol(const json& cal, const ProtocolSpec& evaluation, const std::string& at) {
+  if (!cal.contains("protocol")) return evaluation;
+  const std::optional<ProtocolSpec> p = windows_protocol_of(cal["protocol"]);
+  QEVAL_CHECK(p.has_value(), "{}.calibration.protocol is {}: calibration windows are of the windows protocol, with a "
+              "seq_len of at least 2 and bos_per_window true or false", at, json_text(cal["protocol"], 80));
+  return *p;
+}
+
+// `s`.calibration: the `count` windows a calibration ran on, each listed once, and, on the
+// evaluation's own data (by name or by hash), none sharing a stream token with an evaluated
+// window (its windows may be of another length: --calibration-seq-len).
+void check_calibration_windows(const json& s, std::int64_t count, const Evaluated& evaluated, const std::string& at) {
   QEVAL_CHECK(s.contains("calibration") && s["calibration"].is_object(), "{}: has no \"calibration\" object", at);
   const json& cal = s["calibration"];
   QEVAL_CHECK(cal.contains("windows") && cal["windows"].is_array() &&
@@ -80,21 +120,40 @@ void check_calibration_windows(const json& s, std::int64_t count, const std::set
     const std::int64_t i = json_integer(w, at + ".calibration.windows[]");
     QEVAL_CHECK(i >= 0 && windows.insert(i).second, "{}.calibration.windows: window {} is negative or listed twice", at, i);
   }
-  const bool same_data = cal.value("same_data_as_evaluation", true) != false;
-  if (same_data)
-    for (std::int64_t w : windows)
-      QEVAL_CHECK(!evaluated.count(w), "{}.calibration.windows holds window {}, which the record also evaluates: "
-                  "calibration and evaluation windows must be disjoint", at, w);
+  const bool same_data = cal.value("same_data_as_evaluation", true) != false ||
+                         (!evaluated.data_hash.is_null() && cal.value("hash", json(nullptr)) == evaluated.data_hash);
   QEVAL_CHECK(!cal.contains("disjoint_from_evaluation") || cal["disjoint_from_evaluation"] == true,
               "{}.calibration.disjoint_from_evaluation is {}: qeval never calibrates on evaluated windows", at,
               json_text(cal["disjoint_from_evaluation"]));
+  if (!same_data) return;
+  if (!evaluated.protocol) {
+    // Without the windows protocol qeval calibrates only on other data; by index, what can be checked.
+    for (std::int64_t w : windows)
+      QEVAL_CHECK(!evaluated.windows.count(w), "{}.calibration.windows holds window {}, which the record also "
+                  "evaluates: calibration and evaluation windows must be disjoint", at, w);
+    return;
+  }
+  const ProtocolSpec& ep = *evaluated.protocol;
+  const ProtocolSpec cp = calibration_protocol(cal, ep, at);
+  std::vector<StreamRange> ranges;  // evaluated, in stream order
+  for (std::int64_t e : evaluated.windows) ranges.push_back(windows_stream_range(ep, e));
+  for (std::int64_t w : windows) {
+    const StreamRange r = windows_stream_range(cp, w);
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), r.first,
+                               [](std::int64_t first, const StreamRange& e) { return first < e.end; });
+    if (it == ranges.end() || it->first >= r.end) continue;
+    const std::int64_t e = *std::next(evaluated.windows.begin(), it - ranges.begin());
+    fail("{}.calibration.windows holds window {} (stream tokens {}..{} of the evaluation data, windows of {}), which "
+         "overlaps evaluated window {} (tokens {}..{}, windows of {}): calibration and evaluation windows must be "
+         "disjoint", at, w, r.first, r.end - 1, cp.seq_len, e, it->first, it->end - 1, ep.seq_len);
+  }
 }
 
 // "calibrated_weights" (eval/weight_calibration_pass.h): present exactly when the spec's weights are
 // calibrated (GPTQ, AWQ); its method the spec's; its windows disjoint from the evaluated ones; each
 // selected linear once (GPTQ: with a finite non-negative loss); AWQ's mappings each with finite
 // non-negative losses, or a reason it was skipped.
-void check_calibrated_weights(const json& d, const SchemeSpec& spec, const std::set<std::int64_t>& evaluated,
+void check_calibrated_weights(const json& d, const SchemeSpec& spec, const Evaluated& evaluated,
                               const std::string& where) {
   if (!spec.needs_weight_calibration()) {
     QEVAL_CHECK(!d.contains("calibrated_weights"), "{}: has \"calibrated_weights\", but its spec's weights are not "
@@ -147,7 +206,7 @@ void check_calibrated_weights(const json& d, const SchemeSpec& spec, const std::
   }
 }
 
-void check_static_scales(const json& d, const SchemeSpec& spec, const std::set<std::int64_t>& evaluated,
+void check_static_scales(const json& d, const SchemeSpec& spec, const Evaluated& evaluated,
                          const std::string& where) {
   if (!spec.needs_calibration()) {
     QEVAL_CHECK(!d.contains("static_scales"), "{}: has \"static_scales\", but its spec's input activations are not "
@@ -319,6 +378,7 @@ void check_layers(const json& d, const SchemeSpec& spec, const std::optional<Mod
 void verify_scheme_sections(const nlohmann::json& record, const std::set<std::int64_t>& evaluated,
                             const std::string& source) {
   const std::optional<ModelConfig> config = record_config(record);
+  const Evaluated evaluated_windows = evaluated_of(record, evaluated);
   for (const json& entry : record.at("schemes")) {
     const std::string name = entry.at("name").get<std::string>();
     const std::string where = fmt::format("{}: scheme {}", source, in_quotes(name));
@@ -332,8 +392,8 @@ void verify_scheme_sections(const nlohmann::json& record, const std::set<std::in
       fail("{} (the record's resolved spec does not parse)", e.what());
     }
     check_preset_spec(entry, name, spec, record, where);
-    check_static_scales(d, spec, evaluated, where);
-    check_calibrated_weights(d, spec, evaluated, where);
+    check_static_scales(d, spec, evaluated_windows, where);
+    check_calibrated_weights(d, spec, evaluated_windows, where);
     check_imatrix(d, spec, where);
     check_kv_cache_error(d, spec, config, static_cast<std::int64_t>(evaluated.size()), where);
     check_layers(d, spec, config, where);

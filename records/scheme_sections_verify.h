@@ -6,7 +6,8 @@
 //     (--quantize-lm-head, --quantize-ssm-inner) — so `compare` can take a family from the spec;
 //   - "static_scales": present exactly when the spec's input activations are static; its statistic,
 //     window count and kept positions are the spec's; its calibration windows are distinct and, on
-//     the evaluation's own data, none of them is evaluated; every layer is one the spec selects,
+//     the evaluation's own data (by name or by hash), none shares a stream token with an evaluated
+//     window (compared as stream ranges: --calibration-seq-len makes them of another length); every layer is one the spec selects,
 //     once, with a finite amax >= 0 and the scale the spec derives from it, bit for bit;
 //   - "calibrated_weights": present exactly when the spec's weights are calibrated (GPTQ, AWQ), with
 //     the spec's method; its window count is the spec's, its windows distinct and none evaluated (as

@@ -90,6 +90,13 @@ ProtocolSpec ProtocolSpec::defaults_for(const std::string& name) {
   fail("unknown protocol '{}': expected one of {}", name, fmt::join(names(), ", "));
 }
 
+StreamRange windows_stream_range(const ProtocolSpec& windows, std::int64_t index) {
+  QEVAL_CHECK(windows.name == "windows" && !windows.bos_per_window_auto,
+              "windows_stream_range: needs the windows protocol with bos_per_window decided, found {}", windows.name);
+  const std::int64_t take = windows.seq_len - (windows.bos_per_window ? 1 : 0);  // as WindowStream::next
+  return {index * take, (index + 1) * take};
+}
+
 ProtocolSpec& ProtocolSpec::resolve_bos_per_window(const Tokenizer* tokenizer) {
   if (bos_per_window_auto) bos_per_window = tokenizer != nullptr && tokenizer->bos_per_window_by_default();
   bos_per_window_auto = false;

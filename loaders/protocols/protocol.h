@@ -88,6 +88,15 @@ std::vector<std::string> protocol_names();  // the presets, as in configs/protoc
 ProtocolSpec load_protocol(const std::string& name_or_path);
 const std::string& protocol_preset_json(const std::string& name);
 
+// Protocol `windows`: the stream tokens that window `index` holds, [first, end). A window takes
+// seq_len stream tokens, or seq_len − 1 after its BOS (bos_per_window, resolved); so windows of
+// two lengths over one stream can be told apart (calibration windows against evaluated ones).
+struct StreamRange {
+  std::int64_t first = 0, end = 0;
+  bool overlaps(const StreamRange& o) const { return first < o.end && o.first < end; }
+};
+StreamRange windows_stream_range(const ProtocolSpec& windows, std::int64_t index);
+
 std::string to_string(Separator s);
 Separator parse_separator(const std::string& s);  // throws with the valid names
 std::string to_string(BosMode b);

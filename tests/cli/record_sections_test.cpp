@@ -11,6 +11,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -173,6 +174,85 @@ TEST(RecordSections, CalibrationWindowsApplyToEveryCalibratedScheme) {
   EXPECT_EQ(r["options"]["calibration_windows"], 5);
   r["options"]["calibration_windows"] = 6;
   EXPECT_TRUE(test::throws_with([&] { verify_record(r, "r.json"); }, {"r.json: scheme", "is not that preset's"}));
+}
+
+// The stream tokens of window `w` of a record's windows protocol (or of a calibration's).
+std::pair<std::int64_t, std::int64_t> stream_range(const json& protocol, std::int64_t w) {
+  const std::int64_t take = protocol.at("seq_len").get<std::int64_t>() - (protocol.at("bos_per_window") == true ? 1 : 0);
+  return {w * take, (w + 1) * take};
+}
+
+// --calibration-seq-len: calibration windows of another length over the evaluation data are the
+// first that share no stream token with an evaluated window, and the verifier compares stream
+// ranges, not indices: window 3 of 48 tokens is no evaluated index but overlaps evaluated window 2.
+TEST(RecordSections, CalibrationWindowsOfAnotherLengthShareNoTokenWithTheEvaluation) {
+  test::TempDir dir;
+  const json record = test::stories_eval_record(
+      dir, "seq_len",
+      "--model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt --seq-len 64 "
+      "--max-windows 3 --calibration-windows 4 --calibration-seq-len 48 --schemes full,int8-moderate-static,gptq-w4");
+  ASSERT_FALSE(record.is_null());
+  EXPECT_NO_THROW(verify_record(record, "r.json"));
+  EXPECT_EQ(record["options"]["calibration_seq_len"], 48);
+  json r = record;
+  for (const char* name : {"int8-moderate-static", "gptq-w4"}) {
+    const json& d = scheme(r, name)["description"];
+    const json& cal = d.contains("static_scales") ? d["static_scales"]["calibration"] : d["calibrated_weights"]["calibration"];
+    ASSERT_EQ(cal["protocol"]["seq_len"], 48) << name;
+    EXPECT_EQ(cal["same_data_as_evaluation"], true) << name;
+    // The evaluation reads stream tokens [0, 3 windows); calibration starts at the first 48-token window after them.
+    const std::int64_t evaluated_end = stream_range(record["protocol"], 2).second;
+    const std::int64_t first = cal["windows"][0].get<std::int64_t>();
+    EXPECT_GE(stream_range(cal["protocol"], first).first, evaluated_end) << name;
+    EXPECT_LT(stream_range(cal["protocol"], first - 1).first, evaluated_end) << name;  // and not later
+    EXPECT_EQ(cal["windows"], json({first, first + 1, first + 2, first + 3})) << name;
+  }
+  scheme(r, "gptq-w4")["description"]["calibrated_weights"]["calibration"]["windows"][0] = 3;
+  EXPECT_TRUE(test::throws_with([&] { verify_record(r, "r.json"); },
+                                {"calibrated_weights.calibration.windows holds window 3 (stream tokens", "which overlaps "
+                                 "evaluated window 2", "calibration and evaluation windows must be disjoint"}));
+}
+
+// --calibration-data: another text calibrates from its first window, named with its hash in the
+// record; a copy of the evaluation data under another name is the evaluation data, and its
+// evaluated windows are skipped (the verifier knows it by hash). Without a calibrated scheme the
+// option is refused.
+TEST(RecordSections, CalibrationDataIsAnotherTextOrTheEvaluationsUnderAnyName) {
+  test::TempDir dir;
+  const std::string base = "--model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt "
+                           "--seq-len 64 --max-windows 3 --calibration-windows 2 --schemes full,gptq-w4 ";
+  const json other = test::stories_eval_record(dir, "other", base + "--calibration-data text/tinyshakespeare/input.txt");
+  ASSERT_FALSE(other.is_null());
+  EXPECT_NO_THROW(verify_record(other, "r.json"));
+  json r = other;
+  json& cal = scheme(r, "gptq-w4")["description"]["calibrated_weights"]["calibration"];
+  EXPECT_EQ(cal["same_data_as_evaluation"], false);
+  EXPECT_EQ(cal["windows"], json({0, 1}));
+  EXPECT_NE(cal["path"].get<std::string>().find("tinyshakespeare/input.txt"), std::string::npos);
+  EXPECT_NE(cal["hash"], other["data"]["hash"]);
+  EXPECT_NE(other["options"]["calibration_data"].get<std::string>().find("tinyshakespeare"), std::string::npos);
+  // Told it was another text while its hash is the evaluation's: the windows must then be disjoint.
+  cal["hash"] = other["data"]["hash"];
+  EXPECT_TRUE(test::throws_with([&] { verify_record(r, "r.json"); }, {"holds window 0", "overlaps evaluated window 0"}));
+
+  {
+    std::ifstream in(test::data_dir() / "text/tinystories/validation-head.txt", std::ios::binary);
+    std::ofstream(dir / "copy.txt", std::ios::binary) << in.rdbuf();
+  }
+  const json copy = test::stories_eval_record(dir, "copy", base + "--calibration-data " + (dir / "copy.txt").string());
+  ASSERT_FALSE(copy.is_null());
+  EXPECT_NO_THROW(verify_record(copy, "r.json"));
+  json c = copy;
+  EXPECT_EQ(scheme(c, "gptq-w4")["description"]["calibrated_weights"]["calibration"]["same_data_as_evaluation"], true);
+  EXPECT_EQ(scheme(c, "gptq-w4")["description"]["calibrated_weights"]["calibration"]["windows"], json({3, 4}));
+
+  const test::CommandResult refused = test::run_qeval(
+      test::kEval + " --data-dir " + test::data_dir().string() +
+      " --model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt --seq-len 64 "
+      "--max-windows 2 --schemes full,w4-zeropoint --calibration-data text/tinyshakespeare/input.txt");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.output.find("--calibration-data text/tinyshakespeare/input.txt: sets the calibration of "
+                                "calibrated schemes"), std::string::npos) << refused.output;
 }
 
 // A rounding variant is named after its scheme and verified with it; a user's scheme under its own
