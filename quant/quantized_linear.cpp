@@ -114,12 +114,11 @@ QuantizedLinear::QuantizedLinear(const std::string& name, const at::Tensor& weig
         const std::int64_t k = c.w4 ? c.w4->in_features() : c.dequantized.size(1);
         QEVAL_CHECK(n == weight.size(0) && k == weight.size(1), "QuantizedLinear {}: the calibrated weight is [{}, {}], "
                     "the layer's weight [{}, {}]", name, n, k, weight.size(0), weight.size(1));
-        if (c.w4) {
+        if (c.w4)
           w4_ = *c.w4;
-        } else {
+        else
           float_weight_ = c.dequantized;
-          calibrated_bytes_ = c.bytes;
-        }
+        calibrated_bytes_ = c.bytes;  // as the method's checkpoints pack them (GPTQ at 3 bits: 3 bits a code)
       } else {
         w4_ = quantize_w4_weight(weight.contiguous(), weights_, name);
       }
@@ -228,9 +227,9 @@ std::int64_t QuantizedLinear::weight_bytes() const {
   // Kept rows and outlier features run the fp32 weight, so such a layer holds it besides the
   // packed one.
   if (float_op_) bytes += float_op_->weight().numel() * 4;
+  if (calibrated_bytes_ > 0) return bytes + calibrated_bytes_;
   if (int8_) return bytes + int8_->bytes();
   if (w4_) return bytes + w4_->bytes();
-  if (calibrated_bytes_ > 0) return bytes + calibrated_bytes_;
   if (weights_.is_float_format()) return bytes + float_format_weight_bytes(weights_, out_, in_);
   if (weights_.kind == QuantKind::ggml)
     return bytes + ggml_tensor_bytes(ggml_type_from_json_name(weights_.ggml_type, name_, false), out_, in_);

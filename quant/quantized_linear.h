@@ -155,7 +155,7 @@ class QuantizedLinear final : public Linear {
   std::int64_t in_ = 0, out_ = 0;
   std::optional<Int8Weight> int8_;  // exactly one of int8_, w4_, float_weight_ holds the weight
   std::optional<W4Weight> w4_;
-  std::int64_t calibrated_bytes_ = 0;  // GPTQ codes held dequantised (g_idx): what they take packed
+  std::int64_t calibrated_bytes_ = 0;  // GPTQ / AWQ weights: what they take packed as their checkpoints pack them
   at::Tensor float_weight_;         // weights not quantised (activation-only schemes), or dequantised
                                     // once (fp8, mx, nvfp4: no CPU arithmetic for those elements)
   at::Tensor bias_;                 // [out] float32 or undefined, kept in full precision

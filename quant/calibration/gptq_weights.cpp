@@ -24,13 +24,17 @@ GptqOptions gptq_options(const QuantSpec& weights) {
 }
 
 CalibratedWeight calibrated_weight(const GptqResult& result, const QuantSpec& weights, const std::string& name) {
-  QEVAL_CHECK(weights.bits() == 4, "{}: GPTQ's codes execute here as 4-bit zero-point weights, found {} bits", name,
-              weights.bits());
+  const int bits = weights.bits();
+  QEVAL_CHECK(bits >= 2 && bits <= 4, "{}: GPTQ's codes execute here in the 4-bit zero-point container, which holds "
+              "2 to 4 bits; found {} bits", name, bits);
+  QEVAL_CHECK(result.codes.numel() == 0 || result.codes.max().item<int>() < (1 << bits),
+              "{}: a GPTQ code exceeds {} bits", name, bits);
   const std::int64_t N = result.codes.size(0), K = result.codes.size(1);
   const std::int64_t G = result.scales.size(1);
   CalibratedWeight c;
   const std::int64_t scale_bytes = 2 * N * G * 4;  // float32 scales and zeros
-  const std::int64_t code_bytes = N * ((K + 1) / 2);
+  // Counted at their width, as GPTQ checkpoints pack them (32 / b codes per int32 along K); held in nibbles here.
+  const std::int64_t code_bytes = N * ((K * bits + 7) / 8);
   const std::int64_t group = weights.granularity == Granularity::group ? std::min(weights.group_size, K) : K;
   const at::Tensor consecutive = at::div(at::arange(K, at::kInt), group, "floor").to(at::kInt);
   if (result.group_of_column.equal(consecutive)) {

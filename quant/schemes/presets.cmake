@@ -9,7 +9,7 @@ set(QEVAL_SCHEME_PRESETS full int8-fine int8-moderate int8-coarse int8-vectorwis
     gguf-q8_0 gguf-q6_k gguf-q5_k_m gguf-q4_k_m gguf-q4_k_s gguf-q4_0 gguf-iq4_nl gguf-mxfp4-moe)
 
 # GPTQ's calibrated 4-bit weights (issue 77, docs/calibrated.md).
-list(APPEND QEVAL_SCHEME_PRESETS gptq-w4-g128 gptq-w4-g128-desc gptq-w4)
+list(APPEND QEVAL_SCHEME_PRESETS gptq-w4-g128 gptq-w4-g128-desc gptq-w3-g128 gptq-w4)
 # AWQ's (issue 77 item 3, docs/calibrated.md).
 list(APPEND QEVAL_SCHEME_PRESETS awq-w4-g128)
 

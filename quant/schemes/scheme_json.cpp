@@ -371,11 +371,18 @@ QuantSpec quant_from_json(const nlohmann::json& j, Role role, const std::string&
                     "{}: method {} quantises per channel or in groups along the input (granularity channel or "
                     "group:g), found '{}'", where, method, q.granularity_name());
       if (method == "gptq") q.gptq = gptq_from_json(j.contains("gptq") ? j.at("gptq") : nlohmann::json::object(), where);
+      if (method == "gptq" && j.contains("bits")) {
+        const std::int64_t bits = json_integer(j.at("bits"), where + ": bits");
+        QEVAL_CHECK(bits >= 2 && bits <= 4, "{}: bits {}: GPTQ's codes here are 2, 3 or 4 bits wide (held in the "
+                    "4-bit container of int4_zeropoint); 8-bit GPTQ has no integer kind here yet", where, bits);
+        q.gptq->bits = static_cast<int>(bits);
+      }
       if (method == "awq") q.awq = awq_from_json(j.contains("awq") ? j.at("awq") : nlohmann::json::object(), where);
     }
     if (j.contains("bits"))
-      QEVAL_CHECK(json_integer(j.at("bits"), where + ": bits") == q.bits(), "{}: bits {} disagrees with kind {} ({} bits)",
-                  where, j.at("bits").dump(), to_string(q.kind), q.bits());
+      QEVAL_CHECK(json_integer(j.at("bits"), where + ": bits") == q.bits(), "{}: bits {} disagrees with kind {} ({} bits){}",
+                  where, j.at("bits").dump(), to_string(q.kind), q.bits(),
+                  q.kind == QuantKind::int4_zeropoint ? "; 2 and 3 bits need \"method\": \"gptq\"" : "");
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", where, e.what());
   }

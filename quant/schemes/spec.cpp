@@ -10,7 +10,7 @@ int QuantSpec::bits() const {
   switch (kind) {
     case QuantKind::none: return 32;
     case QuantKind::int8_absmax: return 8;
-    case QuantKind::int4_zeropoint: return 4;
+    case QuantKind::int4_zeropoint: return gptq ? gptq->bits : 4;
     case QuantKind::fp8:
     case QuantKind::mx:
     case QuantKind::nvfp4: return element_format(element).bits();

@@ -110,6 +110,10 @@ enum class ExecutionPreference { automatic, reference, kernel };
 //            "group_params": "original" | "updated",
 //            "arithmetic": "llm-compressor" | "autogptq",
 //            "calibration": {"windows": 128}}
+// and, at the weights' level, "bits": 2, 3 or 4 (default 4): GPTQ's codes of that width, held and
+// executed in the 4-bit container of int4_zeropoint (a code c of b bits dequantises as
+// (c − zero) · scale on the same kernels); the record counts them at b bits, as GPTQ checkpoints
+// pack them. Round to nearest and AWQ stay at 4 bits.
 // actorder static: columns in order of descending H_jj, each keeping its original group's
 // parameters (llm-compressor's "static" / "weight"); group: the same order with groups formed in
 // it and their parameters from the updated weights, a g_idx per column (AutoGPTQ's desc_act,
@@ -126,8 +130,9 @@ struct GptqSpec {
   bool updated_group_params = false;  // "group_params": "updated"
   bool autogptq_arithmetic = false;   // "arithmetic": "autogptq"
   std::int64_t windows = 128;         // "calibration": {"windows": N}
+  int bits = 4;                       // the weights' "bits": 2, 3 or 4
   bool operator==(const GptqSpec& o) const {
-    return symmetric == o.symmetric && dampening == o.dampening && block_size == o.block_size &&
+    return bits == o.bits && symmetric == o.symmetric && dampening == o.dampening && block_size == o.block_size &&
            actorder == o.actorder && updated_group_params == o.updated_group_params &&
            autogptq_arithmetic == o.autogptq_arithmetic && windows == o.windows;
   }
@@ -171,7 +176,7 @@ struct QuantSpec {
   // fp8, mx or nvfp4: elements of a floating-point type (quant/formats/minifloat.h).
   bool is_float_format() const { return kind == QuantKind::fp8 || kind == QuantKind::mx || kind == QuantKind::nvfp4; }
   bool is_static() const { return calibration.has_value(); }
-  int bits() const;  // 8, 6, 4, or 32 for none
+  int bits() const;  // 8, 6, 4 (GPTQ: 2, 3 or 4), or 32 for none
   std::string granularity_name() const;  // "tensor", "channel", "group:128", "block:32", ...
   // How the weights' codes are chosen: "rtn" (round to nearest, in the rewrite), "gptq" or "awq"
   // (calibrated before the evaluation), and the calibrated methods' windows (0 for rtn).

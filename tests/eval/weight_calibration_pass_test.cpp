@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "eval/evaluator.h"
 #include "eval/weight_calibration_pass.h"
+#include "kernels/w4_gemm.h"
 #include "model/transformer.h"
 #include "quant/calibration/gptq_weights.h"
 #include "quant/calibration/gptq_solve.h"
@@ -163,7 +164,7 @@ TEST(WeightCalibrationPass, TheSchemeRunsTheSolvedCodesOnBothPaths) {
   const std::vector<Window> windows = random_windows(4, 16, 64);
   auto reader = transformer_reader(model);
   WeightCalibrator calibrator(*reader, [&](std::int64_t) { return CalibrationWindows{windows, {}}; });
-  for (const std::string preset : {"gptq-w4-g128", "gptq-w4-g128-desc", "gptq-w4"}) {
+  for (const std::string preset : {"gptq-w4-g128", "gptq-w4-g128-desc", "gptq-w3-g128", "gptq-w4"}) {
     SchemeSpec spec = gptq_spec(preset, 4, preset == "gptq-w4" ? 0 : 16);
     spec.calibrated_weights = calibrator.weights_for(spec);
     const bool g_idx = spec.weights.gptq->actorder == GptqActOrder::group;
@@ -181,10 +182,18 @@ TEST(WeightCalibrationPass, TheSchemeRunsTheSolvedCodesOnBothPaths) {
       const QuantizedLinear kernel(l.name, f->weight(), f->bias(), spec, ExecutionPath::kernel);
       EXPECT_TRUE(test::tensors_close(kernel.forward(x), expected, 1e-4, 1e-4)) << preset;
     }
-    // Packed bytes: half a byte per code, float32 scales and zeros (and the g_idx).
+    // Packed bytes: b bits per code (b / 8 bytes), float32 scales and zeros (and the g_idx).
+    const int bits = spec.weights.bits();
+    EXPECT_EQ(bits, preset == "gptq-w3-g128" ? 3 : 4) << preset;
     const std::int64_t N = l.linear->out_features(), K = l.linear->in_features();
     const std::int64_t G = spec.weights.granularity == Granularity::group ? (K + 15) / 16 : 1;
-    EXPECT_EQ(reference.weight_bytes(), N * K / 2 + 8 * N * G + (g_idx ? 4 * K : 0)) << preset;
+    EXPECT_EQ(reference.weight_bytes(), N * K * bits / 8 + 8 * N * G + (g_idx ? 4 * K : 0)) << preset;
+    // The codes span the b-bit range and no more: (w − zero·s) / s takes 2^b values per group.
+    if (!g_idx) {
+      const at::Tensor codes = kernels::unpack_u4(c.w4->qweight, K);
+      EXPECT_EQ(codes.max().item<int>(), (1 << bits) - 1) << preset;
+      EXPECT_EQ(codes.min().item<int>(), 0) << preset;
+    }
   }
 }
 

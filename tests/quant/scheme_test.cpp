@@ -56,9 +56,10 @@ TEST(SchemePresets, MatchTheDesignTable) {
     return s;
   };
   // Issue 77: GPTQ (docs/calibrated.md): llm-compressor 0.14's W4A16 defaults, AutoGPTQ 0.7.1's desc_act.
-  auto gptq = [](Granularity g, std::int64_t group, GptqActOrder order, bool autogptq) {
+  auto gptq = [](Granularity g, std::int64_t group, GptqActOrder order, bool autogptq, int bits = 4) {
     QuantSpec s = q(QuantKind::int4_zeropoint, g, group);
     GptqSpec settings;
+    settings.bits = bits;
     settings.actorder = order;
     settings.updated_group_params = autogptq;
     settings.autogptq_arithmetic = autogptq;
@@ -109,6 +110,7 @@ TEST(SchemePresets, MatchTheDesignTable) {
       {"gguf-mxfp4-moe", gg("mxfp4_moe"), kNone, kNone, 0, std::nullopt, true},
       {"gptq-w4-g128", gptq(G::group, 128, GptqActOrder::static_order, false), kNone, kNone},
       {"gptq-w4-g128-desc", gptq(G::group, 128, GptqActOrder::group, true), kNone, kNone},
+      {"gptq-w3-g128", gptq(G::group, 128, GptqActOrder::static_order, false, 3), kNone, kNone},
       {"gptq-w4", gptq(G::channel, 0, GptqActOrder::static_order, false), kNone, kNone},
       {"awq-w4-g128", awq(G::group, 128), kNone, kNone},
       // Issue 62: quantised key/value caches (docs/kv-cache.md); their kv_cache in kKvRows below.
@@ -258,6 +260,15 @@ TEST(SchemeSpec, InvalidSpecsFailListingTheValidValues) {
                {"calibration.windows", "at least 1"});
   expect_error(parse(R"({"weights": {"kind": "int8_absmax", "granularity": "channel", "method": "gptq"}})"),
                {"unknown key 'method'"});
+  // GPTQ's widths: 2 to 4 bits in the 4-bit container; round to nearest stays at 4.
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq", "bits": 8}})"),
+               {"bits 8", "2, 3 or 4 bits", "8-bit GPTQ"});
+  expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "bits": 3}})"),
+               {"bits 3 disagrees with kind int4_zeropoint (4 bits)", "need \"method\": \"gptq\""});
+  const SchemeSpec two = scheme_from_json(nlohmann::json::parse(
+      R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq", "bits": 2}})"), "spec.json");
+  EXPECT_EQ(two.weights.bits(), 2);
+  EXPECT_EQ(scheme_from_json(scheme_to_json(two), "again").weights, two.weights);  // the width round-trips
   expect_error(parse(R"({"weights": {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq"},
                          "input_activations": {"kind": "int8_absmax", "granularity": "token"}})"),
                {"method gptq calibrates weight-only schemes"});
