@@ -1,5 +1,6 @@
 #include "eval/awq_layer.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -13,6 +14,9 @@
 namespace qeval {
 
 namespace {
+
+// How many of a mapping's largest scales the record lists.
+constexpr std::int64_t kAwqLargestScales = 16;
 
 // A linear that keeps a copy of every input before computing its output as `inner` does.
 class InputRecorder final : public Linear {
@@ -128,6 +132,17 @@ AwqLayerResult awq_layer(const Block& full, const std::vector<at::Tensor>& strea
     }
     awq_fold_scales(r.scales, take(m->smooth + ".weight"), take(m->smooth + ".bias"), balance, m->name);
     const AwqGridPoint& best = r.grid[r.best_index];
+    // The input channels AWQ protects most (its largest scales), to set beside the outlier
+    // channels the statistics measure (docs/calibrated.md, the study in results/calibrated/).
+    nlohmann::json largest = nlohmann::json::array();
+    {
+      const at::Tensor s = r.scales.to(at::kDouble).contiguous();
+      const std::int64_t k = std::min<std::int64_t>(kAwqLargestScales, s.numel());
+      const auto top = s.topk(k);
+      const at::Tensor values = std::get<0>(top), indices = std::get<1>(top);
+      for (std::int64_t i = 0; i < k; ++i)
+        largest.push_back({{"channel", indices[i].item<std::int64_t>()}, {"scale", values[i].item<double>()}});
+    }
     entries[static_cast<std::size_t>(m - mappings.data())] = {{"name", m->name},
                                {"smooth", m->smooth},
                                {"balance", m->balance},
@@ -137,7 +152,8 @@ AwqLayerResult awq_layer(const Block& full, const std::vector<at::Tensor>& strea
                                {"duo", best.duo},
                                {"loss", r.best_loss},
                                {"initial_loss", r.initial_loss},
-                               {"tokens", mean.tokens()}};
+                               {"tokens", mean.tokens()},
+                               {"largest_scales", largest}};
     for (const std::string& b : m->balance) result.balanced_by[b] = m->name;
   }
   for (nlohmann::json& e : entries) result.mappings.push_back(std::move(e));

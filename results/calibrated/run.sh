@@ -7,7 +7,8 @@
 # evaluated windows in every part (--seed 0), so every row is paired with the same full precision.
 # Parts:
 #   gptq     full, w4-zeropoint, w4-zeropoint-g128, gptq-w4, gptq-w4-g128, gptq-w4-g128-desc
-#   others   full, awq-w4-g128, gptq-w3-g128, gguf-q4_k_m, gguf-q4_0, gguf-iq4_nl
+#   others   full, int8-mixed (its outlier channels, |x| >= 6, beside AWQ's largest scales), awq-w4-g128,
+#            gptq-w3-g128, gguf-q4_k_m, gguf-q4_0, gguf-iq4_nl
 #   imatrix  full, gguf-q4_k_m, gguf-q4_0, gguf-iq4_nl with the C4 importance matrix qeval collected
 #            (results/imatrix/smollm2-135m-c4.imatrix.gguf; docs/calibrated.md says how)
 # Needs scripts/models (SmolLM2 from PyPI) and the shared data folder. From the repository root:
@@ -25,7 +26,7 @@ calibration_windows=${CALIBRATION_WINDOWS:-32}
 declare -A data=([wikitext2]=text/wikitext-2-raw-v1/test.joined.txt [c4]=text/c4/c4-en-validation-excerpt-1025.jsonl)
 declare -A schemes=(
   [gptq]=full,w4-zeropoint,w4-zeropoint-g128,gptq-w4,gptq-w4-g128,gptq-w4-g128-desc
-  [others]=full,awq-w4-g128,gptq-w3-g128,gguf-q4_k_m,gguf-q4_0,gguf-iq4_nl
+  [others]=full,int8-mixed,awq-w4-g128,gptq-w3-g128,gguf-q4_k_m,gguf-q4_0,gguf-iq4_nl
   [imatrix]=full,gguf-q4_k_m,gguf-q4_0,gguf-iq4_nl)
 declare -A extra=(
   [gptq]="--calibration-windows $calibration_windows"

@@ -5,6 +5,8 @@
 // carries the folded norms and runs alike on the 4-bit kernels and the reference path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -153,6 +155,7 @@ struct RouteResult {
   std::map<std::string, std::size_t> grid_index;  // by mapping name
   std::map<std::string, at::Tensor> codes;        // by linear name
   std::map<std::string, at::Tensor> norms;        // folded norm gains
+  std::map<std::string, at::Tensor> scales;       // the chosen scales, by mapping name
 };
 
 RouteResult search_through_forward(const Transformer& full, const Calibrated& c, const std::vector<Window>& windows,
@@ -228,6 +231,7 @@ RouteResult search_through_forward(const Transformer& full, const Calibrated& c,
             options);
       }
       out.grid_index[mapping.name] = r.best_index;
+      out.scales[mapping.name] = r.scales.to(at::kDouble);
       const auto bias = work.find(mapping.smooth + ".bias");
       awq_fold_scales(r.scales, work.at(mapping.smooth + ".weight"), bias == work.end() ? at::Tensor() : bias->second,
                       balance, mapping.name);
@@ -255,6 +259,23 @@ TEST(AwqPass, EachMappingIsSearchedOnTheOutputsOfTheSchemesQuantisedLayersBefore
     nonzero += index != 0;
     EXPECT_LE(m.at("loss").get<double>(), m.at("initial_loss").get<double>()) << name;
     EXPECT_EQ(m.at("tokens"), 4 * 24) << name;
+    // The record's largest scales: the route's 16 largest, channel and value, in descending order.
+    const at::Tensor& s = sequential.scales.at(name);
+    const nlohmann::json& largest = m.at("largest_scales");
+    ASSERT_EQ(largest.size(), static_cast<std::size_t>(std::min<std::int64_t>(16, s.numel()))) << name;
+    double previous = std::numeric_limits<double>::infinity();
+    for (const nlohmann::json& e : largest) {
+      const std::int64_t channel = e.at("channel").get<std::int64_t>();
+      const double scale = e.at("scale").get<double>();
+      EXPECT_EQ(scale, s[channel].item<double>()) << name << " channel " << channel;
+      EXPECT_LE(scale, previous) << name;
+      previous = scale;
+    }
+    // No channel left out has a larger scale than the smallest listed.
+    const std::int64_t listed_above = std::count_if(largest.begin(), largest.end(), [&](const nlohmann::json& e) {
+      return e.at("scale").get<double>() > previous;
+    });
+    EXPECT_EQ((s > previous).sum().item<std::int64_t>(), listed_above) << name;
   }
   EXPECT_GT(nonzero, 0) << "every mapping chose s = 1: the test would not see a wrong fold";
   for (const auto& [name, codes] : sequential.codes) {
