@@ -11,6 +11,9 @@
 #            gptq-w3-g128, gguf-q4_k_m, gguf-q4_0, gguf-iq4_nl
 #   imatrix  full, gguf-q4_k_m, gguf-q4_0, gguf-iq4_nl with the C4 importance matrix qeval collected
 #            (results/imatrix/smollm2-135m-c4.imatrix.gguf; docs/calibrated.md says how)
+#   pair     the Adam / OrthoAdam + softmax-1 pair of results/train/mix (d 256, seed 0, GPT-2 style: AWQ's
+#            mappings do not apply) on its own held-out text, PAIR_WINDOWS (512) windows of its own 128
+#            tokens: full, w4-zeropoint, w4-zeropoint-g128, gptq-w4, gptq-w4-g128, gptq-w3-g128
 # Needs scripts/models (SmolLM2 from PyPI) and the shared data folder. From the repository root:
 #   results/calibrated/run.sh                                   the committed run (16 windows, 32 calibration windows)
 #   PARTS=gptq TEXTS="wikitext2 c4" WINDOWS=64 CALIBRATION_WINDOWS=128 results/calibrated/run.sh
@@ -32,12 +35,32 @@ declare -A extra=(
   [gptq]="--calibration-windows $calibration_windows"
   [others]="--calibration-windows $calibration_windows"
   [imatrix]="--imatrix $root/results/imatrix/smollm2-135m-c4.imatrix.gguf")
+machine() { echo "load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; $(grep -o -w -E 'avx2|avx512f|avx512_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"; }
+if [[ " $parts " == *" pair "* ]]; then
+  # shellcheck source=configs/train/mix-recipes.sh
+  source "$root/configs/train/mix-recipes.sh"
+  mix_heldout "${QEVAL_DATA_DIR:-$root/../shared/data}"
+  # The pair's checkpoints hold no tokenizer: they were trained with stories260K's (configs/train/mix-run.sh).
+  tokenizer="${QEVAL_DATA_DIR:-$root/../shared/data}/models/stories260K/tok512.model"
+  for run in A-d256-s0-10k B-d256-s0-10k; do
+    mix_eval_window "$root/results/train/mix/$run"
+    name=pair-$run
+    echo "== $name ($(machine))" | tee "$here/$name.machine" >&2
+    /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$root/results/train/mix/$run" --tokenizer "$tokenizer" \
+      --data "$MIX_HELDOUT" --schemes full,w4-zeropoint,w4-zeropoint-g128,gptq-w4,gptq-w4-g128,gptq-w3-g128 \
+      "${MIX_WINDOW[@]}" --max-windows "${PAIR_WINDOWS:-512}" --seed 0 --calibration-windows "$calibration_windows" \
+      --out "$here/$name.json" -q > "$here/$name.md"
+    grep -E "Elapsed|Maximum resident" "$here/$name.time" >&2
+    gzip -9 -f "$here/$name.json"
+  done
+  parts=${parts//pair/}
+fi
 for model in $models; do "$root/scripts/models" --model "$model"; done
 for model in $models; do
   for text in $texts; do
     for part in $parts; do
       name=$model-$text-$part
-      echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; $(grep -o -w -E 'avx2|avx512f|avx512_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' '))" | tee "$here/$name.machine" >&2
+      echo "== $name ($(machine))" | tee "$here/$name.machine" >&2
       # shellcheck disable=SC2086
       /usr/bin/time -v -o "$here/$name.time" "$qeval" eval --model "$model" --data "${data[$text]}" \
         --schemes "${schemes[$part]}" --seq-len 512 --max-windows "$windows" --seed 0 ${extra[$part]} \
