@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,13 +25,56 @@ namespace qeval {
 
 namespace {
 
-// A linear that adds every input to a Hessian before computing its output as `inner` does.
+// The Hessians of one layer's linears. Linears that read the very same input tensor (q, k and v
+// read the attention norm's output; gate and up the MLP norm's) share one sum, so x xᵀ, the
+// calibration's largest cost, is computed once per input rather than once per linear; the sum is
+// the same, to the bit. Which linear shares whose sum is found on the first batch and must hold
+// on every later one.
+class LayerHessians {
+ public:
+  void add(const std::string& linear, const at::Tensor& x) {
+    const bool same_input = last_.defined() && x.is_same(last_) && x._version() == last_version_ && linear != last_owner_;
+    const auto shared = reads_like_.find(linear);
+    if (same_input) {
+      QEVAL_CHECK(shared != reads_like_.end() ? shared->second == last_owner_ : !sums_.count(linear),
+                  "Hessians: {} read {}'s input in one batch and not in another", linear, last_owner_);
+      reads_like_.emplace(linear, last_owner_);
+      return;
+    }
+    QEVAL_CHECK(shared == reads_like_.end(), "Hessians: {} read {}'s input in one batch and not in another", linear,
+                shared == reads_like_.end() ? "" : shared->second);
+    sums_.try_emplace(linear, x.size(-1)).first->second.add(x);
+    last_ = x;  // held, so that no other tensor can take its place at the same address
+    last_version_ = x._version();
+    last_owner_ = linear;
+  }
+  // The linear whose input (and sum) `linear` shares, or itself.
+  std::string owner(const std::string& linear) const {
+    const auto shared = reads_like_.find(linear);
+    return shared == reads_like_.end() ? linear : shared->second;
+  }
+  // A linear that read nothing has an empty sum (GPTQ then rounds it to nearest: every column dead).
+  const HessianAccumulator& of(const std::string& linear, std::int64_t in_features) {
+    const auto shared = reads_like_.find(linear);
+    if (shared != reads_like_.end()) return sums_.at(shared->second);
+    return sums_.try_emplace(linear, in_features).first->second;
+  }
+
+ private:
+  std::map<std::string, HessianAccumulator> sums_;  // by the first linear that read each input
+  std::map<std::string, std::string> reads_like_;   // a linear → the one whose input (and sum) it shares
+  at::Tensor last_;                                 // the last input summed
+  std::uint32_t last_version_ = 0;
+  std::string last_owner_;
+};
+
+// A linear that adds every input to its layer's Hessians before computing its output as `inner` does.
 class HessianLinear final : public Linear {
  public:
-  HessianLinear(std::shared_ptr<const Linear> inner, HessianAccumulator* hessian)
-      : inner_(std::move(inner)), hessian_(hessian) {}
+  HessianLinear(std::shared_ptr<const Linear> inner, LayerHessians* hessians, std::string name)
+      : inner_(std::move(inner)), hessians_(hessians), name_(std::move(name)) {}
   at::Tensor forward(const at::Tensor& x) const override {
-    hessian_->add(x);
+    hessians_->add(name_, x);
     return inner_->forward(x);
   }
   std::int64_t in_features() const override { return inner_->in_features(); }
@@ -41,7 +87,8 @@ class HessianLinear final : public Linear {
 
  private:
   std::shared_ptr<const Linear> inner_;
-  HessianAccumulator* hessian_;
+  LayerHessians* hessians_;
+  std::string name_;
 };
 
 // Consecutive windows of equal length, up to `batch_size` in a batch: [B, L] int64 tokens.
@@ -163,13 +210,10 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
     } else if (!names.empty()) {
       const GptqOptions options = gptq_options(spec.weights);
       // 1. the Hessians from full precision's layer on the scheme's stream
-      std::map<std::string, HessianAccumulator> hessians;
+      LayerHessians hessians;
       Block recording = full;
-      for (const NamedLinear& l : full.linears()) {
-        if (!spec.selects(l.name)) continue;
-        const auto it = hessians.emplace(l.name, HessianAccumulator(l.linear->in_features())).first;
-        recording.replace_linear(l.name, std::make_shared<HessianLinear>(l.linear, &it->second));
-      }
+      for (const NamedLinear& l : full.linears())
+        if (spec.selects(l.name)) recording.replace_linear(l.name, std::make_shared<HessianLinear>(l.linear, &hessians, l.name));
       {
         PhaseScope calibrate(Phase::calibrate, kNoScheme);
         for (std::size_t b = 0; b < stream.size(); ++b) {
@@ -185,13 +229,14 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
           const auto* linear = dynamic_cast<const FloatLinear*>(l.linear.get());
           QEVAL_CHECK(linear != nullptr, "scheme {}: GPTQ needs the float weight of {}, found {}", spec.name, l.name,
                       l.linear->describe());
-          const HessianAccumulator& h = hessians.at(l.name);
+          const HessianAccumulator& h = hessians.of(l.name, l.linear->in_features());
           const GptqResult r = gptq_solve(linear->weight().to(at::kFloat).contiguous(), h.hessian(), options, l.name);
           made->by_name[l.name] = calibrated_weight(r, spec.weights, l.name);
           layers.push_back({{"name", l.name},
                             {"loss", r.loss},
                             {"dead_columns", r.dead_columns},
                             {"fell_back_to_rtn", r.fell_back_to_rtn},
+                            {"hessian_of", hessians.owner(l.name)},
                             {"samples", h.samples()},
                             {"rows", h.rows()}});
         }

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,20 @@ TEST(WeightCalibrationPass, EachLayerIsSolvedOnTheOutputsOfTheSchemesQuantisedLa
   EXPECT_EQ(d.at("windows"), 6);
   EXPECT_EQ(d.at("window_hashes").size(), 6u);
   ASSERT_EQ(d.at("layers").size(), sequential.size());
+  // Linears that read one input share its Hessian (k and v q's, up gate's); the codes above show the sum is the same.
+  std::set<std::string> names;
+  for (const nlohmann::json& l : d.at("layers")) names.insert(l.at("name").get<std::string>());
+  std::int64_t shared = 0;
+  for (const nlohmann::json& l : d.at("layers")) {
+    const std::string name = l.at("name").get<std::string>();
+    const std::string prefix = name.substr(0, name.rfind('.', name.rfind('.') - 1) + 1);  // "layers.3."
+    std::string expected = name;
+    if (name == prefix + "attn.k" || name == prefix + "attn.v") expected = prefix + "attn.q";
+    if (name == prefix + "mlp.up" && names.count(prefix + "mlp.gate")) expected = prefix + "mlp.gate";
+    EXPECT_EQ(l.at("hessian_of"), expected) << l.dump();
+    shared += expected != name;
+  }
+  EXPECT_GT(shared, 0) << "no linear shares an input here: the test would not see a shared sum";
   for (const nlohmann::json& l : d.at("layers")) {
     EXPECT_EQ(l.at("samples"), 6) << l.dump();
     EXPECT_GT(l.at("loss").get<double>(), 0) << l.dump();
