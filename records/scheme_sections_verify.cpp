@@ -144,8 +144,9 @@ void check_calibration_windows(const json& s, std::int64_t count, const Evaluate
     if (it == ranges.end() || it->first >= r.end) continue;
     const std::int64_t e = *std::next(evaluated.windows.begin(), it - ranges.begin());
     fail("{}.calibration.windows holds window {} (stream tokens {}..{} of the evaluation data, windows of {}), which "
-         "overlaps evaluated window {} (tokens {}..{}, windows of {}): calibration and evaluation windows must be "
-         "disjoint", at, w, r.first, r.end - 1, cp.seq_len, e, it->first, it->end - 1, ep.seq_len);
+         "the record also evaluates: it overlaps evaluated window {} (tokens {}..{}, windows of {}); calibration and "
+         "evaluation windows must be disjoint", at, w, r.first, r.end - 1, cp.seq_len, e, it->first, it->end - 1,
+         ep.seq_len);
   }
 }
 

@@ -209,8 +209,9 @@ TEST(RecordSections, CalibrationWindowsOfAnotherLengthShareNoTokenWithTheEvaluat
   }
   scheme(r, "gptq-w4")["description"]["calibrated_weights"]["calibration"]["windows"][0] = 3;
   EXPECT_TRUE(test::throws_with([&] { verify_record(r, "r.json"); },
-                                {"calibrated_weights.calibration.windows holds window 3 (stream tokens", "which overlaps "
-                                 "evaluated window 2", "calibration and evaluation windows must be disjoint"}));
+                                {"calibrated_weights.calibration.windows holds window 3 (stream tokens", "which the record "
+                                 "also evaluates", "overlaps evaluated window 2", "calibration and evaluation windows "
+                                 "must be disjoint"}));
 }
 
 // --calibration-data: another text calibrates from its first window, named with its hash in the
