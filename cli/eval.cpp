@@ -308,8 +308,9 @@ void run_eval(const EvalArgs& a) {
       *inputs.model, [&inputs](std::int64_t n) { return inputs.calibration_windows_from_data(n); }, a.data.batch_size);
   scheme_options.calibrate_weights = [&weight_calibrator, &a](const SchemeSpec& spec) {
     if (!a.quiet)
-      fmt::print(stderr, "scheme {}: calibrating {} weights ({} calibration windows, layer by layer on the scheme's own "
-                 "outputs)\n", spec.name, spec.weights.gptq ? "GPTQ" : "AWQ", spec.weights.calibration_windows());
+      fmt::print(stderr, "scheme {}: calibrating {} weights ({} calibration windows, layer by layer on {})\n", spec.name,
+                 spec.weights.gptq ? "GPTQ" : "AWQ", spec.weights.calibration_windows(),
+                 spec.weights.gptq ? "the scheme's own outputs" : "the folded layers' full-precision outputs");
     return weight_calibrator.weights_for(spec);
   };
   if (a.quantize_ssm_inner) {  // acts on Mamba layers' x_proj and dt_proj (quant/schemes/spec.h): none, nothing to do

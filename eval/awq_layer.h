@@ -1,6 +1,7 @@
 // AWQ's work on one layer (issue 77 item 3): what llm-compressor 0.14's AWQModifier does at the end
 // of each layer of its sequential pipeline (on_sequential_epoch_end → _apply_smoothing), on the
-// calibration stream that the scheme's own earlier layers (already folded and quantised) produce:
+// calibration stream that the earlier layers produce folded but in full precision (llm-compressor's
+// propagating pass runs inside DisableQuantization; eval/weight_calibration_pass.h):
 //
 //   1. the layer as it was read runs on the stream, and the inputs of each mapping's first balance
 //      linear are kept (llm-compressor's activation hook and its parent's cached arguments: for

@@ -171,6 +171,7 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
   nlohmann::json layers = nlohmann::json::array();
   nlohmann::json mappings = nlohmann::json::array();  // AWQ's
   for (std::int64_t layer = 0; layer < config->n_layers; ++layer) {
+    std::map<std::string, at::Tensor> folded;  // AWQ's folded tensors of this layer
     const Block full = [&] {
       PhaseScope read(Phase::read);
       return Block(config, layer, full_.block(layer), source);
@@ -207,6 +208,7 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
                           {"balanced_by", by == r.balanced_by.end() ? nlohmann::json(nullptr) : nlohmann::json(by->second)}});
       }
       for (const nlohmann::json& m : r.mappings) mappings.push_back(m);
+      folded = r.folded;
     } else if (!names.empty()) {
       const GptqOptions options = gptq_options(spec.weights);
       // 1. the Hessians from full precision's layer on the scheme's stream
@@ -242,15 +244,21 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
         }
       }
     }
-    // 3. the scheme's layer l on the stream: layer l + 1's input
+    // 3. layer l + 1's input. GPTQ: layer l as the scheme has it now (llm-compressor writes GPTQ's
+    // quantised weights in place before its propagating pass). AWQ: layer l folded, in full
+    // precision: llm-compressor 0.14's SequentialPipeline propagates inside DisableQuantization and
+    // its QuantizationModifier only observes the weights, so every layer's AWQ search sees the folded
+    // full-precision model's activations (tests/eval/awq_end_to_end_test.cpp measures it); AutoAWQ
+    // takes a layer's outputs before it scales it, the same function.
     if (layer + 1 < config->n_layers) {
-      const Block quantised = [&] {
+      const Block next = [&] {
         PhaseScope quantize(Phase::quantize, kNoScheme);
+        if (awq) return full.with_tensors(folded);
         SchemeRewrite rewrite(solved, linear_names);
         return rewrite.rewrite(full);
       }();
       PhaseScope calibrate(Phase::calibrate, kNoScheme);
-      for (std::size_t b = 0; b < stream.size(); ++b) quantised.forward(stream[b], contexts[b], nullptr);
+      for (std::size_t b = 0; b < stream.size(); ++b) next.forward(stream[b], contexts[b], nullptr);
     }
   }
 
@@ -261,8 +269,10 @@ std::shared_ptr<const CalibratedWeights> WeightCalibrator::weights_for(const Sch
                        {"tokens", tokens},
                        {"calibration", calib.description},
                        {"window_hashes", hashes},
-                       {"propagation", "sequential: each layer calibrated on the outputs of the scheme's quantised "
-                                       "layers before it"},
+                       {"propagation", awq ? "sequential: each layer calibrated on the outputs of the layers before it, "
+                                             "folded, in full precision (llm-compressor's and AutoAWQ's AWQ)"
+                                           : "sequential: each layer calibrated on the outputs of the scheme's quantised "
+                                             "layers before it"},
                        {"layers", layers}};
   if (awq) made->description["mappings"] = mappings;
   done_[key] = made;

@@ -8,11 +8,15 @@
 //     2. each selected linear of layer l is solved (quant/calibration/gptq_solve.h);
 //     (AWQ: 1-2 are eval/awq_layer.h: each mapping's scales searched and folded into the layer, then
 //     the folded weights rounded to nearest, the folded norms kept in replaced_tensors;)
-//     3. layer l as the scheme has it now (its linears quantised with those codes) runs on the
-//        stream, which becomes layer l + 1's input.
+//     3. GPTQ: layer l as the scheme has it now (its linears quantised with those codes) runs on
+//        the stream, which becomes layer l + 1's input. AWQ: layer l folded, in full precision,
+//        does: llm-compressor 0.14's propagating pass runs inside DisableQuantization and its
+//        QuantizationModifier only observes the weights (GPTQModifier writes its codes into the
+//        weights, so GPTQ's stream is quantised); AutoAWQ takes a layer's outputs before scaling it.
+//        tests/eval/awq_end_to_end_test.cpp shows llm-compressor's choices need this stream.
 //
-// So layer l is calibrated on the inputs that the scheme's own quantised layers before it produce,
-// and the memory held is the windows' stream plus one layer's Hessians. Linears within a layer are
+// So for GPTQ layer l is calibrated on the inputs that the scheme's own quantised layers before it
+// produce, for AWQ on the folded full-precision model's, and the memory held is the windows' stream plus one layer's Hessians. Linears within a layer are
 // calibrated together on its full-precision inputs (llm-compressor's default; AutoGPTQ's
 // true_sequential re-runs the layer between its groups of linears). It runs on the CPU in float32.
 #pragma once

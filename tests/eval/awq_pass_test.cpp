@@ -1,8 +1,10 @@
 // AWQ's calibration pass (eval/awq_layer.h inside eval/weight_calibration_pass.h): the fold keeps
 // the model's full-precision function; each mapping's chosen grid point is the search's on inputs
-// this test records itself through Transformer::forward, layer by layer on the scheme's own
-// quantised layers before it (and full precision's inputs would choose otherwise); the scheme
-// carries the folded norms and runs alike on the 4-bit kernels and the reference path.
+// this test records itself through Transformer::forward, layer by layer on the layers before it
+// folded but in full precision, as llm-compressor 0.14's SequentialPipeline propagates AWQ (inside
+// DisableQuantization; tests/eval/awq_end_to_end_test.cpp) and AutoAWQ does (the scheme's quantised
+// layers before it would choose otherwise); the scheme carries the folded norms and runs alike on
+// the 4-bit kernels and the reference path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -146,9 +148,14 @@ TEST(AwqPass, TheFoldedModelComputesTheOriginalFunction) {
                                    1e-3));
 }
 
+// The layers before the one searched, in the independent route below.
+enum class Earlier {
+  folded,     // folded (norms and linears) in full precision: what the pass propagates
+  quantised,  // as the scheme has them: folded norms, the pass's codes
+};
+
 // The independent route: for each layer, the whole model's forward (Transformer::forward) with the
-// layers before it as the scheme has them (folded norms, the pass's codes) or as full precision has
-// them, recorders on this layer's linears, and the search and fold done here in the mappings'
+// layers before it folded in full precision or as the scheme has them, recorders on this layer's linears, and the search and fold done here in the mappings'
 // order, with the parents' outputs measured as o's output (the attention mixer's) and down's (the
 // MLP's), not through Block::mixer_forward / ffn_forward.
 struct RouteResult {
@@ -159,16 +166,17 @@ struct RouteResult {
 };
 
 RouteResult search_through_forward(const Transformer& full, const Calibrated& c, const std::vector<Window>& windows,
-                                   bool propagate_quantised) {
+                                   Earlier earlier_as) {
+  const bool propagate_quantised = earlier_as == Earlier::quantised;
   const AwqOptions options = awq_options(c.spec.weights);
   RouteResult out;
   for (std::int64_t layer = 0; layer < full.config().n_layers; ++layer) {
     const std::string p = "layers." + std::to_string(layer) + ".";
-    // The layers before this one as the scheme has them (folded norms, codes) or as read.
+    // The layers before this one folded (the pass kept every folded tensor: keep_folded_linears),
+    // their quantised linears replaced below when the route is the scheme's.
     std::map<std::string, at::Tensor> earlier;
-    if (propagate_quantised)
-      for (const auto& [name, t] : c.weights->replaced_tensors)
-        if (std::stoll(name.substr(7)) < layer) earlier[name] = t;
+    for (const auto& [name, t] : c.weights->replaced_tensors)
+      if (std::stoll(name.substr(7)) < layer) earlier[name] = t;
     const Transformer base = with_block_tensors(full, earlier);
     // Runs the model with this layer's weights replaced by `replaced` (linear name → weight),
     // recording the inputs or outputs of the linears in `watch`.
@@ -243,14 +251,14 @@ RouteResult search_through_forward(const Transformer& full, const Calibrated& c,
   return out;
 }
 
-TEST(AwqPass, EachMappingIsSearchedOnTheOutputsOfTheSchemesQuantisedLayersBeforeIt) {
+TEST(AwqPass, EachMappingIsSearchedOnTheFoldedFullPrecisionOutputsOfTheLayersBeforeIt) {
   const Transformer model = llama_model(22, 4);
   const std::vector<Window> windows = random_windows(4, 24, 64);
-  const Calibrated c = calibrate(model, windows, awq_spec(4));
+  const Calibrated c = calibrate(model, windows, awq_spec(4), /*keep_folded_linears=*/true);
   const nlohmann::json& mappings = c.weights->description.at("mappings");
   ASSERT_EQ(mappings.size(), 3u * 4);
-  const RouteResult sequential = search_through_forward(model, c, windows, true);
-  const RouteResult from_full = search_through_forward(model, c, windows, false);
+  const RouteResult sequential = search_through_forward(model, c, windows, Earlier::folded);
+  const RouteResult from_quantised = search_through_forward(model, c, windows, Earlier::quantised);
   ASSERT_EQ(sequential.grid_index.size(), 3u * 4);
   std::int64_t nonzero = 0, later_differ = 0;
   for (const auto& [name, index] : sequential.grid_index) {
@@ -282,11 +290,11 @@ TEST(AwqPass, EachMappingIsSearchedOnTheOutputsOfTheSchemesQuantisedLayersBefore
     ASSERT_TRUE(c.weights->by_name.count(name)) << name;
     EXPECT_TRUE(test::tensors_equal(c.weights->by_name.at(name).w4->qweight, codes)) << name;
     const bool layer0 = name.rfind("layers.0.", 0) == 0;
-    const bool same_as_full = codes.equal(from_full.codes.at(name));
-    if (layer0) EXPECT_TRUE(same_as_full) << name << ": layer 0 sees full precision's inputs";
-    if (!layer0 && !same_as_full) ++later_differ;
+    const bool same_as_quantised = codes.equal(from_quantised.codes.at(name));
+    if (layer0) EXPECT_TRUE(same_as_quantised) << name << ": layer 0 sees the embedding's outputs either way";
+    if (!layer0 && !same_as_quantised) ++later_differ;
   }
-  // The route through full precision's own outputs gives other codes: the test can tell.
+  // The route through the scheme's quantised layers gives other codes: the test can tell.
   EXPECT_GT(later_differ, 0);
   for (const auto& [name, gain] : sequential.norms)
     EXPECT_TRUE(test::tensors_close(c.weights->replaced_tensors.at(name), gain, 1e-6, 1e-6)) << name;

@@ -45,12 +45,12 @@
 #include "eval/evaluator.h"
 #include "eval/weight_calibration_pass.h"
 #include "kernels/w4_gemm.h"
-#include "loaders/checkpoints/checkpoint.h"
 #include "model/linear.h"
 #include "model/transformer.h"
 #include "quant/calibrated_weights.h"
 #include "quant/quantized_linear.h"
 #include "quant/schemes/presets.h"
+#include "tests/eval/stories260k_end_to_end.h"
 #include "tests/support/test_data.h"
 
 namespace qeval {
@@ -62,35 +62,9 @@ const nlohmann::json& fixture() {
   return j;
 }
 
-std::vector<Window> windows_of(const nlohmann::json& ids, std::int64_t first_index) {
-  std::vector<Window> out;
-  for (const nlohmann::json& w : ids) {
-    Window window;
-    window.index = first_index + static_cast<std::int64_t>(out.size());
-    window.tokens = w.get<std::vector<std::int32_t>>();
-    out.push_back(std::move(window));
-  }
-  return out;
-}
-
-Transformer stories260k() {
-  const auto path = test::data_path("models/stories260K/stories260K.bin");
-  LoadedCheckpoint ckpt = load_checkpoint(path);
-  return Transformer(ckpt.config, ckpt.weights, path.string());
-}
-
-// Per-token NLL of every next-token prediction of each window, concatenated: [windows · (L − 1)].
-at::Tensor token_nll(const Transformer& model, const std::vector<Window>& windows) {
-  std::vector<at::Tensor> parts;
-  for (const Window& w : windows) {
-    std::vector<std::int64_t> ids(w.tokens.begin(), w.tokens.end());
-    const at::Tensor tokens = at::tensor(ids, at::kLong).unsqueeze(0);                      // [1, L]
-    const at::Tensor logp = at::log_softmax(model.forward(tokens)[0].to(at::kDouble), -1);  // [L, V]
-    const std::int64_t L = tokens.size(1);
-    parts.push_back(-logp.slice(0, 0, L - 1).gather(1, tokens[0].slice(0, 1).unsqueeze(1)).squeeze(1));
-  }
-  return at::cat(parts);
-}
+using test::stories260k;
+using test::token_nll;
+using test::windows_of;
 
 // The model as the scheme executes it: each selected linear from its calibrated codes.
 Transformer with_calibrated_codes(const Transformer& full, const SchemeSpec& spec) {
@@ -119,12 +93,6 @@ TEST(GptqEndToEnd, TheConvertedHuggingFaceModelIsTheSameFunction) {
 struct Agreement {
   std::int64_t same = 0, total = 0;
 };
-
-const at::Tensor& weight_of(const Transformer& model, const std::string& name) {
-  for (const NamedLinear& l : model.linears())
-    if (l.name == name) return dynamic_cast<const FloatLinear&>(*l.linear).weight();
-  throw std::runtime_error("no linear " + name);
-}
 
 // The fixture's scales of one linear: [N, G] float32 (written as doubles, exact).
 at::Tensor expected_scales_of(const nlohmann::json& linear, std::int64_t N, std::int64_t G) {
@@ -166,11 +134,11 @@ void codes_equal_llm_compressors(const std::string& case_name) {
     const at::Tensor expected_scales = expected_scales_of(ref, N, G);
     // Round to nearest with the same scales, to show that the limits below can tell GPTQ from it.
     const at::Tensor per_column = expected_scales.repeat_interleave((K + G - 1) / G, 1).slice(1, 0, K);
-    const at::Tensor rtn = (at::round(weight_of(full, name) / per_column).clamp(-8, 7) + 8).to(at::kByte).contiguous();
+    const at::Tensor rtn = (at::round(test::float_weight_of(full, name) / per_column).clamp(-8, 7) + 8).to(at::kByte).contiguous();
     Agreement a;
     std::int64_t first_difference = -1;
     for (std::int64_t i = 0; i < N * K; ++i) {
-      const int expected = std::stoi(hex.substr(static_cast<std::size_t>(i), 1), nullptr, 16);
+      const int expected = test::hex_digit(hex, static_cast<std::size_t>(i));
       if (codes.data_ptr<std::uint8_t>()[i] == expected)
         ++a.same;
       else if (first_difference < 0)
