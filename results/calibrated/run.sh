@@ -9,6 +9,8 @@
 #   gptq     full, w4-zeropoint, w4-zeropoint-g128, gptq-w4, gptq-w4-g128, gptq-w4-g128-desc
 #   others   full, int8-mixed (its outlier channels, |x| >= 6, beside AWQ's largest scales), awq-w4-g128,
 #            gptq-w3-g128, gguf-q4_k_m, gguf-q4_0, gguf-iq4_nl
+#   awq      full, int8-mixed, awq-w4-g128: AWQ again after 13a9188 (each layer searched on the folded
+#            full-precision outputs before it, as llm-compressor); supersedes the others part's AWQ row
 #   imatrix  full, gguf-q4_k_m, gguf-q4_0, gguf-iq4_nl with the C4 importance matrix qeval collected
 #            (results/imatrix/smollm2-135m-c4.imatrix.gguf; docs/calibrated.md says how)
 #   pair     the Adam / OrthoAdam + softmax-1 pair of results/train/mix (d 256, seed 0, GPT-2 style: AWQ's
@@ -30,10 +32,12 @@ declare -A data=([wikitext2]=text/wikitext-2-raw-v1/test.joined.txt [c4]=text/c4
 declare -A schemes=(
   [gptq]=full,w4-zeropoint,w4-zeropoint-g128,gptq-w4,gptq-w4-g128,gptq-w4-g128-desc
   [others]=full,int8-mixed,awq-w4-g128,gptq-w3-g128,gguf-q4_k_m,gguf-q4_0,gguf-iq4_nl
+  [awq]=full,int8-mixed,awq-w4-g128
   [imatrix]=full,gguf-q4_k_m,gguf-q4_0,gguf-iq4_nl)
 declare -A extra=(
   [gptq]="--calibration-windows $calibration_windows"
   [others]="--calibration-windows $calibration_windows"
+  [awq]="--calibration-windows $calibration_windows"
   [imatrix]="--imatrix $root/results/imatrix/smollm2-135m-c4.imatrix.gguf")
 machine() { echo "load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; $(grep -o -w -E 'avx2|avx512f|avx512_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"; }
 if [[ " $parts " == *" pair "* ]]; then
