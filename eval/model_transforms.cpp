@@ -195,19 +195,13 @@ CalibrationWindows calibration_windows(const std::function<std::unique_ptr<Windo
     auto source = open_evaluation();
     while (auto w = source->next()) evaluated.push_back(windows_stream_range(evaluation, w->index));
   }
-  // The first evaluated range that ends after `r` begins; `r` overlaps the evaluation iff that one begins before r ends.
-  auto overlaps_evaluation = [&evaluated](const StreamRange& r) {
-    auto it = std::upper_bound(evaluated.begin(), evaluated.end(), r.first,
-                               [](std::int64_t first, const StreamRange& e) { return first < e.end; });
-    return it != evaluated.end() && it->first < r.end;
-  };
   CalibrationWindows out;
   std::vector<std::int64_t> indices;
   auto source = open_calibration(spec);
   while (static_cast<std::int64_t>(out.windows.size()) < n) {
     auto w = source->next();
     if (!w) break;
-    if (same_data && overlaps_evaluation(windows_stream_range(spec, w->index))) continue;
+    if (same_data && first_overlap(evaluated, windows_stream_range(spec, w->index)) != evaluated.end()) continue;
     indices.push_back(w->index);
     out.windows.push_back(std::move(*w));
   }

@@ -139,9 +139,8 @@ void check_calibration_windows(const json& s, std::int64_t count, const Evaluate
   for (std::int64_t e : evaluated.windows) ranges.push_back(windows_stream_range(ep, e));
   for (std::int64_t w : windows) {
     const StreamRange r = windows_stream_range(cp, w);
-    auto it = std::upper_bound(ranges.begin(), ranges.end(), r.first,
-                               [](std::int64_t first, const StreamRange& e) { return first < e.end; });
-    if (it == ranges.end() || it->first >= r.end) continue;
+    const auto it = first_overlap(ranges, r);
+    if (it == ranges.end()) continue;
     const std::int64_t e = *std::next(evaluated.windows.begin(), it - ranges.begin());
     fail("{}.calibration.windows holds window {} (stream tokens {}..{} of the evaluation data, windows of {}), which "
          "the record also evaluates: it overlaps evaluated window {} (tokens {}..{}, windows of {}); calibration and "

@@ -97,6 +97,13 @@ StreamRange windows_stream_range(const ProtocolSpec& windows, std::int64_t index
   return {index * take, (index + 1) * take};
 }
 
+std::vector<StreamRange>::const_iterator first_overlap(const std::vector<StreamRange>& ranges, const StreamRange& r) {
+  // The first range that ends after r begins; r overlaps it iff it begins before r ends.
+  const auto it = std::upper_bound(ranges.begin(), ranges.end(), r.first,
+                                   [](std::int64_t first, const StreamRange& e) { return first < e.end; });
+  return it != ranges.end() && it->first < r.end ? it : ranges.end();
+}
+
 ProtocolSpec& ProtocolSpec::resolve_bos_per_window(const Tokenizer* tokenizer) {
   if (bos_per_window_auto) bos_per_window = tokenizer != nullptr && tokenizer->bos_per_window_by_default();
   bos_per_window_auto = false;

@@ -96,6 +96,8 @@ struct StreamRange {
   bool overlaps(const StreamRange& o) const { return first < o.end && o.first < end; }
 };
 StreamRange windows_stream_range(const ProtocolSpec& windows, std::int64_t index);
+// Of `ranges` (disjoint, in stream order), the first that `r` overlaps, or ranges.end().
+std::vector<StreamRange>::const_iterator first_overlap(const std::vector<StreamRange>& ranges, const StreamRange& r);
 
 std::string to_string(Separator s);
 Separator parse_separator(const std::string& s);  // throws with the valid names
