@@ -68,6 +68,10 @@ SchemeSpec resolve_scheme(const std::string& name_or_path) {
     QEVAL_CHECK(!has_control_byte(s.name),
                 "scheme file {}: a scheme is named after its file when it has no \"name\", and this file's name holds "
                 "control characters; add a \"name\" key", in_quotes(path.string()));
+    QEVAL_CHECK(!is_rounding_variant_form(s.name),
+                "scheme file {}: a scheme is named after its file when it has no \"name\", and {} has the form "
+                "\"<scheme>~r<seed>\" of a rounding variant (--rounding-band); add a \"name\" key of another form",
+                in_quotes(path.string()), in_quotes(s.name));
   }
   return s;
 }

@@ -4,7 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -133,18 +135,26 @@ ActivationCalibration calibration_from_json(const nlohmann::json& j, const std::
                 statistic);
     std::size_t used = 0;
     double p = 0;
+    bool underflow = false;
     const std::string number = statistic.substr(prefix.size());
-    // A decimal number only: std::stod would also read "0x10" as 16 and "inf".
-    if (number.find_first_not_of("0123456789.eE+-") == std::string::npos) {
-      try {
-        p = std::stod(number, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
+    // A decimal number only: strtod would also read "0x10" as 16 and "inf". strtod, not std::stod:
+    // stod throws on a subnormal result (ERANGE), so "percentile:4.9e-324", a number in (0, 100],
+    // was refused as no number at all.
+    if (!number.empty() && number.find_first_not_of("0123456789.eE+-") == std::string::npos) {
+      char* end = nullptr;
+      errno = 0;
+      p = std::strtod(number.c_str(), &end);
+      underflow = errno == ERANGE && p == 0;
+      used = static_cast<std::size_t>(end - number.c_str());
     }
-    QEVAL_CHECK(used == statistic.size() - prefix.size() && std::isfinite(p) && p > 0 && p <= 100,
-                "{}: calibration.statistic '{}': the percentile must be a number in (0, 100] (100 is the maximum)",
-                where, statistic);
+    QEVAL_CHECK(used == number.size(), "{}: calibration.statistic '{}': '{}' is not a decimal number; the percentile "
+                "must be a number in (0, 100] (100 is the maximum)", where, statistic, number);
+    QEVAL_CHECK(!underflow,
+                "{}: calibration.statistic '{}': {} is below the smallest positive double and reads as 0; the "
+                "percentile must be a number in (0, 100]", where, statistic, number);
+    QEVAL_CHECK(std::isfinite(p) && p > 0 && p <= 100,
+                "{}: calibration.statistic '{}': the percentile must be a number in (0, 100] (100 is the maximum), "
+                "found {}", where, statistic, number);
     c.percentile = p;
   }
   return c;
@@ -519,11 +529,23 @@ std::vector<std::string> string_list(const nlohmann::json& j, const std::string&
 
 }  // namespace
 
+bool is_rounding_variant_form(const std::string& name) {
+  const std::size_t at = name.rfind("~r");
+  if (at == std::string::npos || at == 0 || at + 2 == name.size()) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(at + 2), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
 void validate_scheme(const SchemeSpec& s, const std::string& source) {
   // A scheme's name reaches tables, CSV, Markdown, gnuplot scripts and terminals: a control byte
   // (a newline above all) could forge a line in any of them, so it is refused where it is defined.
   QEVAL_CHECK(!s.name.empty() && !has_control_byte(s.name),
               "{}: \"name\" must be a non-empty name without control characters (newline, tab, escape ...), found {}",
+              source, in_quotes(s.name));
+  QEVAL_CHECK(!is_rounding_variant_form(s.name),
+              "{}: \"name\" is {}, the form \"<scheme>~r<seed>\" that eval gives a scheme's rounding variants "
+              "(--rounding-band), which records, compare and check read as part of that scheme's band; give the scheme "
+              "another name",
               source, in_quotes(s.name));
   const std::pair<const QuantSpec*, Role> roles[] = {{&s.weights, Role::weights},
                                                      {&s.input_activations, Role::input_activations},

@@ -14,6 +14,11 @@ namespace qeval {
 // Throws qeval::Error naming `source` and listing the valid values when a field is out of range.
 void validate_scheme(const SchemeSpec& spec, const std::string& source);
 
+// True for "<scheme>~r<seed>", the name eval gives a scheme's rounding variant (--rounding-band):
+// records, compare and check read such a row as part of its scheme's band, so no scheme of a user's
+// may take that form.
+bool is_rounding_variant_form(const std::string& name);
+
 // An outlier threshold as JSON writes it: +infinity becomes the largest double (see above).
 double outlier_threshold_for_json(double threshold);
 

@@ -86,5 +86,42 @@ TEST(SchemeHostile, HexPercentilesAndBitsOnGgmlAreRefused) {
                           {"weights", "unknown key 'bits'", "kind ggml"}));
 }
 
+// "percentile:4.9e-324" is a number in (0, 100] (the smallest subnormal): std::stod threw on it
+// (ERANGE) and it was refused as "not a number in (0, 100]". It is read now; a value that
+// underflows to 0 says so, and the other refusals keep naming the range.
+TEST(SchemeHostile, SubnormalPercentileIsReadAndUnderflowIsNamed) {
+  auto with_statistic = [](const std::string& statistic) {
+    return R"({"weights": {"kind": "fp8", "element": "e4m3", "granularity": "tensor"},
+      "input_activations": {"kind": "fp8", "element": "e4m3", "granularity": "tensor",
+      "calibration": {"windows": 2, "statistic": ")" + statistic + R"("}}})";
+  };
+  const SchemeSpec subnormal = parse(with_statistic("percentile:4.9e-324"));
+  ASSERT_TRUE(subnormal.input_activations.calibration.has_value());
+  EXPECT_EQ(subnormal.input_activations.calibration->percentile, 4.9e-324);
+  EXPECT_GT(subnormal.input_activations.calibration->percentile, 0.0);
+  EXPECT_EQ(parse(with_statistic("percentile:99.9")).input_activations.calibration->percentile, 99.9);
+  EXPECT_TRUE(throws_with([&] { parse(with_statistic("percentile:1e-400")); },
+                          {"calibration.statistic", "1e-400", "below the smallest positive double", "(0, 100]"}));
+  EXPECT_TRUE(throws_with([&] { parse(with_statistic("percentile:0")); }, {"(0, 100]", "found 0"}));
+  EXPECT_TRUE(throws_with([&] { parse(with_statistic("percentile:1e400")); }, {"(0, 100]", "found 1e400"}));
+  EXPECT_TRUE(throws_with([&] { parse(with_statistic("percentile:5x")); }, {"'5x' is not a decimal number", "(0, 100]"}));
+}
+
+// A scheme named like a rounding variant ("int8-coarse~r1") gave a record whose row compare read as
+// int8-coarse's variant without a band: the form is the variants' alone, by "name" or by file name.
+TEST(SchemeHostile, ARoundingVariantsNameFormIsRefused) {
+  EXPECT_TRUE(throws_with([] { parse(R"({"name": "int8-coarse~r1", "weights": {"kind": "int8_absmax", "granularity": "tensor"}})"); },
+                          {"s.json: \"name\" is \"int8-coarse~r1\"", "~r<seed>", "rounding variant", "--rounding-band"}));
+  EXPECT_TRUE(is_rounding_variant_form("mine~r12"));
+  for (const char* allowed : {"mine~r", "mine~rx", "mine~r1x", "~r1", "mine~q1", "mine-r1"}) {
+    EXPECT_FALSE(is_rounding_variant_form(allowed)) << allowed;
+  }
+  EXPECT_EQ(parse(R"({"name": "mine~rx", "weights": {"kind": "int8_absmax", "granularity": "tensor"}})").name, "mine~rx");
+  test::TempDir dir;
+  const std::string path = (dir / "int8-coarse~r3.json").string();
+  std::ofstream(path) << R"({"weights": {"kind": "int8_absmax", "granularity": "tensor"}})";
+  EXPECT_TRUE(throws_with([&] { resolve_scheme(path); }, {path, "named after its file", "\"int8-coarse~r3\"", "add a \"name\""}));
+}
+
 }  // namespace
 }  // namespace qeval
