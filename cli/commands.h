@@ -24,5 +24,6 @@ void add_check_command(CLI::App& app);
 void add_plot_command(CLI::App& app);
 void add_sensitivity_command(CLI::App& app);
 void add_imatrix_command(CLI::App& app);
+void add_hellaswag_command(CLI::App& app);
 
 }  // namespace qeval::cli

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   qeval::cli::add_plot_command(app);
   qeval::cli::add_sensitivity_command(app);
   qeval::cli::add_imatrix_command(app);
+  qeval::cli::add_hellaswag_command(app);
   // An unknown command is named, with the ones there are (CLI11 would only say that "evl" was not expected).
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
