@@ -1,10 +1,11 @@
-// Shards and resumed runs carry every per-window quantity (issue 79): every KV-cache and every
-// static-scale preset, evaluated in two shards then merged, and stopped after some windows then
-// resumed, gives the one-process record bit for bit (timings and provenance aside). The KV presets
-// run on a llama2.c model with head_dim 64 written here (q8_0, q4_0 and the Hadamard rotation need
-// head_dim a multiple of 32 or 64; stories260K's is 8), the static ones on stories260K; both with
-// statistics and a rounding band, whose variants measure their own KV error. merge's refusal of
-// shards of different evaluations names the key that differs and both values.
+// Shards and resumed runs carry every per-window quantity (issue 79): every KV-cache, every
+// static-scale and every calibrated (GPTQ, AWQ) preset, evaluated in two shards then merged, and
+// stopped after some windows then resumed, gives the one-process record bit for bit (timings and
+// provenance aside). The KV presets run on a llama2.c model with head_dim 64 written here (q8_0,
+// q4_0 and the Hadamard rotation need head_dim a multiple of 32 or 64; stories260K's is 8), the
+// static and calibrated ones on stories260K; all with statistics and a rounding band, whose
+// variants measure their own KV error. merge's refusal of shards of different evaluations names
+// the key that differs and both values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "common/files.h"
+#include "quant/schemes/presets.h"
+#include "quant/schemes/scheme_json.h"
 #include "tests/cli/run_qeval.h"
 #include "tests/cli/stories_eval.h"
 #include "tests/support/test_data.h"
@@ -142,6 +145,34 @@ TEST(ShardResume, EveryStaticPresetShardedAndResumedGivesTheOneProcessRecord) {
                            " --seq-len 128 --max-windows 6 --batch-size 2 --stats-for all --rounding-band 1"
                            " --schemes full,kv-int8,kv-int4-keep1," + std::string(kStaticPresets);
   expect_shards_and_resume_give_the_one_process_record(eval, "static presets and KV presets on stories260K");
+}
+
+// The calibrated presets (issue 77): each process calibrates from the same windows of the
+// calibration data, whichever shard or resumed part of the evaluation it runs, so the codes, the
+// record's calibration sections (windows, Hessian sharing, AWQ's scales) and every score are the
+// one-process record's. Each preset runs as itself but for 8 calibration windows instead of 128
+// (the presets' 128 cost minutes here, the same code at 16 times the work).
+TEST(ShardResume, EveryCalibratedPresetShardedAndResumedGivesTheOneProcessRecord) {
+  test::TempDir dir;
+  std::string schemes = "full";
+  for (const std::string& preset : preset_names()) {
+    SchemeSpec spec = preset_scheme(preset);
+    if (!spec.weights.gptq && !spec.weights.awq) continue;
+    if (spec.weights.gptq) spec.weights.gptq->windows = 8;
+    if (spec.weights.awq) spec.weights.awq->windows = 8;
+    spec.name = preset + "-cal8";
+    const std::string path = (dir / (spec.name + ".json")).string();
+    test::write_bytes(path, scheme_to_json(spec).dump());
+    schemes += "," + path;
+  }
+  ASSERT_NE(schemes.find("gptq-w4-g128-cal8"), std::string::npos);
+  ASSERT_NE(schemes.find("awq-w4-g128-cal8"), std::string::npos);
+  const std::string eval = test::kEval + " --data-dir " + test::data_dir().string() +
+                           " --model models/stories260K/stories260K.bin --data text/tinystories/validation-head.txt"
+                           " --seq-len 128 --max-windows 6 --batch-size 2 --stats-for all --rounding-band 1"
+                           " --calibration-data text/tinyshakespeare/input.txt --calibration-seq-len 32 --schemes " +
+                           schemes;
+  expect_shards_and_resume_give_the_one_process_record(eval, "GPTQ and AWQ presets on stories260K");
 }
 
 // Shards of two evaluations: merge names the key that differs and both values.
