@@ -42,6 +42,9 @@ struct HellaSwagArgs {
   std::string out;
   bool quiet = false;
   std::vector<std::string> argv;
+  // eval's data and protocol options given: here they only choose calibrated schemes' windows, and
+  // are refused when no scheme calibrates (nothing given is silently ignored).
+  std::vector<std::string> calibration_options;
 };
 
 // The evaluation windows, given in the order held (sorted by length, so that equal lengths batch).
@@ -111,6 +114,7 @@ void run_hellaswag(const HellaSwagArgs& a) {
   scheme_options.stats_for = StatsFor::none;
   scheme_options.quantize_lm_head = a.quantize_lm_head;
   scheme_options.calibration_windows = a.calibration_windows;
+  scheme_options.calibration_options = a.calibration_options;
   scheme_options.imatrix = a.imatrix;
   scheme_options.placement = inputs.placement;
   StaticScaleCalibrator calibrator(*inputs.model, calibration_source, inputs.placement, a.data.batch_size);
@@ -293,8 +297,12 @@ void add_hellaswag_command(CLI::App& app) {
   cmd->add_option("--imatrix", args->imatrix, "llama.cpp's importance matrix for every scheme of kind ggml (gguf-*)");
   cmd->add_option("--out,-o", args->out, "write the record (JSON) here, atomically")->check(output_path());
   cmd->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
-  cmd->callback([args] {
+  cmd->callback([args, cmd] {
     args->argv = command_line;
+    args->calibration_options.clear();
+    for (const char* option : {"--data", "--protocol", "--seq-len", "--stride", "--max-windows", "--seed", "--bos-per-window",
+                               "--no-bos-per-window", "--separator", "--bos", "--text-split", "--token-dtype", "--json-field"})
+      if (cmd->count(option) > 0) args->calibration_options.push_back(option);
     run_hellaswag(*args);
   });
 }

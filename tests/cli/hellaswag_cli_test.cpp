@@ -91,6 +91,20 @@ TEST(HellaSwagCli, TenTasksTwoSchemesRecord) {
   EXPECT_EQ(nlohmann::json::parse(read_file(out)).at("tasks").at("indices"), nlohmann::json({0, 1, 2}));
 }
 
+TEST(HellaSwagCli, CalibratedSchemesCalibrateOnData) {
+  test::TempDir dir;
+  test::write_bytes(dir / "tasks.txt", story_tasks());
+  const std::string out = (dir / "hs.json").string();
+  const CommandResult r = test::run_qeval(kHellaSwag + " --tasks " + (dir / "tasks.txt").string() +
+                                          " --max-tasks 4 --schemes full,int8-moderate-static --seq-len 64 "
+                                          "--calibration-windows 2 --out " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json record = nlohmann::json::parse(read_file(out));
+  const std::string description = record.at("schemes")[1].at("description").dump();
+  EXPECT_TRUE(contains(description, "validation-head.txt")) << description;  // eval's default --data
+  EXPECT_EQ(record.at("schemes")[1].at("hellaswag").at("choices").at("lm_eval_acc").size(), 4u);
+}
+
 TEST(HellaSwagCli, BadInputIsRefusedWithOneLine) {
   test::TempDir dir;
   test::write_bytes(dir / "tasks.txt", story_tasks());
@@ -110,6 +124,10 @@ TEST(HellaSwagCli, BadInputIsRefusedWithOneLine) {
   const CommandResult folder = test::run_qeval(kHellaSwag + " --tasks " + dir.path().string());
   EXPECT_EQ(folder.status, 2) << folder.output;
   EXPECT_TRUE(contains(folder.output, "is a folder")) << folder.output;
+  // eval's data options choose calibration windows only: without a calibrated scheme they are refused.
+  const CommandResult unused = test::run_qeval(kHellaSwag + tasks + " --schemes full,int8-coarse --seq-len 64");
+  EXPECT_EQ(unused.status, 2) << unused.output;
+  EXPECT_TRUE(contains(unused.output, "--seq-len: sets the calibration of calibrated schemes")) << unused.output;
   // The record never replaces the task file.
   const CommandResult over = test::run_qeval(kHellaSwag + tasks + " --out " + (dir / "tasks.txt").string());
   EXPECT_EQ(over.status, 2) << over.output;
