@@ -21,8 +21,11 @@ Every input is built in a temporary folder from committed tiny files (tests/mode
                      of such a case counts as unclear, an exit 0 without that output as silent wrong
 Cases of the group python run tests/hardening/python_case.py (the package in python/): an exception other
 than QevalError or the package's own ValueError escaping it counts as a crash.
-Groups of the surfaces of issues 61-64 (formats, kv, ggml, ggufq, python) need no records made first:
+Groups of the surfaces of issues 61-64 (formats, kv, ggml, ggufq, python) and 77-78 (qfolder: quantised Hugging Face
+folders; calib: GPTQ / AWQ specs and the calibration options; imatrix: llama.cpp importance matrices) need no records
+made first:
   tests/hardening/probe.py build/qeval --jobs=2 --groups=formats,kv,ggml,ggufq,python   (ctest: hardening_probe)
+  tests/hardening/probe.py build/qeval --jobs=2 --groups=qfolder,calib,imatrix   (about 7 minutes on 2 cores: not in ctest)
 The table of counts and every non-clean case go to OUT.md (default: stdout); --messages=FILE also
 writes every case's outcome and the last line qeval printed, for reading the messages themselves.
 """
@@ -1212,6 +1215,818 @@ for label, code, frags in [
         ("run-killed-binary", lambda d: f"qeval.run(['compare', REC], binary={script(d, 'fake', 'kill -9 $$')!r})", ["signal"]),
 ]:
     py(label, code, [f for f in frags if f])
+
+# ---- quantised Hugging Face folders (issue 78): GPTQ, AWQ, compressed-tensors, fine-grained FP8, bitsandbytes --------
+# Group qfolder: the tiny Llama (2 layers, d_model 64) with every block linear stored by one method, written here with
+# struct alone (the tensor names, dtypes, shapes and configs of tests/loaders/checkpoints/quantized_checkpoint_test.cpp);
+# a control per method that must be read, then every quantization_config key qeval reads with bad values and edits
+# of the stored tensors. Config errors are found on open (inspect), tensor errors when a layer is dequantised (eval).
+QF_SRC = DATA / "fixtures/tiny-llama-hf"
+QF_LINEARS = {}
+for _i in range(2):
+    for _m, _nk in [("self_attn.q_proj", (64, 64)), ("self_attn.k_proj", (16, 64)), ("self_attn.v_proj", (16, 64)),
+                    ("self_attn.o_proj", (64, 64)), ("mlp.gate_proj", (176, 64)), ("mlp.up_proj", (176, 64)),
+                    ("mlp.down_proj", (64, 176))]:
+        QF_LINEARS[f"model.layers.{_i}.{_m}"] = _nk
+QF_UP = "model.layers.1.mlp.up_proj"  # the module the tensor edits change: N 176, K 64
+QF_TOK = struct.pack("<64H", *[(i * 7) % 500 + 3 for i in range(64)])
+ST_SIZE = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I64": 8, "U8": 1, "I8": 1, "F8_E4M3": 1, "I16": 2, "F64": 8}
+
+
+def st_read(path):
+    b = Path(path).read_bytes()
+    n = struct.unpack("<Q", b[:8])[0]
+    out = {}
+    for name, v in json.loads(b[8:8 + n]).items():
+        if name != "__metadata__":
+            out[name] = [v["dtype"], list(v["shape"]), b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]]
+    return out
+
+
+def st_bytes(tensors):
+    head, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, (dtype, shape, data) in tensors.items():
+        head[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(head).encode()
+    h += b" " * ((-len(h)) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+class QfRand:
+    def __init__(self, seed):
+        import random
+        self.r = random.Random(seed)
+
+    def words(self, shape):
+        return ["I32", list(shape), struct.pack(f"<{math.prod(shape)}I", *[self.r.getrandbits(32) for _ in range(math.prod(shape))])]
+
+    def bytes(self, shape, lo=0, hi=255, dtype="U8"):
+        return [dtype, list(shape), bytes(self.r.randint(lo, hi) for _ in range(math.prod(shape)))]
+
+    def e4m3(self, shape):  # |value| <= 1.875 (exponent field <= 7), never a NaN code
+        return ["F8_E4M3", list(shape), bytes(self.r.randint(0, 0x3f) | (0x80 * self.r.randint(0, 1)) for _ in range(math.prod(shape)))]
+
+    def scales(self, shape, dtype="F16"):
+        v = [self.r.random() * 0.01 + 0.001 for _ in range(math.prod(shape))]
+        return qf_floats(v, shape, dtype)
+
+
+def qf_floats(v, shape, dtype="F32"):
+    if dtype == "F16":
+        return ["F16", list(shape), struct.pack(f"<{len(v)}e", *v)]
+    if dtype == "BF16":
+        return ["BF16", list(shape), b"".join(struct.pack("<f", x)[2:4] for x in v)]
+    return ["F32", list(shape), struct.pack(f"<{len(v)}f", *v)]
+
+
+def qf_ints(v, shape, dtype="I64"):
+    code = {"I64": "q", "I32": "i", "I8": "b", "U8": "B"}[dtype]
+    return [dtype, list(shape), struct.pack(f"<{len(v)}{code}", *v)]
+
+
+def qf_state(N, K, **over):
+    s = dict({"quant_type": "nf4", "blocksize": 64, "dtype": "float32", "shape": [N, K], "nested_blocksize": 256,
+              "nested_dtype": "float32", "nested_offset": 0.03125}, **over)
+    return {k: v for k, v in s.items() if v is not DELETE}
+
+
+def qf_bnb_nf4(N, K, r):
+    blocks = (N * K + 63) // 64
+    st = json.dumps(qf_state(N, K)).encode()
+    return {"weight": r.bytes([N * K // 2, 1]), "weight.absmax": r.bytes([blocks]),
+            "weight.nested_absmax": r.scales([(blocks + 255) // 256], "F32"),
+            "weight.nested_quant_map": qf_floats([-1 + 2 * i / 255 for i in range(256)], [256]),
+            "weight.quant_map": qf_floats([0.0] * 16, [16]), "weight.quant_state.bitsandbytes__nf4": ["U8", [len(st)], st]}
+
+
+def qf_ct(fmt, weights):
+    return {"quant_method": "compressed-tensors", "format": fmt, "quantization_status": "compressed", "ignore": ["lm_head"],
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None}}}
+
+
+# method: (quantization_config, store(N, K, rand) -> {field: [dtype, shape, bytes]})
+QF_METHODS = {
+    "gptq-v2": ({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": False, "sym": True, "checkpoint_format": "gptq_v2"},
+                lambda N, K, r: {"qweight": r.words([K * 4 // 32, N]), "qzeros": r.words([K // 16, N * 4 // 32]),
+                                 "scales": r.scales([K // 16, N])}),
+    "gptq-v1": ({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": False, "sym": False},
+                lambda N, K, r: {"qweight": r.words([K * 4 // 32, N]), "qzeros": r.words([K // 16, N * 4 // 32]),
+                                 "scales": r.scales([K // 16, N]), "g_idx": qf_ints([k // 16 for k in range(K)], [K], "I32")}),
+    "awq": ({"quant_method": "awq", "bits": 4, "group_size": 16, "zero_point": True, "version": "gemm"},
+            lambda N, K, r: {"qweight": r.words([K, N // 8]), "qzeros": r.words([K // 16, N // 8]), "scales": r.scales([K // 16, N])}),
+    "ct-pack": (qf_ct("pack-quantized", {"num_bits": 4, "type": "int", "symmetric": False, "strategy": "group", "group_size": 16}),
+                lambda N, K, r: {"weight_packed": r.words([N, K * 4 // 32]), "weight_scale": r.scales([N, K // 16], "BF16"),
+                                 "weight_zero_point": r.words([(N * 4 + 31) // 32, K // 16]), "weight_shape": qf_ints([N, K], [2])}),
+    "ct-fp8": (qf_ct("float-quantized", {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel"}),
+               lambda N, K, r: {"weight": r.e4m3([N, K]), "weight_scale": r.scales([N, 1], "BF16")}),
+    "ct-nvfp4": (qf_ct("nvfp4-pack-quantized", {"num_bits": 4, "type": "float", "symmetric": True, "strategy": "tensor_group",
+                                                "group_size": 16}),
+                 lambda N, K, r: {"weight_packed": r.bytes([N, K // 2]), "weight_scale": r.bytes([N, K // 16], 0x20, 0x3f, "F8_E4M3"),
+                                  "weight_global_scale": qf_floats([8.0], [1])}),
+    "fp8-block": ({"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"},
+                  lambda N, K, r: {"weight": r.e4m3([N, K]), "weight_scale_inv": r.scales([(N + 127) // 128, (K + 127) // 128], "F32")}),
+    "bnb-nf4": ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True},
+                qf_bnb_nf4),
+    "bnb-int8": ({"quant_method": "bitsandbytes", "load_in_8bit": True},
+                 lambda N, K, r: {"weight": qf_ints([r.r.randint(-127, 127) for _ in range(N * K)], [N, K], "I8"),
+                                  "SCB": r.scales([N], "F32")}),
+}
+QF_CACHE = {}
+
+
+def qf_tensors(method):
+    """Every tensor of the tiny Llama with the block linears stored by `method` (made once, copied per case)."""
+    if method not in QF_CACHE:
+        t = {}
+        for shard in ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]:
+            t.update(st_read(QF_SRC / shard))
+        r = QfRand(78)
+        for module, (N, K) in QF_LINEARS.items():
+            del t[module + ".weight"]
+            for field, v in QF_METHODS[method][1](N, K, r).items():
+                t[module + "." + field] = v
+        QF_CACHE[method] = t
+    return {k: list(v) for k, v in QF_CACHE[method].items()}
+
+
+def qfolder(d, method, qc_edit=None, t_edit=None, config_edit=None, raw=None):
+    """The quantised folder in d/q: qc_edit(quantization_config), t_edit(tensors), config_edit(config.json) change it."""
+    dst = Path(d) / "q"
+    dst.mkdir(parents=True, exist_ok=True)
+    t = qf_tensors(method)
+    if t_edit:
+        t_edit(t)
+    (dst / "model.safetensors").write_bytes(raw(st_bytes(t)) if raw else st_bytes(t))
+    config = json.loads((QF_SRC / "config.json").read_text())
+    config["quantization_config"] = copy.deepcopy(QF_METHODS[method][0])
+    if qc_edit:
+        qc_edit(config["quantization_config"])
+    if config_edit:
+        config_edit(config)
+    (dst / "config.json").write_text(json.dumps(config, indent=2, allow_nan=True))
+    return str(dst)
+
+
+def qf_eval(d, method, **kw):
+    return "eval -q --model " + qfolder(d, method, **kw) + " --data " + write(d, "t.bin", QF_TOK) + \
+        " --seq-len 8 --max-windows 2 --schemes full --out " + str(Path(d) / "o.json")
+
+
+def qset(path, value):
+    """An edit of the quantization_config at a dotted key path (value DELETE removes it)."""
+    keys = path.split(".")
+
+    def edit(q):
+        o = q
+        for k in keys[:-1]:
+            o = o[k]
+        if value is DELETE:
+            o.pop(keys[-1], None)
+        else:
+            o[keys[-1]] = value
+    return edit
+
+
+def qcase(label, method, path, value, frags=None, how="inspect", file="config.json"):
+    """A bad quantization_config value; the message must name the file and the key path."""
+    frags = [file, "quantization_config." + path] if frags is None else frags
+    if how == "inspect":
+        case(f"qfolder-{method}-{label}", lambda d, m=method, e=qset(path, value): "inspect --json " + qfolder(d, m, qc_edit=e), frags)
+    else:
+        case(f"qfolder-{method}-{label}", lambda d, m=method, e=qset(path, value): qf_eval(d, m, qc_edit=e), frags)
+
+
+def tcase(label, method, edit, frags, raw=None):
+    """An edit of the stored tensors, found when the layer is dequantised."""
+    case(f"qfolder-{method}-{label}", lambda d, m=method, e=edit, r=raw: qf_eval(d, m, t_edit=e, raw=r), frags)
+
+
+for method in QF_METHODS:
+    case(f"qfolder-{method}-valid-inspect", lambda d, m=method: "inspect --json " + qfolder(d, m),
+         ['"method": "' + QF_METHODS[method][0]["quant_method"]], expect="accept")
+    case(f"qfolder-{method}-valid-eval", lambda d, m=method: qf_eval(d, m), ["record written"], expect="accept")
+
+# quantization_config itself and quant_method.
+for label, v in {"list": [4], "string": "gptq", "number": 4, "empty": {}}.items():
+    case(f"qfolder-config-{label}", lambda d, v=v: "inspect --json " + qfolder(d, "gptq-v2", config_edit=setter("quantization_config", v)),
+         ["config.json", "quantization_config"])
+for v in ["GPTQ", "gptq2", "", 4, ["gptq"], "quanto", "hqq", "bitsandbytes_4bit", "fp8 "]:
+    qcase(f"quant_method={json.dumps(v)}", "gptq-v2", "quant_method", v)
+# AutoGPTQ's quantize_config.json and AutoAWQ's quant_config.json beside a config.json without quantization_config.
+for fname, method, body in [("quantize_config.json", "gptq-v1", {"bits": 6, "group_size": 16}),
+                            ("quantize_config.json", "gptq-v1", {"bits": "4", "group_size": 16}),
+                            ("quantize_config.json", "gptq-v1", {"bits": 4, "group_size": 0}),
+                            ("quant_config.json", "awq", {"w_bit": 3, "q_group_size": 16, "zero_point": True, "version": "GEMM"}),
+                            ("quant_config.json", "awq", {"w_bit": 4, "q_group_size": -1, "zero_point": True, "version": "GEMM"}),
+                            ("quant_config.json", "awq", {"w_bit": 4, "q_group_size": 16, "version": "GEMV"})]:
+    def build(d, fname=fname, method=method, body=body):
+        p = qfolder(d, method, config_edit=setter("quantization_config", DELETE))
+        write(p, fname, json.dumps(body))
+        return "inspect --json " + p
+    case(f"qfolder-{fname.split('.')[0]}-{'-'.join(f'{k}={v}' for k, v in body.items() if k in ('bits', 'w_bit', 'group_size', 'q_group_size', 'version'))}",
+         build, [fname])
+case("qfolder-quantize_config-not-json", lambda d: "inspect --json " + write(
+    qfolder(d, "gptq-v1", config_edit=setter("quantization_config", DELETE)), "quantize_config.json", "{bits: 4"), ["quantize_config.json"])
+case("qfolder-config-null", lambda d: qf_eval(d, "gptq-v2", config_edit=setter("quantization_config", None)), ["q_proj.weight"])
+
+# GPTQ and AWQ keys.
+GPTQ_BAD = {"bits": ["4", 4.5, 6, 0, -4, 1, 16, True, [4], DELETE], "group_size": [0, -2, "16", 2.5, True, -128],
+            "desc_act": ["false", 1, [False]], "sym": ["true", 0],
+            "checkpoint_format": ["marlin", "bitblas", "gptq_v3", 2, "", "GPTQ_V2"]}
+for key, vals in GPTQ_BAD.items():
+    for v in vals:
+        qcase(f"{key}={'missing' if v is DELETE else json.dumps(v)}", "gptq-v2", key, v)
+qcase("format=marlin", "gptq-v1", "format", "marlin")
+# group sizes the config allows but the stored tensors do not have: the eval names the tensor.
+# (qzeros is checked first: its rows are the groups.)
+for v in [24, 32, 64, -1, 2 ** 40, 2 ** 63 - 1]:
+    qcase(f"group_size={v}-stored-16", "gptq-v2", "group_size", v, ["model.safetensors", "qzeros"], how="eval")
+for v in [2, 3, 8]:
+    qcase(f"bits={v}-stored-4", "gptq-v2", "bits", v, ["model.safetensors", "qweight"], how="eval")
+AWQ_BAD = {"bits": [3, 8, "4", 0, 2, DELETE], "group_size": [0, -1, "16", 2.5, -128], "zero_point": ["yes", 1],
+           "version": ["gemv", "GEMV_fast", "exllama", "marlin", 4, "", "ipex"]}
+for key, vals in AWQ_BAD.items():
+    for v in vals:
+        qcase(f"{key}={'missing' if v is DELETE else json.dumps(v)}", "awq", key, v)
+for v, frag in [(24, "24"), (48, "48"), (32, "qzeros"), (2 ** 63 - 1, "group_size")]:
+    qcase(f"group_size={v}-stored-16", "awq", "group_size", v, ["model.safetensors", frag], how="eval")
+
+# compressed-tensors keys.
+W = "config_groups.group_0.weights"
+G = "config_groups.group_0"
+CT_BAD = {
+    "format": ["pack_quantized", "float-quantized", "nvfp4-pack-quantized", "dense", 3, "marlin-24", ""],
+    "config_groups": [DELETE, {}, [], "group_0", {"group_0": []}, {"group_0": "Linear"}],
+    f"{G}.targets": [DELETE, [], 5, [5], "re:(", ["re:[a-"], ["re:" + "a" * 1001], ["re:(a|b"]],
+    f"{G}.weights": [DELETE, [], "int4", 4],
+    f"{G}.format": ["packed", 5, "float-quantized"],
+    "ignore": [5, [5], "re:(", {"lm_head": True}],
+    f"{W}.num_bits": [0, 9, 16, "4", 4.5, -4, True],
+    f"{W}.type": ["integer", 4, "float", "INT"],
+    f"{W}.symmetric": ["no", 1],
+    f"{W}.strategy": ["groups", "GROUP", 5, "block", "token"],
+    f"{W}.group_size": [0, -16, "16", 2.5, DELETE],
+    f"{W}.actorder": ["desc", 5, "GROUP"],
+}
+CT_FRAG = {(f"{W}.type", "float"): "quantization_config.format", (f"{W}.strategy", "block"): f"quantization_config.{W}.block_structure"}
+for key, vals in CT_BAD.items():
+    for v in vals:
+        frag = CT_FRAG.get((key, v if isinstance(v, str) else None), "quantization_config." + key)
+        label = key.replace(G + ".", "g0.").replace("g0.weights.", "w.")
+        qcase(f"{label}={'missing' if v is DELETE else json.dumps(v)[:24]}", "ct-pack", key, v, ["config.json", frag])
+for v in [[128], "128x128", [0, 128], [-1, 2], ["a", "b"], [128, 128, 1], None]:
+    case(f"qfolder-ct-pack-block_structure={json.dumps(v)}", lambda d, v=v: "inspect --json " + qfolder(
+        d, "ct-pack", qc_edit=lambda q: q["config_groups"]["group_0"]["weights"].update(strategy="block", block_structure=v)),
+        ["config.json", "block_structure"])
+# Targets and ignores that leave the stored modules unmatched: the modules read as plain, their .weight is absent.
+for label, edit in {"targets-Conv2d": qset(f"{G}.targets", ["Conv2d"]),
+                    "targets-no-module": qset(f"{G}.targets", ["re:model\\.layers\\.9\\..*"]),
+                    "targets-mlp-only": qset(f"{G}.targets", ["re:.*mlp\\..*"]),
+                    "ignore-everything": qset("ignore", ["re:.*"]),
+                    "ignore-layer-1": qset("ignore", ["lm_head", "re:model\\.layers\\.1\\..*"])}.items():
+    case(f"qfolder-ct-pack-{label}", lambda d, e=edit: qf_eval(d, "ct-pack", qc_edit=e), ["model.safetensors", "weight"])
+# num_bits / group_size the stored tensors do not have.
+for key, v, frag in [("num_bits", 8, "weight_packed"), ("num_bits", 2, "weight_packed"), ("group_size", 32, "weight_scale"),
+                     ("group_size", 24, "group"), ("strategy", "channel", "weight_scale")]:
+    qcase(f"{key}={v}-stored", "ct-pack", f"{W}.{key}", v, ["model.safetensors", frag], how="eval")
+for method, key, v, frag in [("ct-fp8", "num_bits", 4, "format"), ("ct-fp8", "type", "int", "format"),
+                             ("ct-fp8", "strategy", "group", W + ".group_size"), ("ct-nvfp4", "num_bits", 8, "format"),
+                             ("ct-nvfp4", "type", "int", "format"), ("ct-nvfp4", "group_size", 0, W + ".group_size"),
+                             ("ct-fp8", "num_bits", 16, W + ".num_bits")]:
+    qcase(f"{key}={v}", method, f"{W}.{key}", v, ["config.json", "quantization_config." + frag])
+qcase("strategy=tensor-stored-channel", "ct-fp8", f"{W}.strategy", "tensor", ["model.safetensors", "weight_scale"], how="eval")
+
+# fine-grained FP8 keys.
+for v in [DELETE, [128], [0, 128], [-128, 128], "128", [128.5, 128], ["128", "128"], [128, 128, 1], None, {}]:
+    qcase(f"weight_block_size={'missing' if v is DELETE else json.dumps(v)[:20]}", "fp8-block", "weight_block_size", v,
+          ["config.json", "quantization_config.weight_block_size"])
+for v in [[32, 32], [64, 128], [1, 1], [2 ** 62, 2 ** 62], [2 ** 40, 128], [2 ** 63 - 1, 128], [128, 2 ** 63 - 1]]:
+    qcase(f"weight_block_size={json.dumps(v)}-stored-128", "fp8-block", "weight_block_size", v,
+          ["model.safetensors", "weight_scale_inv"], how="eval")
+for key, vals in {"activation_scheme": ["dyn", 5, "STATIC"], "modules_to_not_convert": [5, [5], {"lm_head": 1}]}.items():
+    for v in vals:
+        qcase(f"{key}={json.dumps(v)}", "fp8-block", key, v)
+
+# bitsandbytes keys.
+for label, edit in {"both": lambda q: q.update(load_in_8bit=True), "neither": lambda q: q.update(load_in_4bit=False),
+                    "none-given": lambda q: q.pop("load_in_4bit"), "4bit-string": lambda q: q.update(load_in_4bit="true"),
+                    "4bit-number": lambda q: q.update(load_in_4bit=1), "8bit-string": lambda q: q.update(load_in_8bit="false")}.items():
+    case(f"qfolder-bnb-nf4-load_in-{label}", lambda d, e=edit: "inspect --json " + qfolder(d, "bnb-nf4", qc_edit=e),
+         ["config.json", "quantization_config.load_in_"])
+for key, vals in {"bnb_4bit_quant_type": ["nf3", "NF4", 4, "int8", ""], "bnb_4bit_use_double_quant": ["yes", 1],
+                  "llm_int8_skip_modules": [5, [5], {"lm_head": 1}]}.items():
+    for v in vals:
+        qcase(f"{key}={json.dumps(v)}", "bnb-nf4", key, v)
+qcase("bnb_4bit_quant_type=fp4-stored-nf4", "bnb-nf4", "bnb_4bit_quant_type", "fp4",
+      ["config.json", "bitsandbytes__fp4"], how="eval")
+case("qfolder-bnb-int8-load_in_4bit-stored-int8", lambda d: qf_eval(d, "bnb-int8", qc_edit=lambda q: q.update(
+    load_in_8bit=False, load_in_4bit=True, bnb_4bit_quant_type="nf4")), ["config.json", "load_in_4bit", "int8"])
+
+
+# ---- the stored tensors -------------------------------------------------------------------------------------------------
+def t_set(field, value, module=QF_UP):
+    def edit(t):
+        if value is DELETE:
+            del t[module + "." + field]
+        else:
+            t[module + "." + field] = value(t[module + "." + field]) if callable(value) else value
+    return edit
+
+
+def t_shape(shape):
+    """The tensor re-declared with another shape: its bytes cut or padded to match."""
+    def f(v):
+        n = math.prod(shape) * ST_SIZE[v[0]]
+        return [v[0], list(shape), (v[2] + bytes(n))[:n]]
+    return f
+
+
+def t_dtype(dtype):
+    def f(v):
+        n = math.prod(v[1]) * ST_SIZE[dtype]
+        return [dtype, v[1], (v[2] * 8)[:n]]
+    return f
+
+
+def t_poke(index, value, fmt_="<e"):
+    def f(v):
+        b = bytearray(v[2])
+        w = struct.calcsize(fmt_)
+        b[index * w:(index + 1) * w] = struct.pack(fmt_, value)
+        return [v[0], v[1], bytes(b)]
+    return f
+
+
+N_UP, K_UP = 176, 64
+NAN16, INF16 = struct.unpack("<e", b"\x00\x7e")[0], float("inf")
+GPTQ_T = {
+    "qweight-short": ("qweight", t_shape([7, N_UP])), "qweight-transposed": ("qweight", t_shape([N_UP, 8])),
+    "qweight-1d": ("qweight", t_shape([8 * N_UP])), "qweight-f32": ("qweight", t_dtype("F32")), "qweight-i64": ("qweight", t_dtype("I64")),
+    "qweight-u8": ("qweight", t_dtype("U8")), "qweight-empty": ("qweight", t_shape([0, N_UP])),
+    "qzeros-short": ("qzeros", t_shape([3, 22])), "qzeros-wide": ("qzeros", t_shape([4, 23])), "qzeros-f16": ("qzeros", t_dtype("F16")),
+    "scales-short": ("scales", t_shape([3, N_UP])), "scales-transposed": ("scales", t_shape([N_UP, 4])),
+    "scales-i32": ("scales", t_dtype("I32")), "scales-f64": ("scales", t_dtype("F64")),
+    "scales-nan": ("scales", t_poke(5, NAN16)), "scales-inf": ("scales", t_poke(0, INF16)), "scales-neg-inf": ("scales", t_poke(700, -INF16)),
+    "qweight-absent": ("qweight", DELETE), "qzeros-absent": ("qzeros", DELETE), "scales-absent": ("scales", DELETE),
+}
+for label, (field, value) in GPTQ_T.items():
+    absent = value is DELETE
+    tcase(label, "gptq-v2", t_set(field, value), ["config.json" if absent else "model.safetensors", QF_UP + ("." + field if absent else ""),
+                                                    field])
+G_IDX = {"g_idx-out-of-range": t_poke(3, 9, "<i"), "g_idx-negative": t_poke(0, -1, "<i"), "g_idx-huge": t_poke(63, 2 ** 31 - 1, "<i"),
+         "g_idx-inconsistent": t_poke(0, 2, "<i"), "g_idx-short": t_shape([32]), "g_idx-2d": t_shape([64, 1]),
+         "g_idx-f32": t_dtype("F32"), "g_idx-u8": t_dtype("U8")}
+for label, value in G_IDX.items():
+    tcase(label, "gptq-v1", t_set("g_idx", value), ["model.safetensors", QF_UP, "g_idx"])
+# desc_act true with g_idx in range but out of order is valid; g_idx beyond the groups with desc_act is not.
+case("qfolder-gptq-v1-desc_act-g_idx-permuted", lambda d: qf_eval(d, "gptq-v1", qc_edit=qset("desc_act", True), t_edit=t_set(
+    "g_idx", qf_ints([(k * 5) % 4 for k in range(K_UP)], [K_UP], "I32"))), ["record written"], expect="accept")
+case("qfolder-gptq-v1-desc_act-g_idx-out-of-range", lambda d: qf_eval(d, "gptq-v1", qc_edit=qset("desc_act", True), t_edit=t_set(
+    "g_idx", t_poke(10, 4, "<i"))), ["model.safetensors", QF_UP, "g_idx"])
+AWQ_T = {"qweight-short": ("qweight", t_shape([63, 22])), "qweight-gptq-layout": ("qweight", t_shape([8, N_UP])),
+         "qweight-f32": ("qweight", t_dtype("F32")), "qzeros-short": ("qzeros", t_shape([3, 22])),
+         "qzeros-i64": ("qzeros", t_dtype("I64")), "scales-short": ("scales", t_shape([4, 175])),
+         "scales-nan": ("scales", t_poke(17, NAN16)), "scales-inf": ("scales", t_poke(2, -INF16)),
+         "qweight-absent": ("qweight", DELETE), "qzeros-absent": ("qzeros", DELETE), "scales-absent": ("scales", DELETE)}
+for label, (field, value) in AWQ_T.items():
+    absent = value is DELETE
+    tcase(label, "awq", t_set(field, value), ["config.json" if absent else "model.safetensors", field])
+BF_NAN, BF_INF = float("nan"), float("inf")
+CT_T = {"weight_packed-short": ("weight_packed", t_shape([N_UP, 7])), "weight_packed-transposed": ("weight_packed", t_shape([8, N_UP])),
+        "weight_packed-u8": ("weight_packed", t_dtype("U8")), "weight_packed-f32": ("weight_packed", t_dtype("F32")),
+        "weight_scale-short": ("weight_scale", t_shape([N_UP, 3])), "weight_scale-channel": ("weight_scale", t_shape([N_UP, 1])),
+        "weight_scale-i32": ("weight_scale", t_dtype("I32")),
+        "weight_scale-nan": ("weight_scale", lambda v: [v[0], v[1], v[2][:10] + struct.pack("<f", BF_NAN)[2:4] + v[2][12:]]),
+        "weight_scale-inf": ("weight_scale", lambda v: [v[0], v[1], struct.pack("<f", BF_INF)[2:4] + v[2][2:]]),
+        "weight_zero_point-short": ("weight_zero_point", t_shape([21, 4])), "weight_zero_point-absent": ("weight_zero_point", DELETE),
+        "weight_zero_point-f16": ("weight_zero_point", t_dtype("F16")),
+        "weight_shape-swapped": ("weight_shape", qf_ints([K_UP, N_UP], [2])), "weight_shape-3": ("weight_shape", qf_ints([N_UP, K_UP, 1], [3])),
+        "weight_shape-negative": ("weight_shape", qf_ints([-N_UP, K_UP], [2])), "weight_shape-f32-fraction": ("weight_shape", qf_floats([176.5, 64.0], [2])),
+        "weight_shape-huge": ("weight_shape", qf_ints([2 ** 62, K_UP], [2])),
+        "weight_packed-absent": ("weight_packed", DELETE), "weight_scale-absent": ("weight_scale", DELETE),
+        "weight_shape-absent": ("weight_shape", DELETE),
+        "weight_g_idx-permuted": ("weight_g_idx", qf_ints([(k * 5) % 4 for k in range(K_UP)], [K_UP], "I32")),
+        "weight_g_idx-out-of-range": ("weight_g_idx", qf_ints([9] * K_UP, [K_UP], "I32"))}
+for label, (field, value) in CT_T.items():
+    absent = value is DELETE
+    frags = ["config.json", QF_UP + "." + field] if absent else ["model.safetensors", QF_UP, field]
+    tcase(label, "ct-pack", t_set(field, value), frags)
+FP8_T = {"weight-f32": ("weight", t_dtype("F32")), "weight-u8-short": ("weight", t_shape([N_UP, 63])),
+         "weight-i8": ("weight", t_dtype("I8")), "weight_scale-short": ("weight_scale", t_shape([175, 1])),
+         "weight_scale-group": ("weight_scale", t_shape([N_UP, 4])), "weight_scale-tensor": ("weight_scale", t_shape([1])),
+         "weight_scale-nan": ("weight_scale", lambda v: [v[0], v[1], v[2][:4] + struct.pack("<f", BF_NAN)[2:4] + v[2][6:]]),
+         "weight_scale-inf": ("weight_scale", lambda v: [v[0], v[1], struct.pack("<f", -BF_INF)[2:4] + v[2][2:]]),
+         "weight_scale-absent": ("weight_scale", DELETE), "weight-absent": ("weight", DELETE)}
+for label, (field, value) in FP8_T.items():
+    absent = value is DELETE
+    tcase(label, "ct-fp8", t_set(field, value), ["config.json" if absent else "model.safetensors", field] if not (absent and field == "weight")
+          else [QF_UP + ".weight"])
+NV_T = {"weight_packed-short": ("weight_packed", t_shape([N_UP, 31])), "weight_packed-i32": ("weight_packed", t_dtype("I32")),
+        "weight_scale-short": ("weight_scale", t_shape([N_UP, 3])), "weight_scale-f32": ("weight_scale", t_dtype("F32")),
+        "weight_scale-nan-code": ("weight_scale", lambda v: [v[0], v[1], v[2][:5] + b"\x7f" + v[2][6:]]),
+        "weight_global_scale-zero": ("weight_global_scale", qf_floats([0.0], [1])),
+        "weight_global_scale-nan": ("weight_global_scale", qf_floats([float("nan")], [1])),
+        "weight_global_scale-inf": ("weight_global_scale", qf_floats([float("inf")], [1])),
+        "weight_global_scale-2": ("weight_global_scale", qf_floats([8.0, 8.0], [2])),
+        "weight_global_scale-absent": ("weight_global_scale", DELETE), "weight_packed-absent": ("weight_packed", DELETE)}
+for label, (field, value) in NV_T.items():
+    absent = value is DELETE
+    tcase(label, "ct-nvfp4", t_set(field, value), ["config.json" if absent else "model.safetensors", field])
+FB_T = {"weight_scale_inv-short": ("weight_scale_inv", t_shape([1, 1])), "weight_scale_inv-per-row": ("weight_scale_inv", t_shape([N_UP, 1])),
+        "weight_scale_inv-nan": ("weight_scale_inv", qf_floats([1.0, float("nan")], [2, 1])),
+        "weight_scale_inv-inf": ("weight_scale_inv", qf_floats([float("inf"), 1.0], [2, 1])),
+        "weight_scale_inv-i32": ("weight_scale_inv", t_dtype("I32")), "weight_scale_inv-f16": ("weight_scale_inv", t_dtype("F16")),
+        "weight-f16": ("weight", t_dtype("F16")), "weight-short": ("weight", t_shape([175, K_UP])),
+        "weight_scale_inv-absent": ("weight_scale_inv", DELETE)}
+for label, (field, value) in FB_T.items():
+    absent = value is DELETE
+    tcase(label, "fp8-block", t_set(field, value), ["config.json" if absent else "model.safetensors", field])
+
+
+def bnb_state(**over):
+    st = json.dumps(qf_state(N_UP, K_UP, **over)).encode()
+    return ["U8", [len(st)], st]
+
+
+QS = "weight.quant_state.bitsandbytes__nf4"
+BNB_T = {"quant_state-not-json": (QS, ["U8", [3], b"\x00\x01\x02"]), "quant_state-list": (QS, ["U8", [2], b"[]"]),
+         "quant_state-truncated": (QS, lambda v: ["U8", [v[1][0] - 5], v[2][:-5]]),
+         "quant_state-blocksize-missing": (QS, bnb_state(blocksize=DELETE)), "quant_state-blocksize-0": (QS, bnb_state(blocksize=0)),
+         "quant_state-blocksize-string": (QS, bnb_state(blocksize="64")), "quant_state-blocksize-neg": (QS, bnb_state(blocksize=-64)),
+         "quant_state-blocksize-128": (QS, bnb_state(blocksize=128)), "quant_state-blocksize-huge": (QS, bnb_state(blocksize=2 ** 62)),
+         "quant_state-shape": (QS, bnb_state(shape=[64, 176])), "quant_state-shape-string": (QS, bnb_state(shape="176x64")),
+         "quant_state-quant_type": (QS, bnb_state(quant_type="fp4")),
+         "quant_state-nested_offset-string": (QS, bnb_state(nested_offset="0.03")),
+         "quant_state-nested_offset-missing": (QS, bnb_state(nested_offset=DELETE)),
+         "quant_state-nested_blocksize-0": (QS, bnb_state(nested_blocksize=0)),
+         "quant_state-f32": (QS, t_dtype("F32")),
+         "absmax-short": ("weight.absmax", t_shape([100])), "absmax-f16": ("weight.absmax", t_dtype("F16")),
+         "nested_absmax-nan": ("weight.nested_absmax", qf_floats([float("nan")] * 1, [1])),
+         "nested_absmax-short": ("weight.nested_absmax", qf_floats([], [0])),
+         "nested_quant_map-short": ("weight.nested_quant_map", t_shape([16])),
+         "weight-short": ("weight", t_shape([N_UP * K_UP // 2 - 1, 1])), "weight-i32": ("weight", t_dtype("I32")),
+         "absmax-absent": ("weight.absmax", DELETE), "quant_state-absent": (QS, DELETE)}
+for label, (field, value) in BNB_T.items():
+    absent = value is DELETE
+    frags = ["config.json", QF_UP + "." + field] if absent else ["model.safetensors", QF_UP]
+    if not absent and field == QS:
+        frags.append({"quant_state-blocksize-128": "absmax", "quant_state-blocksize-huge": "blocksize"}.get(label, "quant_state"))
+    elif not absent and field != "weight":
+        frags.append(field.split(".")[-1])
+    tcase(label, "bnb-nf4", t_set(field, value), frags)
+BNB8_T = {"SCB-short": ("SCB", t_shape([175])), "SCB-nan": ("SCB", t_poke(3, float("nan"), "<f")),
+          "SCB-inf": ("SCB", t_poke(0, float("inf"), "<f")), "SCB-f16": ("SCB", t_dtype("F16")), "SCB-absent": ("SCB", DELETE),
+          "weight-transposed": ("weight", t_shape([K_UP, N_UP])), "weight-u8": ("weight", t_dtype("U8"))}
+for label, (field, value) in BNB8_T.items():
+    absent = value is DELETE
+    tcase(label, "bnb-int8", t_set(field, value), ["config.json" if absent else "model.safetensors", field] if field != "weight"
+          else [QF_UP])
+# The weights file itself: cut inside a stored tensor, a header offset past the end.
+tcase("truncated", "gptq-v2", None, ["model.safetensors"], raw=lambda b: b[:-4096])
+tcase("qweight-offset-beyond", "gptq-v2", None, ["model.safetensors"], raw=lambda b: b.replace(b'"data_offsets": [0,', b'"data_offsets": [99999999,', 1))
+
+# ---- calibrated schemes (issue 77): GPTQ and AWQ specs, the presets, --calibration-data / -seq-len / -windows -------
+# Group calib: the "gptq" and "awq" settings of an int4_zeropoint weights spec (quant/schemes/scheme_json.cpp
+# gptq_from_json / awq_from_json) with bad values, the methods where they do not apply, and the calibration options of
+# eval (docs/calibrated.md) with bad files and lengths. stories260K, 2 evaluated windows of 32 tokens, 2 calibration windows.
+CAL_DATA = "text/tinystories/validation-head.txt"
+GPTQ_W = {"kind": "int4_zeropoint", "granularity": "channel", "method": "gptq", "gptq": {"calibration": {"windows": 2}}}
+AWQ_W = {"kind": "int4_zeropoint", "granularity": "channel", "method": "awq", "awq": {"calibration": {"windows": 2}}}
+
+
+def cal_w(base, settings=None, **over):
+    """A weights spec: base with its "gptq" / "awq" object's keys replaced (DELETE removes), and top-level overrides."""
+    w = copy.deepcopy(base)
+    key = w["method"]
+    for k, v in (settings or {}).items():
+        if v is DELETE:
+            w[key].pop(k, None)
+        else:
+            w[key][k] = v
+    for k, v in over.items():
+        if v is DELETE:
+            w.pop(k, None)
+        else:
+            w[k] = v
+    return spec(w)
+
+
+scheme_case("calib-gptq-valid", cal_w(GPTQ_W), [], named=True)
+cases[-1].update(expect="accept", fragments=["record written"])
+scheme_case("calib-awq-valid", cal_w(AWQ_W), [], named=True)
+cases[-1].update(expect="accept", fragments=["record written"])
+scheme_case("calib-gptq-valid-3bit-group-actorder", cal_w(GPTQ_W, {"actorder": "group", "block_size": 16}, bits=3,
+                                                          granularity="group:32"), [], named=True)
+cases[-1].update(expect="accept", fragments=["record written"])
+GPTQ_BAD = {
+    "symmetric": ["true", 1, None, [True]],
+    "dampening": [-0.01, "0.01", None, [0.01], True, -1e-300],
+    "block_size": [0, -1, "128", 2.5, 2 ** 63, True, None, 2 ** 64],
+    "actorder": ["desc", True, 1, None, "STATIC", "weight", "", ["static"]],
+    "group_params": ["new", 1, None, "Updated"],
+    "arithmetic": ["gptqmodel", 3, "AutoGPTQ", None],
+}
+for key, vals in GPTQ_BAD.items():
+    for v in vals:
+        scheme_case(f"calib-gptq-{key}={json.dumps(v)[:20]}", cal_w(GPTQ_W, {key: v}), [f"gptq.{key}"])
+CAL_BAD = {"list": [], "number": 5, "null": None, "empty": {}, "windows-0": {"windows": 0}, "windows-neg": {"windows": -1},
+           "windows-string": {"windows": "2"}, "windows-float": {"windows": 2.5}, "windows-huge": {"windows": 2 ** 63},
+           "windows-null": {"windows": None}, "windows-bool": {"windows": True},
+           "statistic": {"windows": 2, "statistic": "max"}, "window": {"window": 2}}
+for method, base in [("gptq", GPTQ_W), ("awq", AWQ_W)]:
+    for label, v in CAL_BAD.items():
+        scheme_case(f"calib-{method}-calibration-{label}", cal_w(base, {"calibration": v}), [f"{method}.calibration"])
+    for unknown in (["damp_percent", "desc_act", "group_size", "true_sequential", "sym"] if method == "gptq" else
+                    ["n_grid_points", "max_chunk_memory", "mappings", "offload_device"]):
+        scheme_case(f"calib-{method}-unknown-{unknown}", cal_w(base, {unknown: 1}), [method, f"'{unknown}'"])
+    for label, v in {"list": [], "string": "on", "number": 5, "null": None, "true": True}.items():
+        scheme_case(f"calib-{method}-settings-{label}", cal_w(base, **{method: v}), [method])
+    # Windows the data does not have: validation-head.txt holds a few hundred 32-token windows.
+    scheme_case(f"calib-{method}-windows-beyond-data", cal_w(base, {"calibration": {"windows": 100000}}), ["100000"], named=True)
+    scheme_case(f"calib-{method}-granularity-tensor", cal_w(base, granularity="tensor"), ["method", "granularity"])
+    scheme_case(f"calib-{method}-granularity-group-0", cal_w(base, granularity="group:0"), ["granularity"])
+    # A last group shorter than the others (64 = 48 + 16) is what round to nearest does too.
+    scheme_case(f"calib-{method}-granularity-group-48", cal_w(base, granularity="group:48"), [], named=True)
+    cases[-1].update(expect="accept", fragments=["record written"])
+    scheme_case(f"calib-{method}-kind-int8", cal_w(base, kind="int8_absmax"), [f"'{method}'", "int8_absmax"])
+    scheme_case(f"calib-{method}-kind-fp8", cal_w(base, kind="fp8", element="e4m3"), [f"'{method}'", "fp8"])
+    scheme_case(f"calib-{method}-kind-ggml", {"name": "probe", "weights": {"kind": "ggml", "file_type": "q4_0", "method": method}},
+                ["method"])
+    scheme_case(f"calib-{method}-on-inputs", spec(NONE, dict(copy.deepcopy(base), granularity="token")), ["input_activations", f"'{method}'"])
+    scheme_case(f"calib-{method}-with-static-inputs", spec(copy.deepcopy(base), dict(FP8_STATIC, calibration={"windows": 100000})),
+                ["input_activations", f"method {method}"])
+    scheme_case(f"calib-{method}-lm-head", cal_w(base), ["--quantize-lm-head"], extra="--quantize-lm-head", named=True)
+scheme_case("calib-gptq-static-updated", cal_w(GPTQ_W, {"actorder": "static", "group_params": "updated"}), ["group_params", "static"])
+scheme_case("calib-gptq-group-original", cal_w(GPTQ_W, {"actorder": "group", "group_params": "original"}), ["group_params", "group"])
+for v in [1, 5, 8, "4", 3.5, 0, -3, None, True]:
+    scheme_case(f"calib-gptq-bits={json.dumps(v)}", cal_w(GPTQ_W, bits=v), ["bits"])
+scheme_case("calib-awq-bits=3", cal_w(AWQ_W, bits=3), ["bits"])
+scheme_case("calib-rtn-bits=3", spec({"kind": "int4_zeropoint", "granularity": "channel", "bits": 3}), ["bits"])
+for v in ["GPTQ", "smoothquant", 5, "", None, "rtn "]:
+    scheme_case(f"calib-method={json.dumps(v)}", cal_w(GPTQ_W, method=v), ["method"])
+scheme_case("calib-gptq-settings-without-method", cal_w(GPTQ_W, method=DELETE), ["gptq", "method"])
+scheme_case("calib-awq-settings-with-gptq", cal_w(GPTQ_W, awq={"n_grid": 20}), ["awq", "method"])
+scheme_case("calib-gptq-settings-with-rtn", cal_w(GPTQ_W, method="rtn"), ["gptq", "method"])
+scheme_case("calib-gptq-dampening-nan-text", '{"name": "probe", "weights": {"kind": "int4_zeropoint", "granularity": "channel", '
+            '"method": "gptq", "gptq": {"dampening": NaN}}}', [])
+scheme_case("calib-gptq-duplicate-key", '{"name": "probe", "weights": {"kind": "int4_zeropoint", "granularity": "channel", '
+            '"method": "gptq", "gptq": {"block_size": 16, "block_size": 0}}}', ["block_size"])
+AWQ_BAD = {"duo_scaling": ["true", 1, "none", None, "BOTH", ["both"]], "n_grid": [0, 1, -5, 1001, "20", 2.5, None, 2 ** 63]}
+for key, vals in AWQ_BAD.items():
+    for v in vals:
+        scheme_case(f"calib-awq-{key}={json.dumps(v)}", cal_w(AWQ_W, {key: v}), [f"awq.{key}"])
+
+# The presets and the options.
+CAL_EVAL = f"{NEW_EVAL} --schemes full,gptq-w4-g128 --calibration-windows 2"
+
+
+def cal_case(name, build, fragments, expect="refuse"):
+    case(f"calib-{name}", lambda d, b=build: CAL_EVAL + " " + b(d) + " --out " + str(Path(d) / "o.json"), fragments, expect=expect)
+
+
+case("calib-preset-gptq-valid", lambda d: f"{CAL_EVAL} --out {Path(d) / 'o.json'}", ["record written"], expect="accept")
+case("calib-preset-awq-valid", lambda d: f"{NEW_EVAL} --schemes full,awq-w4-g128 --calibration-windows 2 --calibration-seq-len 16 "
+     f"--out {Path(d) / 'o.json'}", ["record written"], expect="accept")
+cal_case("data-copy-of-eval", lambda d: "--calibration-data " + str(shutil.copy(DATA / CAL_DATA, Path(d) / "c.txt")), ["record written"],
+         expect="accept")
+cal_case("data-same-as-eval", lambda d: f"--data {CAL_DATA} --calibration-data {DATA / CAL_DATA}", ["record written"], expect="accept")
+# Invalid UTF-8 is read as --data reads it (the tokenizer's byte fallback).
+cal_case("data-bad-utf8", lambda d: "--calibration-data " + write(d, "c.txt", b"\xff\xfe\xfd" * 2000), ["record written"], expect="accept")
+cal_case("seq-len-0-is-seq-len", lambda d: "--calibration-seq-len 0", ["record written"], expect="accept")
+for label, build, frags in [
+        ("data-missing", lambda d: f"--calibration-data {Path(d) / 'none.txt'}", ["none.txt"]),
+        ("data-empty", lambda d: "--calibration-data " + write(d, "c.txt", ""), ["c.txt"]),
+        ("data-folder", lambda d: f"--calibration-data {d}", ["--calibration-data"]),
+        ("data-dev-zero", lambda d: "--calibration-data /dev/zero", ["/dev/zero"]),
+        ("data-dev-null", lambda d: "--calibration-data /dev/null", ["/dev/null"]),
+        ("data-is-out", lambda d: f"--calibration-data {Path(d) / 'o.json'} --out-dummy", ["--out"]),
+        ("data-nul", lambda d: "--calibration-data " + write(d, "c.txt", b"\0" * 5000), ["c.txt"]),
+        ("data-too-short", lambda d: "--calibration-data " + write(d, "c.txt", "Once upon a time there was a cat.\n"), ["c.txt"]),
+        ("data-tokens-beyond-vocab", lambda d: "--calibration-data " + write(d, "c.bin", struct.pack("<400H", *[600 + i for i in range(400)])),
+         ["c.bin"]),
+        ("data-tokens-odd-bytes", lambda d: "--calibration-data " + write(d, "c.bin", b"\1\0" * 200 + b"\1"), ["c.bin"]),
+        ("data-tokens-too-few", lambda d: "--calibration-data " + write(d, "c.bin", struct.pack("<40H", *[i % 50 + 1 for i in range(40)])),
+         ["c.bin"]),
+        ("data-option-like", lambda d: "--calibration-data --help", ["--calibration-data"]),
+        ("data-empty-string", lambda d: "--calibration-data ''", ["--calibration-data"]),
+        ("data-jsonl-no-text", lambda d: "--calibration-data " + write(d, "c.jsonl", '{"foo": 1}\n' * 50), ["c.jsonl"]),
+        ("seq-len-1", lambda d: "--calibration-seq-len 1", ["--calibration-seq-len"]),
+        ("seq-len-neg", lambda d: "--calibration-seq-len -1", ["--calibration-seq-len"]),
+        ("seq-len-x", lambda d: "--calibration-seq-len x", ["--calibration-seq-len"]),
+        ("seq-len-float", lambda d: "--calibration-seq-len 1e3", ["--calibration-seq-len"]),
+        ("seq-len-range", lambda d: "--calibration-seq-len 1048577", ["--calibration-seq-len"]),
+        ("seq-len-huge", lambda d: "--calibration-seq-len 1048576", ["1048576"]),
+        ("seq-len-beyond-data", lambda d: "--calibration-data " + write(d, "c.bin", struct.pack("<400H", *[i % 50 + 1 for i in range(400)])) +
+         " --calibration-seq-len 300", ["c.bin"]),
+        ("windows-neg", lambda d: "--calibration-windows -1", ["--calibration-windows"]),
+        ("windows-x", lambda d: "--calibration-windows x", ["--calibration-windows"]),
+        ("windows-range", lambda d: "--calibration-windows 2097152", ["--calibration-windows"]),
+        ("windows-beyond-data", lambda d: "--calibration-windows 100000", ["100000"]),
+]:
+    if label == "data-is-out":
+        case("calib-data-is-out", lambda d: f"{CAL_EVAL} --calibration-data {write(d, 'o.json', '{}')} --out {Path(d) / 'o.json'}",
+             ["--out", "--calibration-data"])
+        continue
+    cal_case(label, build, frags)
+for opt in ["--calibration-data CAL", "--calibration-seq-len 16", "--calibration-windows 2"]:
+    case(f"calib-no-calibrated-scheme-{opt.split()[0][2:]}", lambda d, o=opt: f"{NEW_EVAL} --schemes full,int8-coarse "
+         f"{o.replace('CAL', str(DATA / CAL_DATA))} --out {Path(d) / 'o.json'}", [opt.split()[0]])
+case("calib-protocol-stride-without-data", lambda d: f"eval -q --tokenizer {TOKENIZER} --protocol stride --seq-len 32 --stride 16 --max-windows 2 "
+     f"--no-attention-stats --schemes full,gptq-w4-g128 --calibration-windows 2 --out {Path(d) / 'o.json'}", ["--calibration-data"])
+case("calib-learned-positions", lambda d: "eval -q --model " + family(d, "tiny-opt-hf") + " --data " + write(d, "t.bin", KV_TOK) +
+     " --seq-len 8 --max-windows 2 --schemes full,gptq-w4 --calibration-windows 2 --calibration-seq-len 100000 --out " +
+     str(Path(d) / "o.json"), ["--calibration-seq-len", "100000"])
+case("calib-sensitivity-windows-beyond", lambda d: f"sensitivity -q --tokenizer {TOKENIZER} --seq-len 32 --max-windows 2 --scheme " +
+     write(d, "s.json", json.dumps(cal_w(GPTQ_W, {"calibration": {"windows": 100000}}))), ["s.json", "GPTQ"])
+for preset, who in [("gptq-w4-g128", "GPTQ"), ("awq-w4-g128", "AWQ")]:
+    case(f"calib-sensitivity-{preset}", lambda d, p=preset: f"sensitivity -q --tokenizer {TOKENIZER} --seq-len 32 --max-windows 2 "
+         f"--scheme {p}", [preset, who])
+
+# ---- llama.cpp importance matrices (issue 77): the GGUF and legacy .dat readers and their use by kind ggml -----------
+# Group imatrix: files for stories260K (5 layers; 64 columns, 172 for ffn_down) written here as llama-imatrix writes them
+# (loaders/checkpoints/imatrix_file.h), then truncated, mis-counted, non-finite, mis-sized or foreign, given to
+# eval --imatrix with gguf-q4_0 or named in a ggml spec; and qeval imatrix's own options.
+IM_NAMES = {f"blk.{i}.{t}.weight": (172 if t == "ffn_down" else 64) for i in range(5)
+            for t in ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]}
+
+
+def im_entries(**over):
+    """name → (sums, counts): 128 tokens per tensor, positive sums; over: name → (sums, counts) or DELETE."""
+    e = {n: ([1.0 + (i % 7) * 0.25 for i in range(c)], [128.0]) for n, c in IM_NAMES.items()}
+    for k, v in over.items():
+        k = k.replace("__", ".")
+        if v is DELETE:
+            e.pop(k, None)
+        else:
+            e[k] = v
+    return e
+
+
+def im_gguf(entries=None, kv=None, tensors=None, count_delta=0, sum_type=0):
+    """A GGUF imatrix: kv (key → (type, value) or None to drop) over general.type / imatrix.*; tensors: extra
+    (name, ne, type, data) appended after the entries' in_sum2 / counts pairs."""
+    entries = im_entries() if entries is None else entries
+    keys = {"general.type": (8, "imatrix"), "imatrix.datasets": (9, ["validation-head.txt"]), "imatrix.chunk_count": (4, 4),
+            "imatrix.chunk_size": (4, 32)}
+    for k, v in (kv or {}).items():
+        if v is None:
+            keys.pop(k, None)
+        else:
+            keys[k] = v
+    kvs = b""
+    for k, (t, v) in keys.items():
+        if t == 9:
+            kvs += gguf_str(k) + struct.pack("<IIQ", 9, 8, len(v)) + b"".join(gguf_str(s) for s in v)
+        else:
+            kvs += gguf_kv(k, t, v)
+    all_t = []
+    for name in sorted(entries):
+        sums, counts = entries[name]
+        m = len(counts)
+        all_t.append((name + ".in_sum2", [len(sums) // max(m, 1)] + ([m] if m > 1 else []), sum_type,
+                      struct.pack(f"<{len(sums)}f", *sums) if sum_type == 0 else struct.pack(f"<{len(sums)}e", *sums)))
+        all_t.append((name + ".counts", [1] + ([m] if m > 1 else []) if m else [0], 0, struct.pack(f"<{m}f", *counts)))
+    all_t += tensors or []
+    infos, data = b"", b""
+    for name, ne, t, blob in all_t:
+        infos += gguf_str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", x) for x in ne) + struct.pack("<IQ", t, len(data))
+        data += blob + bytes((-len(blob)) % 32)
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(all_t) + count_delta, len(keys)) + kvs + infos
+    return head + bytes((-len(head)) % 32) + data
+
+
+def im_dat(entries=None, n=None, tail=None, raw_entries=None):
+    """A legacy .dat: i32 count; per entry i32 name length, name, i32 ncall, i32 nval, nval f32; then chunk count and dataset.
+    raw_entries: bytes replacing the entries; values are sums / counts · ncall with ncall 4."""
+    entries = im_entries() if entries is None else entries
+    body = b""
+    for name, (sums, counts) in sorted(entries.items()):
+        b = name.encode()
+        body += struct.pack("<i", len(b)) + b + struct.pack("<ii", 4, len(sums)) + struct.pack(f"<{len(sums)}f", *[s / 128 * 4 for s in sums])
+    if raw_entries is not None:
+        body = raw_entries
+    out = struct.pack("<i", len(entries) if n is None else n) + body
+    return out + (struct.pack("<ii", 4, 19) + b"validation-head.txt" if tail is None else tail)
+
+
+def im_eval(d, data, name="m.gguf", schemes="full,gguf-q4_0"):
+    p = data if isinstance(data, str) else write(d, name, data)
+    return f"{NEW_EVAL} --schemes {schemes} --imatrix {p} --out {Path(d) / 'o.json'}"
+
+
+def im_case(label, data, frags, name="m.gguf", expect="refuse"):
+    case(f"imatrix-{label}", lambda d, b=data, n=name: im_eval(d, b(d) if callable(b) else b, n),
+         [name] + list(frags) if expect == "refuse" else frags, expect=expect)
+
+
+Q0 = "blk.0.attn_q.weight"
+im_case("gguf-valid", im_gguf(), ["record written"], expect="accept")
+im_case("dat-valid", im_dat(), ["record written"], name="m.dat", expect="accept")
+im_case("gguf-extra-entry", im_gguf(im_entries(blk__9__attn_q__weight=([1.0] * 64, [128.0]))), ["record written"], expect="accept")
+im_case("gguf-token-embd-other-size", im_gguf(im_entries(token_embd__weight=([1.0] * 7, [128.0]))), ["record written"], expect="accept")
+im_case("gguf-entries-missing-some", im_gguf(im_entries(**{f"blk__{i}__ffn_down__weight": DELETE for i in range(5)})),
+        ["record written"], expect="accept")
+im_case("gguf-count-zero", im_gguf(im_entries(**{Q0.replace(".", "__"): ([1.0] * 64, [0.0])})), ["record written"], expect="accept")
+im_case("dat-trailing-partial", im_dat(tail=b"\4\0"), ["record written"], name="m.dat", expect="accept")
+GOOD_G, GOOD_D = im_gguf(), im_dat()
+for cut in [1, 4, 16, 40, 100, len(GOOD_G) // 2, len(GOOD_G) - 40]:
+    im_case(f"gguf-truncated-{cut}", GOOD_G[:cut], [])
+for cut in [2, 7, 30, len(GOOD_D) // 2, len(GOOD_D) - 40]:
+    im_case(f"dat-truncated-{cut}", GOOD_D[:cut], [], name="m.dat")
+im_case("empty", b"", [])
+im_case("empty-dat", b"", [], name="m.dat")
+im_case("folder", lambda d: str(Path(d, "m.gguf").mkdir() or Path(d, "m.gguf")), [])
+im_case("missing", lambda d: str(Path(d) / "m.gguf"), [])
+case("imatrix-dev-zero", lambda d: im_eval(d, "/dev/zero"), ["/dev/zero"])
+case("imatrix-dev-null", lambda d: im_eval(d, "/dev/null"), ["/dev/null"])
+im_case("text", b"hello world, this is not an importance matrix\n" * 10, [], name="m.dat")
+im_case("json", json.dumps({"blk.0.attn_q.weight": [1.0] * 64}).encode(), [], name="m.json")
+case("imatrix-a-model", lambda d: im_eval(d, str(DATA / "models/stories260K/stories260K-tok512-f32.gguf")), ["stories260K-tok512-f32.gguf", "imatrix"])
+case("imatrix-a-model-llama2c", lambda d: im_eval(d, str(DATA / "models/stories260K/stories260K.bin")), ["stories260K.bin"])
+# Counts and sums.
+E = lambda **o: im_entries(**{k.replace(".", "__"): v for k, v in o.items()})
+for label, sums, counts in [("counts-3", [1.0] * 64, [128.0] * 3), ("counts-none", [1.0] * 64, []), ("counts-nan", [1.0] * 64, [float("nan")]),
+                            ("counts-inf", [1.0] * 64, [float("inf")]), ("counts-neg", [1.0] * 64, [-128.0]),
+                            ("counts-huge", [1.0] * 64, [1e30]), ("sums-nan", [1.0] * 63 + [float("nan")], [128.0]),
+                            ("sums-inf", [float("inf")] + [1.0] * 63, [128.0]), ("sums-neg", [-1.0] * 64, [128.0]),
+                            ("sums-one-neg", [1.0] * 10 + [-0.5] + [1.0] * 53, [128.0]),
+                            ("row-32", [1.0] * 32, [128.0]), ("row-65", [1.0] * 65, [128.0]), ("row-128-two-matrices", [1.0] * 128, [128.0, 128.0]),
+                            ("row-172", [1.0] * 172, [128.0])]:
+    im_case(f"gguf-{label}", im_gguf(E(**{Q0: (sums, counts)})), [Q0])
+im_case("gguf-ffn-down-64", im_gguf(E(**{"blk.2.ffn_down.weight": ([1.0] * 64, [128.0])})), ["blk.2.ffn_down.weight", "172"])
+im_case("gguf-all-foreign", im_gguf({f"model.layers.{i}.self_attn.q_proj.weight": ([1.0] * 64, [128.0]) for i in range(5)}), ["q_proj"])
+im_case("gguf-no-tensors", im_gguf({}), [])
+im_case("gguf-in_sum2-without-counts", im_gguf(tensors=[("blk.9.attn_q.weight.in_sum2", [64], 0, bytes(256))]), ["blk.9.attn_q.weight"])
+im_case("gguf-counts-without-in_sum2", im_gguf(tensors=[("blk.9.attn_q.weight.counts", [1], 0, struct.pack("<f", 1.0))]),
+        ["blk.9.attn_q.weight"])
+im_case("gguf-in_sum2-f16", im_gguf(sum_type=1), ["in_sum2", "F32"])
+im_case("gguf-duplicate-tensor", im_gguf(tensors=[(Q0 + ".in_sum2", [64], 0, bytes(256))]), [Q0])
+im_case("gguf-count-claims-more", im_gguf(count_delta=1), [])
+im_case("gguf-count-claims-fewer", im_gguf(count_delta=-1), [])
+for key in ["imatrix.datasets", "imatrix.chunk_count", "imatrix.chunk_size"]:
+    im_case(f"gguf-no-{key.split('.')[1]}", im_gguf(kv={key: None}), [key])
+im_case("gguf-chunk_count-string", im_gguf(kv={"imatrix.chunk_count": (8, "4")}), ["imatrix.chunk_count"])
+im_case("gguf-chunk_size-f32", im_gguf(kv={"imatrix.chunk_size": (6, 32.0)}), ["imatrix.chunk_size"])
+im_case("gguf-chunk_size-i32", im_gguf(kv={"imatrix.chunk_size": (5, -32)}), ["imatrix.chunk_size"])
+im_case("gguf-version-9", im_gguf()[:4] + struct.pack("<I", 9) + im_gguf()[8:], [])
+# Legacy.
+for label, data in {"n-0": im_dat(n=0), "n-neg": im_dat(n=-1), "n-huge": im_dat(n=2 ** 31 - 1), "n-more": im_dat(n=36),
+                    "name-len-neg": im_dat(raw_entries=struct.pack("<i", -1) + b"x" * 300),
+                    "name-len-huge": im_dat(raw_entries=struct.pack("<i", 2 ** 30) + b"x" * 300),
+                    "nval-0": im_dat(raw_entries=struct.pack("<i", 19) + Q0.encode() + struct.pack("<ii", 4, 0)),
+                    "nval-neg": im_dat(raw_entries=struct.pack("<i", 19) + Q0.encode() + struct.pack("<ii", 4, -64) + bytes(256)),
+                    "nval-huge": im_dat(raw_entries=struct.pack("<i", 19) + Q0.encode() + struct.pack("<ii", 4, 2 ** 30) + bytes(256)),
+                    "duplicate": im_dat(n=36, raw_entries=None, tail=struct.pack("<i", 19) + Q0.encode() + struct.pack("<ii", 4, 64) +
+                                        bytes(256))}.items():
+    im_case(f"dat-{label}", data, [], name="m.dat")
+for label, sums in [("nan", [float("nan")] + [1.0] * 63), ("inf", [1.0] * 63 + [float("-inf")]), ("neg", [-1.0] * 64),
+                    ("row-32", [1.0] * 32), ("row-172", [1.0] * 172)]:
+    im_case(f"dat-{label}", im_dat(E(**{Q0: (sums, [128.0])})), [Q0], name="m.dat")
+im_case("dat-all-foreign", im_dat({f"model.layers.{i}.mlp.down_proj.weight": ([1.0] * 172, [128.0]) for i in range(5)}), ["down_proj"],
+        name="m.dat")
+# In a spec ("imatrix": path relative to the spec file) and the option's other mistakes.
+GG_IM = {"kind": "ggml", "file_type": "q4_0"}
+
+
+def im_spec(d, data):
+    write(d, "m.gguf", data)
+    return f"{NEW_EVAL} --schemes full," + write(d, "s.json", json.dumps(spec(dict(GG_IM, imatrix="m.gguf")))) + f" --out {Path(d) / 'o.json'}"
+
+
+case("imatrix-spec-relative-valid", lambda d: im_spec(d, GOOD_G), ["record written"], expect="accept")
+for label, v, frags in [("number", 5, ["imatrix"]), ("empty", "", ["imatrix"]), ("null", None, ["imatrix"]), ("list", ["m.gguf"], ["imatrix"]),
+                        ("missing", "none.gguf", ["none.gguf"]), ("folder", ".", ["imatrix"])]:
+    # The file named in the spec is named in the message, with the scheme's name (the spec file is the scheme).
+    scheme_case(f"imatrix-spec-{label}", spec(dict(GG_IM, imatrix=v)), frags, named=label in ("missing", "folder"))
+scheme_case("imatrix-spec-on-int8", spec({"kind": "int8_absmax", "granularity": "channel", "imatrix": "m.gguf"}), ["imatrix"])
+case("imatrix-spec-bad-file", lambda d: im_spec(d, GOOD_G[:100]), ["m.gguf"])
+case("imatrix-no-ggml-scheme", lambda d: f"{NEW_EVAL} --schemes full,int8-coarse --imatrix {write(d, 'm.gguf', GOOD_G)} --out {Path(d) / 'o.json'}",
+     ["--imatrix"])
+case("imatrix-is-out", lambda d: f"{NEW_EVAL} --schemes full,gguf-q4_0 --imatrix {write(d, 'o.json', GOOD_G)} --out {Path(d) / 'o.json'}",
+     ["--out", "--imatrix"])
+# qeval imatrix (collection).
+IMC = f"imatrix -q --tokenizer {TOKENIZER}"
+for label, copts, frags in [("chunks-0", "--seq-len 32 --chunks 0", ["--chunks"]), ("chunks-neg", "--seq-len 32 --chunks -1", ["--chunks"]),
+                           ("chunks-x", "--seq-len 32 --chunks x", ["--chunks"]), ("seq-len-8", "--seq-len 8 --chunks 2", ["16"]),
+                           ("format-xml", "--seq-len 32 --chunks 2 --output-format xml", ["--output-format"]),
+                           ("protocol-windows", "--seq-len 32 --chunks 2 --protocol windows", ["--protocol"]),
+                           ("data-short", "--seq-len 32 --data SHORT", ["c.txt"]), ("data-missing", "--seq-len 32 --data NONE", ["none.txt"]),
+                           ("out-folder", "--seq-len 32 --chunks 2 --out-dir", ["--out"]), ("out-is-data", "--seq-len 32 --chunks 2 --out-data",
+                                                                                             ["--out"]),
+                           ("out-no-parent", "--seq-len 32 --chunks 2 --out-deep", ["--out"])]:
+    def build(d, copts=copts):
+        out = f"--out {Path(d) / 'm.gguf'}"
+        if "--out-dir" in copts:
+            copts, out = copts.replace("--out-dir", ""), f"--out {d}"
+        if "--out-data" in copts:
+            copts, out = copts.replace("--out-data", ""), f"--data {write(d, 'c.txt', 'Once upon a time. ' * 200)} --out {Path(d) / 'c.txt'}"
+        if "--out-deep" in copts:
+            copts, out = copts.replace("--out-deep", ""), f"--out {Path(d) / 'a' / 'b' / 'm.gguf'}"
+        copts = copts.replace("SHORT", write(d, "c.txt", "Once upon a time there was a cat.\n")).replace("NONE", str(Path(d) / "none.txt"))
+        return f"{IMC} {copts} {out}"
+    case(f"imatrix-collect-{label}", build, frags)
 
 # ---- run and classify ----------------------------------------------------------------------------------
 INTERNALS = ["[json.exception", "std::", "stoll", "basic_string", "179769313486231570", "terminate called", "what():",
