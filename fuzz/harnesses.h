@@ -342,6 +342,7 @@ inline void text_plain(std::string_view data) { read_documents("docs.txt", data,
 inline void jsonl_plain(std::string_view data) { read_documents("docs.jsonl", data, true); }
 inline void jsonl_gz(std::string_view data) { read_documents("docs.json.gz", data, true); }
 inline void jsonl_zst(std::string_view data) { read_documents("docs.jsonl.zst", data, true); }
+inline void text_bz2(std::string_view data) { read_documents("docs.txt.bz2", data, false); }
 
 // A result record (qeval eval --out): read, verified against its own per-window rows
 // (records/record_verify.h), checked against itself under a tolerance that limits every scheme, and,
@@ -378,6 +379,7 @@ inline const std::map<std::string, std::function<void(std::string_view)>>& harne
       {"jsonl_plain", jsonl_plain},
       {"jsonl_gz", jsonl_gz},
       {"jsonl_zst", jsonl_zst},
+      {"text_bz2", text_bz2},
       {"torch_zip", torch_zip},
       {"torch_pickle", torch_pickle},
       {"token_file", token_file},

@@ -1,5 +1,6 @@
 #include "loaders/text/compressed_stream.h"
 
+#include <bzlib.h>
 #include <zlib.h>
 #include <zstd.h>
 #include <zstd_errors.h>
@@ -59,7 +60,7 @@ class PlainStream final : public ByteStream {
   FilePtr file_;
 };
 
-// Shared by both decoders: the compressed input buffer and how far into the file it is.
+// Shared by the decoders: the compressed input buffer and how far into the file it is.
 class CompressedInput {
  public:
   explicit CompressedInput(const std::filesystem::path& path)
@@ -202,12 +203,86 @@ class ZstdStream final : public ByteStream {
   bool frame_done_ = false;  // false at the start, so an empty file counts as truncated
 };
 
+// bzip2 (libbz2's BZ2_bzDecompress): concatenated streams are read one after another, as
+// `bzip2 -d` does (pbzip2 writes one stream per block group). bzip2 checks a CRC per block and
+// per stream, so damage is found where it is, not only at the end.
+class Bzip2Stream final : public ByteStream {
+ public:
+  explicit Bzip2Stream(const std::filesystem::path& path) : ByteStream(path), input_(path) { init(); }
+  ~Bzip2Stream() override { BZ2_bzDecompressEnd(&bz_); }
+
+  std::size_t read(char* buffer, std::size_t size) override {
+    bz_.next_out = buffer;
+    bz_.avail_out = static_cast<unsigned>(std::min<std::size_t>(size, 1u << 30));
+    const unsigned want = bz_.avail_out;
+    while (bz_.avail_out > 0) {
+      if (bz_.avail_in == 0 && !input_.at_eof()) {
+        bz_.avail_in = static_cast<unsigned>(input_.refill(path_));
+        bz_.next_in = input_.data();
+        chunk_size_ = bz_.avail_in;
+      }
+      if (stream_done_) {
+        if (bz_.avail_in == 0) break;  // the end, after a complete stream
+        BZ2_bzDecompressEnd(&bz_);     // concatenated bzip2: the next stream starts here
+        const unsigned avail = bz_.avail_in;
+        char* next = bz_.next_in;
+        char* out = bz_.next_out;
+        const unsigned out_avail = bz_.avail_out;
+        init();
+        bz_.next_in = next, bz_.avail_in = avail, bz_.next_out = out, bz_.avail_out = out_avail;
+        stream_done_ = false;
+      }
+      const unsigned out_before = bz_.avail_out;
+      const int ret = BZ2_bzDecompress(&bz_);
+      if (ret == BZ_STREAM_END) {
+        stream_done_ = true;
+        continue;
+      }
+      if (ret != BZ_OK) {
+        fail("corrupt bzip2 data in {} at compressed byte offset {} (after {} decompressed bytes): libbz2 says {}",
+             path_.string(), input_.offset(chunk_size_ - bz_.avail_in), total_out_ + (want - bz_.avail_out),
+             error_name(ret));
+      }
+      if (bz_.avail_in == 0 && input_.at_eof() && bz_.avail_out == out_before) {
+        fail("truncated bzip2 data in {}: the file ends at byte {} inside a bzip2 stream (the decompressed data so "
+             "far is {} bytes)",
+             path_.string(), input_.file_size_so_far(), total_out_ + (want - bz_.avail_out));
+      }
+    }
+    total_out_ += want - bz_.avail_out;
+    return want - bz_.avail_out;
+  }
+  Compression compression() const override { return Compression::bzip2; }
+
+ private:
+  void init() {
+    std::memset(&bz_, 0, sizeof(bz_));
+    if (BZ2_bzDecompressInit(&bz_, 0, 0) != BZ_OK) fail("libbz2 BZ2_bzDecompressInit failed for {}", path_.string());
+  }
+  static const char* error_name(int code) {
+    switch (code) {
+      case BZ_DATA_ERROR: return "BZ_DATA_ERROR (a block's or the stream's CRC does not match, or the data is not bzip2)";
+      case BZ_DATA_ERROR_MAGIC: return "BZ_DATA_ERROR_MAGIC (no bzip2 stream header: not bzip2 data)";
+      case BZ_MEM_ERROR: return "BZ_MEM_ERROR (out of memory)";
+      case BZ_PARAM_ERROR: return "BZ_PARAM_ERROR";
+      default: return "an unknown error";
+    }
+  }
+
+  CompressedInput input_;
+  bz_stream bz_;
+  std::size_t chunk_size_ = 0;
+  std::uint64_t total_out_ = 0;
+  bool stream_done_ = false;  // false at the start, so an empty file counts as truncated
+};
+
 }  // namespace
 
 Compression compression_from_name(const std::filesystem::path& path) {
   const std::string ext = lower(path.extension().string());
   if (ext == ".gz") return Compression::gzip;
   if (ext == ".zst") return Compression::zstd;
+  if (ext == ".bz2") return Compression::bzip2;
   return Compression::none;
 }
 
@@ -219,6 +294,8 @@ std::string to_string(Compression compression) {
       return "gz";
     case Compression::zstd:
       return "zst";
+    case Compression::bzip2:
+      return "bz2";
   }
   return "?";
 }
@@ -235,6 +312,8 @@ std::unique_ptr<ByteStream> open_byte_stream(const std::filesystem::path& path, 
       return std::make_unique<GzipStream>(path);
     case Compression::zstd:
       return std::make_unique<ZstdStream>(path);
+    case Compression::bzip2:
+      return std::make_unique<Bzip2Stream>(path);
   }
   fail("open_byte_stream: unknown compression for {}", path.string());
 }

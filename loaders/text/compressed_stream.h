@@ -3,9 +3,10 @@
 // Compression is chosen by the file name: `.gz` is gzip (zlib inflate; gzip or zlib headers
 // are detected automatically, and concatenated gzip members are read one after another, as
 // `gzip -d` does), `.zst` is zstd (ZSTD_decompressStream; concatenated frames are read in
-// turn), anything else is read as it is. Every stream reads fixed-size chunks, so memory does
+// turn), `.bz2` is bzip2 (BZ2_bzDecompress; concatenated streams are read in turn, as
+// `bzip2 -d` does), anything else is read as it is. Every stream reads fixed-size chunks, so memory does
 // not depend on the size of the file. Corrupt or truncated compressed data throws qeval::Error
-// naming the file, the compressed byte offset and what zlib or zstd said; bytes after the last
+// naming the file, the compressed byte offset and what zlib, zstd or libbz2 said; bytes after the last
 // gzip member that are not another member (zero padding, say) count as corrupt.
 #pragma once
 
@@ -18,11 +19,12 @@
 
 namespace qeval {
 
-enum class Compression { none, gzip, zstd };
+enum class Compression { none, gzip, zstd, bzip2 };
 
-// From the last extension: ".gz" -> gzip, ".zst" -> zstd, otherwise none (case-insensitive).
+// From the last extension: ".gz" -> gzip, ".zst" -> zstd, ".bz2" -> bzip2, otherwise none
+// (case-insensitive).
 Compression compression_from_name(const std::filesystem::path& path);
-std::string to_string(Compression compression);  // "none", "gz", "zst"
+std::string to_string(Compression compression);  // "none", "gz", "zst", "bz2"
 
 class ByteStream {
  public:

@@ -1,8 +1,8 @@
 // Documents: validation text streamed one document at a time, so memory does not grow with
 // the file. Plain text and JSON lines with a "text" field (.jsonl, .json, .jsonl.gz, .json.gz,
-// .jsonl.zst, .txt.gz, ...), decompressed on the fly.
+// .jsonl.zst, .txt.gz, .txt.bz2, ...), decompressed on the fly.
 //
-// Format by name (case-insensitive): a last extension `.gz` (gzip) or `.zst` (zstd) is
+// Format by name (case-insensitive): a last extension `.gz` (gzip), `.zst` (zstd) or `.bz2` (bzip2) is
 // stripped and decompressed; then `.jsonl` or `.json` means JSON lines (the C4 shards are
 // `.json.gz` holding JSON lines) and anything else is plain text (`.txt`, `.txt.gz`, ...).
 //

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <zlib.h>
+#include <bzlib.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -91,6 +92,18 @@ std::string zstd_frame(const std::string& bytes) {
   ZSTD_freeCCtx(ctx);
   EXPECT_FALSE(ZSTD_isError(n)) << ZSTD_getErrorName(n);
   out.resize(ZSTD_isError(n) ? 0 : n);
+  return out;
+}
+
+// One bzip2 stream (libbz2's one-shot compressor; block size 1 x 100 KB, so a test input spans
+// several blocks).
+std::string bzip2_stream(const std::string& bytes) {
+  std::string out(bytes.size() + bytes.size() / 100 + 600, '\0');
+  unsigned n = static_cast<unsigned>(out.size());
+  const int ret = BZ2_bzBuffToBuffCompress(out.data(), &n, const_cast<char*>(bytes.data()),
+                                           static_cast<unsigned>(bytes.size()), 1, 0, 0);
+  EXPECT_EQ(ret, BZ_OK);
+  out.resize(ret == BZ_OK ? n : 0);
   return out;
 }
 
@@ -206,6 +219,57 @@ TEST(Documents, CorruptZstdNamesTheFileAndWhatZstdSaid) {
   const fs::path not_zstd = dir / "plain.jsonl.zst";
   test::write_bytes(not_zstd, "{\"text\": \"not compressed\"}\n");
   EXPECT_TRUE(throws_with([&] { read_documents(not_zstd); }, {"corrupt zstd data in", not_zstd.string(), "zstd says"}));
+}
+
+// bzip2 (llama.cpp's HellaSwag file ships as .bz2): one stream, concatenated streams (as
+// pbzip2 writes them), and each kind of damage named with the file and what libbz2 said.
+TEST(Documents, Bzip2ReadsAsThePlainFileAndDamageIsNamed) {
+  const std::string raw = read_file(test::data_path(kC4Jsonl));
+  const std::size_t cut = raw.find('\n', raw.size() / 2) + 1;
+  test::TempDir dir;
+  const std::string good = bzip2_stream(raw);
+  test::write_bytes(dir / "c4.jsonl.bz2", good);
+  test::write_bytes(dir / "two.jsonl.bz2", bzip2_stream(raw.substr(0, cut)) + bzip2_stream(raw.substr(cut)));
+  EXPECT_EQ(open_documents(dir / "c4.jsonl.bz2")->format(), "jsonl.bz2");
+  const auto expected = read_documents(test::data_path(kC4Jsonl));
+  EXPECT_TRUE(same_documents(read_documents(dir / "c4.jsonl.bz2"), expected));
+  EXPECT_TRUE(same_documents(read_documents(dir / "two.jsonl.bz2"), expected));
+  EXPECT_EQ(compression_from_name("x.TXT.BZ2"), Compression::bzip2);
+
+  std::string flipped = good;
+  for (std::size_t i = good.size() / 2; i < good.size() / 2 + 16; ++i) flipped[i] = static_cast<char>(~flipped[i]);
+  const fs::path bad = dir / "flipped.jsonl.bz2";
+  test::write_bytes(bad, flipped);
+  EXPECT_TRUE(throws_with([&] { drain(*open_byte_stream(bad)); }, {"corrupt bzip2 data in", bad.string(), "libbz2 says"}));
+
+  const fs::path truncated = dir / "truncated.jsonl.bz2";
+  test::write_bytes(truncated, good.substr(0, good.size() / 2));
+  EXPECT_TRUE(throws_with([&] { drain(*open_byte_stream(truncated)); },
+                          {"truncated bzip2 data in", truncated.string(), std::to_string(good.size() / 2)}));
+
+  const fs::path empty = dir / "empty.jsonl.bz2";
+  test::write_bytes(empty, "");
+  EXPECT_TRUE(throws_with([&] { drain(*open_byte_stream(empty)); }, {"truncated bzip2 data in", empty.string()}));
+
+  const fs::path not_bzip2 = dir / "plain.jsonl.bz2";
+  test::write_bytes(not_bzip2, "{\"text\": \"not compressed\"}\n");
+  EXPECT_TRUE(throws_with([&] { drain(*open_byte_stream(not_bzip2)); },
+                          {"corrupt bzip2 data in", not_bzip2.string(), "BZ_DATA_ERROR_MAGIC"}));
+
+  const fs::path trailing = dir / "trailing-garbage.jsonl.bz2";
+  test::write_bytes(trailing, good + "garbage");
+  EXPECT_TRUE(throws_with([&] { drain(*open_byte_stream(trailing)); }, {"corrupt bzip2 data in", trailing.string()}));
+}
+
+// The shared data's HellaSwag file, as shipped: 10,042 tasks of 6 lines.
+TEST(Documents, HellaSwagBzip2FileHasItsTasks) {
+  const fs::path path = test::data_path("tasks/hellaswag/hellaswag_val_full.txt.bz2");
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is absent";
+  LineReader lines(open_byte_stream(path), 1 << 20);
+  std::string line;
+  std::uint64_t n = 0;
+  while (lines.next(line)) ++n;
+  EXPECT_EQ(n, 6u * 10042u);
 }
 
 // A frame whose header declares a window of 2^window_log bytes (streamed, so zstd does not
