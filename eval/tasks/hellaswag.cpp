@@ -37,8 +37,8 @@ std::vector<HellaSwagTask> read_hellaswag_tasks(const std::filesystem::path& pat
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   QEVAL_CHECK(!hellaswag_ends_with(lower, ".bz2"),
               "HellaSwag tasks {}: bzip2 is not read (qeval reads plain text, .gz and .zst); decompress it once, e.g. "
-              "`bzip2 -dk {}` or `bzip2 -dc {} | zstd -o hellaswag_val_full.txt.zst`, and pass --tasks with that file",
-              name, name, name);
+              "`bzip2 -dc {} > hellaswag_val_full.txt`, and pass --tasks hellaswag_val_full.txt",
+              name, name);
   LineReader reader(open_byte_stream(path), kHellaSwagMaxLineBytes);
   std::vector<HellaSwagTask> tasks;
   std::string line;
