@@ -32,7 +32,7 @@ namespace {
 struct HellaSwagArgs {
   EvalDataArgs data;  // model, tokenizer, device, plan, threads; --data: calibrated schemes' text
   std::string schemes = "full,int8-coarse,w4-zeropoint-g128";
-  std::string tasks;  // default: <data>/tasks/hellaswag/hellaswag_val_full.txt (or .zst, .gz)
+  std::string tasks;  // default: <data>/tasks/hellaswag/hellaswag_val_full.txt.bz2 (or .txt, .zst, .gz)
   std::int64_t max_tasks = 0;
   bool max_tasks_given = false;
   std::string task_order = "llamacpp";
@@ -70,11 +70,12 @@ std::filesystem::path tasks_path(const HellaSwagArgs& a) {
   const std::optional<std::string> data_dir = a.data.data_dir.empty() ? std::nullopt : std::optional(a.data.data_dir);
   if (!a.tasks.empty()) return resolve_input_path(a.tasks, data_dir);
   const std::filesystem::path dir = resolve_data_dir(data_dir) / "tasks" / "hellaswag";
-  // A decompressed copy first; the .bz2 last, whose reading then says how to decompress it.
-  for (const char* name : {"hellaswag_val_full.txt", "hellaswag_val_full.txt.zst", "hellaswag_val_full.txt.gz",
-                           "hellaswag_val_full.txt.bz2"})
+  // The file as the shared data ships it (bzip2, as llama.cpp distributes it), else a copy.
+  for (const char* name : {"hellaswag_val_full.txt.bz2", "hellaswag_val_full.txt", "hellaswag_val_full.txt.zst",
+                           "hellaswag_val_full.txt.gz"})
     if (std::filesystem::exists(dir / name)) return dir / name;
-  fail("HellaSwag: no task file in {} (hellaswag_val_full.txt, .zst, .gz); pass --tasks FILE", dir.string());
+  fail("HellaSwag: no task file in {} (hellaswag_val_full.txt.bz2, .txt, .txt.zst, .txt.gz); pass --tasks FILE",
+       dir.string());
 }
 
 std::string percent(const Accuracy& a) { return fmt::format("{:.2f} ± {:.2f}", 100 * a.accuracy, 100 * a.se); }
@@ -281,8 +282,8 @@ void add_hellaswag_command(CLI::App& app) {
   cmd->add_option("--schemes,-s", args->schemes, "comma-separated scheme presets or JSON spec files; full precision always runs first")
       ->capture_default_str();
   cmd->add_option("--tasks", args->tasks,
-                  "llama.cpp's 6-line HellaSwag file (plain text, .gz or .zst); default: "
-                  "tasks/hellaswag/hellaswag_val_full.txt under the data folder");
+                  "llama.cpp's 6-line HellaSwag file (plain text, .bz2, .gz or .zst); default: "
+                  "tasks/hellaswag/hellaswag_val_full.txt.bz2 under the data folder");
   cmd->add_option("--max-tasks", args->max_tasks,
                   "evaluate this many tasks, chosen by --task-order (default: every task)")
       ->each([args](const std::string&) { args->max_tasks_given = true; });

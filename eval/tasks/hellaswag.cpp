@@ -21,10 +21,6 @@ std::int64_t hellaswag_chars(const std::string& s) {
   return std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
 }
 
-bool hellaswag_ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 std::vector<HellaSwagTask> read_hellaswag_tasks(const std::filesystem::path& path) {
@@ -33,12 +29,6 @@ std::vector<HellaSwagTask> read_hellaswag_tasks(const std::filesystem::path& pat
   QEVAL_CHECK(std::filesystem::exists(path, ec), "HellaSwag tasks {}: no such file", name);
   QEVAL_CHECK(!std::filesystem::is_directory(path, ec),
               "HellaSwag tasks {}: is a folder; expected llama.cpp's 6-line task file (hellaswag_val_full.txt)", name);
-  std::string lower = path.filename().string();
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  QEVAL_CHECK(!hellaswag_ends_with(lower, ".bz2"),
-              "HellaSwag tasks {}: bzip2 is not read (qeval reads plain text, .gz and .zst); decompress it once, e.g. "
-              "`bzip2 -dc {} > hellaswag_val_full.txt`, and pass --tasks hellaswag_val_full.txt",
-              name, name);
   LineReader reader(open_byte_stream(path), kHellaSwagMaxLineBytes);
   std::vector<HellaSwagTask> tasks;
   std::string line;

@@ -45,11 +45,11 @@ struct HellaSwagTask {
   std::uint64_t first_line = 0;        // 1-based line of its context in the file
 };
 
-// Reads the 6-line format (plain text, or .gz / .zst through loaders/text). Throws naming the
+// Reads the 6-line format. Throws naming the
 // file, the line and what was expected: a line count that is not a multiple of 6, a gold label
 // other than 0..3 (where a task with another ending count than 4 shows first), an empty context or
-// ending, a missing file or a folder. bzip2 (the .bz2 llama.cpp distributes) is refused with how
-// to decompress it: loaders/text reads gzip and zstd only.
+// ending, a missing file or a folder. Compressed files (.bz2 as llama.cpp ships it, .gz, .zst) are
+// read through loaders/text/compressed_stream.h.
 std::vector<HellaSwagTask> read_hellaswag_tasks(const std::filesystem::path& path);
 
 enum class TaskOrder { llamacpp, first };

@@ -94,8 +94,16 @@ TEST(HellaSwagParse, BadFilesAreRefusedNamingFileAndLine) {
   EXPECT_TRUE(test::throws_with(read(""), {f, "empty"}));
   EXPECT_TRUE(test::throws_with([&] { read_hellaswag_tasks(dir / "missing.txt"); }, {"missing.txt", "no such file"}));
   EXPECT_TRUE(test::throws_with([&] { read_hellaswag_tasks(dir.path()); }, {dir.path().string(), "is a folder"}));
-  write_tasks(dir, "h.txt.bz2", "BZh9");
-  EXPECT_TRUE(test::throws_with([&] { read_hellaswag_tasks(dir / "h.txt.bz2"); }, {"h.txt.bz2", "bzip2 is not read", "bzip2 -dc"}));
+}
+
+TEST(HellaSwagParse, ReadsTheSharedValidationFileAsShipped) {
+  // llama.cpp's hellaswag_val_full.txt, bzip2-compressed as the shared data holds it.
+  const auto tasks = read_hellaswag_tasks(test::data_path("tasks/hellaswag/hellaswag_val_full.txt.bz2"));
+  ASSERT_EQ(tasks.size(), 10042u);
+  EXPECT_EQ(tasks[0].context, "Roof shingle removal: A man is sitting on a roof. he");
+  EXPECT_EQ(tasks[0].gold, 3);
+  EXPECT_EQ(tasks[0].endings[3], "starts pulling up roofing on a roof.");
+  EXPECT_EQ(tasks.back().first_line, 60247u);
 }
 
 // llama.cpp's selection (tools/perplexity/perplexity.cpp, hellaswag_score), as it is written: the
