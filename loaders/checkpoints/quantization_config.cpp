@@ -71,15 +71,17 @@ void check_bits(int bits, std::initializer_list<int> allowed, const std::string&
               bits, what, fmt::join(allowed, ", "));
 }
 
-// A "re:" target is a regex; a bad one is the file's error, not std::regex's.
-bool regex_matches(const std::string& pattern, const std::string& name, const std::string& file) {
+// A "re:" target is a regex; a bad one is the file's error, not std::regex's. `where` names the
+// entry by its key path (quantization_config.config_groups.group_0.targets[0]) when parsing.
+bool regex_matches(const std::string& pattern, const std::string& name, const std::string& file,
+                   const std::string& where = "target or ignore entry") {
   // std::regex compiles and matches recursively: a bound keeps a hostile pattern from the stack's end.
-  QEVAL_CHECK(pattern.size() <= 1000, "{}: target or ignore entry \"re:{}...\" is {} characters; expected at most 1000", file,
+  QEVAL_CHECK(pattern.size() <= 1000, "{}: {} \"re:{}...\" is {} characters; expected at most 1000", file, where,
               pattern.substr(0, 40), pattern.size());
   try {
     return std::regex_search(name, std::regex(pattern), std::regex_constants::match_continuous);
   } catch (const std::regex_error& e) {
-    fail("{}: target or ignore entry \"re:{}\" is not a valid regular expression ({})", file, pattern, e.what());
+    fail("{}: {} \"re:{}\" is not a valid regular expression ({})", file, where, pattern, e.what());
   }
 }
 
@@ -158,12 +160,13 @@ void parse_compressed_tensors(QuantizationConfig& c, const Keys& k) {
     group.weights = parse_ct_weights(Keys{weights, k.file, gk.at("weights")});
     check_ct_format(group.format, group.weights, k.file, gk.has("format") ? gk.at("format") : k.at("format"));
     if (gk.has("input_activations")) group.input_activations = g["input_activations"];
-    for (const auto& t : group.targets)
-      if (t.rfind("re:", 0) == 0) regex_matches(t.substr(3), "", k.file);  // a bad pattern fails here, on open
+    for (std::size_t i = 0; i < group.targets.size(); ++i)  // a bad pattern fails here, on open
+      if (group.targets[i].rfind("re:", 0) == 0)
+        regex_matches(group.targets[i].substr(3), "", k.file, fmt::format("{}[{}]", gk.at("targets"), i));
     c.groups.push_back(std::move(group));
   }
-  for (const auto& t : c.ignore)
-    if (t.rfind("re:", 0) == 0) regex_matches(t.substr(3), "", k.file);
+  for (std::size_t i = 0; i < c.ignore.size(); ++i)
+    if (c.ignore[i].rfind("re:", 0) == 0) regex_matches(c.ignore[i].substr(3), "", k.file, fmt::format("{}[{}]", k.at("ignore"), i));
   c.bits = c.groups.front().weights.num_bits;
   const CtWeightArgs& w = c.groups.front().weights;
   c.group_size = w.strategy == "group" || w.strategy == "tensor_group" ? w.group_size : 0;
@@ -188,6 +191,8 @@ void parse_gptq(QuantizationConfig& c, const Keys& k) {
 
 void parse_awq(QuantizationConfig& c, const Keys& k) {
   const std::string bits_key = k.has("bits") ? "bits" : "w_bit";  // AutoAWQ's quant_config.json says w_bit
+  QEVAL_CHECK(k.has(bits_key), "{}: {} is missing (AutoAWQ's quant_config.json: {}); expected 4", k.file, k.at("bits"),
+              k.at("w_bit"));
   c.bits = static_cast<int>(json_integer(k.required(bits_key), fmt::format("{}: {}", k.file, k.at(bits_key))));
   check_bits(c.bits, {4}, k.file, k.at(bits_key), "AWQ's GEMM packing");
   const std::string group_key = k.has("group_size") ? "group_size" : "q_group_size";

@@ -30,7 +30,13 @@ std::string QuantizedTensorSet::stored_form(const std::string& module) const {
   const std::string weight = module + ".weight";
   switch (c.method) {
     case QuantMethod::gptq:
-    case QuantMethod::awq: return set_.has(module + ".qweight") ? c.format : "";
+    case QuantMethod::awq:
+      // A module with GPTQ's / AWQ's other fields but neither qweight nor a plain weight is a quantised one
+      // whose qweight is missing: read as such, so that the error names the config and qweight.
+      return set_.has(module + ".qweight") ||
+                     (!set_.has(weight) && (set_.has(module + ".qzeros") || set_.has(module + ".scales")))
+                 ? c.format
+                 : "";
     case QuantMethod::compressed_tensors: {
       const CtGroup* g = c.group_for(module);
       return g ? g->format : "";
@@ -38,7 +44,13 @@ std::string QuantizedTensorSet::stored_form(const std::string& module) const {
     case QuantMethod::bitsandbytes:
       // transformers keeps lm_head and llm_int8_skip_modules in their float dtype: the stored dtype says.
       if (!set_.has(weight) || !stored_as_codes(set_.header(weight))) return "";
-      return set_.header(weight).scalar_type == at::kChar ? "int8" : c.format;
+      if (set_.header(weight).scalar_type == at::kChar) {
+        // int8 codes are the 8-bit layout (SCB); a 4-bit config with them disagrees with the file.
+        QEVAL_CHECK(c.bits == 8, "{}: quantization_config.load_in_4bit is true ({}), but {} is stored as int8 codes "
+                    "(bitsandbytes' 8-bit layout, load_in_8bit); expected uint8 4-bit codes", c.file, c.format, weight);
+        return "int8";
+      }
+      return c.format;
     case QuantMethod::fp8:
       if (!c.quantises(module) || !set_.has(weight) || !stored_as_codes(set_.header(weight))) return "";
       return c.format;
@@ -128,10 +140,14 @@ at::Tensor QuantizedTensorSet::dequantise(const std::string& module, const std::
       const ScaleLayout layout = a.layout();
       label = fmt::format("compressed-tensors {} {}{} {}", form, a.type, a.num_bits, layout.describe());
       if (form == "pack-quantized") {
-        CtPackedWeight w{stored(module, "weight_packed"), stored(module, "weight_scale"), optional_stored(module, "weight_zero_point")};
+        // Asymmetric codes need their zero point (compressed-tensors saves it; without it the codes would read as symmetric).
+        CtPackedWeight w{stored(module, "weight_packed"), stored(module, "weight_scale"),
+                         a.symmetric ? optional_stored(module, "weight_zero_point") : stored(module, "weight_zero_point")};
         const at::Tensor shape = stored(module, "weight_shape");
         const at::Tensor g_idx = optional_stored(module, "weight_g_idx");
         if (header_only) break;
+        QEVAL_CHECK(!at::isFloatingType(shape.scalar_type()), "{}: {}.weight_shape is stored as {}, expected integers (int64 or int32)",
+                    set_.file_of(module + ".weight_shape").path().string(), module, c10::toString(shape.scalar_type()));
         const at::Tensor s = shape.to(at::kLong);
         QEVAL_CHECK(s.numel() == 2 && s[0].item<std::int64_t>() == N && s[1].item<std::int64_t>() == K,
                     "{}: {}.weight_shape holds {}, expected [{}, {}]", set_.file_of(module + ".weight_shape").path().string(),
@@ -147,7 +163,7 @@ at::Tensor QuantizedTensorSet::dequantise(const std::string& module, const std::
         out = ct_dequantize_pack_quantized(w, a.num_bits, layout, N, K, module);
       } else if (form == "int-quantized" || form == "naive-quantized") {
         const at::Tensor weight = stored(module, "weight"), scale = stored(module, "weight_scale"),
-                         zero = optional_stored(module, "weight_zero_point");
+                         zero = a.symmetric ? optional_stored(module, "weight_zero_point") : stored(module, "weight_zero_point");
         if (header_only) break;
         out = ct_dequantize_int_quantized(weight, scale, zero, a.num_bits, layout, N, K, module);
       } else if (form == "float-quantized") {
@@ -186,6 +202,9 @@ at::Tensor QuantizedTensorSet::dequantise(const std::string& module, const std::
       label = fmt::format("bitsandbytes {}{}", form, w.nested() ? " nested" : "");
       if (header_only) break;
       const std::string state_file = set_.file_of(module + "." + state_field).path().string();
+      QEVAL_CHECK(state.scalar_type() == at::kByte || state.scalar_type() == at::kChar,
+                  "{}: {}.{} is stored as {}, expected uint8 bytes of bitsandbytes' QuantState JSON", state_file, module,
+                  state_field, c10::toString(state.scalar_type()));
       const at::Tensor bytes = state.contiguous();
       const json s = json::parse(std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())),
                                  nullptr, false);

@@ -40,14 +40,21 @@ at::Tensor ct_dequantize_pack_quantized(const CtPackedWeight& w, int bits, const
   check_bits(bits, name);
   const at::Tensor codes = ct_unpack_int32(w.weight_packed, bits, N, K, 1, name, "weight_packed").to(at::kFloat);
   const std::vector<std::int64_t> sshape = layout.scale_shape(N, K, name);
+  const std::int64_t scale_count = sshape[0] * (sshape.size() > 1 ? sshape[1] : 1);
+  QEVAL_CHECK(w.weight_scale.defined() && w.weight_scale.numel() == scale_count,
+              "{}: weight_scale has shape {}, expected {} for the {} strategy", name,
+              w.weight_scale.defined() ? shape_text(w.weight_scale.sizes()) : "(missing)", shape_text(sshape), layout.describe());
   const at::Tensor scale = float32_scales(w.weight_scale, name, "weight_scale").reshape(sshape);
   at::Tensor zero;
   if (w.weight_zero_point.defined()) {
-    if (layout.kind == ScaleLayout::Kind::channel || layout.kind == ScaleLayout::Kind::group)
+    if (layout.kind == ScaleLayout::Kind::channel || layout.kind == ScaleLayout::Kind::group) {
       zero = ct_unpack_int32(w.weight_zero_point, bits, sshape[0], sshape[1], 0, name, "weight_zero_point");
-    else
+    } else {
+      QEVAL_CHECK(w.weight_zero_point.numel() == scale_count, "{}: weight_zero_point has shape {}, expected {} for the {} strategy",
+                  name, shape_text(w.weight_zero_point.sizes()), shape_text(sshape), layout.describe());
       zero = stored_tensor(w.weight_zero_point, name, "weight_zero_point", w.weight_zero_point.sizes().vec(), {at::kChar})
                  .reshape(sshape);
+    }
     zero = zero.to(at::kFloat);
   }
   return scaled_weight(codes, scale, zero, layout, name);

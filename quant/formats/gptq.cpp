@@ -12,7 +12,7 @@ at::Tensor gptq_dequantize(const GptqWeight& w, const GptqArgs& args, std::int64
   const int b = args.bits;
   QEVAL_CHECK(b == 2 || b == 3 || b == 4 || b == 8, "{}: bits {} is not a GPTQ width (2, 3, 4 or 8)", name, b);
   QEVAL_CHECK(args.group_size == -1 || args.group_size > 0, "{}: group_size {} must be positive or -1", name, args.group_size);
-  const std::int64_t g = args.group_size == -1 ? K : args.group_size, G = (K + g - 1) / g;
+  const std::int64_t g = args.group_size == -1 ? K : args.group_size, G = K / g + (K % g != 0);  // no overflow for huge g
   const at::Tensor qweight = stored_tensor(w.qweight, name, "qweight", {stream_words(K, b), N}, {at::kInt});
   const at::Tensor qzeros = stored_tensor(w.qzeros, name, "qzeros", {G, stream_words(N, b)}, {at::kInt});
   const at::Tensor scales = float32_scales(stored_tensor(w.scales, name, "scales", {G, N}, {at::kHalf, at::kBFloat16, at::kFloat}),

@@ -15,7 +15,7 @@ std::vector<std::int64_t> ScaleLayout::scale_shape(std::int64_t N, std::int64_t 
       return {N, K / group};
     case Kind::block:
       QEVAL_CHECK(block_rows > 0 && block_cols > 0, "{}: block structure {}x{} must be positive", name, block_rows, block_cols);
-      return {(N + block_rows - 1) / block_rows, (K + block_cols - 1) / block_cols};
+      return {N / block_rows + (N % block_rows != 0), K / block_cols + (K % block_cols != 0)};
   }
   return {};
 }

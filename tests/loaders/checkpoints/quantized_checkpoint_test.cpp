@@ -369,5 +369,65 @@ TEST(QuantizedCheckpointBadInput, EachErrorNamesFileTensorAndField) {
       << e;
 }
 
+// Probe wave 7 (issue 79 item 7, tests/hardening/probe.py group qfolder): what was accepted in
+// silence, named by LibTorch instead of the file, or named without its key path.
+TEST(QuantizedCheckpointBadInput, ProbeWave7ClassesAreRefusedNamingFileTensorAndKey) {
+  const auto all = methods();
+  auto error = [&](const Method& m, const std::function<void(std::map<std::string, at::Tensor>&, json&)>& edit) {
+    test::TempDir tmp;
+    const fs::path dir = write_quantised(tmp, m, nullptr, edit);
+    try {
+      load_checkpoint(dir);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string up = "model.layers.0.mlp.up_proj";
+  // pack-quantized: a weight_scale of another shape was reshaped by LibTorch ("shape '[176, 4]' is invalid").
+  std::string e = error(all[3], [&](auto& t, json&) { t[up + ".weight_scale"] = t[up + ".weight_scale"].narrow(1, 0, 3).clone(); });
+  EXPECT_NE(e.find("model.safetensors: " + up + ": weight_scale has shape [176, 3], expected [176, 4] for the group 16 strategy"),
+            std::string::npos) << e;
+  // Asymmetric codes without their zero point were read as symmetric.
+  e = error(all[3], [&](auto& t, json&) { t.erase(up + ".weight_zero_point"); });
+  EXPECT_NE(e.find("config.json: module " + up + " is stored as compressed-tensors pack-quantized (quantization_config), but "
+                   "tensor " + up + ".weight_zero_point is absent"), std::string::npos) << e;
+  // A float weight_shape was truncated to integers (176.5 read as 176).
+  e = error(all[3], [&](auto& t, json&) { t[up + ".weight_shape"] = at::tensor(std::vector<float>{176.5f, 64.0f}); });
+  EXPECT_NE(e.find(up + ".weight_shape is stored as Float, expected integers"), std::string::npos) << e;
+  // A quant_state of floats was read as its bytes.
+  const std::string state = up + ".weight.quant_state.bitsandbytes__nf4";
+  e = error(all[7], [&](auto& t, json&) { t[state] = t[state].to(at::kFloat); });
+  EXPECT_NE(e.find(state + " is stored as Float, expected uint8 bytes"), std::string::npos) << e;
+  // int8 codes under a 4-bit config were read as the 8-bit layout.
+  e = error(all[8], [](auto&, json& c) {
+    c["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}, {"bnb_4bit_quant_type", "nf4"}};
+  });
+  EXPECT_NE(e.find("config.json: quantization_config.load_in_4bit is true (nf4), but model.layers.0."), std::string::npos) << e;
+  EXPECT_NE(e.find("is stored as int8 codes"), std::string::npos) << e;
+  // A GPTQ module without its qweight was "missing tensor ....weight", as if plain.
+  e = error(all[0], [&](auto& t, json&) { t.erase(up + ".qweight"); });
+  EXPECT_NE(e.find("config.json: module " + up + " is stored as gptq gptq_v2 (quantization_config), but tensor " + up +
+                   ".qweight is absent"), std::string::npos) << e;
+  e = error(all[2], [&](auto& t, json&) { t.erase(up + ".qweight"); });
+  EXPECT_NE(e.find("tensor " + up + ".qweight is absent"), std::string::npos) << e;
+  // A bad regex named no key path.
+  e = error(all[3], [](auto&, json& c) { c["quantization_config"]["config_groups"]["group_0"]["targets"] = {"Linear", "re:("}; });
+  EXPECT_NE(e.find("config.json: quantization_config.config_groups.group_0.targets[1] \"re:(\" is not a valid regular expression"),
+            std::string::npos) << e;
+  e = error(all[3], [](auto&, json& c) { c["quantization_config"]["ignore"] = {"lm_head", "re:[a-"}; });
+  EXPECT_NE(e.find("config.json: quantization_config.ignore[1] \"re:[a-\""), std::string::npos) << e;
+  // AWQ without bits named only AutoAWQ's key.
+  e = error(all[2], [](auto&, json& c) { c["quantization_config"].erase("bits"); });
+  EXPECT_NE(e.find("config.json: quantization_config.bits is missing (AutoAWQ's quant_config.json: quantization_config.w_bit)"),
+            std::string::npos) << e;
+  // A block of 2^63 - 1 rows overflowed the block count ("expected [0, 2]").
+  e = error(all[6], [](auto&, json& c) {
+    c["quantization_config"]["weight_block_size"] = {std::numeric_limits<std::int64_t>::max(), 32};
+  });
+  EXPECT_NE(e.find("weight_scale_inv has shape ["), std::string::npos) << e;
+  EXPECT_NE(e.find("], expected [1, "), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace qeval
