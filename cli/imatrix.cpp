@@ -39,7 +39,15 @@ void run_imatrix(ImatrixArgs& a) {
   options.batch_size = a.data.batch_size;
   options.progress = !a.quiet;
   options.dataset = a.data.data;
-  Imatrix m = collect_imatrix(*inputs.model, *inputs.windows, options);
+  Imatrix m;
+  try {
+    m = collect_imatrix(*inputs.model, *inputs.windows, options);
+  } catch (const Error& e) {
+    // The chunking's own errors ("protocol llamacpp: 12 tokens give 0 chunk(s)") are about the text: name it.
+    const std::string message = e.what();
+    if (message.rfind("protocol ", 0) == 0) fail("--data {}: {}", a.data.data, message);
+    throw;
+  }
   QEVAL_CHECK(inputs.windows->stream_tokens() >= 2 * options.n_ctx,
               "imatrix: {} tokens in {}; llama-imatrix needs at least 2 * n_ctx = {}", inputs.windows->stream_tokens(),
               a.data.data, 2 * options.n_ctx);

@@ -19,8 +19,11 @@ namespace qeval {
 std::shared_ptr<const GgmlImportanceWeights> load_ggml_importance(const std::filesystem::path& path,
                                                                   const ModelConfig& config) {
   std::error_code ec;
-  QEVAL_CHECK(std::filesystem::is_regular_file(path, ec),
+  QEVAL_CHECK(std::filesystem::exists(path, ec),
               "imatrix {}: no such file (a llama.cpp importance matrix, GGUF or legacy .dat)", path.string());
+  QEVAL_CHECK(std::filesystem::is_regular_file(path, ec),
+              "imatrix {}: not a regular file ({}); expected a llama.cpp importance matrix, GGUF or legacy .dat",
+              path.string(), std::filesystem::is_directory(path, ec) ? "a folder" : "a device or other special file");
   const Imatrix file = read_imatrix(path);
   const GgmlImportance importance = ggml_importance(file, path);
   auto out = std::make_shared<GgmlImportanceWeights>();
@@ -44,6 +47,12 @@ std::shared_ptr<const GgmlImportanceWeights> load_ggml_importance(const std::fil
     out->by_name[name] = rows[ref.expert >= 0 ? ref.expert : 0].contiguous();
     ++with;
   }
+  // llama-quantize warns per tensor and goes on; an imatrix none of whose entries is a tensor of this
+  // model was collected from another model (or names tensors another way), and would change nothing.
+  QEVAL_CHECK(with > 0 || importance.entries.empty(),
+              "imatrix {}: none of its {} entries (e.g. {}) is a tensor of this model, which has {} (GGUF names); "
+              "expected an imatrix collected from this model", path.string(), importance.entries.size(),
+              importance.entries.begin()->first, gguf_tensor_of(names.size() > 1 ? names[1] : names[0], config.tied_embeddings).name);
   out->description = {{"file", path.string()},
                       {"hash", hash_file(path)},
                       {"format", file.legacy ? "legacy" : "gguf"},

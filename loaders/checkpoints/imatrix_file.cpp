@@ -201,7 +201,10 @@ std::int64_t ImatrixEntry::columns() const {
 }
 
 Imatrix read_imatrix(const fs::path& path) {
-  QEVAL_CHECK(fs::is_regular_file(path), "{}: no such imatrix file", path.string());
+  std::error_code ec;
+  QEVAL_CHECK(fs::exists(path, ec), "{}: no such imatrix file", path.string());
+  QEVAL_CHECK(fs::is_regular_file(path, ec), "{}: not a regular file ({}); expected an imatrix file", path.string(),
+              fs::is_directory(path, ec) ? "a folder" : "a device or other special file");
   if (read_head(path, 4) == "GGUF") return read_gguf(path);
   return read_legacy(path);
 }
@@ -340,10 +343,16 @@ GgmlImportance ggml_importance(const Imatrix& m, const fs::path& source) {
       for (std::size_t i = 0; i < entry.sums.size(); ++i)
         e.values[i] = ncall > 0 ? entry.sums[i] / static_cast<float>(ncall) : entry.sums[i];
     }
-    for (std::size_t i = 0; i < e.values.size(); ++i)
+    for (std::size_t i = 0; i < e.values.size(); ++i) {
       QEVAL_CHECK(std::isfinite(e.values[i]),
                   "{}: imatrix entry {}: importance {} at index {} is not finite (llama-quantize refuses it)",
                   source.string(), name, e.values[i], i);
+      // Σ x² is never negative: a negative weight is a corrupt file, and would turn ggml's weighted
+      // least squares into a search for the worst scale.
+      QEVAL_CHECK(e.values[i] >= 0.0f,
+                  "{}: imatrix entry {}: importance {} at index {} is negative; expected a sum of squared activations (>= 0)",
+                  source.string(), name, e.values[i], i);
+    }
   }
   return out;
 }

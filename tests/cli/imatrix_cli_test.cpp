@@ -176,5 +176,52 @@ TEST(ImatrixCli, BadFilesAreRefusedNamingTheFile) {
   EXPECT_TRUE(test::contains(n.output, "no scheme given is one")) << n.output;
 }
 
+// Probe wave 7 (issue 79 item 7): an imatrix whose entries name no tensor of the model (collected from
+// another model, or Hugging Face names) was applied to nothing and evaluated as if without one; a
+// folder or a device was "no such file"; a negative Σx² was used as a weight.
+TEST(ImatrixCli, ForeignNegativeAndNonFileImatricesAreRefused) {
+  test::TempDir dir;
+  const std::string base = "--seq-len 32 --max-windows 2 --schemes full,gguf-q4_0 --data-dir " + test::data_dir().string() +
+                           " --out " + (dir / "r.json").string();
+  auto refused = [&](const std::string& imatrix, std::initializer_list<std::string> parts) {
+    const test::CommandResult r = test::run_qeval(test::kEval + " " + base + " --imatrix " + imatrix);
+    EXPECT_EQ(r.status, 2) << r.output;
+    for (const std::string& p : parts) EXPECT_TRUE(test::contains(r.output, p)) << "missing '" << p << "' in " << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
+  };
+  auto entries = [](const std::string& prefix, float value) {
+    Imatrix m;
+    m.datasets = {"d.txt"};
+    m.chunk_count = 1;
+    m.chunk_size = 32;
+    m.has_metadata = true;
+    for (int i = 0; i < 5; ++i) {
+      ImatrixEntry& e = m.entries[prefix + std::to_string(i) + (prefix == "blk." ? ".attn_q.weight" : ".self_attn.q_proj.weight")];
+      e.sums.assign(64, value);
+      e.counts = {32};
+    }
+    return m;
+  };
+  write_imatrix_gguf(entries("model.layers.", 1.0f), dir / "hf.imatrix.gguf");
+  refused((dir / "hf.imatrix.gguf").string(), {"hf.imatrix.gguf", "none of its 5 entries", "model.layers.0.self_attn.q_proj.weight",
+                                               "blk.0.attn_q.weight"});
+  write_imatrix_gguf(entries("blk.", -1.0f), dir / "neg.imatrix.gguf");
+  refused((dir / "neg.imatrix.gguf").string(), {"neg.imatrix.gguf", "blk.0.attn_q.weight", "is negative"});
+  std::filesystem::create_directories(dir / "folder.gguf");
+  refused((dir / "folder.gguf").string(), {"folder.gguf", "not a regular file (a folder)"});
+  refused("/dev/zero", {"/dev/zero", "not a regular file"});
+  // qeval imatrix on a text too short for one chunk named the protocol, not the text.
+  test::write_bytes(dir / "short.txt", "Once upon a time there was a cat.\n");
+  const test::CommandResult s = test::run_qeval("imatrix -q " + kStories + " --data-dir " + test::data_dir().string() +
+                                                " --seq-len 32 --data " + (dir / "short.txt").string() + " --out " +
+                                                (dir / "m.gguf").string());
+  EXPECT_EQ(s.status, 2) << s.output;
+  EXPECT_TRUE(test::contains(s.output, "--data " + (dir / "short.txt").string() + ": protocol llamacpp")) << s.output;
+  // The same entries with positive sums are read.
+  write_imatrix_gguf(entries("blk.", 1.0f), dir / "ok.imatrix.gguf");
+  const test::CommandResult ok = test::run_qeval(test::kEval + " " + base + " --imatrix " + (dir / "ok.imatrix.gguf").string());
+  EXPECT_EQ(ok.status, 0) << ok.output;
+}
+
 }  // namespace
 }  // namespace qeval

@@ -234,6 +234,15 @@ TEST(ImatrixFile, BadFilesGetErrorsNamingTheFileAndWhatIsWrong) {
                      test::GgufBuilder::pod<std::int32_t>(1) + test::GgufBuilder::pod<std::int32_t>(1 << 30),
                  {"entry w has 1073741824 values"}, false);
   EXPECT_TRUE(test::throws_with([&] { read_imatrix(tmp / "absent.dat"); }, {"absent.dat", "no such imatrix file"}));
+  // Probe wave 7: Σx² is never negative (a negative weight was used as one); a folder is not "no such file".
+  expect_refused(gguf_bytes([&](auto& b) {
+                   metadata(b);
+                   b.tensor("w.in_sum2", at::full({2, 8}, -1.0f), 0);
+                   b.tensor("w.counts", counts, 0);
+                 }),
+                 {"entry w", "importance -1 at index 0 is negative"}, true);
+  std::filesystem::create_directories(tmp / "folder.dat");
+  EXPECT_TRUE(test::throws_with([&] { read_imatrix(tmp / "folder.dat"); }, {"folder.dat", "not a regular file (a folder)"}));
 }
 
 // Every prefix of a legacy file and of a GGUF one is read or refused with qeval::Error: never a
