@@ -253,9 +253,20 @@ void run_eval(const EvalArgs& a) {
   if (!state_path.empty() && (a.resume || a.stop_after > 0)) check_output_file(state_path, "--state-file");
   if (!a.plots.empty()) check_output_folder(a.plots, "--plots");
   EvalInputs inputs = prepare_eval_inputs(a.data);
-  if (!a.calibration_data.empty())
+  if (!a.calibration_data.empty()) {
     inputs.calibration_path =
         resolve_input_path(a.calibration_data, a.data.data_dir.empty() ? std::nullopt : std::optional(a.data.data_dir));
+    // Checked here, before the schemes: the calibration pass hashes the file first (a device such as
+    // /dev/zero would never end) and would name it only as "cannot open".
+    std::error_code ec;
+    QEVAL_CHECK(std::filesystem::exists(inputs.calibration_path, ec), "--calibration-data {}: no such file",
+                a.calibration_data);
+    QEVAL_CHECK(std::filesystem::is_regular_file(inputs.calibration_path, ec),
+                "--calibration-data {}: not a regular file ({}); expected a text, JSON lines, compressed or token file",
+                a.calibration_data, std::filesystem::is_directory(inputs.calibration_path, ec) ? "a folder" : "a device or other special file");
+  }
+  QEVAL_CHECK(a.calibration_seq_len != 1, "--calibration-seq-len 1: a window needs at least 2 tokens (an input and its "
+              "target); expected 0 (--seq-len) or at least 2");
   inputs.calibration_seq_len = a.calibration_seq_len;
   if (inputs.model->config().position == PositionKind::learned)
     QEVAL_CHECK(a.calibration_seq_len <= inputs.model->config().max_seq_len,
@@ -514,7 +525,10 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--calibration-data", args->calibration_data,
                   "the text (or token file) every calibrated scheme calibrates on, read like --data with the same "
                   "tokenizer, separator and BOS rule; default: the evaluation data's windows after the evaluated ones. "
-                  "Windows of the evaluation data itself (or a copy) that overlap an evaluated one are never used");
+                  "Windows of the evaluation data itself (or a copy) that overlap an evaluated one are never used")
+      ->check(CLI::Validator(
+          [](std::string& s) { return s.empty() ? std::string("expected a file, found an empty path") : std::string(); },
+          "FILE"));
   cmd->add_option("--calibration-seq-len", args->calibration_seq_len,
                   "the length of every calibrated scheme's calibration windows, in tokens; 0: --seq-len")
       ->check(integer_in(0, 1 << 20));

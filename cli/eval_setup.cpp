@@ -132,10 +132,20 @@ CalibrationWindows EvalInputs::calibration_windows_from_data(std::int64_t n) con
   const std::string hash = hash_file(path);
   const bool same_data = calibration_path.empty() || std::filesystem::equivalent(calibration_path, data_path) ||
                          hash == hash_file(data_path);
-  CalibrationWindows c = calibration_windows(
-      [&] { return open_windows(); },
-      [&](const ProtocolSpec& spec) { return open_window_source(path, tokenizer.get(), spec, source_options); },
-      protocol, same_data, n, calibration_seq_len);
+  CalibrationWindows c;
+  try {
+    c = calibration_windows(
+        [&] { return open_windows(); },
+        [&](const ProtocolSpec& spec) { return open_window_source(path, tokenizer.get(), spec, source_options); },
+        protocol, same_data, n, calibration_seq_len);
+  } catch (const Error& e) {
+    // Too few windows, a bad file: the message names the file the windows were taken from.
+    const std::string message = e.what();
+    if (message.find(path.string()) == std::string::npos)
+      fail("{} {}: {}", calibration_path.empty() ? "calibration data (the evaluation's)" : "--calibration-data", path.string(),
+           message);
+    throw;
+  }
   c.description["path"] = path.string();
   c.description["hash"] = hash;
   return c;

@@ -54,6 +54,12 @@ void run_sensitivity_command(const SensitivityArgs& a) {
     find_gnuplot();
   }
   SchemeSpec base = resolve_scheme(a.scheme);
+  // GPTQ and AWQ calibrate every layer's weights in one pass over the calibration windows, layer after
+  // layer (eval/weight_calibration_pass.h); sensitivity's runs, one unit quantised at a time, make no such pass.
+  QEVAL_CHECK(!base.needs_weight_calibration(),
+              "--scheme {}: its weights are calibrated with {}, which sensitivity does not do (one unit quantised at "
+              "a time); evaluate the scheme with qeval eval, or give a round-to-nearest scheme",
+              a.scheme, base.weights.gptq ? "GPTQ" : "AWQ");
   if (a.quantize_lm_head) base.quantize_lm_head = true;
   // Issue 63: an ε without a band changes nothing; one that moves no input would measure a band of 0.
   QEVAL_CHECK(a.rounding_band_eps == 0 || a.rounding_band > 0,

@@ -950,6 +950,31 @@ std::vector<BadInput> corpus() {
        {"--out", "is 305 bytes, longer than the 255 a file name may have"}, ""});
   add({"unknown_command", [](Inputs&) { return std::string("evaluate --out x.json"); }, 2,
        {"unknown command \"evaluate\"", "expected one of eval"}, ""});
+
+  // ---- probe wave 7 (issue 79 item 7, tests/hardening/probe.py group calib): the calibration options ----
+  // /dev/zero was hashed for ever; "--help" and a short file were named without the option or the file;
+  // an empty path meant "no --calibration-data"; a 1-token window was the protocol's error; sensitivity
+  // ran a GPTQ scheme without its calibration pass and stopped at an internal check.
+  const std::string cal = test::kEval + " --seq-len 32 --max-windows 2 --no-attention-stats --schemes full,gptq-w4-g128 "
+                          "--calibration-windows 2";
+  add({"calibration_data_device", [cal](Inputs& in) { return cal + " --calibration-data /dev/zero --out " + in.path("out.json"); },
+       2, {"--calibration-data /dev/zero", "not a regular file (a device"}});
+  add({"calibration_data_folder", [cal](Inputs& in) {
+         return cal + " --calibration-data " + in.path("") + " --out " + in.path("out.json");
+       }, 2, {"--calibration-data", "not a regular file (a folder)"}});
+  add({"calibration_data_option_like", [cal](Inputs& in) { return cal + " --calibration-data --help --out " + in.path("out.json"); },
+       2, {"--calibration-data --help: no such file"}});
+  add({"calibration_data_empty_path", [cal](Inputs& in) { return cal + " --calibration-data '' --out " + in.path("out.json"); },
+       2, {"--calibration-data", "empty path"}});
+  add({"calibration_data_too_short", [cal](Inputs& in) {
+         return cal + " --calibration-data " + in.file("c.txt", "Once upon a time there was a cat.\n") + " --out " +
+                in.path("out.json");
+       }, 2, {"--calibration-data", "c.txt", "2 calibration windows of 32 tokens asked"}});
+  add({"calibration_seq_len_1", [cal](Inputs& in) { return cal + " --calibration-seq-len 1 --out " + in.path("out.json"); },
+       2, {"--calibration-seq-len 1", "at least 2 tokens"}});
+  add({"sensitivity_gptq", [](Inputs&) {
+         return std::string("sensitivity -q --tokenizer models/stories260K/tok512.bin --seq-len 32 --max-windows 2 --scheme gptq-w4-g128");
+       }, 2, {"--scheme gptq-w4-g128", "GPTQ", "sensitivity does not do"}, ""});
   return c;
 }
 
