@@ -286,6 +286,7 @@ void add_hellaswag_command(CLI::App& app) {
                   "tasks/hellaswag/hellaswag_val_full.txt.bz2 under the data folder");
   cmd->add_option("--max-tasks", args->max_tasks,
                   "evaluate this many tasks, chosen by --task-order (default: every task)")
+      ->check(integer_in(-(std::int64_t{1} << 40), std::int64_t{1} << 40))  // a number at all; >= 1 is checked with the reason
       ->each([args](const std::string&) { args->max_tasks_given = true; });
   cmd->add_option("--task-order", args->task_order,
                   "llamacpp: the tasks llama-perplexity --hellaswag-tasks N evaluates, in its order (mt19937(1) draws "

@@ -160,6 +160,12 @@ inline void checkpoint_folder(std::string_view data) {
   (void)load_checkpoint(dir);
 }
 
+// A quantised Hugging Face folder (config.json <split> model.safetensors), one target per packing
+// (quantized_gptq, quantized_awq, quantized_compressed_tensors, quantized_bitsandbytes,
+// quantized_fp8_block): the same reading as checkpoint_folder, each with its own seeds (fuzz/make_seeds:
+// a one-layer Llama stored by that method), so each corpus explores its codec's unpacking.
+inline void quantized_folder(std::string_view data) { checkpoint_folder(data); }
+
 // config.json alone (Hugging Face GPT-2 / Llama or qeval): parsed and validated, then the
 // loader stops at the missing weights unless the config was refused first.
 inline void config_json(std::string_view data) {
@@ -367,6 +373,11 @@ inline const std::map<std::string, std::function<void(std::string_view)>>& harne
       {"checkpoint_folder", checkpoint_folder},
       {"config_json", config_json},
       {"quantization_config", quantization_config},
+      {"quantized_gptq", quantized_folder},
+      {"quantized_awq", quantized_folder},
+      {"quantized_compressed_tensors", quantized_folder},
+      {"quantized_bitsandbytes", quantized_folder},
+      {"quantized_fp8_block", quantized_folder},
       {"gguf", gguf},
       {"gguf_blocks", gguf_blocks},
       {"gguf_tokenizer", gguf_tokenizer},

@@ -26,9 +26,11 @@ folders; calib: GPTQ / AWQ specs and the calibration options; imatrix: llama.cpp
 made first:
   tests/hardening/probe.py build/qeval --jobs=2 --groups=formats,kv,ggml,ggufq,python   (ctest: hardening_probe)
   tests/hardening/probe.py build/qeval --jobs=2 --groups=qfolder,calib,imatrix   (about 7 minutes on 2 cores: not in ctest)
+  tests/hardening/probe.py build/qeval --jobs=2 --groups=tasks   (qeval hellaswag's task files and options)
 The table of counts and every non-clean case go to OUT.md (default: stdout); --messages=FILE also
 writes every case's outcome and the last line qeval printed, for reading the messages themselves.
 """
+import bz2
 import concurrent.futures
 import copy
 import hashlib
@@ -105,7 +107,8 @@ def setter(key, value):
     return edit
 
 
-DELETE = object()
+from quantized_folders import (DELETE, QF_METHODS, ST_SIZE, llama_linears, qf_floats, qf_ints,  # noqa: E402
+                               qf_state, quantized_tensors, st_bytes, st_read)
 
 # ---- HF configs: every family, every key qeval reads, several bad values each -----------------
 ROTARY = {"llama": "tiny-llama-hf", "qwen2": "tiny-qwen2-hf", "qwen3": "tiny-qwen3-hf", "mistral": "tiny-mistral-hf",
@@ -1222,117 +1225,9 @@ for label, code, frags in [
 # a control per method that must be read, then every quantization_config key qeval reads with bad values and edits
 # of the stored tensors. Config errors are found on open (inspect), tensor errors when a layer is dequantised (eval).
 QF_SRC = DATA / "fixtures/tiny-llama-hf"
-QF_LINEARS = {}
-for _i in range(2):
-    for _m, _nk in [("self_attn.q_proj", (64, 64)), ("self_attn.k_proj", (16, 64)), ("self_attn.v_proj", (16, 64)),
-                    ("self_attn.o_proj", (64, 64)), ("mlp.gate_proj", (176, 64)), ("mlp.up_proj", (176, 64)),
-                    ("mlp.down_proj", (64, 176))]:
-        QF_LINEARS[f"model.layers.{_i}.{_m}"] = _nk
+QF_LINEARS = llama_linears(2, 64, 16, 176)
 QF_UP = "model.layers.1.mlp.up_proj"  # the module the tensor edits change: N 176, K 64
 QF_TOK = struct.pack("<64H", *[(i * 7) % 500 + 3 for i in range(64)])
-ST_SIZE = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I64": 8, "U8": 1, "I8": 1, "F8_E4M3": 1, "I16": 2, "F64": 8}
-
-
-def st_read(path):
-    b = Path(path).read_bytes()
-    n = struct.unpack("<Q", b[:8])[0]
-    out = {}
-    for name, v in json.loads(b[8:8 + n]).items():
-        if name != "__metadata__":
-            out[name] = [v["dtype"], list(v["shape"]), b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]]
-    return out
-
-
-def st_bytes(tensors):
-    head, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, (dtype, shape, data) in tensors.items():
-        head[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    h = json.dumps(head).encode()
-    h += b" " * ((-len(h)) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
-
-
-class QfRand:
-    def __init__(self, seed):
-        import random
-        self.r = random.Random(seed)
-
-    def words(self, shape):
-        return ["I32", list(shape), struct.pack(f"<{math.prod(shape)}I", *[self.r.getrandbits(32) for _ in range(math.prod(shape))])]
-
-    def bytes(self, shape, lo=0, hi=255, dtype="U8"):
-        return [dtype, list(shape), bytes(self.r.randint(lo, hi) for _ in range(math.prod(shape)))]
-
-    def e4m3(self, shape):  # |value| <= 1.875 (exponent field <= 7), never a NaN code
-        return ["F8_E4M3", list(shape), bytes(self.r.randint(0, 0x3f) | (0x80 * self.r.randint(0, 1)) for _ in range(math.prod(shape)))]
-
-    def scales(self, shape, dtype="F16"):
-        v = [self.r.random() * 0.01 + 0.001 for _ in range(math.prod(shape))]
-        return qf_floats(v, shape, dtype)
-
-
-def qf_floats(v, shape, dtype="F32"):
-    if dtype == "F16":
-        return ["F16", list(shape), struct.pack(f"<{len(v)}e", *v)]
-    if dtype == "BF16":
-        return ["BF16", list(shape), b"".join(struct.pack("<f", x)[2:4] for x in v)]
-    return ["F32", list(shape), struct.pack(f"<{len(v)}f", *v)]
-
-
-def qf_ints(v, shape, dtype="I64"):
-    code = {"I64": "q", "I32": "i", "I8": "b", "U8": "B"}[dtype]
-    return [dtype, list(shape), struct.pack(f"<{len(v)}{code}", *v)]
-
-
-def qf_state(N, K, **over):
-    s = dict({"quant_type": "nf4", "blocksize": 64, "dtype": "float32", "shape": [N, K], "nested_blocksize": 256,
-              "nested_dtype": "float32", "nested_offset": 0.03125}, **over)
-    return {k: v for k, v in s.items() if v is not DELETE}
-
-
-def qf_bnb_nf4(N, K, r):
-    blocks = (N * K + 63) // 64
-    st = json.dumps(qf_state(N, K)).encode()
-    return {"weight": r.bytes([N * K // 2, 1]), "weight.absmax": r.bytes([blocks]),
-            "weight.nested_absmax": r.scales([(blocks + 255) // 256], "F32"),
-            "weight.nested_quant_map": qf_floats([-1 + 2 * i / 255 for i in range(256)], [256]),
-            "weight.quant_map": qf_floats([0.0] * 16, [16]), "weight.quant_state.bitsandbytes__nf4": ["U8", [len(st)], st]}
-
-
-def qf_ct(fmt, weights):
-    return {"quant_method": "compressed-tensors", "format": fmt, "quantization_status": "compressed", "ignore": ["lm_head"],
-            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None}}}
-
-
-# method: (quantization_config, store(N, K, rand) -> {field: [dtype, shape, bytes]})
-QF_METHODS = {
-    "gptq-v2": ({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": False, "sym": True, "checkpoint_format": "gptq_v2"},
-                lambda N, K, r: {"qweight": r.words([K * 4 // 32, N]), "qzeros": r.words([K // 16, N * 4 // 32]),
-                                 "scales": r.scales([K // 16, N])}),
-    "gptq-v1": ({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": False, "sym": False},
-                lambda N, K, r: {"qweight": r.words([K * 4 // 32, N]), "qzeros": r.words([K // 16, N * 4 // 32]),
-                                 "scales": r.scales([K // 16, N]), "g_idx": qf_ints([k // 16 for k in range(K)], [K], "I32")}),
-    "awq": ({"quant_method": "awq", "bits": 4, "group_size": 16, "zero_point": True, "version": "gemm"},
-            lambda N, K, r: {"qweight": r.words([K, N // 8]), "qzeros": r.words([K // 16, N // 8]), "scales": r.scales([K // 16, N])}),
-    "ct-pack": (qf_ct("pack-quantized", {"num_bits": 4, "type": "int", "symmetric": False, "strategy": "group", "group_size": 16}),
-                lambda N, K, r: {"weight_packed": r.words([N, K * 4 // 32]), "weight_scale": r.scales([N, K // 16], "BF16"),
-                                 "weight_zero_point": r.words([(N * 4 + 31) // 32, K // 16]), "weight_shape": qf_ints([N, K], [2])}),
-    "ct-fp8": (qf_ct("float-quantized", {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel"}),
-               lambda N, K, r: {"weight": r.e4m3([N, K]), "weight_scale": r.scales([N, 1], "BF16")}),
-    "ct-nvfp4": (qf_ct("nvfp4-pack-quantized", {"num_bits": 4, "type": "float", "symmetric": True, "strategy": "tensor_group",
-                                                "group_size": 16}),
-                 lambda N, K, r: {"weight_packed": r.bytes([N, K // 2]), "weight_scale": r.bytes([N, K // 16], 0x20, 0x3f, "F8_E4M3"),
-                                  "weight_global_scale": qf_floats([8.0], [1])}),
-    "fp8-block": ({"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"},
-                  lambda N, K, r: {"weight": r.e4m3([N, K]), "weight_scale_inv": r.scales([(N + 127) // 128, (K + 127) // 128], "F32")}),
-    "bnb-nf4": ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True},
-                qf_bnb_nf4),
-    "bnb-int8": ({"quant_method": "bitsandbytes", "load_in_8bit": True},
-                 lambda N, K, r: {"weight": qf_ints([r.r.randint(-127, 127) for _ in range(N * K)], [N, K], "I8"),
-                                  "SCB": r.scales([N], "F32")}),
-}
 QF_CACHE = {}
 
 
@@ -1342,12 +1237,7 @@ def qf_tensors(method):
         t = {}
         for shard in ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]:
             t.update(st_read(QF_SRC / shard))
-        r = QfRand(78)
-        for module, (N, K) in QF_LINEARS.items():
-            del t[module + ".weight"]
-            for field, v in QF_METHODS[method][1](N, K, r).items():
-                t[module + "." + field] = v
-        QF_CACHE[method] = t
+        QF_CACHE[method] = quantized_tensors(t, QF_LINEARS, method)
     return {k: list(v) for k, v in QF_CACHE[method].items()}
 
 
@@ -2027,6 +1917,53 @@ for label, copts, frags in [("chunks-0", "--seq-len 32 --chunks 0", ["--chunks"]
         copts = copts.replace("SHORT", write(d, "c.txt", "Once upon a time there was a cat.\n")).replace("NONE", str(Path(d) / "none.txt"))
         return f"{IMC} {copts} {out}"
     case(f"imatrix-collect-{label}", build, frags)
+
+# ---- HellaSwag task files and options (issue 80 item 5: qeval hellaswag) ------------------------------------------------
+# Group tasks: llama.cpp's 6-line task files broken every way the reader checks, compressed copies damaged, the options
+# out of range, and the record over its own task file; every refusal names the file (and line) or the option.
+HS = f"hellaswag -q --tokenizer {TOKENIZER} --model models/stories260K/stories260K.bin"
+HS_OK = "Once upon a time, a cat sat on the mat.\n2\nIt ran.\nIt slept.\nIt purred and slept.\nIt sang.\n"
+HS_FILES = {
+    "five-lines": ("Ctx.\n0\na\nb\nc\n", ["t.txt", "not a multiple of 6"]),
+    "seven-lines": (HS_OK + "x\n", ["t.txt", "not a multiple of 6"]),
+    "five-endings": ("Ctx.\n0\na\nb\nc\nd\ne\n" + HS_OK[:-1] + "\nq\nr\nz\ny\nw\n", ["t.txt", "line"]),
+    "gold-4": ("Ctx.\n4\na\nb\nc\nd\n", ["t.txt", "line 2", "0, 1, 2 or 3", "4"]),
+    "gold-neg": ("Ctx.\n-1\na\nb\nc\nd\n", ["t.txt", "line 2", "-1"]),
+    "gold-word": ("Ctx.\ntwo\na\nb\nc\nd\n", ["t.txt", "line 2", "two"]),
+    "gold-space": ("Ctx.\n 2\na\nb\nc\nd\n", ["t.txt", "line 2"]),
+    "gold-cr": ("Ctx.\n2\r\na\nb\nc\nd\n", ["t.txt", "line 2"]),
+    "gold-empty": ("Ctx.\n\na\nb\nc\nd\n", ["t.txt", "line 2"]),
+    "context-empty": ("\n1\na\nb\nc\nd\n", ["t.txt", "line 1"]),
+    "ending-empty": ("Ctx.\n1\na\n\nc\nd\n", ["t.txt", "line 4", "empty"]),
+    "empty-file": ("", ["t.txt"]),
+    "nul-bytes": ("\0" * 60, ["t.txt"]),
+}
+for label, (text, frags) in HS_FILES.items():
+    case(f"tasks-file-{label}", lambda d, text=text: f"{HS} --tasks {write(d, 't.txt', text)} --out {Path(d) / 'o.json'}", frags)
+for label, (data, frags) in {"bz2-garbage": (b"BZh9" + b"\x17" * 40, ["t.txt.bz2", "bzip2"]),
+                             "bz2-truncated": (bz2.compress(HS_OK.encode() * 40)[:-20], ["t.txt.bz2", "truncated bzip2"]),
+                             "gz-garbage": (b"\x1f\x8b\x08\0garbage", ["t.txt.gz", "gzip"]),
+                             "bz2-not-bz2": (HS_OK.encode(), ["t.txt.bz2", "bzip2"])}.items():
+    ext = "txt.gz" if label.startswith("gz") else "txt.bz2"
+    case(f"tasks-file-{label}", lambda d, data=data, ext=ext: f"{HS} --tasks {write(d, 't.' + ext, data)} --out {Path(d) / 'o.json'}",
+         frags)
+case("tasks-file-missing", lambda d: f"{HS} --tasks {Path(d) / 'none.txt'} --out {Path(d) / 'o.json'}", ["none.txt"])
+case("tasks-file-directory", lambda d: f"{HS} --tasks {d} --out {Path(d) / 'o.json'}", ["HellaSwag tasks", "is a folder"])
+case("tasks-file-dev-zero", lambda d: f"{HS} --tasks /dev/zero --out {Path(d) / 'o.json'}", ["/dev/zero"])
+for value, frags in [("0", ["--max-tasks", "0", ">= 1"]), ("-3", ["--max-tasks", "-3"]), ("x", ["--max-tasks"]),
+                     ("1.5", ["--max-tasks"]), ("99999999999999999999", ["--max-tasks"])]:
+    case(f"tasks-max-tasks={value}", lambda d, value=value: f"{HS} --tasks {write(d, 't.txt', HS_OK)} --max-tasks {value} "
+         f"--out {Path(d) / 'o.json'}", frags)
+for value in ["random", "", "FIRST", "llama.cpp"]:
+    case(f"tasks-task-order={value!r}", lambda d, value=value: f"{HS} --tasks {write(d, 't.txt', HS_OK)} --task-order '{value}' "
+         f"--out {Path(d) / 'o.json'}", ["--task-order"])
+case("tasks-out-is-tasks", lambda d: f"{HS} --tasks {write(d, 't.txt', HS_OK)} --out {Path(d) / 't.txt'}", ["--out", "t.txt"])
+case("tasks-out-empty", lambda d: f"{HS} --tasks {write(d, 't.txt', HS_OK)} --out ''", ["--out"])
+case("tasks-calibration-without-scheme", lambda d: f"{HS} --tasks {write(d, 't.txt', HS_OK)} --calibration-windows 4 "
+     f"--out {Path(d) / 'o.json'}", ["--calibration-windows"])
+# A control: one well-formed task is scored and recorded.
+case("tasks-control-one-task", lambda d: f"{HS} --tasks {write(d, 't.txt', HS_OK)} --schemes full,int8-coarse --out {Path(d) / 'o.json'}",
+     [], expect="accept")
 
 # ---- run and classify ----------------------------------------------------------------------------------
 INTERNALS = ["[json.exception", "std::", "stoll", "basic_string", "179769313486231570", "terminate called", "what():",
