@@ -114,6 +114,10 @@ TEST(HellaSwagCli, BadInputIsRefusedWithOneLine) {
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_TRUE(contains(r.output, "--max-tasks " + n + ": expected a number of tasks >= 1")) << r.output;
   }
+  // Beyond int64 CLI11 saturated it, and it ran as "every task" (probe group tasks).
+  const CommandResult huge = test::run_qeval(kHellaSwag + tasks + " --max-tasks 99999999999999999999");
+  EXPECT_EQ(huge.status, 2) << huge.output;
+  EXPECT_TRUE(contains(huge.output, "--max-tasks: \"99999999999999999999\" is not an integer in")) << huge.output;
   const CommandResult order = test::run_qeval(kHellaSwag + tasks + " --task-order shuffled");
   EXPECT_EQ(order.status, 2) << order.output;
   EXPECT_TRUE(contains(order.output, "--task-order \"shuffled\"")) << order.output;
