@@ -213,6 +213,12 @@ std::string check_shard(const nlohmann::json& record, const std::vector<Rows>& r
 RecordVerification verify_record(const nlohmann::json& record, const std::string& source) {
   RecordVerification out;
   try {
+    // Other subcommands' records (qeval hellaswag's "kind": "hellaswag") are not evaluation records:
+    // say which they are rather than which key they lack.
+    if (record.is_object() && record.contains("kind") && record["kind"].is_string())
+      fail("{}: is a {} record (\"kind\": {}), not an evaluation record of qeval eval; compare, check, plot and merge "
+           "read eval records (a HellaSwag record's numbers are in its schemes[].hellaswag.results)",
+           source, record["kind"].get<std::string>(), json_text(record["kind"]));
     const nlohmann::json& protocol = field(record, "protocol", source);
     const std::string protocol_name = string_field(protocol, "name", source + ": protocol");
     const std::int64_t seq_len = integer_field(protocol, "seq_len", source + ": protocol");

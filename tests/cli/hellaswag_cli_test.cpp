@@ -84,6 +84,13 @@ TEST(HellaSwagCli, TenTasksTwoSchemesRecord) {
     EXPECT_EQ(full.at("choices").at("llamacpp_acc_norm")[k].get<int>(), std::max_element(means.begin(), means.end()) - means.begin());
   }
 
+  // compare, check and plot read eval records: a HellaSwag record is named as what it is (it was
+  // 'has no "protocol"').
+  const CommandResult compared = test::run_qeval("compare " + out);
+  EXPECT_EQ(compared.status, 2) << compared.output;
+  EXPECT_TRUE(contains(compared.output, "is a hellaswag record (\"kind\": \"hellaswag\"), not an evaluation record"))
+      << compared.output;
+
   // The first 3 in file order.
   const CommandResult first = test::run_qeval(kHellaSwag + " --tasks " + (dir / "tasks.txt").string() +
                                               " --max-tasks 3 --task-order first --schemes full --out " + out);
