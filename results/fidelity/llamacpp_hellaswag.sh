@@ -4,40 +4,25 @@
 #
 #   results/fidelity/llamacpp_hellaswag.sh [TASKS (400)] [THREADS (2)] > results/fidelity/llamacpp-hellaswag.md
 #
-# The F32 GGUF is llamacpp_kl.sh's (llama-quantize --allow-requantize of the Q4_1 GGUF to F32), made
-# here when $QEVAL_WORK_DIR does not hold it. Both draw the tasks from llama.cpp's 6-line file with
-# std::mt19937(1) (qeval's default --task-order llamacpp), so task i is the same task in both.
+# The F32 GGUF is llamacpp_env.sh's (llama-quantize --allow-requantize of the Q4_1 GGUF to F32).
+# Both draw the tasks from llama.cpp's 6-line file with std::mt19937(1) (qeval's default --task-order llamacpp), so task i is the same task in both.
 #
 # llama-perplexity prints only its running accuracy per task. Its choice per task is a LOG line that
 # llama.cpp's source carries commented out; this script needs a llama-perplexity built with that line
-# switched on, in the source llama-cpp-python 0.3.36 vendors (build as llamacpp_kl.sh says, after):
+# switched on, in the source llama-cpp-python 0.3.36 vendors (build as llamacpp_env.sh says, after):
 #   sed -i 's|//LOG("max logprob ending idx|LOG("max logprob ending idx|' tools/perplexity/perplexity.cpp
 # The line prints, after each task is scored, "max logprob ending idx C, gold ending idx G"; nothing
 # else changes. llama.cpp runs with a float32 KV cache and no flash attention, as in llamacpp_kl.sh.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
 tasks="${1:-400}"
 threads="${2:-2}"
-qeval="${QEVAL_BUILD_DIR:-$root/build}/qeval"
-bin="${QEVAL_LLAMACPP_BUILD:-/work/cache/llama-build}/bin"
-for tool in llama-perplexity llama-quantize; do
-  [[ -x "$bin/$tool" ]] || { echo "llamacpp_hellaswag.sh: $bin/$tool is missing; build it as the header says" >&2; exit 2; }
-done
-"$root/scripts/models" --model smollm2-135m >/dev/null
-smollm2="$("$root/scripts/models" --path smollm2-135m)"
+# shellcheck source=results/fidelity/llamacpp_env.sh
+source "$(dirname "$0")/llamacpp_env.sh"
 shipped="$("$qeval" data-dir)/tasks/hellaswag/hellaswag_val_full.txt.bz2"
-work="${QEVAL_WORK_DIR:-$(mktemp -d)}"
-mkdir -p "$work"
-[[ -n "${QEVAL_WORK_DIR:-}" ]] || trap 'rm -rf "$work"' EXIT
-[[ -s "$work/f32.gguf" ]] || "$bin/llama-quantize" --allow-requantize "$smollm2" "$work/f32.gguf" F32 >"$work/quantize-f32.log" 2>&1
 # llama-perplexity reads plain text; qeval reads the file as shipped.
 bzip2 -dc "$shipped" >"$work/hellaswag_val_full.txt"
 
-echo "# qeval hellaswag against llama-perplexity --hellaswag: $(date -u +%F), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $threads threads"
-echo
-echo "CPU SIMD flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512_vnni|avx512_bf16|amx_int8' | tr '\n' ' ')"
-echo
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+llamacpp_header "qeval hellaswag against llama-perplexity --hellaswag" "$threads"
 start=$(date +%s)
 "$bin/llama-perplexity" -m "$work/f32.gguf" -f "$work/hellaswag_val_full.txt" --hellaswag --hellaswag-tasks "$tasks" \
   -c 2048 -b 2048 -t "$threads" -ctk f32 -ctv f32 -fa off >"$work/hellaswag-llamacpp.log" 2>&1

@@ -4,8 +4,7 @@
 #
 #   results/fidelity/llamacpp_kl.sh [CHUNKS (16)] [THREADS (2)] > results/fidelity/llamacpp-kl.md
 #
-# Base: an F32 GGUF of SmolLM2-135M-Instruct (its Q4_1 GGUF from scripts/models, dequantised by
-# llama-quantize --allow-requantize ... F32, so both tools read the same float32 weights). Quantised:
+# Base: llamacpp_env.sh's F32 GGUF of SmolLM2-135M-Instruct. Quantised:
 # llama-quantize's Q8_0 and Q4_0 of that F32 file, against qeval's gguf-q8_0 / gguf-q4_0 rules on
 # the same F32 file (bit-exact weights, quant/schemes/ggml_rules.h) with llama.cpp's CPU activation
 # blocks ("activations": "gguf-q8", docs/gguf-types.md), since llama.cpp's CPU back end rounds each
@@ -15,36 +14,18 @@
 # llama.cpp runs with a float32 KV cache and without flash attention (-ctk f32 -ctv f32 -fa off): its
 # defaults keep K/V in F16 and round the query to F16, a rounding qeval's float32 model does not have.
 #
-# Needs llama-perplexity and llama-quantize built from the source llama-cpp-python 0.3.36 vendors
-# (`pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36`; then
-#  cmake -B BUILD -S llama_cpp_python-0.3.36/vendor/llama.cpp -DGGML_NATIVE=OFF -DGGML_AVX2=ON
-#  -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_INT8=OFF -DLLAMA_CURL=OFF
-#  -DCMAKE_BUILD_TYPE=Release && cmake --build BUILD --target llama-perplexity llama-quantize),
-# found in $QEVAL_LLAMACPP_BUILD/bin (default /work/cache/llama-build/bin).
+# Needs llama-perplexity and llama-quantize as llamacpp_env.sh says (it holds the set-up both llama.cpp
+# comparisons share).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
 chunks="${1:-16}"
 threads="${2:-2}"
 band="${QEVAL_ROUNDING_BAND:-3}"
-qeval="${QEVAL_BUILD_DIR:-$root/build}/qeval"
-bin="${QEVAL_LLAMACPP_BUILD:-/work/cache/llama-build}/bin"
-for tool in llama-perplexity llama-quantize; do
-  [[ -x "$bin/$tool" ]] || { echo "llamacpp_kl.sh: $bin/$tool is missing; build it as the header says" >&2; exit 2; }
-done
-"$root/scripts/models" --model smollm2-135m >/dev/null
-smollm2="$("$root/scripts/models" --path smollm2-135m)"
+# shellcheck source=results/fidelity/llamacpp_env.sh
+source "$(dirname "$0")/llamacpp_env.sh"
 text="$("$qeval" data-dir)/text/wikitext-2-raw-v1/test.joined.txt"
-work="${QEVAL_WORK_DIR:-$(mktemp -d)}"
-mkdir -p "$work"
-[[ -n "${QEVAL_WORK_DIR:-}" ]] || trap 'rm -rf "$work"' EXIT
 common=(-c 512 --chunks "$chunks" -t "$threads" -ctk f32 -ctv f32 -fa off)
 
-echo "# qeval against llama-perplexity --kl-divergence: $(date -u +%F), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $threads threads"
-echo
-echo "CPU SIMD flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512_vnni|avx512_bf16|amx_int8' | tr '\n' ' ')"
-echo
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-[[ -s "$work/f32.gguf" ]] || "$bin/llama-quantize" --allow-requantize "$smollm2" "$work/f32.gguf" F32 >"$work/quantize-f32.log" 2>&1
+llamacpp_header "qeval against llama-perplexity --kl-divergence" "$threads"
 for type in Q8_0 Q4_0; do
   [[ -s "$work/$type.gguf" ]] || "$bin/llama-quantize" "$work/f32.gguf" "$work/$type.gguf" "$type" >"$work/quantize-$type.log" 2>&1
 done
