@@ -47,24 +47,6 @@ struct HellaSwagArgs {
   std::vector<std::string> calibration_options;
 };
 
-// The evaluation windows, given in the order held (sorted by length, so that equal lengths batch).
-class TaskWindows final : public WindowSource {
- public:
-  explicit TaskWindows(std::vector<Window> windows) : windows_(std::move(windows)) {}
-  std::optional<Window> next() override {
-    if (next_ == windows_.size()) return std::nullopt;
-    return windows_[next_++];
-  }
-  std::int64_t documents_read() const override { return 0; }
-  std::int64_t stream_tokens() const override { return 0; }
-  std::string data_format() const override { return "hellaswag tasks"; }
-  std::int64_t expected_windows() const override { return static_cast<std::int64_t>(windows_.size()); }
-  nlohmann::json facts() const override { return nlohmann::json::object(); }
-
- private:
-  std::vector<Window> windows_;
-  std::size_t next_ = 0;
-};
 
 std::filesystem::path tasks_path(const HellaSwagArgs& a) {
   const std::optional<std::string> data_dir = a.data.data_dir.empty() ? std::nullopt : std::optional(a.data.data_dir);
@@ -147,7 +129,7 @@ void run_hellaswag(const HellaSwagArgs& a) {
                 run.longest_window(), config.max_seq_len, inputs.model_path.string());
   // The memory plan for these windows: the longest one, and as many as there are.
   inputs.protocol.seq_len = run.longest_window();
-  inputs.windows = std::make_unique<TaskWindows>(run.windows());
+  inputs.windows = std::make_unique<WindowList>(run.windows(), "hellaswag tasks");  // sorted by length, so equal lengths batch
   nlohmann::json plan_json;
   const PlanEstimate plan = plan_evaluation(inputs, a.data, schemes, prepared.rewrites, a.quiet, plan_json, true);
 

@@ -93,31 +93,8 @@ std::shared_ptr<LinearInputRecorder> calibrate(const Transformer& model, const s
 
 }  // namespace
 
-namespace {
-
-// The calibration windows as a window source.
-class CalibrationWindowSource final : public WindowSource {
- public:
-  explicit CalibrationWindowSource(const std::vector<Window>& windows) : windows_(windows) {}
-  std::optional<Window> next() override {
-    if (next_ == windows_.size()) return std::nullopt;
-    return windows_[next_++];
-  }
-  std::int64_t documents_read() const override { return 0; }
-  std::int64_t stream_tokens() const override { return 0; }
-  std::string data_format() const override { return "calibration windows"; }
-  std::int64_t expected_windows() const override { return static_cast<std::int64_t>(windows_.size()); }
-  nlohmann::json facts() const override { return nlohmann::json::object(); }
-
- private:
-  const std::vector<Window>& windows_;
-  std::size_t next_ = 0;
-};
-
-}  // namespace
-
 std::unique_ptr<WindowSource> calibration_window_source(const std::vector<Window>& windows) {
-  return std::make_unique<CalibrationWindowSource>(windows);
+  return std::make_unique<WindowList>(windows, "calibration windows");
 }
 
 TransformSpec parse_transform(const std::string& text) {

@@ -126,6 +126,26 @@ class WindowSource {
   virtual nlohmann::json facts() const = 0;
 };
 
+// Windows already in memory, given in the order held (calibration windows, HellaSwag's endings).
+class WindowList final : public WindowSource {
+ public:
+  WindowList(std::vector<Window> windows, std::string format) : windows_(std::move(windows)), format_(std::move(format)) {}
+  std::optional<Window> next() override {
+    if (next_ == windows_.size()) return std::nullopt;
+    return windows_[next_++];
+  }
+  std::int64_t documents_read() const override { return 0; }
+  std::int64_t stream_tokens() const override { return 0; }
+  std::string data_format() const override { return format_; }
+  std::int64_t expected_windows() const override { return static_cast<std::int64_t>(windows_.size()); }
+  nlohmann::json facts() const override { return nlohmann::json::object(); }
+
+ private:
+  std::vector<Window> windows_;
+  std::string format_;
+  std::size_t next_ = 0;
+};
+
 // Where the tokens of a window source come from (loaders/protocols/protocol_internal.h implements them).
 class TokenSupply;
 

@@ -223,13 +223,10 @@ class Bzip2Stream final : public ByteStream {
       }
       if (stream_done_) {
         if (bz_.avail_in == 0) break;  // the end, after a complete stream
-        BZ2_bzDecompressEnd(&bz_);     // concatenated bzip2: the next stream starts here
-        const unsigned avail = bz_.avail_in;
-        char* next = bz_.next_in;
-        char* out = bz_.next_out;
-        const unsigned out_avail = bz_.avail_out;
-        init();
-        bz_.next_in = next, bz_.avail_in = avail, bz_.next_out = out, bz_.avail_out = out_avail;
+        // Concatenated bzip2: the next stream starts here. End and Init leave next_in / next_out
+        // and their counts as they are.
+        BZ2_bzDecompressEnd(&bz_);
+        if (BZ2_bzDecompressInit(&bz_, 0, 0) != BZ_OK) fail("libbz2 BZ2_bzDecompressInit failed for {}", path_.string());
         stream_done_ = false;
       }
       const unsigned out_before = bz_.avail_out;
@@ -256,7 +253,7 @@ class Bzip2Stream final : public ByteStream {
 
  private:
   void init() {
-    std::memset(&bz_, 0, sizeof(bz_));
+    std::memset(&bz_, 0, sizeof(bz_));  // bzalloc, bzfree and opaque null: libbz2's malloc and free
     if (BZ2_bzDecompressInit(&bz_, 0, 0) != BZ_OK) fail("libbz2 BZ2_bzDecompressInit failed for {}", path_.string());
   }
   static const char* error_name(int code) {

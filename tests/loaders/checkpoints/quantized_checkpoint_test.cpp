@@ -322,47 +322,49 @@ TEST(QuantizedCheckpoint, IgnoredAndUntargetedModulesReadPlain) {
   EXPECT_EQ(loaded.notes["quantization"]["dequantized_modules"].begin().value(), 6);  // 3 MLP linears × 2 layers
 }
 
+// The message load_checkpoint refuses m's folder with after `edit`, or "no error".
+std::string load_error(const Method& m, const std::function<void(std::map<std::string, at::Tensor>&, json&)>& edit) {
+  test::TempDir tmp;
+  const fs::path dir = write_quantised(tmp, m, nullptr, edit);
+  try {
+    load_checkpoint(dir);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(QuantizedCheckpointBadInput, EachErrorNamesFileTensorAndField) {
   const auto all = methods();
-  auto error = [&](const Method& m, const std::function<void(std::map<std::string, at::Tensor>&, json&)>& edit) {
-    test::TempDir tmp;
-    const fs::path dir = write_quantised(tmp, m, nullptr, edit);
-    try {
-      load_checkpoint(dir);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   const std::string up = "model.layers.0.mlp.up_proj";
   // A tensor the config implies is absent.
-  std::string e = error(all[0], [&](auto& t, json&) { t.erase(up + ".qzeros"); });
+  std::string e = load_error(all[0], [&](auto& t, json&) { t.erase(up + ".qzeros"); });
   EXPECT_NE(e.find("config.json: module " + up + " is stored as gptq gptq_v2 (quantization_config), but tensor " + up +
                    ".qzeros is absent"),
             std::string::npos)
       << e;
   // Mis-sized qweight and scales.
-  e = error(all[0], [&](auto& t, json&) { t[up + ".qweight"] = t[up + ".qweight"].narrow(0, 0, 7).clone(); });
+  e = load_error(all[0], [&](auto& t, json&) { t[up + ".qweight"] = t[up + ".qweight"].narrow(0, 0, 7).clone(); });
   EXPECT_NE(e.find(up + ": qweight has shape [7, 176], expected [8, 176]"), std::string::npos) << e;
-  e = error(all[2], [&](auto& t, json&) { t[up + ".scales"] = t[up + ".scales"].narrow(0, 0, 3).clone(); });
+  e = load_error(all[2], [&](auto& t, json&) { t[up + ".scales"] = t[up + ".scales"].narrow(0, 0, 3).clone(); });
   EXPECT_NE(e.find(up + ": scales has shape"), std::string::npos) << e;
   // Non-finite scales.
-  e = error(all[0], [&](auto& t, json&) { t[up + ".scales"] = at::full_like(t[up + ".scales"], NAN); });
+  e = load_error(all[0], [&](auto& t, json&) { t[up + ".scales"] = at::full_like(t[up + ".scales"], NAN); });
   EXPECT_NE(e.find(up + ": scales holds a non-finite value"), std::string::npos) << e;
   // g_idx out of range.
-  e = error(all[1], [&](auto& t, json&) { t[up + ".g_idx"] = at::full_like(t[up + ".g_idx"], 9); });
+  e = load_error(all[1], [&](auto& t, json&) { t[up + ".g_idx"] = at::full_like(t[up + ".g_idx"], 9); });
   EXPECT_NE(e.find(up + ": g_idx[0] = 9 is outside the 4 groups"), std::string::npos) << e;
   // Bits outside the format's set, in the folder's config.
-  e = error(all[0], [](auto&, json& c) { c["quantization_config"]["bits"] = 6; });
+  e = load_error(all[0], [](auto&, json& c) { c["quantization_config"]["bits"] = 6; });
   EXPECT_NE(e.find("config.json: quantization_config.bits is 6; GPTQ has 2, 3, 4, 8 bits"), std::string::npos) << e;
   // compressed-tensors' weight_shape disagreeing with the model.
-  e = error(all[3], [&](auto& t, json&) { t[up + ".weight_shape"] = at::tensor(std::vector<std::int64_t>{176, 32}); });
+  e = load_error(all[3], [&](auto& t, json&) { t[up + ".weight_shape"] = at::tensor(std::vector<std::int64_t>{176, 32}); });
   EXPECT_NE(e.find(up + ".weight_shape holds [176, 32], expected [176, 64]"), std::string::npos) << e;
   // bitsandbytes' quant_state that is not JSON, or of another shape.
-  e = error(all[7], [&](auto& t, json&) { t[up + ".weight.quant_state.bitsandbytes__nf4"] = at::zeros({3}, at::kByte); });
+  e = load_error(all[7], [&](auto& t, json&) { t[up + ".weight.quant_state.bitsandbytes__nf4"] = at::zeros({3}, at::kByte); });
   EXPECT_NE(e.find(up + ".weight.quant_state.bitsandbytes__nf4 should hold bitsandbytes' QuantState JSON"), std::string::npos) << e;
   // FP8 scales missing.
-  e = error(all[6], [&](auto& t, json&) { t.erase(up + ".weight_scale_inv"); });
+  e = load_error(all[6], [&](auto& t, json&) { t.erase(up + ".weight_scale_inv"); });
   EXPECT_NE(e.find("module " + up + " is stored as fp8 float-quantized (quantization_config), but tensor " + up +
                    ".weight_scale_inv is absent"),
             std::string::npos)
@@ -376,56 +378,46 @@ TEST(QuantizedCheckpointBadInput, EachErrorNamesFileTensorAndField) {
 // the sanitizer stage; reproduced outside qeval with nlohmann 3.11.2).
 TEST(QuantizedCheckpointBadInput, ProbeWave7ClassesAreRefusedNamingFileTensorAndKey) {
   const auto all = methods();
-  auto error = [&](const Method& m, const std::function<void(std::map<std::string, at::Tensor>&, json&)>& edit) {
-    test::TempDir tmp;
-    const fs::path dir = write_quantised(tmp, m, nullptr, edit);
-    try {
-      load_checkpoint(dir);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   const std::string up = "model.layers.0.mlp.up_proj";
   // pack-quantized: a weight_scale of another shape was reshaped by LibTorch ("shape '[176, 4]' is invalid").
-  std::string e = error(all[3], [&](auto& t, json&) { t[up + ".weight_scale"] = t[up + ".weight_scale"].narrow(1, 0, 3).clone(); });
+  std::string e = load_error(all[3], [&](auto& t, json&) { t[up + ".weight_scale"] = t[up + ".weight_scale"].narrow(1, 0, 3).clone(); });
   EXPECT_NE(e.find("model.safetensors: " + up + ": weight_scale has shape [176, 3], expected [176, 4] for the group 16 strategy"),
             std::string::npos) << e;
   // Asymmetric codes without their zero point were read as symmetric.
-  e = error(all[3], [&](auto& t, json&) { t.erase(up + ".weight_zero_point"); });
+  e = load_error(all[3], [&](auto& t, json&) { t.erase(up + ".weight_zero_point"); });
   EXPECT_NE(e.find("config.json: module " + up + " is stored as compressed-tensors pack-quantized (quantization_config), but "
                    "tensor " + up + ".weight_zero_point is absent"), std::string::npos) << e;
   // A float weight_shape was truncated to integers (176.5 read as 176).
-  e = error(all[3], [&](auto& t, json&) { t[up + ".weight_shape"] = at::tensor(std::vector<float>{176.5f, 64.0f}); });
+  e = load_error(all[3], [&](auto& t, json&) { t[up + ".weight_shape"] = at::tensor(std::vector<float>{176.5f, 64.0f}); });
   EXPECT_NE(e.find(up + ".weight_shape is stored as Float, expected integers"), std::string::npos) << e;
   // A quant_state of floats was read as its bytes.
   const std::string state = up + ".weight.quant_state.bitsandbytes__nf4";
-  e = error(all[7], [&](auto& t, json&) { t[state] = t[state].to(at::kFloat); });
+  e = load_error(all[7], [&](auto& t, json&) { t[state] = t[state].to(at::kFloat); });
   EXPECT_NE(e.find(state + " is stored as Float, expected uint8 bytes"), std::string::npos) << e;
   // int8 codes under a 4-bit config were read as the 8-bit layout.
-  e = error(all[8], [](auto&, json& c) {
+  e = load_error(all[8], [](auto&, json& c) {
     c["quantization_config"] = json{{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}, {"bnb_4bit_quant_type", "nf4"}};
   });
   EXPECT_NE(e.find("config.json: quantization_config.load_in_4bit is true (nf4), but model.layers.0."), std::string::npos) << e;
   EXPECT_NE(e.find("is stored as int8 codes"), std::string::npos) << e;
   // A GPTQ module without its qweight was "missing tensor ....weight", as if plain.
-  e = error(all[0], [&](auto& t, json&) { t.erase(up + ".qweight"); });
+  e = load_error(all[0], [&](auto& t, json&) { t.erase(up + ".qweight"); });
   EXPECT_NE(e.find("config.json: module " + up + " is stored as gptq gptq_v2 (quantization_config), but tensor " + up +
                    ".qweight is absent"), std::string::npos) << e;
-  e = error(all[2], [&](auto& t, json&) { t.erase(up + ".qweight"); });
+  e = load_error(all[2], [&](auto& t, json&) { t.erase(up + ".qweight"); });
   EXPECT_NE(e.find("tensor " + up + ".qweight is absent"), std::string::npos) << e;
   // A bad regex named no key path.
-  e = error(all[3], [](auto&, json& c) { c["quantization_config"]["config_groups"]["group_0"]["targets"] = json{"Linear", "re:("}; });
+  e = load_error(all[3], [](auto&, json& c) { c["quantization_config"]["config_groups"]["group_0"]["targets"] = json{"Linear", "re:("}; });
   EXPECT_NE(e.find("config.json: quantization_config.config_groups.group_0.targets[1] \"re:(\" is not a valid regular expression"),
             std::string::npos) << e;
-  e = error(all[3], [](auto&, json& c) { c["quantization_config"]["ignore"] = json{"lm_head", "re:[a-"}; });
+  e = load_error(all[3], [](auto&, json& c) { c["quantization_config"]["ignore"] = json{"lm_head", "re:[a-"}; });
   EXPECT_NE(e.find("config.json: quantization_config.ignore[1] \"re:[a-\""), std::string::npos) << e;
   // AWQ without bits named only AutoAWQ's key.
-  e = error(all[2], [](auto&, json& c) { c["quantization_config"].erase("bits"); });
+  e = load_error(all[2], [](auto&, json& c) { c["quantization_config"].erase("bits"); });
   EXPECT_NE(e.find("config.json: quantization_config.bits is missing (AutoAWQ's quant_config.json: quantization_config.w_bit)"),
             std::string::npos) << e;
   // A block of 2^63 - 1 rows overflowed the block count ("expected [0, 2]").
-  e = error(all[6], [](auto&, json& c) {
+  e = load_error(all[6], [](auto&, json& c) {
     c["quantization_config"]["weight_block_size"] = json{std::numeric_limits<std::int64_t>::max(), 32};
   });
   EXPECT_NE(e.find("weight_scale_inv has shape ["), std::string::npos) << e;
