@@ -440,7 +440,8 @@ class HfReader final : public ModelReader {
     set_.set_header_only(false);
     json ignored = json::array();
     for (const auto& name : set_.unused()) {
-      QEVAL_CHECK(ignorable(name, info_.config), "{}: unexpected tensor {} in {} for {}; the checkpoint does not match its config",
+      QEVAL_CHECK(ignorable(name, info_.config) || set.is_declared_activation_tensor(name),
+                  "{}: unexpected tensor {} in {} for {}; the checkpoint does not match its config",
                   dir.string(), name, set_.file_of(name).path().filename().string(), m_.architecture);
       ignored.push_back(name);
     }

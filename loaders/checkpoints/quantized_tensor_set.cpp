@@ -64,6 +64,16 @@ bool QuantizedTensorSet::has(const std::string& name) const {
   return !stored_form(name.substr(0, name.size() - 7)).empty();
 }
 
+bool QuantizedTensorSet::is_declared_activation_tensor(const std::string& name) const {
+  if (!config_ || config_->method != QuantMethod::compressed_tensors) return false;
+  const std::size_t dot = name.rfind('.');
+  if (dot == std::string::npos) return false;
+  const std::string field = name.substr(dot + 1);
+  if (field != "input_scale" && field != "input_zero_point" && field != "input_global_scale") return false;
+  const CtGroup* g = config_->group_for(name.substr(0, dot));
+  return g != nullptr && !g->input_activations.is_null();
+}
+
 std::map<std::string, std::int64_t> QuantizedTensorSet::dequantised() const {
   std::map<std::string, std::int64_t> counts;
   for (const auto& [module, label] : forms_) ++counts[label];

@@ -48,6 +48,11 @@ class QuantizedTensorSet {
 
   const std::optional<QuantizationConfig>& config() const { return config_; }
   bool has(const std::string& name) const;
+  // A tensor of the activation quantisation the config declares: compressed-tensors'
+  // m.input_scale, m.input_zero_point, m.input_global_scale (NVFP4 saves the last for every
+  // linear) where m's group has input_activations. qeval evaluates the weights alone, so no plan
+  // reads them; the reader lists them as ignored instead of refusing them as left over.
+  bool is_declared_activation_tensor(const std::string& name) const;
   at::Tensor take(const std::string& name, const std::vector<std::int64_t>& shape);
   at::Tensor take_rows(const std::string& name, const std::vector<std::int64_t>& shape, std::int64_t begin,
                        std::int64_t count) {
