@@ -24,6 +24,7 @@
 #include "common/host_memory.h"
 #include "common/model_cache.h"
 #include "common/printable.h"
+#include "eval/artifact_scheme.h"
 #include "eval/calibration_pass.h"
 #include "eval/weight_calibration_pass.h"
 #include "loaders/tokenizers/tokenizer_discovery.h"
@@ -59,6 +60,7 @@ struct EvalArgs {
   std::string calibration_data;          // calibrated schemes' text (default: the evaluation's, unevaluated windows)
   std::int64_t calibration_seq_len = 0;  // > 0: their windows' length (default: --seq-len)
   std::string imatrix;  // llama.cpp's importance matrix for every scheme of kind ggml
+  std::vector<std::string> compare_checkpoints;  // artifacts made from --model, each a row (eval/artifact_scheme.h)
   std::int64_t rounding_band = 0;  // variants per quantised scheme (eval/rounding_band.h)
   double rounding_band_eps = 0;    // 0: the default
   std::int64_t rounding_seed = 0;  // > 0: the schemes themselves jittered with this seed
@@ -150,6 +152,7 @@ std::vector<RolePath> eval_reads(const EvalArgs& a, const EvalInputs& inputs) {
   std::vector<RolePath> reads = eval_read_paths(a.data, inputs, a.schemes);
   const std::optional<std::string> data_dir = a.data.data_dir.empty() ? std::nullopt : std::optional(a.data.data_dir);
   if (!a.imatrix.empty()) reads.push_back({"--imatrix", a.imatrix});
+  for (const std::string& artifact : a.compare_checkpoints) reads.push_back({"--compare-checkpoint", artifact});
   if (!a.calibration_data.empty()) reads.push_back({"--calibration-data", resolve_input_path(a.calibration_data, data_dir)});
   return reads;
 }
@@ -221,9 +224,38 @@ void check_rounding_options(const EvalArgs& a, const PreparedSchemes& prepared, 
   check_rounding_eps(a.rounding_band_eps > 0 ? a.rounding_band_eps : kDefaultRoundingEps, dtype);
 }
 
+// Each --compare-checkpoint as a scheme after the named ones (and their rounding variants):
+// opened, checked against the parent, with statistics under --stats-for all. Returns each
+// artifact with its index among the schemes.
+std::vector<std::pair<std::size_t, ArtifactScheme>> add_artifacts(const EvalArgs& a, const EvalInputs& inputs,
+                                                                  const SchemeOptions& options, PreparedSchemes& prepared) {
+  std::vector<std::pair<std::size_t, ArtifactScheme>> artifacts;
+  const std::optional<std::string> data_dir = a.data.data_dir.empty() ? std::nullopt : std::optional(a.data.data_dir);
+  for (const std::string& given : a.compare_checkpoints) {
+    const std::filesystem::path path = resolve_model_path(given, data_dir);
+    ArtifactScheme artifact = artifact_scheme(path, *inputs.model);
+    for (const EvalScheme& earlier : prepared.schemes)
+      QEVAL_CHECK(earlier.name != artifact.scheme.name,
+                  "--compare-checkpoint {}: its row would be named '{}', as {} is; rename the folder (a row is named "
+                  "by the artifact's folder and method)", given, artifact.scheme.name,
+                  earlier.own_checkpoint ? "another artifact's" : "a scheme");
+    std::shared_ptr<StatisticsCollector> stats;
+    if (options.stats_for == StatsFor::all) stats = attach_statistics(artifact.scheme, inputs.model->config(), options.statistics);
+    prepared.statistics.push_back(stats);
+    prepared.rewrites.push_back(nullptr);
+    prepared.schemes.push_back(artifact.scheme);
+    artifacts.emplace_back(prepared.schemes.size() - 1, std::move(artifact));
+  }
+  return artifacts;
+}
+
 void run_eval(const EvalArgs& a) {
   check_options_take_effect(a);
   if (wants_series(a.series, a.data.model)) {  // each checkpoint evaluated by this function, as if alone
+    QEVAL_CHECK(a.compare_checkpoints.empty(),
+                "--compare-checkpoint {}: an artifact is compared with the one model it was made from, and --model {} "
+                "is a series of checkpoints; evaluate the step it was made from alone", a.compare_checkpoints.front(),
+                a.data.model);
     QEVAL_CHECK(a.shard.empty() && a.plots.empty() && a.state_file.empty(),
                 "--model {} is a series of checkpoints: --shard, --plots and --state-file take one checkpoint", a.data.model);
     // S.json and its folder S/ go beside the series, never inside it (a watched trainer writes there).
@@ -338,6 +370,10 @@ void run_eval(const EvalArgs& a) {
   }
   PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
   check_rounding_options(a, prepared, inputs.placement.dtype);
+  QEVAL_CHECK(a.compare_checkpoints.empty() || a.data.transforms.empty(),
+              "--compare-checkpoint {}: compares an artifact with the model it was made from, and --transform {} "
+              "changes that model's weights; leave one of them out", a.compare_checkpoints.front(), a.data.transforms.front());
+  std::vector<std::pair<std::size_t, ArtifactScheme>> artifacts = add_artifacts(a, inputs, scheme_options, prepared);
   if (a.mamba_channels_given && !inputs.model->config().has_mixer(MixerKind::mamba))
     fmt::print(stderr, "note: --mamba-channels {} has nothing to choose from: {} has no Mamba (S6) layer\n",
                a.mamba_channels, inputs.model_path.string());
@@ -373,6 +409,10 @@ void run_eval(const EvalArgs& a) {
   if (!a.calibration_data.empty()) context.options["calibration_data"] = inputs.calibration_path.string();
   if (a.calibration_seq_len > 0) context.options["calibration_seq_len"] = a.calibration_seq_len;
   if (!a.imatrix.empty()) context.options["imatrix"] = a.imatrix;
+  // A state's identity names each artifact's weights, as it names the model's.
+  if (!hash_from_reads)
+    for (auto& [index, artifact] : artifacts)
+      schemes[index].description["artifact"]["weights_hash"] = artifact.reader->weights_hash();
   // What a saved state must match to be resumed: everything that decides the results.
   EvalResult empty;
   empty.schemes.resize(schemes.size());
@@ -435,6 +475,8 @@ void run_eval(const EvalArgs& a) {
   finish_weights_hash(inputs);
   finish_context(inputs);
   prepared.finish_descriptions();
+  for (auto& [index, artifact] : artifacts)
+    finish_artifact_description(artifact, *inputs.model, prepared.schemes[index].description);
 
   nlohmann::json record =
       build_record(context, scheme_infos(schemes, prepared.linear_weight_bytes()), result, prepared.statistics_summaries());
@@ -535,6 +577,13 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--imatrix", args->imatrix,
                   "llama.cpp's importance matrix (GGUF or legacy .dat, from llama-imatrix or qeval imatrix) for every "
                   "scheme of kind ggml (gguf-*), each tensor quantised with its entry as llama-quantize --imatrix does");
+  cmd->add_option("--compare-checkpoint", args->compare_checkpoints,
+                  "a quantised checkpoint made from --model (a GPTQ, AWQ, compressed-tensors, bitsandbytes or FP8 "
+                  "folder, a quantised GGUF): evaluated beside it as a row named by its folder and method, with its "
+                  "weight error against --model per tensor (docs/quantized-checkpoints.md); repeatable")
+      ->check(CLI::Validator(
+          [](std::string& s) { return s.empty() ? std::string("expected a checkpoint, found an empty path") : std::string(); },
+          "PATH"));
   cmd->add_flag("--quantize-ssm-inner", args->quantize_ssm_inner,
                 "quantise Mamba's x_proj and dt_proj too (every scheme; by default they stay full precision)");
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically")->check(output_path());

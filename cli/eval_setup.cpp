@@ -285,6 +285,7 @@ PlanEstimate plan_evaluation(EvalInputs& in, const EvalDataArgs& a, const std::v
     for (std::int64_t l = 0; l < p.config.n_layers && schemes[i].observer; ++l)
       wants = wants || schemes[i].observer->wants_attention(l) || schemes[i].observer->wants_ssm_selection(l);
     p.attention_statistics.push_back(wants);
+    if (schemes[i].own_checkpoint) ++p.own_checkpoints;
   }
   p.batch_size = a.batch_size;
   p.seq_len = in.protocol.seq_len;

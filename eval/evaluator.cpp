@@ -23,6 +23,11 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// How errors name a checkpoint a reader reads.
+std::string checkpoint_source(const ModelReader& reader) {
+  return reader.info().path.empty() ? std::string("model") : reader.info().path.string();
+}
+
 struct Batch {
   at::Tensor tokens;  // [B, L] int64 on the CPU
   std::vector<std::int64_t> indices, first_scored;
@@ -99,28 +104,47 @@ class ModelParts {
         run_cache_(placement),
         full_blocks_(static_cast<std::size_t>(config_->n_layers)),
         scheme_blocks_(schemes.size(), std::vector<Built>(static_cast<std::size_t>(config_->n_layers))),
-        head_linears_(schemes.size()) {
-    PhaseScope read(Phase::read, kNoScheme);
-    const NormWeights norm = reader_.final_norm();
-    check_finite(norm.weight, "final_norm.weight", source_);
-    check_finite(norm.bias, "final_norm.bias", source_);
-    final_norm_ = {run_cache_.move(norm.weight), run_cache_.move(norm.bias)};
-    const at::Tensor position = reader_.position_embedding();
-    check_finite(position, "position_embedding", source_);
-    position_embedding_ = run_cache_.move(position);
+        head_linears_(schemes.size()),
+        final_norms_(schemes.size()),
+        position_embeddings_(schemes.size()),
+        own_head_blocks_(schemes.size()) {
+    for (std::size_t s = 0; s < schemes.size(); ++s) {
+      ModelReader* own = schemes[s].own_checkpoint.get();
+      if (s > 0 && !own) {  // derived from full precision: its final norm and positions
+        final_norms_[s] = final_norms_[0];
+        position_embeddings_[s] = position_embeddings_[0];
+        continue;
+      }
+      PhaseScope read(Phase::read, s == 0 ? kNoScheme : static_cast<int>(s));
+      ModelReader& from = own ? *own : reader_;
+      const std::string source = own ? checkpoint_source(*own) : source_;
+      const NormWeights norm = from.final_norm();
+      check_finite(norm.weight, "final_norm.weight", source);
+      check_finite(norm.bias, "final_norm.bias", source);
+      final_norms_[s] = {run_cache_.move(norm.weight), run_cache_.move(norm.bias)};
+      const at::Tensor position = from.position_embedding();
+      check_finite(position, "position_embedding", source);
+      position_embeddings_[s] = run_cache_.move(position);
+    }
   }
 
   const ModelConfig& config() const { return *config_; }
   const std::shared_ptr<const ModelConfig>& shared_config() const { return config_; }
 
+  // Whether scheme s's residual stream differs from full precision's from the embedding on.
+  bool own_embedding(std::size_t s) const {
+    return s > 0 && (schemes_[s].rewrite_embedding_rows || schemes_[s].own_checkpoint);
+  }
+
   // The residual stream of a batch before block 0 (a fresh tensor: blocks add into it in place),
-  // full precision's, or scheme s's when it rewrites the embedding rows.
+  // full precision's, or scheme s's when it rewrites the embedding rows or has its own checkpoint.
   at::Tensor embed(const Batch& batch, std::size_t s = 0) {
     check_tokens(batch.tokens, *config_);
     const at::Tensor ids = batch.tokens.reshape({-1});
+    ModelReader* own = s > 0 ? schemes_[s].own_checkpoint.get() : nullptr;
     at::Tensor rows = [&] {
-      PhaseScope read(Phase::read);
-      return reader_.token_embedding_rows(ids);
+      PhaseScope read(Phase::read, own ? static_cast<int>(s) : kOuterScheme);
+      return (own ? *own : reader_).token_embedding_rows(ids);
     }();
     // Only the rows a batch uses are read (a streamed plan never holds the whole table), so they
     // are checked per batch, and named by the table's own index [token id, column].
@@ -128,7 +152,7 @@ class ModelParts {
       const std::int64_t token = ids[bad->index[0]].item<std::int64_t>();
       fail("{}: tensor token_embedding holds a non-finite value: {} at index [{}, {}] (the row of token {}); a model "
            "with NaN or infinite weights yields no number",
-           source_, bad->value, token, bad->index[1], token);
+           own ? checkpoint_source(*own) : source_, bad->value, token, bad->index[1], token);
     }
     if (s > 0 && schemes_[s].rewrite_embedding_rows) {
       PhaseScope quantize(Phase::quantize, static_cast<int>(s));
@@ -137,7 +161,7 @@ class ModelParts {
     PhaseScope forward(Phase::forward, static_cast<int>(s));
     at::Tensor placed = rows.to(placement_.device, placement_.dtype);
     if (placed.is_same(rows)) placed = rows.clone();  // a view of the reader's table must not be added into
-    return embedding_stream(placed, batch.size(), batch.length(), *config_, position_embedding_);
+    return embedding_stream(placed, batch.size(), batch.length(), *config_, position_embeddings_[s]);
   }
 
   const Block& block(std::size_t s, std::int64_t layer) {
@@ -202,7 +226,8 @@ class ModelParts {
     if (plan_.release_memory_per_layer) release_free_memory();
   }
 
-  at::Tensor head_input(const at::Tensor& x) const { return apply_norm(x, final_norm_, *config_); }
+  // Scheme s's final norm of its stream (its own checkpoint's, or full precision's).
+  at::Tensor head_input(const at::Tensor& x, std::size_t s) const { return apply_norm(x, final_norms_[s], *config_); }
 
   // Logits of scheme s for vocabulary rows [begin, begin + n) at prediction positions [p0, p0 + np),
   // from its head input h [B, P, D]: [B, np, n]. Schemes with a rewritten head compute whole logits
@@ -214,11 +239,14 @@ class ModelParts {
       if (!whole.defined()) whole = final_soft_cap(rewritten_head(s).forward(h), *config_);
       return whole.narrow(1, p0, np).narrow(-1, begin, n);
     }
-    return final_soft_cap(head_block(begin, n).forward(h.narrow(1, p0, np)), *config_);
+    const Linear& head = scheme.own_checkpoint ? own_head_block(s, begin, n) : head_block(begin, n);
+    return final_soft_cap(head.forward(h.narrow(1, p0, np)), *config_);
   }
   // The plan is done with the head's vocabulary blocks for this chunk.
   void release_head() {
-    if (!plan_.keep_full_blocks) head_blocks_.clear();
+    if (plan_.keep_full_blocks) return;
+    head_blocks_.clear();
+    for (auto& blocks : own_head_blocks_) blocks.clear();
   }
 
  private:
@@ -293,6 +321,41 @@ class ModelParts {
     return *it->second;
   }
 
+  // Rows [begin, begin + n) of the LM head of scheme s's own checkpoint. Where they equal full
+  // precision's (an artifact that left its head unquantised), full precision's block serves both,
+  // so the rows are held once; which blocks are equal is found on the first read and remembered.
+  const Linear& own_head_block(std::size_t s, std::int64_t begin, std::int64_t n) {
+    auto same = head_rows_equal_.find({s, begin});
+    if (same != head_rows_equal_.end() && same->second) return head_block(begin, n);
+    auto& blocks = own_head_blocks_[s];
+    auto it = blocks.find(begin);
+    if (it != blocks.end()) return *it->second;
+    if (!plan_.keep_full_blocks) blocks.clear();  // one block at a time
+    ModelReader& own = *schemes_[s].own_checkpoint;
+    at::Tensor w, bias;
+    {
+      PhaseScope read(Phase::read, static_cast<int>(s));
+      w = own.lm_head_rows(begin, n);
+      check_finite(w, fmt::format("lm_head (rows {} to {})", begin, begin + n - 1), checkpoint_source(own));
+      bias = own.lm_head_bias();
+      if (bias.defined()) bias = bias.narrow(0, begin, n);
+      if (same == head_rows_equal_.end()) {
+        const at::Tensor full_bias = reader_.lm_head_bias();
+        const bool equal = at::equal(w, reader_.lm_head_rows(begin, n)) && bias.defined() == full_bias.defined() &&
+                           (!bias.defined() || at::equal(bias, full_bias.narrow(0, begin, n)));
+        head_rows_equal_[{s, begin}] = equal;
+        if (equal) return head_block(begin, n);
+      }
+    }
+    std::shared_ptr<const Linear> linear = std::make_shared<FloatLinear>(w, bias);
+    if (!placement_.is_default()) {
+      PhaseScope copy(Phase::copy, static_cast<int>(s));
+      PlacementCache cache(placement_);
+      linear = linear->placed(cache);
+    }
+    return *blocks.emplace(begin, std::move(linear)).first->second;
+  }
+
   const Linear& rewritten_head(std::size_t s) {
     if (!head_linears_[s]) {
       const std::int64_t V = config_->vocab_size;
@@ -326,8 +389,8 @@ class ModelParts {
   PlacementCache run_cache_;
   std::optional<PlacementCache> layer_cache_;
   std::int64_t layer_cache_layer_ = -1;
-  NormWeights final_norm_;
-  at::Tensor position_embedding_;
+  std::vector<NormWeights> final_norms_;          // per scheme
+  std::vector<at::Tensor> position_embeddings_;   // per scheme (undefined without learned positions)
   std::vector<std::optional<Block>> full_blocks_;
   struct Built {
     std::optional<Block> block;
@@ -335,6 +398,10 @@ class ModelParts {
   std::vector<std::vector<Built>> scheme_blocks_;  // [scheme][layer]
   std::map<std::int64_t, std::shared_ptr<const Linear>> head_blocks_;  // by first row
   std::vector<std::shared_ptr<const Linear>> head_linears_;            // rewritten heads, per scheme
+  // Schemes with their own checkpoint: its head's vocabulary blocks, by first row, and whether
+  // each block's rows equal full precision's (then full precision's block serves the scheme).
+  std::vector<std::map<std::int64_t, std::shared_ptr<const Linear>>> own_head_blocks_;
+  std::map<std::pair<std::size_t, std::int64_t>, bool> head_rows_equal_;
   std::future<Block> prefetch_;
   std::int64_t prefetch_layer_ = -1;
   PageCacheWarmer warmer_;  // its thread reads its own copy of the spans; joined when the parts go
@@ -422,7 +489,7 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
       contexts.push_back(make_forward_context(config, chunk[b].length(), x[0][b]));
       // A scheme that rewrites the embedding has a stream of its own from the start.
       for (std::size_t s = 1; s < S; ++s)
-        if (schemes[s].rewrite_embedding_rows) x[s][b] = parts.embed(chunk[b], s);
+        if (parts.own_embedding(s)) x[s][b] = parts.embed(chunk[b], s);
     }
     for (std::int64_t layer = 0; layer < layers; ++layer) {
       for (std::size_t s = 1; s < S; ++s)
@@ -478,7 +545,7 @@ EvalResult evaluate(ModelReader& full, std::vector<EvalScheme>& schemes, WindowS
           continue;
         }
         PhaseScope head(Phase::head, static_cast<int>(s));
-        const at::Tensor normed = parts.head_input(x[s][b].defined() ? x[s][b] : x[0][b]);  // [B, L, D]
+        const at::Tensor normed = parts.head_input(x[s][b].defined() ? x[s][b] : x[0][b], s);  // [B, L, D]
         if (schemes[s].on_head_input) schemes[s].on_head_input(normed);
         h[s][b] = normed.narrow(1, 0, P);  // the positions that predict a token
       }

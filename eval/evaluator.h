@@ -54,6 +54,12 @@ struct EvalScheme {
   // float32 -> [n, D]): empty when the scheme keeps the embedding (then it shares full precision's
   // stream until its first rewritten layer). Kind ggml's quantize_embedding (quant/schemes/ggml_rules.h).
   std::function<at::Tensor(const at::Tensor&)> rewrite_embedding_rows;
+  // Another checkpoint of the full-precision model's shapes that this scheme is (a quantised
+  // artifact made from it, eval/artifact_scheme.h): its token embedding, position embedding, final
+  // norm and LM head are read from it instead of full precision's (the head in vocabulary blocks,
+  // sharing full precision's block where the rows are equal), and rewrite_block reads its blocks.
+  // Null for the schemes derived from full precision.
+  std::shared_ptr<ModelReader> own_checkpoint;
   // After placement: decorators that watch the block's linears (sensitivity's input recorders).
   std::function<Block(const Block&)> wrap_block;
   // Sees the LM head's input of each batch, [B, L, D] (the final norm's output at every position).

@@ -158,6 +158,12 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
     // that leaves the head out (a sensitivity unit of a gguf-* preset) keeps it in full precision.
     if (spec->selects("lm_head")) heads += quantised_bytes(spec->weights, V, D);
   }
+  // A scheme with its own checkpoint holds float32 layers as full precision does (all of them when
+  // the plan keeps the schemes' blocks, else one at a time) and, when the plan keeps full
+  // precision's head, its own head's blocks (counted whole: where its rows equal full precision's
+  // they are shared, which this upper bound ignores).
+  schemes_all += in.own_checkpoints * blocks_fp32;
+  schemes_layer = max(schemes_layer, in.own_checkpoints > 0 ? largest_block + conversion : Size(0));
   // A measured RSS already holds the weights of a reader that read them at open.
   add("process", in.process_rss > 0 ? in.process_rss + kProcessGrowth : kProcessBaseline + in.reader_resident, 0);
   const bool keep_full = plan != "streamed", keep_schemes = plan == "resident";
@@ -172,9 +178,9 @@ Terms plan_terms(const PlanInputs& in, const std::string& plan) {
     // blocks are kept in the compute dtype.
     const Size head_device = head_fp32 / 4 * dsize;
     const Size kept_device = !keep_full ? 0 : keep_schemes ? blocks_fp32 / 4 * dsize + schemes_kept : blocks_fp32;
-    add("weights_held", 0, keep_full ? kept_device + head_device : 0);
+    add("weights_held", 0, keep_full ? kept_device + (1 + in.own_checkpoints) * head_device : 0);
   } else {
-    add("weights_held", full_kept + schemes_kept, 0);
+    add("weights_held", full_kept + schemes_kept + (keep_full ? in.own_checkpoints * head_fp32 : 0), 0);
     // float64 copies, for every scheme: of all its layers and heads when `resident` keeps them, else of
     // the head only (a layer's copies are in the layer phase below).
     if (fp64) add("float64_weights", (keep_schemes ? S * blocks_fp32 * 2 : 0) + S * head_fp32 * 2, 0);

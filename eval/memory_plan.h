@@ -41,6 +41,9 @@ struct PlanInputs {
   // One entry per scheme, full precision first (nullopt for it).
   std::vector<std::optional<SchemeSpec>> schemes;
   std::vector<bool> attention_statistics;  // per scheme: the observer asks for attention probabilities
+  // Schemes that read their own checkpoint of the same shapes (eval/artifact_scheme.h; listed in
+  // `schemes` as nullopt): each holds float32 layers and head blocks as full precision does.
+  std::int64_t own_checkpoints = 0;
   std::int64_t batch_size = 1;
   std::int64_t seq_len = 0;
   std::int64_t windows = 0;  // windows the run evaluates (0: unknown)

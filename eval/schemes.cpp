@@ -187,6 +187,22 @@ void PreparedSchemes::add_measures(const SchemeMeasuresList& earlier, const std:
   }
 }
 
+std::shared_ptr<StatisticsCollector> attach_statistics(EvalScheme& scheme, const ModelConfig& config,
+                                                      const StatisticsOptions& options) {
+  StatisticsOptions statistics = options;
+  statistics.attention_windows = config.attention_windows;  // sliding-window layers count differently
+  statistics.layer_mixers = config.layer_mixers;             // which layers have attention, experts, ...
+  statistics.layer_ffns = config.layer_ffns;
+  statistics.experts = config.moe_experts;
+  auto stats = std::make_shared<StatisticsCollector>(statistics);
+  scheme.observer = stats;
+  scheme.begin_batch = [collector = stats.get(), inner = scheme.begin_batch](const std::vector<std::int64_t>& windows) {
+    collector->begin_batch(windows);
+    if (inner) inner(windows);
+  };
+  return stats;
+}
+
 void use_rewrite(EvalScheme& scheme, const std::shared_ptr<SchemeRewrite>& rewrite, const ModelConfig& config) {
   scheme.rewrite_block = [rewrite](const Block& full) { return rewrite->rewrite(full); };
   scheme.rewrites_layer = [rewrite, config](std::int64_t layer) { return rewrite->selects_in_layer(config, layer); };
@@ -288,19 +304,8 @@ PreparedSchemes make_schemes(const ModelConfig& config, const std::vector<std::s
       QEVAL_CHECK(earlier.name != scheme.name, "--schemes: two schemes are named '{}' ({} and {}); give each a distinct \"name\"",
                   scheme.name, earlier.description.value("scheme_file", earlier.name), name);
     std::shared_ptr<StatisticsCollector> stats;
-    if (options.stats_for == StatsFor::all || (options.stats_for == StatsFor::full && i == 0)) {
-      StatisticsOptions statistics = options.statistics;
-      statistics.attention_windows = config.attention_windows;  // sliding-window layers count differently
-      statistics.layer_mixers = config.layer_mixers;             // which layers have attention, experts, ...
-      statistics.layer_ffns = config.layer_ffns;
-      statistics.experts = config.moe_experts;
-      stats = std::make_shared<StatisticsCollector>(statistics);
-      scheme.observer = stats;
-      scheme.begin_batch = [collector = stats.get(), inner = scheme.begin_batch](const std::vector<std::int64_t>& windows) {
-        collector->begin_batch(windows);
-        if (inner) inner(windows);
-      };
-    }
+    if (options.stats_for == StatsFor::all || (options.stats_for == StatsFor::full && i == 0))
+      stats = attach_statistics(scheme, config, options.statistics);
     if (rewrite && options.rounding_seed > 0) {
       const double eps = options.rounding_eps > 0 ? options.rounding_eps : kDefaultRoundingEps;
       jitter_quantised_inputs(scheme, static_cast<std::uint64_t>(options.rounding_seed), eps);

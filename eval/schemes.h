@@ -93,6 +93,10 @@ struct PreparedSchemes {
   std::vector<nlohmann::json> earlier_kept_positions;
 };
 
+// A statistics collector for `scheme` (its observer, and its begin_batch before any it had).
+std::shared_ptr<StatisticsCollector> attach_statistics(EvalScheme& scheme, const ModelConfig& config,
+                                                      const StatisticsOptions& options);
+
 // Routes `scheme`'s block and head rewrites (and which layers it rewrites) through `rewrite`.
 void use_rewrite(EvalScheme& scheme, const std::shared_ptr<SchemeRewrite>& rewrite, const ModelConfig& config);
 

@@ -1,0 +1,399 @@
+#include "eval/artifact_scheme.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "common/error.h"
+#include "common/json_diff.h"
+#include "common/phases.h"
+#include "model/block.h"
+
+namespace qeval {
+namespace {
+
+// Rows at a time for the float64 sums, so that a 8B model's largest weight is never copied whole.
+constexpr std::int64_t kRowsPerStep = 1024;
+
+const at::Tensor* find_tensor(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::string& name) {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+// ‖a − p‖_F / ‖p‖_F and max |a − p| in float64, `a` and `p` of one shape, row block by row block.
+WeightError tensor_error(const std::string& name, const std::string& basis, const at::Tensor& a, const at::Tensor& p) {
+  const at::Tensor a2 = a.reshape({a.dim() == 0 ? 1 : a.size(0), -1});
+  const at::Tensor p2 = p.reshape({p.dim() == 0 ? 1 : p.size(0), -1}).to(a.device());
+  double diff2 = 0, ref2 = 0, max_abs = 0;
+  for (std::int64_t r = 0; r < a2.size(0); r += kRowsPerStep) {
+    const std::int64_t n = std::min(kRowsPerStep, a2.size(0) - r);
+    const at::Tensor pa = a2.narrow(0, r, n).to(at::kDouble), pp = p2.narrow(0, r, n).to(at::kDouble);
+    const at::Tensor d = pa - pp;
+    diff2 += d.square().sum().item<double>();
+    ref2 += pp.square().sum().item<double>();
+    if (d.numel() > 0) max_abs = std::max(max_abs, d.abs().max().item<double>());
+  }
+  WeightError e{name, basis, 0, max_abs};
+  e.relative_frobenius = ref2 > 0 ? std::sqrt(diff2 / ref2) : (diff2 > 0 ? INFINITY : 0.0);
+  return e;
+}
+
+// ‖Σ-free set {d_i u_iᵀ}‖ error: Σ_i ‖d_a,i u_a,iᵀ − d_p,i u_p,iᵀ‖² over Σ_i ‖d_p,i u_p,iᵀ‖², from
+// row norms and dot products (d_i: column i of down [D, F]; u_i: row i of up [F, D]).
+WeightError channel_product_error(const std::string& name, const at::Tensor& up_a, const at::Tensor& up_p,
+                                  const at::Tensor& down_a, const at::Tensor& down_p) {
+  auto rowwise = [](const at::Tensor& x, const at::Tensor& y) {  // Σ_k x[i, k] y[i, k] per row, float64
+    std::vector<at::Tensor> parts;
+    for (std::int64_t r = 0; r < x.size(0); r += kRowsPerStep) {
+      const std::int64_t n = std::min(kRowsPerStep, x.size(0) - r);
+      parts.push_back((x.narrow(0, r, n).to(at::kDouble) * y.narrow(0, r, n).to(at::kDouble)).sum(1));
+    }
+    return at::cat(parts);
+  };
+  const at::Tensor da = down_a.t().contiguous(), dp = down_p.t().contiguous().to(da.device());  // [F, D]
+  const at::Tensor upp = up_p.to(up_a.device());
+  const at::Tensor uaa = rowwise(up_a, up_a), upp2 = rowwise(upp, upp), uap = rowwise(up_a, upp);
+  const at::Tensor daa = rowwise(da, da), dpp = rowwise(dp, dp), dap = rowwise(da, dp);
+  const double diff2 = (daa * uaa + dpp * upp2 - 2 * dap * uap).sum().item<double>();
+  const double ref2 = (dpp * upp2).sum().item<double>();
+  WeightError e{name, "product", 0, -1};
+  e.relative_frobenius = ref2 > 0 ? std::sqrt(std::max(diff2, 0.0) / ref2) : 0.0;
+  return e;
+}
+
+// Σ_h ‖O_a,h V_a,kv(h) − O_p,h V_p,kv(h)‖² over Σ_h ‖O_p,h V_p,kv(h)‖², with O_h the head's hd
+// columns of o [D, H hd] and V_g the kv head's hd rows of v [Hkv hd, D], from hd × hd Gram
+// matrices: ‖A B‖² = tr(AᵀA · B Bᵀ), ⟨A B, C E⟩ = tr(AᵀC · E Bᵀ).
+WeightError head_product_error(const std::string& name, const at::Tensor& v_a, const at::Tensor& v_p,
+                               const at::Tensor& o_a, const at::Tensor& o_p, std::int64_t heads, std::int64_t kv_heads) {
+  const std::int64_t hd = o_a.size(1) / heads, group = heads / kv_heads;
+  const at::Tensor va = v_a.to(at::kDouble), vp = v_p.to(va.device(), at::kDouble);
+  const at::Tensor oa = o_a.to(at::kDouble), op = o_p.to(oa.device(), at::kDouble);
+  double diff2 = 0, ref2 = 0;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const std::int64_t g = h / group;
+    const at::Tensor Aa = oa.narrow(1, h * hd, hd), Ap = op.narrow(1, h * hd, hd);  // [D, hd]
+    const at::Tensor Ba = va.narrow(0, g * hd, hd), Bp = vp.narrow(0, g * hd, hd);  // [hd, D]
+    auto trace_of = [](const at::Tensor& x, const at::Tensor& y) { return (x * y.t()).sum().item<double>(); };
+    const double aa = trace_of(Aa.t().mm(Aa), Ba.mm(Ba.t()));
+    const double pp = trace_of(Ap.t().mm(Ap), Bp.mm(Bp.t()));
+    const double ap = trace_of(Aa.t().mm(Ap), Bp.mm(Ba.t()));
+    diff2 += aa + pp - 2 * ap;
+    ref2 += pp;
+  }
+  WeightError e{name, "product", 0, -1};
+  e.relative_frobenius = ref2 > 0 ? std::sqrt(std::max(diff2, 0.0) / ref2) : 0.0;
+  return e;
+}
+
+bool same_tensor(const at::Tensor& a, const at::Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  return !a.defined() || (a.sizes() == b.sizes() && at::equal(a, b.to(a.device())));
+}
+
+// W · diag(g): the linear as it acts on the norm's unscaled output.
+at::Tensor norm_folded(const at::Tensor& weight, const at::Tensor& gains) {
+  return weight * gains.to(weight.device()).reshape({1, -1});
+}
+
+std::string stem(const std::filesystem::path& path) {
+  std::filesystem::path p = path;
+  if (p.filename().empty()) p = p.parent_path();  // "dir/"
+  return std::filesystem::is_directory(p) ? p.filename().string() : p.stem().string();
+}
+
+std::string artifact_method(const ModelReader& reader) {
+  const nlohmann::json& notes = reader.info().notes;
+  if (notes.contains("quantization") && notes["quantization"].contains("method"))
+    return notes["quantization"]["method"].get<std::string>();
+  if (reader.info().format == "gguf") return "gguf";
+  return "float";
+}
+
+// Stored tensor bytes over parameters (the model's float32 bytes / 4): what the download holds per
+// weight, embeddings and norms included; nullopt where the format does not say a tensor's bytes.
+std::optional<double> bytes_per_weight(const ModelReader& reader) {
+  std::int64_t stored = 0;
+  for (const TensorHeader& t : reader.tensors()) {
+    if (t.bytes < 0) return std::nullopt;
+    stored += t.bytes;
+  }
+  const std::int64_t parameters = reader.part_sizes().total() / 4;
+  if (stored == 0 || parameters == 0) return std::nullopt;
+  return static_cast<double>(stored) / static_cast<double>(parameters);
+}
+
+// Bytes of the stored tensors of the linears (the blocks' and the head's, or the embedding's when
+// the head is tied to it), as a quantised scheme's model_linear_bytes counts its linears: tensors
+// named with a layer index that are not norms, and the head. Nullopt where the format does not
+// say a tensor's bytes.
+std::optional<std::int64_t> stored_linear_bytes(const ModelReader& reader) {
+  auto has = [](const std::string& name, const char* part) { return name.find(part) != std::string::npos; };
+  auto in_layer = [&](const std::string& name) {
+    for (const char* marker : {"layers.", "blk.", ".h.", "blocks."}) {
+      const std::size_t at = name.find(marker);
+      if (at != std::string::npos && at + std::strlen(marker) < name.size() &&
+          std::isdigit(static_cast<unsigned char>(name[at + std::strlen(marker)])))
+        return true;
+    }
+    return false;
+  };
+  auto is_head = [&](const std::string& name) { return name.rfind("lm_head", 0) == 0 || name == "output.weight"; };
+  auto is_embedding = [&](const std::string& name) {
+    return has(name, "embed_tokens") || name.rfind("token_embd", 0) == 0 || has(name, "wte.") || has(name, "tok_embeddings");
+  };
+  std::int64_t blocks = 0, head = 0, embedding = 0;
+  for (const TensorHeader& t : reader.tensors()) {
+    if (t.bytes < 0) return std::nullopt;
+    if (is_head(t.name)) head += t.bytes;
+    else if (is_embedding(t.name)) embedding += t.bytes;
+    else if (in_layer(t.name) && !has(t.name, "norm") && !has(t.name, "ln_")) blocks += t.bytes;
+  }
+  if (reader.tensors().empty()) return std::nullopt;
+  return blocks + (head > 0 ? head : embedding);
+}
+
+nlohmann::json error_json(const WeightError& e) {
+  nlohmann::json j = {{"tensor", e.name}, {"basis", e.basis}, {"relative_frobenius", e.relative_frobenius}};
+  if (e.max_abs_diff >= 0) j["max_abs_diff"] = e.max_abs_diff;
+  return j;
+}
+
+bool is_linear_weight(const std::string& name, const ModelConfig& config, std::int64_t layer) {
+  for (const std::string& linear : block_linear_names(config, layer))
+    if (name == linear + ".weight") return true;
+  return false;
+}
+
+// The parent's block weights with every linear weight defined: a block placed on a GPU keeps its
+// linears' weights only in the linears (eval/evaluator.cpp places full precision's without sources).
+BlockWeights weights_with_linears(const Block& block) {
+  BlockWeights w = block.weights();
+  std::vector<std::pair<std::string, at::Tensor*>> slots = block_tensor_slots(w, block.layer());
+  for (const NamedLinear& linear : block.linears()) {
+    const auto* floating = dynamic_cast<const FloatLinear*>(linear.linear.get());
+    if (!floating) continue;
+    for (auto& [name, slot] : slots)
+      if (name == linear.name + ".weight" && !slot->defined()) *slot = floating->weight();
+  }
+  return w;
+}
+
+}  // namespace
+
+void ArtifactWeightErrors::add_layer(std::int64_t layer, std::vector<WeightError> errors) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  layers_.emplace(layer, std::move(errors));
+}
+
+bool ArtifactWeightErrors::has_layer(std::int64_t layer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return layers_.count(layer) > 0;
+}
+
+void ArtifactWeightErrors::set_head(std::vector<WeightError> errors) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  head_ = std::move(errors);
+}
+
+nlohmann::json ArtifactWeightErrors::to_json() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json tensors = nlohmann::json::array();
+  std::map<std::string, std::vector<double>> by_basis;
+  const WeightError* largest = nullptr;
+  for (const auto& [layer, errors] : layers_) {
+    for (const WeightError& e : errors) {
+      tensors.push_back(error_json(e));
+      by_basis[e.basis].push_back(e.relative_frobenius);
+      if (!largest || e.relative_frobenius > largest->relative_frobenius) largest = &e;
+    }
+  }
+  for (const WeightError& e : head_) tensors.push_back(error_json(e));
+  nlohmann::json summary = nlohmann::json::object();
+  for (auto& [basis, values] : by_basis) {
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    const double median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+    summary[basis] = {{"tensors", n}, {"median_relative_frobenius", median}, {"max_relative_frobenius", values.back()}};
+  }
+  if (largest) summary["largest"] = error_json(*largest);
+  return {{"tensors", tensors}, {"summary", summary}};
+}
+
+std::vector<WeightError> block_weight_errors(const BlockWeights& artifact, const BlockWeights& parent,
+                                             const ModelConfig& config, std::int64_t layer) {
+  std::vector<WeightError> out;
+  const auto a = named_tensors(artifact, layer), p = named_tensors(parent, layer);
+  for (const auto& [name, tensor] : a) {
+    const at::Tensor* ref = find_tensor(p, name);
+    if (!ref) continue;  // shapes and names were checked at open: both have the same tensors
+    out.push_back(tensor_error(name, "stored", tensor, *ref));
+  }
+  // Folded scales (the norms differ): the bases that reach the output unchanged.
+  const bool attention_folded = !same_tensor(artifact.attn_norm.weight, parent.attn_norm.weight);
+  const bool mlp_folded = !same_tensor(artifact.mlp_norm.weight, parent.mlp_norm.weight);
+  if (!attention_folded && !mlp_folded) return out;
+  const std::string prefix = fmt::format("layers.{}.", layer);
+  const bool attention = config.mixer(layer) == MixerKind::attention, dense = config.ffn(layer) == FfnKind::dense;
+  if (attention && attention_folded && artifact.attn_norm.weight.defined()) {
+    const at::Tensor& ga = artifact.attn_norm.weight;
+    const at::Tensor& gp = parent.attn_norm.weight;
+    for (const auto& [which, a_w, p_w] : {std::tuple{"attn.qkv", &artifact.qkv, &parent.qkv},
+                                          std::tuple{"attn.q", &artifact.q, &parent.q},
+                                          std::tuple{"attn.k", &artifact.k, &parent.k}})
+      if (a_w->weight.defined())
+        out.push_back(tensor_error(prefix + which + ".weight", "norm-folded", norm_folded(a_w->weight, ga),
+                                   norm_folded(p_w->weight, gp)));
+    if (artifact.v.weight.defined())
+      out.push_back(head_product_error(prefix + "attn.v·o", norm_folded(artifact.v.weight, ga),
+                                       norm_folded(parent.v.weight, gp), artifact.o.weight, parent.o.weight,
+                                       config.n_heads, config.n_kv_heads));
+  }
+  if (dense && mlp_folded && artifact.mlp_norm.weight.defined()) {
+    const at::Tensor& ga = artifact.mlp_norm.weight;
+    const at::Tensor& gp = parent.mlp_norm.weight;
+    if (artifact.gate_up.weight.defined()) {
+      out.push_back(tensor_error(prefix + "mlp.gate_up.weight", "norm-folded", norm_folded(artifact.gate_up.weight, ga),
+                                 norm_folded(parent.gate_up.weight, gp)));
+    } else {
+      if (artifact.gate.weight.defined())
+        out.push_back(tensor_error(prefix + "mlp.gate.weight", "norm-folded", norm_folded(artifact.gate.weight, ga),
+                                   norm_folded(parent.gate.weight, gp)));
+      out.push_back(channel_product_error(prefix + "mlp.up·down", norm_folded(artifact.up.weight, ga),
+                                          norm_folded(parent.up.weight, gp), artifact.down.weight, parent.down.weight));
+    }
+  }
+  return out;
+}
+
+std::string artifact_scheme_name(const ModelReader& artifact) {
+  return stem(artifact.info().path) + ":" + artifact_method(artifact);
+}
+
+void check_artifact_matches_parent(const ModelReader& artifact, const ModelReader& parent) {
+  const ModelConfig& a = artifact.config();
+  const ModelConfig& p = parent.config();
+  const std::string a_path = artifact.info().path.string(), p_path = parent.info().path.string();
+  auto shape = [](const std::vector<std::int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); };
+  auto differ = [&](const std::string& tensor, const std::string& parent_has, const std::string& artifact_has) {
+    fail("--compare-checkpoint {}: tensor {} is {} in the artifact and {} in the parent {}; an artifact is compared with "
+         "the model it was made from, whose tensors it has with the same shapes",
+         a_path, tensor, artifact_has, parent_has, p_path);
+  };
+  if (a.vocab_size != p.vocab_size || a.d_model != p.d_model)
+    differ("token_embedding", shape({p.vocab_size, p.d_model}), shape({a.vocab_size, a.d_model}));
+  const std::int64_t layers = std::min(a.n_layers, p.n_layers);
+  for (std::int64_t layer = 0; layer < layers; ++layer) {
+    const std::vector<std::string> an = block_linear_names(a, layer), pn = block_linear_names(p, layer);
+    for (const std::string& name : pn) {
+      if (std::find(an.begin(), an.end(), name) == an.end()) differ(name + ".weight", "present", "absent");
+      const LinearShape as = linear_shape(a, name), ps = linear_shape(p, name);
+      if (as.out != ps.out || as.in != ps.in)
+        differ(name + ".weight", shape({ps.out, ps.in}), shape({as.out, as.in}));
+      if (as.bias != ps.bias) differ(name + ".bias", ps.bias ? "present" : "absent", as.bias ? "present" : "absent");
+    }
+    for (const std::string& name : an)
+      if (std::find(pn.begin(), pn.end(), name) == pn.end()) differ(name + ".weight", "absent", "present");
+  }
+  if (a.n_layers != p.n_layers)
+    differ(fmt::format("layers.{}", layers), a.n_layers > p.n_layers ? "absent" : "present",
+           a.n_layers > p.n_layers ? "present" : "absent");
+  // Same shapes: now what else the config decides (an artifact changes none of it).
+  nlohmann::json aj = config_to_json(a), pj = config_to_json(p);
+  for (const char* descriptive : {"architecture"}) {
+    aj.erase(descriptive);
+    pj.erase(descriptive);
+  }
+  const std::vector<std::string> fields = json_differences(aj, pj, 4);
+  QEVAL_CHECK(fields.empty(),
+              "--compare-checkpoint {}: its config differs from the parent {}'s (artifact's value first): {}; the "
+              "artifact's layers would compute another function than the parent's under the same weights (a GGUF "
+              "stores a llama model's q and k permuted for interleaved rope: compare it with a GGUF of the parent)",
+              a_path, p_path, fmt::join(fields, "; "));
+}
+
+ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelReader& parent) {
+  ArtifactScheme out;
+  out.reader = open_checkpoint(path);
+  check_artifact_matches_parent(*out.reader, parent);
+  out.errors = std::make_shared<ArtifactWeightErrors>();
+  EvalScheme& scheme = out.scheme;
+  scheme.name = artifact_scheme_name(*out.reader);
+  scheme.own_checkpoint = out.reader;
+  const ModelReader& reader = *out.reader;
+  nlohmann::json artifact = {{"path", std::filesystem::absolute(path).lexically_normal().string()},
+                             {"format", reader.info().format},
+                             {"method", artifact_method(reader)},
+                             {"bytes_on_disk", reader.bytes_on_disk()}};
+  if (const auto bpw = bytes_per_weight(reader)) artifact["bytes_per_weight"] = *bpw;
+  if (const auto bpw = bytes_per_weight(parent)) artifact["parent_bytes_per_weight"] = *bpw;
+  for (const char* note : {"quantization", "dequantized_from", "full_precision"})
+    if (reader.info().notes.contains(note)) artifact[note] = reader.info().notes[note];
+  artifact["activations"] =
+      "weights only: the artifact's dequantised weights run in full precision, its declared input_activations (in "
+      "\"quantization\") are not applied";
+  scheme.description = {{"execution", "artifact: its own checkpoint's weights, dequantised to float32"},
+                        {"artifact", artifact}};
+  if (const auto bytes = stored_linear_bytes(reader)) scheme.description["model_linear_bytes"] = *bytes;
+  std::shared_ptr<ModelReader> own = out.reader;
+  std::shared_ptr<ArtifactWeightErrors> errors = out.errors;
+  std::shared_ptr<const ModelConfig> config = std::make_shared<const ModelConfig>(parent.config());
+  const std::string source = path.string();
+  // The artifact's block replaces the parent's; the first time each layer is reached, its tensors
+  // are compared with the parent's.
+  scheme.rewrite_block = [own, errors, config, source](const Block& full) {
+    const std::int64_t layer = full.layer();
+    BlockWeights weights;
+    std::map<std::string, float> max_abs;
+    {
+      PhaseScope read(Phase::read);
+      weights = own->block(layer);
+      max_abs = checked_block_max_abs(weights, layer, source);
+    }
+    if (!errors->has_layer(layer)) errors->add_layer(layer, block_weight_errors(weights, weights_with_linears(full), *config, layer));
+    return Block(config, layer, std::move(weights), source, max_abs);
+  };
+  return out;
+}
+
+void finish_artifact_description(ArtifactScheme& artifact, ModelReader& parent, nlohmann::json& description) {
+  // The embedding and the head, in blocks of rows (a 8B model's are never held whole).
+  ModelReader& own = *artifact.reader;
+  const ModelConfig& c = parent.config();
+  std::vector<WeightError> ends;
+  for (const char* part : {"token_embedding", "lm_head"}) {
+    const bool head = std::string(part) == "lm_head";
+    double diff2 = 0, ref2 = 0, max_abs = 0;
+    for (std::int64_t r = 0; r < c.vocab_size; r += kRowsPerStep) {
+      const std::int64_t n = std::min(kRowsPerStep, c.vocab_size - r);
+      at::Tensor a, p;
+      {
+        PhaseScope read(Phase::read, kNoScheme);
+        const at::Tensor ids = at::arange(r, r + n, at::kLong);
+        a = head ? own.lm_head_rows(r, n) : own.token_embedding_rows(ids);
+        p = head ? parent.lm_head_rows(r, n) : parent.token_embedding_rows(ids);
+      }
+      const WeightError e = tensor_error(part, "stored", a, p);
+      const double ref = p.to(at::kDouble).square().sum().item<double>();
+      diff2 += e.relative_frobenius * e.relative_frobenius * ref;
+      ref2 += ref;
+      max_abs = std::max(max_abs, e.max_abs_diff);
+    }
+    WeightError e{std::string(part) + ".weight", "stored", ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0, max_abs};
+    ends.push_back(e);
+  }
+  artifact.errors->set_head(std::move(ends));
+  nlohmann::json errors = artifact.errors->to_json();
+  description["artifact"]["weight_error"] = errors["summary"];
+  description["artifact"]["weight_errors"] = errors["tensors"];
+  description["artifact"]["weights_hash"] = artifact.reader->weights_hash();
+  description["artifact"]["weights_hash_kind"] = ModelReader::weights_hash_kind();
+}
+
+}  // namespace qeval
