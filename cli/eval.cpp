@@ -61,6 +61,7 @@ struct EvalArgs {
   std::int64_t calibration_seq_len = 0;  // > 0: their windows' length (default: --seq-len)
   std::string imatrix;  // llama.cpp's importance matrix for every scheme of kind ggml
   std::vector<std::string> compare_checkpoints;  // artifacts made from --model, each a row (eval/artifact_scheme.h)
+  bool artifact_weights_only = false;            // their declared input activations not applied
   std::int64_t rounding_band = 0;  // variants per quantised scheme (eval/rounding_band.h)
   double rounding_band_eps = 0;    // 0: the default
   std::int64_t rounding_seed = 0;  // > 0: the schemes themselves jittered with this seed
@@ -233,7 +234,7 @@ std::vector<std::pair<std::size_t, ArtifactScheme>> add_artifacts(const EvalArgs
   const std::optional<std::string> data_dir = a.data.data_dir.empty() ? std::nullopt : std::optional(a.data.data_dir);
   for (const std::string& given : a.compare_checkpoints) {
     const std::filesystem::path path = resolve_model_path(given, data_dir);
-    ArtifactScheme artifact = artifact_scheme(path, *inputs.model);
+    ArtifactScheme artifact = artifact_scheme(path, *inputs.model, a.artifact_weights_only);
     for (const EvalScheme& earlier : prepared.schemes)
       QEVAL_CHECK(earlier.name != artifact.scheme.name,
                   "--compare-checkpoint {}: its row would be named '{}', as {} is; rename the folder (a row is named "
@@ -370,6 +371,9 @@ void run_eval(const EvalArgs& a) {
   }
   PreparedSchemes prepared = make_schemes(inputs.model->config(), parse_scheme_list(a.schemes), scheme_options);
   check_rounding_options(a, prepared, inputs.placement.dtype);
+  QEVAL_CHECK(!a.artifact_weights_only || !a.compare_checkpoints.empty(),
+              "--artifact-weights-only: evaluates the --compare-checkpoint artifacts on their weights alone, and none "
+              "is given; leave it out");
   QEVAL_CHECK(a.compare_checkpoints.empty() || a.data.transforms.empty(),
               "--compare-checkpoint {}: compares an artifact with the model it was made from, and --transform {} "
               "changes that model's weights; leave one of them out", a.compare_checkpoints.front(), a.data.transforms.front());
@@ -584,6 +588,9 @@ void add_eval_command(CLI::App& app) {
       ->check(CLI::Validator(
           [](std::string& s) { return s.empty() ? std::string("expected a checkpoint, found an empty path") : std::string(); },
           "PATH"));
+  cmd->add_flag("--artifact-weights-only", args->artifact_weights_only,
+                "evaluate every --compare-checkpoint on its weights alone, without the input activation quantisation "
+                "its config declares (by default that runs through qeval's own quantisers)");
   cmd->add_flag("--quantize-ssm-inner", args->quantize_ssm_inner,
                 "quantise Mamba's x_proj and dt_proj too (every scheme; by default they stay full precision)");
   cmd->add_option("--out,-o", args->out, "write the result record (JSON) here, atomically")->check(output_path());

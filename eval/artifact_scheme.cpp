@@ -13,6 +13,7 @@
 #include "common/json_diff.h"
 #include "common/phases.h"
 #include "model/block.h"
+#include "quant/schemes/scheme_json.h"
 
 namespace qeval {
 namespace {
@@ -272,6 +273,85 @@ std::vector<WeightError> block_weight_errors(const BlockWeights& artifact, const
   return out;
 }
 
+std::optional<QuantSpec> declared_input_activations(const nlohmann::json& quantization, const std::string& artifact,
+                                                    std::string* account) {
+  if (!quantization.is_object() || !quantization.contains("method")) return std::nullopt;
+  const std::string method = quantization["method"].get<std::string>();
+  auto refuse = [&](const std::string& what) -> std::optional<QuantSpec> {
+    fail("--compare-checkpoint {}: {}; qeval has no quantiser that computes that. Add --artifact-weights-only to "
+         "evaluate its weights alone (the record then says so)", artifact, what);
+  };
+  if (method == "fp8" && quantization.value("activation_scheme", std::string()) != "")
+    return refuse(fmt::format("its fine-grained FP8 config declares activation_scheme \"{}\", E4M3 activations scaled "
+                              "per group of 128 channels of each token",
+                              quantization["activation_scheme"].get<std::string>()));
+  if (method == "bitsandbytes" && quantization.value("bits", 0) == 8)
+    return refuse("bitsandbytes 8-bit runs LLM.int8's activations (int8 per token with the outlier columns, |x| >= "
+                  "llm_int8_threshold, in 16 bits) on weights kept in int8");
+  if (method != "compressed-tensors") return std::nullopt;
+  // compressed-tensors: every group's input_activations (QuantizationArgs), which must agree.
+  nlohmann::json declared;
+  std::string declaring_group;
+  const nlohmann::json groups = quantization.value("config_groups", nlohmann::json::object());
+  for (const auto& [name, group] : groups.items()) {
+    const nlohmann::json& a = group.value("input_activations", nlohmann::json());
+    if (a.is_null()) continue;
+    if (!declared.is_null() && a != declared)
+      return refuse(fmt::format("its config_groups {} and {} declare different input_activations ({} and {})",
+                                declaring_group, name, declared.dump(), a.dump()));
+    if (group.value("targets", nlohmann::json::array()) != nlohmann::json::array({"Linear"}))
+      return refuse(fmt::format("its config group {} declares input_activations for the targets {}, not every Linear "
+                                "(qeval applies one activation spec to every linear the artifact quantises)",
+                                name, group.value("targets", nlohmann::json()).dump()));
+    declared = a;
+    declaring_group = name;
+  }
+  if (declared.is_null()) return std::nullopt;
+  // QuantizationArgs' fields, a null one taking the library's default (compressed-tensors writes null).
+  auto field = [&declared](const char* key, nlohmann::json fallback) {
+    return declared.contains(key) && !declared[key].is_null() ? declared[key] : fallback;
+  };
+  const nlohmann::json type = field("type", "int"), bits = field("num_bits", 8), strategy = field("strategy", "tensor");
+  const nlohmann::json dynamic = field("dynamic", false), symmetric = field("symmetric", true);
+  const std::string text = fmt::format("config group {}'s input_activations {}", declaring_group, declared.dump());
+  QuantSpec spec;
+  if (type == "float" && bits == 4 && strategy == "tensor_group" && field("group_size", nullptr) == 16) {
+    spec.kind = QuantKind::nvfp4;
+    spec.element = ElementType::e2m1;
+    spec.granularity = Granularity::block;
+    spec.group_size = 16;
+    *account = "NVFP4 activations: E2M1 in blocks of 16 with E4M3 block scales (qeval's nvfp4 quantiser); the "
+               "tensor scale is each sequence's own (amax / (448 · 6)), where the artifact stores a calibrated "
+               "input_global_scale per linear";
+    return spec;
+  }
+  if (dynamic != nlohmann::json(true))
+    return refuse(text + ": static scales (\"dynamic\": " + dynamic.dump() + ") stored in the artifact, which this "
+                  "build does not read");
+  if (symmetric != true) return refuse(text + ": asymmetric activations (a zero point per token)");
+  if (strategy != "token" && strategy != "tensor")
+    return refuse(text + ": strategy " + strategy.dump() + " (qeval quantises activations per token or per sequence)");
+  spec.granularity = strategy == "token" ? Granularity::token : Granularity::tensor;
+  if (type == "int" && bits == 8) {
+    spec.kind = QuantKind::int8_absmax;
+    *account = fmt::format(
+        "int8 activations per {}, dynamic, symmetric (qeval's int8_absmax: scale amax / 127, round half to even, "
+        "clamp to ±127); compressed-tensors scales by amax / 127.5 and clamps to [−128, 127]",
+        strategy == "token" ? "token" : "sequence");
+  } else if (type == "float" && bits == 8) {
+    spec.kind = QuantKind::fp8;
+    spec.element = ElementType::e4m3;
+    *account = fmt::format("FP8 E4M3 activations per {}, dynamic (qeval's fp8: scale amax / 448, as compressed-tensors)",
+                           strategy == "token" ? "token" : "sequence");
+  } else {
+    return refuse(text + fmt::format(": {} activations of {} bits", type.dump(), bits.dump()));
+  }
+  if (strategy == "tensor")
+    *account += "; the artifact's per-tensor scale is taken over each sequence (qeval's per-tensor granularity), where "
+                "a serving engine takes it over the batch it runs";
+  return spec;
+}
+
 std::string artifact_scheme_name(const ModelReader& artifact) {
   return stem(artifact.info().path) + ":" + artifact_method(artifact);
 }
@@ -318,7 +398,7 @@ void check_artifact_matches_parent(const ModelReader& artifact, const ModelReade
               a_path, p_path, fmt::join(fields, "; "));
 }
 
-ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelReader& parent) {
+ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelReader& parent, bool weights_only) {
   ArtifactScheme out;
   out.reader = open_checkpoint(path);
   check_artifact_matches_parent(*out.reader, parent);
@@ -335,9 +415,28 @@ ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelRea
   if (const auto bpw = bytes_per_weight(parent)) artifact["parent_bytes_per_weight"] = *bpw;
   for (const char* note : {"quantization", "dequantized_from", "full_precision"})
     if (reader.info().notes.contains(note)) artifact[note] = reader.info().notes[note];
-  artifact["activations"] =
-      "weights only: the artifact's dequantised weights run in full precision, its declared input_activations (in "
-      "\"quantization\") are not applied";
+  std::string account;
+  const std::optional<QuantSpec> declared =
+      weights_only ? std::nullopt
+                   : declared_input_activations(reader.info().notes.value("quantization", nlohmann::json()),
+                                                path.string(), &account);
+  if (declared) {
+    SchemeSpec spec;
+    spec.name = artifact_scheme_name(reader);
+    spec.input_activations = *declared;
+    out.activations = std::make_shared<SchemeRewrite>(spec, model_linear_names(parent.config()));
+    artifact["activations"] = {{"applied", "declared"},
+                               {"spec", scheme_to_json(spec).at("input_activations")},
+                               {"how", account},
+                               {"execution", out.activations->report().value("execution_path", nlohmann::json())}};
+  } else {
+    artifact["activations"] = {
+        {"applied", "none"},
+        {"how", weights_only ? "weights only (--artifact-weights-only): the declared input activations, if any, are "
+                               "not applied; every linear computes in full precision on the dequantised weights"
+                             : "the artifact declares no input activation quantisation: every linear computes in full "
+                               "precision on its dequantised weights"}};
+  }
   scheme.description = {{"execution", "artifact: its own checkpoint's weights, dequantised to float32"},
                         {"artifact", artifact}};
   if (const auto bytes = stored_linear_bytes(reader)) scheme.description["model_linear_bytes"] = *bytes;
@@ -347,7 +446,8 @@ ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelRea
   const std::string source = path.string();
   // The artifact's block replaces the parent's; the first time each layer is reached, its tensors
   // are compared with the parent's.
-  scheme.rewrite_block = [own, errors, config, source](const Block& full) {
+  std::shared_ptr<SchemeRewrite> activations = out.activations;
+  scheme.rewrite_block = [own, errors, config, source, activations](const Block& full) {
     const std::int64_t layer = full.layer();
     BlockWeights weights;
     std::map<std::string, float> max_abs;
@@ -357,7 +457,8 @@ ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelRea
       max_abs = checked_block_max_abs(weights, layer, source);
     }
     if (!errors->has_layer(layer)) errors->add_layer(layer, block_weight_errors(weights, weights_with_linears(full), *config, layer));
-    return Block(config, layer, std::move(weights), source, max_abs);
+    Block block(config, layer, std::move(weights), source, max_abs);
+    return activations ? activations->rewrite(block) : block;
   };
   return out;
 }
@@ -393,6 +494,8 @@ void finish_artifact_description(ArtifactScheme& artifact, ModelReader& parent, 
   description["artifact"]["weight_error"] = errors["summary"];
   description["artifact"]["weight_errors"] = errors["tensors"];
   description["artifact"]["weights_hash"] = artifact.reader->weights_hash();
+  if (artifact.activations)  // the path the rewritten layers took (kernel or reference), now that they exist
+    description["artifact"]["activations"]["execution"] = artifact.activations->report().at("execution_path");
   description["artifact"]["weights_hash_kind"] = ModelReader::weights_hash_kind();
 }
 

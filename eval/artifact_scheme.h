@@ -29,6 +29,8 @@
 
 #include "eval/evaluator.h"
 #include "loaders/checkpoints/model_reader.h"
+#include "quant/rewrite.h"
+#include "quant/schemes/spec.h"
 
 namespace qeval {
 
@@ -60,7 +62,21 @@ struct ArtifactScheme {
   EvalScheme scheme;
   std::shared_ptr<ArtifactWeightErrors> errors;
   std::shared_ptr<ModelReader> reader;
+  // The declared input activations as qeval quantises them (null: weights only).
+  std::shared_ptr<SchemeRewrite> activations;
 };
+
+// The input activations an artifact's quantization config (its reader's notes["quantization"])
+// declares, as the qeval quantiser that computes them: compressed-tensors' dynamic symmetric int8
+// or FP8 E4M3 per token or per tensor, NVFP4's E2M1 blocks of 16. Nullopt when it declares
+// none (GPTQ, AWQ, bitsandbytes 4-bit, compressed-tensors weights-only groups). Throws naming the
+// artifact and the declaration, with the way out (--artifact-weights-only), where qeval has no
+// quantiser that computes it: static scales stored in the artifact, asymmetric activations,
+// FP8 per group of 128 (fine-grained FP8), LLM.int8's decomposition (bitsandbytes 8-bit), groups
+// that declare different activations or target other than every linear. `account` gets what was
+// applied and how it differs from the library's arithmetic.
+std::optional<QuantSpec> declared_input_activations(const nlohmann::json& quantization, const std::string& artifact,
+                                                    std::string* account);
 
 // The row's name: the artifact's folder (or file stem) and its method, "SmolLM2-GPTQ:gptq",
 // "model-q4_k_m:gguf", "parent-copy:float".
@@ -74,7 +90,8 @@ void check_artifact_matches_parent(const ModelReader& artifact, const ModelReade
 // with check_artifact_matches_parent. The description names the checkpoint (path, format, stored
 // quantisation, bytes on disk and per weight); finish_artifact_description adds, after the run, the
 // weight errors (the embedding's and the head's read then, in blocks of rows) and the weights hash.
-ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelReader& parent);
+// `weights_only`: the declared input activations are not applied (--artifact-weights-only).
+ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelReader& parent, bool weights_only = false);
 void finish_artifact_description(ArtifactScheme& artifact, ModelReader& parent, nlohmann::json& description);
 
 // The errors of one artifact block against the parent's (exposed for the tests): every tensor by

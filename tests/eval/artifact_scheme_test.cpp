@@ -15,7 +15,9 @@
 #include "eval/artifact_scheme.h"
 #include "eval/evaluator.h"
 #include "eval/schemes.h"
+#include "loaders/checkpoints/checkpoint.h"
 #include "loaders/checkpoints/model_reader.h"
+#include "loaders/checkpoints/qeval_checkpoint.h"
 #include "loaders/checkpoints/safetensors.h"
 #include "loaders/protocols/protocol.h"
 #include "tests/support/test_data.h"
@@ -252,6 +254,95 @@ TEST(ArtifactScheme, AnArtifactOfAnotherShapeOrConfigIsRefusedNamingTheDifferenc
   const std::string rope = refusal([](auto&, json& c) { c["rope_theta"] = 500000.0; });
   EXPECT_NE(rope.find("rope_theta"), std::string::npos) << rope;
   EXPECT_NE(rope.find("config differs"), std::string::npos) << rope;
+}
+
+// --- declared input activations ------------------------------------------------------------
+
+json ct_quantization(json input_activations, json targets = {"Linear"}) {
+  return {{"method", "compressed-tensors"},
+          {"config_groups",
+           {{"group_0", {{"targets", targets}, {"weights", json::object()}, {"input_activations", input_activations}}}}}};
+}
+
+std::string declared_refusal(const json& quantization) {
+  std::string account;
+  try {
+    declared_input_activations(quantization, "ART", &account);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(ArtifactScheme, DeclaredActivationsMapOntoQevalsQuantisersOrAreRefusedWithTheWayOut) {
+  std::string account;
+  // llm-compressor's W8A8 and FP8_DYNAMIC, as they write them (null fields are the defaults).
+  const json int8_token = {{"dynamic", true}, {"group_size", nullptr}, {"num_bits", 8}, {"strategy", "token"},
+                           {"symmetric", true}, {"type", "int"}};
+  std::optional<QuantSpec> spec = declared_input_activations(ct_quantization(int8_token), "ART", &account);
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->kind, QuantKind::int8_absmax);
+  EXPECT_EQ(spec->granularity, Granularity::token);
+  EXPECT_NE(account.find("127.5"), std::string::npos) << "the rounding difference is said: " << account;
+  json fp8_tensor = int8_token;
+  fp8_tensor["type"] = "float";
+  fp8_tensor["strategy"] = "tensor";
+  spec = declared_input_activations(ct_quantization(fp8_tensor), "ART", &account);
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->kind, QuantKind::fp8);
+  EXPECT_EQ(spec->granularity, Granularity::tensor);
+  const json nvfp4 = {{"dynamic", "local"}, {"group_size", 16}, {"num_bits", 4}, {"strategy", "tensor_group"},
+                      {"symmetric", true}, {"type", "float"}};
+  spec = declared_input_activations(ct_quantization(nvfp4), "ART", &account);
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->kind, QuantKind::nvfp4);
+  EXPECT_NE(account.find("input_global_scale"), std::string::npos) << account;
+  // Weights only: nothing declared.
+  EXPECT_FALSE(declared_input_activations(ct_quantization(nullptr), "ART", &account).has_value());
+  EXPECT_FALSE(declared_input_activations({{"method", "gptq"}, {"bits", 4}}, "ART", &account).has_value());
+  EXPECT_FALSE(declared_input_activations({{"method", "bitsandbytes"}, {"bits", 4}}, "ART", &account).has_value());
+  // What qeval cannot compute is refused, naming the artifact and the flag that evaluates it anyway.
+  json static_tensor = int8_token;
+  static_tensor["dynamic"] = false;
+  static_tensor["strategy"] = "tensor";
+  json asymmetric = int8_token;
+  asymmetric["symmetric"] = false;
+  for (const json& refused : {ct_quantization(static_tensor), ct_quantization(asymmetric),
+                              ct_quantization(int8_token, {"re:.*self_attn.*"}),
+                              json{{"method", "fp8"}, {"activation_scheme", "dynamic"}},
+                              json{{"method", "bitsandbytes"}, {"bits", 8}}}) {
+    const std::string message = declared_refusal(refused);
+    EXPECT_NE(message.find("ART"), std::string::npos) << message;
+    EXPECT_NE(message.find("--artifact-weights-only"), std::string::npos) << message;
+  }
+}
+
+TEST(ArtifactScheme, DeclaredActivationsRunThroughQevalsQuantiserOnTheArtifactsWeights) {
+  // The W8A8 folder llm-compressor wrote (tests/loaders/fixtures/quantized_folders); its parent
+  // here is its own dequantised weights saved in float (the config is the same model's).
+  const fs::path w8a8 = test::repo_path("tests/loaders/fixtures/quantized_folders/ct_w8a8_int8");
+  const LoadedCheckpoint loaded = load_checkpoint(w8a8);
+  test::TempDir dir;
+  save_qeval_checkpoint(dir / "parent", loaded.config, loaded.weights);
+  write_file_atomic(dir / "a8.json", R"({"name": "a8", "input_activations": {"kind": "int8_absmax", "granularity": "token"}})");
+  // Expected: the artifact alone as full precision, with qeval's int8 per-token activations.
+  std::unique_ptr<ModelReader> alone_reader = open_checkpoint(w8a8);
+  std::vector<EvalScheme> alone = make_schemes(alone_reader->config(), {"full", (dir / "a8.json").string()}).schemes;
+  const EvalResult expected = run(*alone_reader, alone, EvalPlan{});
+  std::unique_ptr<ModelReader> parent = open_checkpoint(dir / "parent");
+  for (const bool weights_only : {false, true}) {
+    SCOPED_TRACE(weights_only ? "weights only" : "declared activations");
+    PreparedSchemes prepared = make_schemes(parent->config(), {"full"});
+    ArtifactScheme artifact = artifact_scheme(w8a8, *parent, weights_only);
+    prepared.schemes.push_back(artifact.scheme);
+    const EvalResult result = run(*parent, prepared.schemes, EvalPlan{});
+    for (const auto& [w, row] : result.schemes[1].rows) {
+      EXPECT_EQ(row.nll_sum, expected.schemes[weights_only ? 0 : 1].rows.at(w).nll_sum) << "window " << w;
+      if (weights_only) EXPECT_EQ(row.kl_sum, 0.0) << "the parent is the artifact's own weights";
+    }
+    const json& activations = artifact.scheme.description["artifact"]["activations"];
+    EXPECT_EQ(activations["applied"], weights_only ? "none" : "declared") << activations.dump();
+  }
 }
 
 }  // namespace
