@@ -480,7 +480,7 @@ void run_eval(const EvalArgs& a) {
   finish_context(inputs);
   prepared.finish_descriptions();
   for (auto& [index, artifact] : artifacts)
-    finish_artifact_description(artifact, *inputs.model, prepared.schemes[index].description);
+    finish_artifact_description(artifact, *inputs.model, prepared.schemes[index].description, static_cast<int>(index));
 
   nlohmann::json record =
       build_record(context, scheme_infos(schemes, prepared.linear_weight_bytes()), result, prepared.statistics_summaries());

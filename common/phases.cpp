@@ -83,6 +83,12 @@ nlohmann::json PhaseTimes::to_json(const std::vector<std::string>& scheme_names)
       const auto it = by_scheme.find({p, static_cast<int>(s)});
       one[phase_name(p)] = it == by_scheme.end() ? 0.0 : it->second;
     }
+    // Reading is the run's, not a scheme's, except for a scheme that reads a checkpoint of its own
+    // (an artifact beside its parent, eval/artifact_scheme.h): its reading and dequantisation.
+    // Its conversion of stored floats (F16 / BF16 embedding and norms) likewise.
+    for (Phase p : {Phase::read, Phase::convert})
+      if (const auto it = by_scheme.find({p, static_cast<int>(s)}); it != by_scheme.end() && it->second > 0)
+        one[phase_name(p)] = it->second;
     schemes[scheme_names[s]] = one;
   }
   return {{"total_s", total()}, {"phases", phases}, {"schemes", schemes}};

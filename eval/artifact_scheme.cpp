@@ -1,5 +1,6 @@
 #include "eval/artifact_scheme.h"
 
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -18,7 +19,7 @@
 namespace qeval {
 namespace {
 
-// Rows at a time for the float64 sums, so that a 8B model's largest weight is never copied whole.
+// Rows of the embedding and the head read at a time after the run (a 8B model's are never held whole).
 constexpr std::int64_t kRowsPerStep = 1024;
 
 const at::Tensor* find_tensor(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::string& name) {
@@ -27,45 +28,107 @@ const at::Tensor* find_tensor(const std::vector<std::pair<std::string, at::Tenso
   return nullptr;
 }
 
-// ‖a − p‖_F / ‖p‖_F and max |a − p| in float64, `a` and `p` of one shape, row block by row block.
-WeightError tensor_error(const std::string& name, const std::string& basis, const at::Tensor& a, const at::Tensor& p) {
-  const at::Tensor a2 = a.reshape({a.dim() == 0 ? 1 : a.size(0), -1});
-  const at::Tensor p2 = p.reshape({p.dim() == 0 ? 1 : p.size(0), -1}).to(a.device());
-  double diff2 = 0, ref2 = 0, max_abs = 0;
-  for (std::int64_t r = 0; r < a2.size(0); r += kRowsPerStep) {
-    const std::int64_t n = std::min(kRowsPerStep, a2.size(0) - r);
-    const at::Tensor pa = a2.narrow(0, r, n).to(at::kDouble), pp = p2.narrow(0, r, n).to(at::kDouble);
-    const at::Tensor d = pa - pp;
-    diff2 += d.square().sum().item<double>();
-    ref2 += pp.square().sum().item<double>();
-    if (d.numel() > 0) max_abs = std::max(max_abs, d.abs().max().item<double>());
-  }
-  WeightError e{name, basis, 0, max_abs};
-  e.relative_frobenius = ref2 > 0 ? std::sqrt(diff2 / ref2) : (diff2 > 0 ? INFINITY : 0.0);
-  return e;
+// A [rows, cols] float32 CPU copy (or the tensor itself when it is one).
+at::Tensor float_rows(const at::Tensor& t) {
+  const at::Tensor x = t.reshape({t.dim() == 0 ? 1 : t.size(0), -1});
+  return x.to(at::kCPU, at::kFloat).contiguous();
 }
 
-// ‖Σ-free set {d_i u_iᵀ}‖ error: Σ_i ‖d_a,i u_a,iᵀ − d_p,i u_p,iᵀ‖² over Σ_i ‖d_p,i u_p,iᵀ‖², from
-// row norms and dot products (d_i: column i of down [D, F]; u_i: row i of up [F, D]).
-WeightError channel_product_error(const std::string& name, const at::Tensor& up_a, const at::Tensor& up_p,
-                                  const at::Tensor& down_a, const at::Tensor& down_p) {
-  auto rowwise = [](const at::Tensor& x, const at::Tensor& y) {  // Σ_k x[i, k] y[i, k] per row, float64
-    std::vector<at::Tensor> parts;
-    for (std::int64_t r = 0; r < x.size(0); r += kRowsPerStep) {
-      const std::int64_t n = std::min(kRowsPerStep, x.size(0) - r);
-      parts.push_back((x.narrow(0, r, n).to(at::kDouble) * y.narrow(0, r, n).to(at::kDouble)).sum(1));
+// Per-column factors of a [rows, cols] tensor as a float32 CPU vector (null pointer: none).
+struct ColumnScale {
+  at::Tensor values;
+  const float* get() const { return values.defined() ? values.data_ptr<float>() : nullptr; }
+};
+ColumnScale column_scale(const at::Tensor& gains) {
+  return {gains.defined() ? gains.to(at::kCPU, at::kFloat).contiguous() : at::Tensor()};
+}
+
+// Rows at a time for the float64 sums: partial sums per chunk of rows, added in chunk order, so
+// that the value does not depend on the thread count.
+constexpr std::int64_t kRowsPerChunk = 64;
+
+struct ErrorSums {
+  double diff2 = 0, ref2 = 0, max_abs = 0;
+};
+
+// Σ (a·ca − p·cp)², Σ (p·cp)² and max |a·ca − p·cp| in float64 over two [rows, cols] float32
+// tensors, ca and cp per-column factors (null: 1). One pass, rows in parallel.
+ErrorSums error_sums(const at::Tensor& a, const at::Tensor& p, const float* ca, const float* cp) {
+  const std::int64_t rows = a.size(0), cols = a.size(1);
+  const float *pa = a.data_ptr<float>(), *pp = p.data_ptr<float>();
+  const std::int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  std::vector<ErrorSums> partial(static_cast<std::size_t>(chunks));
+  at::parallel_for(0, chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t c = c0; c < c1; ++c) {
+      ErrorSums e;
+      for (std::int64_t r = c * kRowsPerChunk; r < std::min(rows, (c + 1) * kRowsPerChunk); ++r) {
+        const float *ra = pa + r * cols, *rp = pp + r * cols;
+        for (std::int64_t k = 0; k < cols; ++k) {
+          const double x = ca ? static_cast<double>(ra[k]) * ca[k] : ra[k];
+          const double y = cp ? static_cast<double>(rp[k]) * cp[k] : rp[k];
+          const double d = x - y;
+          e.diff2 += d * d;
+          e.ref2 += y * y;
+          e.max_abs = std::max(e.max_abs, std::abs(d));
+        }
+      }
+      partial[static_cast<std::size_t>(c)] = e;
     }
-    return at::cat(parts);
-  };
-  const at::Tensor da = down_a.t().contiguous(), dp = down_p.t().contiguous().to(da.device());  // [F, D]
-  const at::Tensor upp = up_p.to(up_a.device());
-  const at::Tensor uaa = rowwise(up_a, up_a), upp2 = rowwise(upp, upp), uap = rowwise(up_a, upp);
-  const at::Tensor daa = rowwise(da, da), dpp = rowwise(dp, dp), dap = rowwise(da, dp);
-  const double diff2 = (daa * uaa + dpp * upp2 - 2 * dap * uap).sum().item<double>();
-  const double ref2 = (dpp * upp2).sum().item<double>();
-  WeightError e{name, "product", 0, -1};
-  e.relative_frobenius = ref2 > 0 ? std::sqrt(std::max(diff2, 0.0) / ref2) : 0.0;
-  return e;
+  });
+  ErrorSums total;
+  for (const ErrorSums& e : partial) {
+    total.diff2 += e.diff2;
+    total.ref2 += e.ref2;
+    total.max_abs = std::max(total.max_abs, e.max_abs);
+  }
+  return total;
+}
+
+double relative(double diff2, double ref2) { return ref2 > 0 ? std::sqrt(diff2 / ref2) : (diff2 > 0 ? INFINITY : 0.0); }
+
+// ‖a·diag(ga) − p·diag(gp)‖_F / ‖p·diag(gp)‖_F and max |…| in float64 (ga, gp undefined: 1).
+WeightError tensor_error(const std::string& name, const std::string& basis, const at::Tensor& a, const at::Tensor& p,
+                         const at::Tensor& ga = {}, const at::Tensor& gp = {}) {
+  const ColumnScale sa = column_scale(ga), sp = column_scale(gp);
+  const ErrorSums e = error_sums(float_rows(a), float_rows(p), sa.get(), sp.get());
+  return WeightError{name, basis, relative(e.diff2, e.ref2), e.max_abs};
+}
+
+// Per row r: Σ_k (x[r, k]·cx[k]) (y[r, k]·cy[k]) in float64, rows in parallel.
+std::vector<double> row_dots(const at::Tensor& x, const at::Tensor& y, const float* cx, const float* cy) {
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  const float *px = x.data_ptr<float>(), *py = y.data_ptr<float>();
+  std::vector<double> out(static_cast<std::size_t>(rows));
+  at::parallel_for(0, rows, kRowsPerChunk, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      double sum = 0;
+      for (std::int64_t k = 0; k < cols; ++k)
+        sum += (cx ? static_cast<double>(px[r * cols + k]) * cx[k] : px[r * cols + k]) *
+               (cy ? static_cast<double>(py[r * cols + k]) * cy[k] : py[r * cols + k]);
+      out[static_cast<std::size_t>(r)] = sum;
+    }
+  });
+  return out;
+}
+
+// The set {d_i u_iᵀ} (d_i: column i of down [D, F]; u_i: row i of up [F, D] times the norm's gains
+// g): Σ_i ‖d_a,i u_a,iᵀ − d_p,i u_p,iᵀ‖² over Σ_i ‖d_p,i u_p,iᵀ‖², from row norms and dot products.
+WeightError channel_product_error(const std::string& name, const at::Tensor& up_a, const at::Tensor& up_p,
+                                  const at::Tensor& ga, const at::Tensor& gp, const at::Tensor& down_a,
+                                  const at::Tensor& down_p) {
+  const at::Tensor ua = float_rows(up_a), up = float_rows(up_p);
+  const at::Tensor da = float_rows(down_a.t()), dp = float_rows(down_p.t());  // [F, D]
+  const ColumnScale sa = column_scale(ga), sp = column_scale(gp);
+  const std::vector<double> uaa = row_dots(ua, ua, sa.get(), sa.get()), upp = row_dots(up, up, sp.get(), sp.get()),
+                            uap = row_dots(ua, up, sa.get(), sp.get());
+  const std::vector<double> daa = row_dots(da, da, nullptr, nullptr), dpp = row_dots(dp, dp, nullptr, nullptr),
+                            dap = row_dots(da, dp, nullptr, nullptr);
+  double diff2 = 0, ref2 = 0;
+  for (std::size_t i = 0; i < uaa.size(); ++i) {
+    diff2 += daa[i] * uaa[i] + dpp[i] * upp[i] - 2 * dap[i] * uap[i];
+    ref2 += dpp[i] * upp[i];
+  }
+  return WeightError{name, "product", ref2 > 0 ? std::sqrt(std::max(diff2, 0.0) / ref2) : 0.0, -1};
 }
 
 // Σ_h ‖O_a,h V_a,kv(h) − O_p,h V_p,kv(h)‖² over Σ_h ‖O_p,h V_p,kv(h)‖², with O_h the head's hd
@@ -249,8 +312,7 @@ std::vector<WeightError> block_weight_errors(const BlockWeights& artifact, const
                                           std::tuple{"attn.q", &artifact.q, &parent.q},
                                           std::tuple{"attn.k", &artifact.k, &parent.k}})
       if (a_w->weight.defined())
-        out.push_back(tensor_error(prefix + which + ".weight", "norm-folded", norm_folded(a_w->weight, ga),
-                                   norm_folded(p_w->weight, gp)));
+        out.push_back(tensor_error(prefix + which + ".weight", "norm-folded", a_w->weight, p_w->weight, ga, gp));
     if (artifact.v.weight.defined())
       out.push_back(head_product_error(prefix + "attn.v·o", norm_folded(artifact.v.weight, ga),
                                        norm_folded(parent.v.weight, gp), artifact.o.weight, parent.o.weight,
@@ -260,14 +322,14 @@ std::vector<WeightError> block_weight_errors(const BlockWeights& artifact, const
     const at::Tensor& ga = artifact.mlp_norm.weight;
     const at::Tensor& gp = parent.mlp_norm.weight;
     if (artifact.gate_up.weight.defined()) {
-      out.push_back(tensor_error(prefix + "mlp.gate_up.weight", "norm-folded", norm_folded(artifact.gate_up.weight, ga),
-                                 norm_folded(parent.gate_up.weight, gp)));
+      out.push_back(tensor_error(prefix + "mlp.gate_up.weight", "norm-folded", artifact.gate_up.weight,
+                                 parent.gate_up.weight, ga, gp));
     } else {
       if (artifact.gate.weight.defined())
-        out.push_back(tensor_error(prefix + "mlp.gate.weight", "norm-folded", norm_folded(artifact.gate.weight, ga),
-                                   norm_folded(parent.gate.weight, gp)));
-      out.push_back(channel_product_error(prefix + "mlp.up·down", norm_folded(artifact.up.weight, ga),
-                                          norm_folded(parent.up.weight, gp), artifact.down.weight, parent.down.weight));
+        out.push_back(tensor_error(prefix + "mlp.gate.weight", "norm-folded", artifact.gate.weight, parent.gate.weight,
+                                   ga, gp));
+      out.push_back(channel_product_error(prefix + "mlp.up·down", artifact.up.weight, parent.up.weight, ga, gp,
+                                          artifact.down.weight, parent.down.weight));
     }
   }
   return out;
@@ -463,8 +525,11 @@ ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelRea
   return out;
 }
 
-void finish_artifact_description(ArtifactScheme& artifact, ModelReader& parent, nlohmann::json& description) {
-  // The embedding and the head, in blocks of rows (a 8B model's are never held whole).
+void finish_artifact_description(ArtifactScheme& artifact, ModelReader& parent, nlohmann::json& description,
+                                 int scheme) {
+  // The embedding and the head, in blocks of rows (a 8B model's are never held whole), both
+  // checkpoints' reads charged to the artifact's quantize phase (its comparison with the parent).
+  PhaseScope comparison(Phase::quantize, scheme);
   ModelReader& own = *artifact.reader;
   const ModelConfig& c = parent.config();
   std::vector<WeightError> ends;
@@ -475,18 +540,16 @@ void finish_artifact_description(ArtifactScheme& artifact, ModelReader& parent, 
       const std::int64_t n = std::min(kRowsPerStep, c.vocab_size - r);
       at::Tensor a, p;
       {
-        PhaseScope read(Phase::read, kNoScheme);
         const at::Tensor ids = at::arange(r, r + n, at::kLong);
         a = head ? own.lm_head_rows(r, n) : own.token_embedding_rows(ids);
         p = head ? parent.lm_head_rows(r, n) : parent.token_embedding_rows(ids);
       }
-      const WeightError e = tensor_error(part, "stored", a, p);
-      const double ref = p.to(at::kDouble).square().sum().item<double>();
-      diff2 += e.relative_frobenius * e.relative_frobenius * ref;
-      ref2 += ref;
-      max_abs = std::max(max_abs, e.max_abs_diff);
+      const ErrorSums e = error_sums(float_rows(a), float_rows(p), nullptr, nullptr);
+      diff2 += e.diff2;
+      ref2 += e.ref2;
+      max_abs = std::max(max_abs, e.max_abs);
     }
-    WeightError e{std::string(part) + ".weight", "stored", ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0, max_abs};
+    WeightError e{std::string(part) + ".weight", "stored", relative(diff2, ref2), max_abs};
     ends.push_back(e);
   }
   artifact.errors->set_head(std::move(ends));

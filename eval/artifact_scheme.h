@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/phases.h"
 #include "eval/evaluator.h"
 #include "loaders/checkpoints/model_reader.h"
 #include "quant/rewrite.h"
@@ -92,7 +93,9 @@ void check_artifact_matches_parent(const ModelReader& artifact, const ModelReade
 // weight errors (the embedding's and the head's read then, in blocks of rows) and the weights hash.
 // `weights_only`: the declared input activations are not applied (--artifact-weights-only).
 ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelReader& parent, bool weights_only = false);
-void finish_artifact_description(ArtifactScheme& artifact, ModelReader& parent, nlohmann::json& description);
+// `scheme`: the artifact's index among the run's schemes (its quantize phase is charged).
+void finish_artifact_description(ArtifactScheme& artifact, ModelReader& parent, nlohmann::json& description,
+                                 int scheme = kOuterScheme);
 
 // The errors of one artifact block against the parent's (exposed for the tests): every tensor by
 // name, and the folded bases where the norms differ.

@@ -64,8 +64,9 @@ void verify_phase_timings(const json& timings, const std::vector<std::string>& s
     QEVAL_CHECK(schemes.contains(name) && schemes[name].is_object(), "{} should be an object of phase seconds, found {}",
                 at, schemes.contains(name) ? json_text(schemes[name], 60) : std::string("nothing"));
     for (const auto& [p, value] : schemes[name].items()) {
-      QEVAL_CHECK(p == "quantize" || p == "forward" || p == "statistics" || p == "head",
-                  "{} has \"{}\": a scheme's phases are quantize, forward, statistics and head", at, p);
+      QEVAL_CHECK(p == "quantize" || p == "forward" || p == "statistics" || p == "head" || p == "read" || p == "convert",
+                  "{} has \"{}\": a scheme's phases are quantize, forward, statistics, head, and read and convert (an "
+                  "artifact's own checkpoint)", at, p);
       by_phase[p] += seconds(value, at + "." + p);
     }
   }

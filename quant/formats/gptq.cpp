@@ -1,5 +1,8 @@
 #include "quant/formats/gptq.h"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <vector>
 
 #include "common/error.h"
@@ -40,12 +43,21 @@ at::Tensor gptq_dequantize(const GptqWeight& w, const GptqArgs& args, std::int64
       zero[gg * N + n] = static_cast<float>(static_cast<std::int32_t>(stream_field(qz + gg * zero_words, 1, n, b)) + plus);
   at::Tensor out = at::empty({N, K}, at::kFloat);
   float* o = out.data_ptr<float>();
-  for (std::int64_t n = 0; n < N; ++n)
-    for (std::int64_t k = 0; k < K; ++k) {
-      const float code = static_cast<float>(stream_field(qw + n, N, k, b));
-      const std::int64_t i = group[k] * N + n;
-      o[n * K + k] = s[i] * (code - zero[i]);
+  // Columns n of qweight in tiles of 16 (one cache line of words per stream row), in parallel:
+  // each tile's words are read once, row of words by row of words.
+  constexpr std::int64_t kTile = 16;
+  at::parallel_for(0, (N + kTile - 1) / kTile, 1, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t n0 = t0 * kTile; n0 < std::min(N, t1 * kTile); n0 += kTile) {
+      const std::int64_t n1 = std::min(N, n0 + kTile);
+      for (std::int64_t k = 0; k < K; ++k) {
+        const std::int64_t row = group[k] * N;
+        for (std::int64_t n = n0; n < n1; ++n) {
+          const float code = static_cast<float>(stream_field(qw + n, N, k, b));
+          o[n * K + k] = s[row + n] * (code - zero[row + n]);
+        }
+      }
     }
+  });
   return out;
 }
 
