@@ -41,7 +41,8 @@ inside; nothing is shuffled or sampled). oneshot gets them as input_ids with an 
 attention mask, batch size 1, shuffle_calibration_samples=False; torch.manual_seed(78) before
 each run. Each step's log names the number of documents read and the sha256 of the ids. AWQ
 was made with --samples 64 (the first 64 of the same pieces): at 128 its 20-point grid search per
-mapping would take far longer than GPTQ's ~25 minutes on the 2-core machine.
+mapping would take far longer than GPTQ's ~25 minutes on the 2-core machine. AWQModifier pins
+memory unconditionally, which fails without CUDA; cpu_awq_without_pinning says how it runs here.
 Those documents are the first of the C4 excerpt: a C4 evaluation from its start scores text the
 artifacts were calibrated on.
 
@@ -191,6 +192,7 @@ def make_artifact(args, step):
     tokenizer = AutoTokenizer.from_pretrained(parent)
     model = AutoModelForCausalLM.from_pretrained(parent, dtype=torch.float32)
     modifiers, calibrate = recipe(step, args.group_size)
+    patched = cpu_awq_without_pinning() if step == "awq-w4a16" else None
     kwargs, described = {}, None
     if calibrate:
         data, described = calibration(args, tokenizer)
@@ -203,7 +205,20 @@ def make_artifact(args, step):
             shutil.copy2(os.path.join(parent, name), folder)
     write_log(args, step, {"folder": folder, "parent": parent, "wall_s": round(time.time() - start, 1),
                            "recipe": [repr(m) for m in modifiers], "calibration": described,
-                           "dtype": "float32 (the parent's)", "files": sorted(os.listdir(folder))})
+                           "dtype": "float32 (the parent's)", "patched": patched, "files": sorted(os.listdir(folder))})
+
+
+def cpu_awq_without_pinning():
+    """llm-compressor 0.14.1a20261020's AWQModifier pins its cached activations before each
+    mapping's grid search (IntermediatesCache.pin_memory, "for faster onloading"), unconditionally:
+    without a CUDA driver torch raises "Found no NVIDIA driver on your system". Pinning only speeds
+    host-to-device copies and changes no value, so without CUDA it is made a no-op."""
+    if torch.cuda.is_available():
+        return None
+    from llmcompressor.pipelines.cache import IntermediatesCache
+    IntermediatesCache.pin_memory = lambda self, batch_index, input_names=None: None
+    return "llmcompressor.pipelines.cache.IntermediatesCache.pin_memory made a no-op (no CUDA driver)"
+
 
 
 def main():
