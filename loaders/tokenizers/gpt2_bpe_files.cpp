@@ -98,6 +98,10 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const fs
     QEVAL_CHECK(!model.value("byte_fallback", false), "{}: model.byte_fallback is true; not a byte-level BPE",
                 where);
     spec.ignore_merges = model.value("ignore_merges", false);
+    // Without an unknown token, Hugging Face's BPE skips a character the vocabulary lacks: a
+    // vocabulary without some of the 256 byte symbols (SmolLM2's lacks 21) drops those bytes, as
+    // the GGUF reader does (llama.cpp). With one, the byte would become it: refused below.
+    spec.drop_missing_bytes = is_unset("unk_token");
     spec.vocab = read_vocab_object(model.at("vocab"), where + " model.vocab");
     const json& merges = model.at("merges");
     QEVAL_CHECK(merges.is_array(), "{}: model.merges is {}, expected an array", where, merges.type_name());

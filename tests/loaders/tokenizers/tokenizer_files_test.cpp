@@ -120,6 +120,28 @@ TEST(LoadTokenizer, TokenizerJsonVariants) {
   EXPECT_TRUE(test::ids_equal(prefixed->encode(" Hello"), reference->encode(" Hello")));
 }
 
+// A vocabulary that lacks a byte symbol: without unk_token, Hugging Face's BPE skips the byte (as
+// SmolLM2's tokenizer.json, which lacks 21 of them, is read); with one, it is refused.
+TEST(LoadTokenizer, TokenizerJsonWithoutAByteSymbolDropsItUnlessItHasAnUnknownToken) {
+  const auto reference = load_tokenizer(test::data_path("tokenizers/gpt2"));
+  test::TempDir dir;
+  json j = gpt2_tokenizer_json(false);
+  std::string x;
+  unicode::append_utf8(gpt2_byte_to_unicode(static_cast<std::uint8_t>('x')), x);
+  j["model"]["vocab"].erase(x);
+  json merges = json::array();  // the merges that do not make or use "x"
+  for (const json& m : j["model"]["merges"])
+    if (m.get<std::string>().find('x') == std::string::npos) merges.push_back(m);
+  j["model"]["merges"] = merges;
+  write_json(dir / "tokenizer.json", j);
+  const auto dropped = Gpt2BpeTokenizer::from_tokenizer_json(dir / "tokenizer.json");
+  EXPECT_TRUE(test::ids_equal(dropped->encode("hello world"), reference->encode("hello world")));
+  EXPECT_TRUE(test::ids_equal(dropped->encode("xhello xworld"), reference->encode("hello world")));
+  j["model"]["unk_token"] = "<unk>";
+  write_json(dir / "tokenizer.json", j);
+  expect_error(dir / "tokenizer.json", {"tokenizer.json", "byte 0x78"});
+}
+
 TEST(LoadTokenizer, UnsupportedTokenizerJsonIsRefused) {
   test::TempDir dir;
   json j = gpt2_tokenizer_json(false);
