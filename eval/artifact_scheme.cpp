@@ -499,8 +499,15 @@ ArtifactScheme artifact_scheme(const std::filesystem::path& path, const ModelRea
                              : "the artifact declares no input activation quantisation: every linear computes in full "
                                "precision on its dequantised weights"}};
   }
-  scheme.description = {{"execution", "artifact: its own checkpoint's weights, dequantised to float32"},
-                        {"artifact", artifact}};
+  // The table's execution column: what ran, activations included.
+  const std::string execution =
+      declared ? fmt::format("artifact: its own checkpoint's weights, dequantised to float32; its declared input "
+                             "activations as qeval's {} per {}",
+                             artifact["activations"]["spec"].value("kind", std::string()),
+                             artifact["activations"]["spec"].value("granularity", std::string()))
+               : fmt::format("artifact: its own checkpoint's weights, dequantised to float32{}",
+                             weights_only ? "; weights only (--artifact-weights-only)" : "");
+  scheme.description = {{"execution", execution}, {"artifact", artifact}};
   if (const auto bytes = stored_linear_bytes(reader)) scheme.description["model_linear_bytes"] = *bytes;
   std::shared_ptr<ModelReader> own = out.reader;
   std::shared_ptr<ArtifactWeightErrors> errors = out.errors;

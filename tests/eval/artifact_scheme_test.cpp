@@ -342,6 +342,9 @@ TEST(ArtifactScheme, DeclaredActivationsRunThroughQevalsQuantiserOnTheArtifactsW
     }
     const json& activations = artifact.scheme.description["artifact"]["activations"];
     EXPECT_EQ(activations["applied"], weights_only ? "none" : "declared") << activations.dump();
+    // The table's execution column says it too.
+    const std::string execution = artifact.scheme.description["execution"];
+    EXPECT_NE(execution.find(weights_only ? "weights only" : "int8_absmax per token"), std::string::npos) << execution;
   }
 }
 
