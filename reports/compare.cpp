@@ -295,6 +295,48 @@ std::string format_family_table(const std::vector<LabeledRecord>& records) {
   return out;
 }
 
+// Every artifact row (eval --compare-checkpoint, docs/quantized-checkpoints.md) with what it is, what
+// it loses and how far its weights are from its parent's: printed when a record holds one.
+std::string artifact_table(const std::vector<LabeledRecord>& records) {
+  std::string rows;
+  for (const auto& r : records) {
+    for (const auto& s : r.record.at("schemes")) {
+      const nlohmann::json a = lookup(s, {"description", "artifact"});
+      if (!a.is_object()) continue;
+      const nlohmann::json& v = s.at("vs_full");
+      auto number = [](const nlohmann::json& x, const char* format) {
+        return x.is_number() ? fmt::format(fmt::runtime(format), x.get<double>()) : std::string("—");
+      };
+      const std::string dnll = v.at("paired_dnll_mean").is_number() && v.at("paired_dnll_se").is_number()
+                                   ? fmt::format("{:+.5f} ± {:.5f}", v.at("paired_dnll_mean").get<double>(),
+                                                 v.at("paired_dnll_se").get<double>())
+                                   : "—";
+      // The error that reaches the output: through the folds where the norms were folded (AWQ).
+      const nlohmann::json errors = lookup(a, {"weight_error"});
+      const char* basis = lookup(errors, {"norm-folded"}).is_object() ? "norm-folded" : "stored";
+      const std::string error = fmt::format("{} / {} ({})", number(lookup(errors, {basis, "median_relative_frobenius"}), "{:.4f}"),
+                                            number(lookup(errors, {basis, "max_relative_frobenius"}), "{:.4f}"), basis);
+      std::string activations = lookup(a, {"activations", "applied"}).is_string()
+                                    ? lookup(a, {"activations", "applied"}).get<std::string>()
+                                    : std::string("—");
+      if (activations == "declared")
+        activations = fmt::format("{} per {}", lookup(a, {"activations", "spec", "kind"}).get<std::string>(),
+                                  lookup(a, {"activations", "spec", "granularity"}).get<std::string>());
+      rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", markdown_cell(r.label),
+                          markdown_cell(s.at("name").get<std::string>()),
+                          markdown_cell(lookup(a, {"method"}).is_string() ? a.at("method").get<std::string>() : "—"),
+                          markdown_cell(activations), delta_text(v.at("dppl")), dnll, number(v.at("kl_mean"), "{:.5f}"),
+                          number(v.at("top1_agreement").is_number() ? nlohmann::json(100 * v.at("top1_agreement").get<double>())
+                                                                     : nlohmann::json(nullptr), "{:.2f} %"),
+                          error, number(lookup(a, {"bytes_per_weight"}), "{:.3f}"));
+    }
+  }
+  if (rows.empty()) return "";
+  return "\nArtifacts beside their parent (eval --compare-checkpoint; docs/quantized-checkpoints.md)\n\n"
+         "| model | artifact | method | activations | ΔPPL | paired ΔNLL ± se | KL | top-1 | weight error median / max | "
+         "bytes / parameter |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|\n" + rows;
+}
+
 std::string format_comparison(const std::vector<LabeledRecord>& records, CompareFormat format,
                               bool protocol_mismatch_allowed, const std::string& entropy_scheme) {
   QEVAL_CHECK(!records.empty(), "compare: no records given");
@@ -354,6 +396,7 @@ std::string format_comparison(const std::vector<LabeledRecord>& records, Compare
     out += "\n";
   }
   out += format_family_table(records);
+  out += artifact_table(records);
   out += rounding_band_table(records);
   out += kl_divergence_blocks_markdown(records);
   out += position_buckets_markdown(records);

@@ -66,7 +66,8 @@ TEST(CompareCheckpointCli, TheArtifactIsARowOfTheParentsRecord) {
 
   const test::CommandResult compare = test::run_qeval("compare " + (dir / "both.json").string());
   EXPECT_EQ(compare.status, 0) << compare.output;
-  EXPECT_TRUE(test::contains(compare.output, "stories-bf16:float")) << compare.output;
+  EXPECT_TRUE(test::contains(compare.output, "Artifacts beside their parent")) << compare.output;
+  EXPECT_TRUE(test::contains(compare.output, "| stories-bf16:float | float | none |")) << compare.output;
 }
 
 TEST(CompareCheckpointCli, BadUsesAreRefusedNamingWhatIsWrong) {
