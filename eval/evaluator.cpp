@@ -100,7 +100,7 @@ class ModelParts {
         placement_(placement),
         plan_(plan),
         config_(std::make_shared<const ModelConfig>(reader.config())),
-        source_(reader.info().path.empty() ? std::string("model") : reader.info().path.string()),
+        source_(checkpoint_source(reader)),
         run_cache_(placement),
         full_blocks_(static_cast<std::size_t>(config_->n_layers)),
         scheme_blocks_(schemes.size(), std::vector<Built>(static_cast<std::size_t>(config_->n_layers))),
